@@ -1,0 +1,28 @@
+# One command each on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is pinned for development and CI; the package itself accepts a range.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test venv bench clean
+
+$(BIN)/stepscope: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)" -e ".[dev]"
+	touch $(BIN)/stepscope
+
+venv: $(BIN)/stepscope
+
+demo: venv
+	$(BIN)/stepscope demo
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) stepscope-runs

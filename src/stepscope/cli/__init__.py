@@ -1,0 +1,1 @@
+"""Command-line interface: `main.py` parses and dispatches; one module per subcommand."""

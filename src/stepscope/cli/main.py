@@ -1,0 +1,76 @@
+"""`stepscope` entry point: parse, dispatch, and the single error boundary.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)`` (which sets
+``handler`` via ``set_defaults``) and, optionally, ``split_argv(argv) -> (own, rest)`` for
+commands that hand the tail of the command line to someone else (``stepscope run``).
+
+A :class:`~stepscope.errors.StepscopeError` becomes one line ``stepscope: error: …`` on stderr and
+exit code 2; any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from stepscope._version import __version__
+from stepscope.errors import EXIT_USAGE, StepscopeError
+
+#: Subcommand name -> module under ``stepscope.cli``. Order is the order of ``--help``.
+COMMANDS: dict[str, str] = {
+    "run": "run_cmd",
+    "demo": "demo_cmd",
+    "report": "report_cmd",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors follow stepscope's one-line format."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"stepscope: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="stepscope",
+        description="Find out why a PyTorch training or inference loop is slow, and what to change.",
+    )
+    parser.add_argument("--version", action="version", version=f"stepscope {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in COMMANDS.values():
+        _command_module(module_name).add_parser(subparsers)
+    return parser
+
+
+def _command_module(module_name: str):
+    return importlib.import_module(f"stepscope.cli.{module_name}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    rest: list[str] = []
+    if args_list and args_list[0] in COMMANDS:
+        module = _command_module(COMMANDS[args_list[0]])
+        if hasattr(module, "split_argv"):
+            own, rest = module.split_argv(args_list[1:])
+            args_list = [args_list[0], *own]
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args.rest = rest
+    try:
+        return int(args.handler(args) or 0)
+    except StepscopeError as exc:
+        print(f"stepscope: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def console_main() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
