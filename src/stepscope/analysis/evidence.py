@@ -1,0 +1,115 @@
+"""Evidence handed to the diagnosis engine: the contract between analyses and rules.
+
+Two producers fill these, each independently optional:
+
+- :class:`MacroSignals` — from the sidecar sampler's samples joined with the steps
+  (``stepscope.analysis.signals.compute_signals``).
+- :class:`TraceEvidence` — from torch.profiler (Kineto) traces
+  (``stepscope.analysis`` trace views, via ``stepscope analyze`` or ``stepscope run``'s windows).
+
+Every field is ``None`` when it could not be measured; rules must treat ``None`` as "no evidence",
+never as zero. Ratios are 0..1, rates per second, sizes in bytes. Fields may be added (never
+renamed or removed without a schema note): ``report.json`` carries ``to_dict()`` of both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """CPU load of one process of the training tree over the steady state."""
+
+    pid: int
+    role: str  # "main" | "dataloader_worker" | "other"
+    cpu_util: float  # mean share of one core, 0..1 (can exceed 1 for multi-threaded processes)
+    rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class MacroSignals:
+    """Derived signals of the machine during the run (sampler samples ⨝ steps)."""
+
+    sample_count: int = 0
+    interval_s: float | None = None
+    cpu_count: int | None = None
+    # CPU
+    cpu_util_mean: float | None = None  # all cores, 0..1
+    busiest_core_util: float | None = None  # mean utilisation of the busiest core
+    idlest_core_util: float | None = None
+    saturated_cores: int | None = None  # cores above 90% on average
+    iowait_share: float | None = None  # mean iowait share of CPU time, 0..1
+    load_per_core: float | None = None  # runnable load average / cores
+    runnable_threads_per_core: float | None = None
+    # processes of the training tree
+    main_cpu_util: float | None = None
+    worker_count: int | None = None
+    workers: tuple[WorkerLoad, ...] = ()
+    worker_cpu_util_mean: float | None = None  # mean over DataLoader workers
+    worker_saturation: float | None = None  # share of workers above 90% of a core
+    thread_count_max: int | None = None
+    # storage
+    disk_read_bytes_per_s: float | None = None
+    disk_read_bytes_per_s_early: float | None = None  # first part of the run
+    disk_read_bytes_per_s_late: float | None = None  # last part of the run
+    page_cache_warming: bool | None = None  # reads high early, low late
+    # memory
+    memory_used_share_max: float | None = None
+    rss_growth_bytes_per_s: float | None = None
+    swap_in_bytes_per_s: float | None = None
+    swap_out_bytes_per_s: float | None = None
+    # network
+    net_bytes_per_s: float | None = None
+    # GPU (None without NVML)
+    gpu_count: int | None = None
+    gpu_util_mean: float | None = None
+    gpu_util_oscillation: float | None = None  # spread of utilisation within the step period, 0..1
+    gpu_memory_used_share_max: float | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TraceEvidence:
+    """What a torch.profiler trace says about one rank (plugin/HTA-defined numbers)."""
+
+    source: str = ""  # trace file(s)
+    steps: int = 0
+    device: str | None = None  # e.g. "NVIDIA H200"; None for CPU-only traces
+    step_time_s: float | None = None
+    dataloader_share: float | None = None  # plugin "DataLoader" category / step
+    kernel_share: float | None = None  # plugin "Kernel" category / step
+    memcpy_share: float | None = None
+    memset_share: float | None = None
+    runtime_share: float | None = None
+    cpu_exec_share: float | None = None
+    communication_share: float | None = None  # plugin category / step
+    gpu_utilization: float | None = None
+    sm_efficiency: float | None = None
+    achieved_occupancy: float | None = None
+    tensor_core_kernel_share: float | None = None  # share of kernel time on Tensor Cores
+    tensor_core_eligible_op_share: float | None = None  # share of op time in TC-eligible ops
+    idle_share: float | None = None  # HTA idle / total
+    idle_host_wait_share: float | None = None  # HTA host-wait idle / total
+    idle_kernel_wait_share: float | None = None
+    comm_overlap: float | None = None  # share of communication overlapped by computation
+    kernel_count_per_step: float | None = None
+    small_kernel_share: float | None = None  # kernels shorter than the launch overhead
+    median_kernel_us: float | None = None
+    launch_delay_us_median: float | None = None
+    python_share: float | None = None  # host time in python_function events
+    aten_share: float | None = None
+    sync_count_per_step: float | None = None  # cudaDeviceSynchronize / StreamSynchronize / item()
+    sync_share: float | None = None
+    pageable_memcpy_share: float | None = None
+    memory_peak_bytes: int | None = None
+    memory_capacity_bytes: int | None = None
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

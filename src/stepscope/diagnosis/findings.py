@@ -1,0 +1,147 @@
+"""What a diagnosis says: findings with evidence and prescriptions.
+
+A :class:`Finding` answers *what is wrong, how much it costs, how sure we are, and exactly what to
+change*. Findings are plain frozen data; rules build them, renderers format them.
+
+Families are a closed, documented list (part of the ``report.json`` schema): add new ones only by
+extending :data:`FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any, Literal
+
+Family = Literal[
+    "input_pipeline",
+    "storage_io",
+    "compute",
+    "launch_overhead",
+    "host_device_sync",
+    "communication",
+    "straggler",
+    "periodic_stall",
+    "memory_pressure",
+    "cpu_oversubscription",
+    "healthy",
+]
+
+#: Stable family identifiers, in the order the documentation lists them.
+FAMILIES: tuple[str, ...] = (
+    "input_pipeline",
+    "storage_io",
+    "compute",
+    "launch_overhead",
+    "host_device_sync",
+    "communication",
+    "straggler",
+    "periodic_stall",
+    "memory_pressure",
+    "cpu_oversubscription",
+    "healthy",
+)
+
+
+class Severity(IntEnum):
+    """How much a finding matters; ``--fail-on`` compares against these."""
+
+    INFO = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            allowed = ", ".join(level.name.lower() for level in cls)
+            from stepscope.errors import UsageError
+
+            raise UsageError(f"unknown severity {text!r}; choose one of: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured fact a finding rests on.
+
+    Args:
+        metric: stable metric name, e.g. ``"data_wait_share"``.
+        value: the measured value (ratios 0..1, durations in seconds, sizes in bytes).
+        threshold: the value that made it count (``None`` for context-only evidence).
+        source: where it came from: ``"steps"``, ``"sampler"``, ``"trace"``, ``"loader"``, ...
+        unit: ``"ratio"``, ``"s"``, ``"bytes"``, ``"count"``, ``"%"``, ... for rendering.
+        scope: what it is about, e.g. ``"steady state"``, ``"rank 1"``, ``"loader #0"``.
+    """
+
+    metric: str
+    value: float | int | str | None
+    threshold: float | int | None = None
+    source: str = "steps"
+    unit: str = "ratio"
+    scope: str = ""
+
+
+@dataclass(frozen=True)
+class Prescription:
+    """A concrete change: which knob, from what to what, and why."""
+
+    action: str
+    why: str = ""
+    setting: str | None = None
+    current: Any = None
+    suggested: Any = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A ranked diagnosis.
+
+    ``impact`` is the share (0..1) of step time the problem costs: the ranking key.
+    """
+
+    rule_id: str
+    family: str
+    title: str
+    severity: Severity
+    impact: float
+    confidence: float
+    evidence: tuple[Evidence, ...] = ()
+    prescriptions: tuple[Prescription, ...] = ()
+    summary: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.name.lower()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            rule_id=data["rule_id"],
+            family=data["family"],
+            title=data["title"],
+            severity=Severity[str(data["severity"]).upper()],
+            impact=float(data["impact"]),
+            confidence=float(data["confidence"]),
+            evidence=tuple(Evidence(**item) for item in data.get("evidence", ())),
+            prescriptions=tuple(Prescription(**item) for item in data.get("prescriptions", ())),
+            summary=data.get("summary", ""),
+            extra=dict(data.get("extra", {})),
+        )
+
+
+def severity_for_impact(impact: float) -> Severity:
+    """Default severity from the share of step time lost (rules may override)."""
+    if impact >= 0.5:
+        return Severity.CRITICAL
+    if impact >= 0.2:
+        return Severity.HIGH
+    if impact >= 0.05:
+        return Severity.MEDIUM
+    if impact >= 0.01:
+        return Severity.LOW
+    return Severity.INFO

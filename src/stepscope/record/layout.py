@@ -1,0 +1,46 @@
+"""File names inside a run directory (one place, so every writer and reader agrees).
+
+::
+
+    stepscope-runs/<timestamp>-<script>/
+        record.rank<R>.json.gz     the RunRecord of rank R (record/io.py)
+        samples.rank<R>.jsonl.gz   the sidecar sampler's samples for rank R (record/samples.py)
+        roles.rank<R>.jsonl        pids the training process reports (DataLoader workers), for the sampler
+        traces/                    torch.profiler windows (Kineto JSON)
+        report.json                the machine-readable summary and findings (rank 0 / merged)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPORT_FILE = "report.json"
+TRACES_DIR = "traces"
+_RECORD_RE = re.compile(r"^record\.rank(\d+)\.json\.gz$")
+
+
+def record_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"record.rank{rank}.json.gz"
+
+
+def samples_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"samples.rank{rank}.jsonl.gz"
+
+
+def roles_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"roles.rank{rank}.jsonl"
+
+
+def report_path(run_dir: Path) -> Path:
+    return Path(run_dir) / REPORT_FILE
+
+
+def record_ranks(run_dir: Path) -> list[int]:
+    """Ranks that have a record in ``run_dir``, sorted."""
+    ranks = []
+    for child in Path(run_dir).iterdir():
+        match = _RECORD_RE.match(child.name)
+        if match:
+            ranks.append(int(match.group(1)))
+    return sorted(ranks)

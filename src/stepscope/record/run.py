@@ -1,0 +1,221 @@
+"""The run record: the contract between capture and everything downstream.
+
+A :class:`RunRecord` is plain, frozen data and needs no torch to read. One record per rank.
+
+Steps are stored **column-wise** (one numpy ``int64`` array per field) because a long run has
+100k+ steps: columns cost 8 bytes per step per field in memory, vectorise every statistic, and
+serialise to short JSON integer lists that gzip well (see :mod:`stepscope.record.io` and
+``docs/run-record.md``).
+
+Units live in names: ``*_ns`` are nanoseconds on the monotonic clock (``time.perf_counter_ns``,
+which is ``CLOCK_MONOTONIC`` on Linux and therefore shared with the sidecar sampler process),
+``*_bytes`` are bytes, ratios are 0..1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+RECORD_KIND = "stepscope.run_record"
+
+#: Phases, in the order they are rendered. They partition each step exactly:
+#: ``data_wait + forward + backward + optimizer + other == duration``.
+PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "other")
+
+#: Every step column and what it holds. ``-1`` means "unknown" where a value may be missing.
+STEP_COLUMNS: dict[str, str] = {
+    "start_ns": "step start, monotonic clock",
+    "duration_ns": "step wall time (end - start)",
+    "data_wait_ns": "time inside DataLoader __next__ and __iter__ (worker start-up)",
+    "loader_init_ns": "part of data_wait spent in DataLoader __iter__ (worker start-up)",
+    "forward_ns": "time inside the outermost module calls",
+    "backward_ns": "time inside Tensor.backward / torch.autograd.backward",
+    "optimizer_ns": "time inside optimizer.step",
+    "other_ns": "the rest of the step",
+    "batches": "batches fetched from DataLoaders during the step (micro-batches)",
+    "samples": "samples in those batches (-1 when it could not be inferred)",
+    "optimizer_steps": "optimizer.step calls that ended in the step",
+    "device_ns": "device (CUDA) time of the step from CUDA events, -1 when not measured",
+    "device_forward_ns": "device time between the forward boundaries, -1 when not measured",
+    "device_backward_ns": "device time between the backward boundaries, -1 when not measured",
+    "device_optimizer_ns": "device time between the optimizer boundaries, -1 when not measured",
+}
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Column-wise steps. Every array has the same length (the step count)."""
+
+    start_ns: np.ndarray
+    duration_ns: np.ndarray
+    data_wait_ns: np.ndarray
+    loader_init_ns: np.ndarray
+    forward_ns: np.ndarray
+    backward_ns: np.ndarray
+    optimizer_ns: np.ndarray
+    other_ns: np.ndarray
+    batches: np.ndarray
+    samples: np.ndarray
+    optimizer_steps: np.ndarray
+    device_ns: np.ndarray
+    device_forward_ns: np.ndarray
+    device_backward_ns: np.ndarray
+    device_optimizer_ns: np.ndarray
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, Any]) -> Steps:
+        """Build from a mapping of column name -> sequence; missing columns become -1/0."""
+        length = len(columns.get("start_ns", ()))
+        arrays = {}
+        for name in STEP_COLUMNS:
+            if name in columns:
+                arrays[name] = np.asarray(columns[name], dtype=np.int64).reshape(-1)
+            else:
+                fill = -1 if name.startswith("device") or name == "samples" else 0
+                arrays[name] = np.full(length, fill, dtype=np.int64)
+        return cls(**arrays)
+
+    @classmethod
+    def empty(cls) -> Steps:
+        return cls.from_columns({"start_ns": []})
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+    @property
+    def end_ns(self) -> np.ndarray:
+        return self.start_ns + self.duration_ns
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+    def phase(self, name: str) -> np.ndarray:
+        """The ``<name>_ns`` column of a phase from :data:`PHASES`."""
+        return getattr(self, f"{name}_ns")
+
+    def select(self, index: slice | np.ndarray) -> Steps:
+        """A subset of steps (slice or boolean/int index)."""
+        return Steps(**{name: column[index] for name, column in self.columns().items()})
+
+    @property
+    def has_device_time(self) -> bool:
+        return bool(len(self) and (self.device_ns >= 0).any())
+
+
+@dataclass(frozen=True)
+class LoaderInfo:
+    """A DataLoader seen during the run, with the settings that matter for speed."""
+
+    loader_id: int
+    cls: str
+    dataset_type: str
+    iterable_dataset: bool
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    drop_last: bool
+    batches: int = 0
+    iterators: int = 0
+    worker_pids: tuple[int, ...] = ()
+    first_seen_ns: int = 0
+    wait_ns: int = 0
+    init_ns: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    kind: str
+    name: str
+    total_memory_bytes: int | None = None
+    capability: str | None = None
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """Environment and outcome of a run (one rank)."""
+
+    stepscope_version: str = ""
+    python_version: str = ""
+    torch_version: str | None = None
+    platform: str = ""
+    hostname: str = ""
+    cpu_model: str = ""
+    cpu_count_logical: int = 0
+    cpu_count_physical: int | None = None
+    devices: tuple[DeviceInfo, ...] = ()
+    argv: tuple[str, ...] = ()
+    target: str = ""
+    mode: str = "script"  # "script" | "module" | "api"
+    cwd: str = ""
+    pid: int = 0
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    start_wall_ns: int = 0
+    start_ns: int = 0
+    end_wall_ns: int = 0
+    end_ns: int = 0
+    exit_code: int | None = None
+    exception: str | None = None
+    interrupted_by: str | None = None
+    step_source: str = "none"  # "optimizer" | "batch" | "explicit" | "none"
+    timing: str = "cpu"  # "cpu" | "cuda"
+    clock: str = "perf_counter_ns (CLOCK_MONOTONIC)"
+    intra_op_threads: int | None = None
+
+    @property
+    def wall_s(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(frozen=True)
+class ProfilerWindow:
+    """A short torch.profiler window and the trace it produced."""
+
+    first_step: int
+    last_step: int
+    trace_path: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything captured for one rank of one run.
+
+    ``samples`` is the sidecar sampler's data when it ran (see :mod:`stepscope.record.samples`),
+    attached by :func:`stepscope.record.io.load_record`; it is stored in its own file.
+    """
+
+    meta: RunMeta
+    steps: Steps
+    loaders: tuple[LoaderInfo, ...] = ()
+    warnings: tuple[str, ...] = ()
+    profiler_windows: tuple[ProfilerWindow, ...] = ()
+    samples: Any = None
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Assert the record's invariants (used by tests and after loading)."""
+        steps = self.steps
+        lengths = {len(column) for column in steps.columns().values()}
+        if len(lengths) > 1:
+            raise ValueError(f"step columns differ in length: {sorted(lengths)}")
+        if len(steps) == 0:
+            return
+        total = sum(steps.phase(name) for name in PHASES)
+        if not np.array_equal(total, steps.duration_ns):
+            bad = int(np.flatnonzero(total != steps.duration_ns)[0])
+            raise ValueError(f"phases do not add up to the step duration at step {bad}")
+        if (steps.duration_ns < 0).any() or any((steps.phase(p) < 0).any() for p in PHASES):
+            raise ValueError("negative durations in steps")
+        if (np.diff(steps.start_ns) < 0).any():
+            raise ValueError("step start times are not ordered")
+        if (steps.loader_init_ns > steps.data_wait_ns).any():
+            raise ValueError("loader_init_ns exceeds data_wait_ns")
