@@ -1,0 +1,70 @@
+"""The diagnosis engine: evidence in, ranked findings out.
+
+:class:`DiagnosisContext` gathers whatever evidence exists for a run — the run record (steps,
+DataLoaders, environment), the sampler's :class:`~stepscope.analysis.evidence.MacroSignals` and a
+trace's :class:`~stepscope.analysis.evidence.TraceEvidence`, any of them possibly absent — and
+:func:`diagnose` runs every rule in :data:`RULES` over it. A rule is a plain function
+``(DiagnosisContext) -> Finding | None`` that reads no files and prints nothing.
+
+Findings are ranked by impact (share of step time lost), then severity, then confidence.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.diagnosis.findings import Finding
+
+logger = logging.getLogger(__name__)
+
+Rule = Callable[["DiagnosisContext"], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class DiagnosisContext:
+    """All evidence about one run (or one trace). Every part is optional.
+
+    Args:
+        record: the :class:`~stepscope.record.run.RunRecord` of the rank being diagnosed.
+        signals: the sampler's derived signals for that record.
+        trace: evidence from torch.profiler traces.
+        ranks: per-rank records when several ranks are known (stragglers, communication).
+    """
+
+    record: Any = None
+    signals: MacroSignals | None = None
+    trace: TraceEvidence | None = None
+    ranks: tuple[Any, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _rules() -> tuple[Rule, ...]:
+    from stepscope.diagnosis.rules import RULES
+
+    return RULES
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda item: (-item.impact, -int(item.severity), -item.confidence, item.rule_id))
+
+
+def diagnose(context: DiagnosisContext, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
+    """Run every rule and return the findings ranked, most costly first.
+
+    A rule that raises is a bug in stepscope, not in the user's run: it is logged and skipped so
+    one broken rule cannot hide the others' findings.
+    """
+    findings = []
+    for rule in _rules() if rules is None else rules:
+        try:
+            finding = rule(context)
+        except Exception:  # noqa: BLE001 - isolate rule bugs, see docstring
+            logger.exception("diagnosis rule %s failed", getattr(rule, "__name__", rule))
+            continue
+        if finding is not None:
+            findings.append(finding)
+    return rank_findings(findings)
