@@ -22,6 +22,8 @@ LOADER_CPU_IDLE = 0.3
 #: Utilisation of all cores above which the machine has no CPU left to give (cf. the sampler's
 #: 90 % saturation level for a core).
 CPU_SATURATED = 0.85
+#: Cores the model's compute is taken to keep busy when a CPU-time split is estimated.
+COMPUTE_CORES_ASSUMED = 1.0
 
 
 def finding(rule_id: str, family: str, title: str, impact: float, confidence: float,
@@ -78,9 +80,12 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     """CPU (share of one core) of the processes that load data, *while* the step waits.
 
     With worker processes this is their mean utilisation. With ``num_workers=0`` the main process
-    both loads and computes, so the part its compute can explain is taken out first: compute
-    runs at most ``(1 - data_wait) × min(intra-op threads, cores)`` cores; what is left, divided by
-    the data-wait share, is what loading used (a conservative estimate: it leans to "idle").
+    both loads and computes, so the part its compute explains is taken out first: compute is
+    taken to keep one core busy for ``1 - data_wait`` of the time (small models rarely use more;
+    a model using several intra-op threads shifts the estimate towards "CPU-bound", where the
+    prescription — worker processes — also helps a latency-bound loader). What is left, divided by
+    the data-wait share, is what loading used. The sampler's ``data_wait_cpu_util``, measured
+    directly, takes precedence.
 
     Returns:
         (utilisation or None without sampler evidence, a short description of how it was got).
@@ -97,9 +102,7 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     stats = ctx.stats
     if main_util is None or stats is None or stats.data_wait_share <= 0:
         return None, "no sampler evidence"
-    threads = stats.intra_op_threads or 1
-    cores = cpu_count(ctx) or threads
-    compute_cores = (1.0 - stats.data_wait_share) * min(threads, cores)
+    compute_cores = (1.0 - stats.data_wait_share) * COMPUTE_CORES_ASSUMED
     residual = max(0.0, float(main_util) - compute_cores) / stats.data_wait_share
     return min(residual, 1.0), "main process, less what its compute explains (sampler)"
 

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_record
+from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
+
+COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
+
+
+@pytest.mark.parametrize("ops, trace, fires", [
+    (3600, None, True),  # 3600 ops in 17 ms: 4.7 µs per op
+    (64, None, False),  # 64 big ops
+    (None, None, False),  # no evidence
+    (None, dict(device="NVIDIA H100", idle_host_wait_share=0.4, small_kernel_share=0.8), True),
+    (None, dict(device="NVIDIA H100", idle_host_wait_share=0.4, small_kernel_share=0.1), False),
+    (None, dict(python_share=0.5), True),
+])
+def test_tiny_ops_dominate(ctx_of, ops, trace, fires):
+    flops = {"step_index": 2, "flops": 1e6}
+    if ops is not None:
+        flops["ops"] = ops
+    record = make_record(step_s=0.017, shares=COMPUTE, extra={"flops": flops})
+    finding = tiny_ops_dominate(ctx_of(record, trace=trace))
+    assert (finding is not None) == fires
+    if fires:
+        assert finding.family == "launch_overhead"
+        assert finding.impact >= 0.15
+        assert any("torch.compile" in item.action for item in finding.prescriptions)
