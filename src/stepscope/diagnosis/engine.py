@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
-from stepscope.diagnosis.context import StepStats, compute_step_stats
+from stepscope.diagnosis.context import DiagnosisStats, build_context, compute_step_stats
 from stepscope.diagnosis.findings import Finding, Severity
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class DiagnosisContext:
     trace: TraceEvidence | None = None
     ranks: tuple[Any, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
-    stats: StepStats | None = None
+    stats: DiagnosisStats | None = None
 
 
 def _rules() -> tuple[Rule, ...]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import make_record
-from stepscope.diagnosis.context import build_context, detect_warmup, steady_state_mask
+from stepscope.diagnosis.context import build_context
 from stepscope.diagnosis.engine import DiagnosisContext, diagnose
 from stepscope.diagnosis.findings import FAMILIES, Finding, Severity
 from stepscope.diagnosis.rules import RULES
@@ -13,20 +13,17 @@ from stepscope.diagnosis.rules.healthy import verdict
 INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}
 
 
-@pytest.mark.parametrize("durations, warmup", [
-    ([50, 10, 10, 10, 10, 10, 10, 10, 10, 10], 1),
-    ([50, 40, 10, 10, 10, 10, 10, 10, 10, 10], 2),
-    ([50, 40, 30, 30, 10, 10, 10, 10, 10, 10], 2),  # capped at 20% of the steps
-    ([10, 10, 10], 0),  # too few steps to tell
-])
-def test_detect_warmup(durations, warmup):
-    assert detect_warmup(np.array(durations)) == warmup
-
-
 def test_steady_state_excludes_warmup_and_counted_step():
-    record = make_record(steps=10)
-    mask = steady_state_mask(record.steps, exclude=(4,))
-    assert list(np.flatnonzero(~mask)) == [0, 4]
+    record = make_record(steps=10, extra={"flops": {"step_index": 4, "flops": 1}})
+    stats = build_context(record).stats
+    assert list(np.flatnonzero(~stats.mask)) == [0, 4]
+    assert stats.warmup_steps == 1
+
+
+def test_engine_exposes_the_builder():
+    from stepscope.diagnosis import engine
+
+    assert engine.build_context is build_context
 
 
 def test_build_context_stats():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stepscope.diagnosis.context import StepStats
+from stepscope.diagnosis.context import DiagnosisStats
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 
 #: XProf's "MODERATELY input-bound" level (kModeratelyInfeedBoundThresholdInPercent = 5), which is
@@ -54,7 +54,7 @@ def field_of(obj: Any, name: str) -> Any:
 
 
 def cpu_count(ctx: Any) -> int | None:
-    stats: StepStats | None = ctx.stats
+    stats: DiagnosisStats | None = ctx.stats
     if stats is not None and stats.cpu_count:
         return stats.cpu_count
     return field_of(ctx.signals, "cpu_count")
