@@ -40,3 +40,14 @@ def test_flops_step_is_excluded_from_steady_state(ctx_of):
     record = make_record(step_s=0.01, shares=COMPUTE, added={5: {"forward": 1.0}},
                          extra={"flops": {"step_index": 5, "flops": 5e8}, "cpu_matmul_peak_flops": PEAK})
     assert measured_mfu(ctx_of(record))["mfu"] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_cpu_mfu_not_trusted_when_other_processes_use_the_cores(ctx_of):
+    from stepscope.analysis.evidence import WorkerLoad
+
+    extra = {"flops": {"step_index": 3, "flops": 2e6}, "cpu_matmul_peak_flops": PEAK}
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=extra)
+    alone = dict(cpu_count=2, cpu_util_mean=0.95, workers=(WorkerLoad(1, "main", 1.8),))
+    crowded = dict(cpu_count=2, cpu_util_mean=0.95, workers=(WorkerLoad(1, "main", 0.6),))
+    assert low_mfu(ctx_of(record, alone)) is not None
+    assert low_mfu(ctx_of(record, crowded)) is None

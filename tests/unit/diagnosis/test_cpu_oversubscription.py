@@ -9,10 +9,16 @@ INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
 
 
 @pytest.mark.parametrize("signals, fires", [
-    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0), True),
-    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(4, 0.5, threads=4)), True),  # 2 + 16 threads
-    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),  # 3 threads
-    (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=5.0), False),  # cores not busy
+    # run queue 5 per core, this run's 4 workers use the cores
+    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), True),
+    # thread counts known: 2 intra-op + 4 workers × 4 threads on 2 cores
+    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(4, 0.5, threads=4)), True),
+    # one single-threaded worker: 3 threads
+    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),
+    # crowded, but by other processes: this run uses 0.4 cores
+    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.1)), False),
+    # cores not busy
+    (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), False),
     (None, False),
 ])
 def test_oversubscribed_cpu(ctx_of, signals, fires):

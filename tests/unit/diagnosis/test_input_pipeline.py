@@ -21,7 +21,7 @@ INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}
     (dict(shares={"data_wait": 0.03, "forward": 0.6, "backward": 0.3}), dict(cpu_count=2, main_cpu_util=1.0), False),
     # oversubscribed CPU: that rule speaks instead
     (dict(shares=INPUT, num_workers=4), dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=6.0,
-                                             worker_cpu_util_mean=0.5), False),
+                                             worker_cpu_util_mean=0.5, workers=workers(4, 0.5)), False),
 ])
 def test_loader_cpu_bound(ctx_of, record_kwargs, signals, fires):
     finding = loader_cpu_bound(ctx_of(make_record(**record_kwargs), signals))

@@ -1,7 +1,7 @@
 """Compute: the step is busy computing, and model FLOPs utilisation (MFU) says how well.
 
 MFU = FLOPs of one step (``record.extra["flops"]``, ``FlopCounterMode``: forward + backward
-matmuls/convolutions/attention) / steady step time / peak. The peak is the datasheet peak of the
+matmuls/convolutions/attention) / median steady step time (stalls are not compute) / peak. The peak is the datasheet peak of the
 GPU for the run's dtype (:func:`stepscope.analysis.mfu.peak_flops`) or, on CPU, the float32 matmul
 rate measured on the machine at the end of the run (``record.extra["cpu_matmul_peak_flops"]``).
 
@@ -31,12 +31,26 @@ GOOD_MFU_DATASHEET = 0.40
 GOOD_MFU_MEASURED = 0.40
 #: Fire below this fraction of the good level.
 LOW_MFU_FRACTION = 0.5
+#: On CPU the peak is measured at the end of the run: when other processes use more than this
+#: share of all cores during the steps, the steps and the peak saw different machines and the
+#: CPU MFU is not trusted.
+EXTERNAL_CPU_MAX = 0.25
+
+
+def external_cpu_share(ctx: Any) -> float | None:
+    """Share of all cores used by processes outside the training tree (sampler), or None."""
+    signals = ctx.signals
+    cores = common.cpu_count(ctx)
+    util = common.field_of(signals, "cpu_util_mean")
+    if signals is None or util is None or not cores or not signals.workers:
+        return None
+    return max(0.0, float(util) - sum(load.cpu_util for load in signals.workers) / cores)
 
 
 def measured_mfu(ctx: Any) -> dict[str, Any] | None:
     """MFU of the steady state with the peak used and where it came from; None without FLOPs/peak."""
     stats = ctx.stats
-    if stats is None or not stats.flops_per_step or stats.step_time_mean_s <= 0:
+    if stats is None or not stats.flops_per_step or stats.step_time_s <= 0:
         return None
     extra = getattr(ctx.record, "extra", None) or {}
     devices = tuple(getattr(getattr(ctx.record, "meta", None), "devices", ()) or ())
@@ -52,7 +66,7 @@ def measured_mfu(ctx: Any) -> dict[str, Any] | None:
         if not peak or peak <= 0:
             return None
         dtype, source, good = "fp32", "measured fp32 matmul peak of this CPU", GOOD_MFU_MEASURED
-    value = mfu(stats.flops_per_step, stats.step_time_mean_s, float(peak))
+    value = mfu(stats.flops_per_step, stats.step_time_s, float(peak))  # median: stalls are not compute
     return {"mfu": value, "peak": float(peak), "source": source, "good": good, "dtype": dtype,
             "gpu": gpu is not None}
 
@@ -67,6 +81,9 @@ def low_mfu(ctx) -> Finding | None:
     launch, _ = overhead_estimate(ctx)
     if launch is not None and launch >= LAUNCH_HIGH:
         return None  # tiny operators explain it: launch_overhead reports
+    external = external_cpu_share(ctx)
+    if not measured["gpu"] and external is not None and external > EXTERNAL_CPU_MAX:
+        return None  # a busy neighbour slowed the steps, not the model
     value, good = measured["mfu"], measured["good"]
     impact = stats.compute_share * (1.0 - value / good)
     evidence = [

@@ -22,8 +22,13 @@ from stepscope.diagnosis.rules._common import CPU_SATURATED
 #: method calls any run queue longer than the CPU count saturation; twice the cores means each
 #: runnable thread gets at most half a core.
 RUNNABLE_PER_CORE_HIGH = 2.0
-#: Threads the training tree wants to run (intra-op threads + workers × their threads) per core.
+#: Threads the training tree wants to run (intra-op threads + busy workers' threads) per core.
 THREAD_DEMAND_PER_CORE_HIGH = 2.0
+#: Share of all cores the training tree itself must use for the run queue to be *its* doing
+#: (otherwise other processes on the machine crowd it, which is not this run's setting to fix).
+TREE_SHARE_OF_CORES = 0.75
+#: A worker above this share of one core counts as busy (idle workers compete for nothing).
+BUSY_WORKER = 0.1
 #: The share of CPU time a thread loses to contention is capped here in the impact estimate.
 CONTENTION_CAP = 0.75
 
@@ -31,8 +36,16 @@ CONTENTION_CAP = 0.75
 def oversubscription(ctx: Any) -> dict[str, Any] | None:
     """The oversubscription evidence, or None when the CPU is not oversubscribed.
 
-    Returns a dict with ``cores``, ``runnable_per_core``, ``demand`` (threads wanted),
-    ``worker_threads`` (per worker, when known) and ``cpu_util``.
+    Two independent paths, both requiring all cores busy:
+
+    - *threads*: the sampler knows each worker's OS threads; multi-threaded busy workers plus the
+      training process's intra-op threads reach :data:`THREAD_DEMAND_PER_CORE_HIGH` per core;
+    - *run queue*: runnable threads reach :data:`RUNNABLE_PER_CORE_HIGH` per core while the
+      training tree itself uses most of the cores and the step waits for data (so the crowd is
+      this run's loaders, not a neighbour's job).
+
+    Returns a dict with ``cores``, ``runnable_per_core``, ``demand`` (threads wanted, when known),
+    ``worker_threads`` (most threads of a busy worker), ``cpu_util`` and ``tree_cores``.
     """
     signals = ctx.signals
     cores = common.cpu_count(ctx)
@@ -40,20 +53,20 @@ def oversubscription(ctx: Any) -> dict[str, Any] | None:
     if signals is None or not cores or cpu_util is None or cpu_util < CPU_SATURATED:
         return None
     runnable = common.field_of(signals, "runnable_threads_per_core")
-    workers = [load for load in signals.workers if load.role == "dataloader_worker"]
-    worker_threads = [load.threads for load in workers if getattr(load, "threads", None)]
+    busy = [load for load in signals.workers if load.role == "dataloader_worker" and load.cpu_util >= BUSY_WORKER]
+    threads = [load.threads for load in busy if getattr(load, "threads", None)]
     main_threads = (ctx.stats.intra_op_threads if ctx.stats else None) or 1
-    demand = None
-    if worker_threads:
-        busy = [load for load in workers if load.cpu_util >= 0.1]  # idle workers compete for nothing
-        demand = main_threads + sum(getattr(load, "threads", 1) or 1 for load in busy)
-    crowded = runnable is not None and runnable >= RUNNABLE_PER_CORE_HIGH
-    demanding = demand is not None and demand / cores >= THREAD_DEMAND_PER_CORE_HIGH
-    if not (crowded or demanding):
+    demand = main_threads + sum(threads) if threads and len(threads) == len(busy) else None
+    tree_cores = sum(load.cpu_util for load in signals.workers)
+    wait = ctx.stats.data_wait_share if ctx.stats is not None else 0.0
+    by_threads = demand is not None and max(threads) > 1 and demand / cores >= THREAD_DEMAND_PER_CORE_HIGH
+    by_queue = (runnable is not None and runnable >= RUNNABLE_PER_CORE_HIGH and bool(busy)
+                and tree_cores >= TREE_SHARE_OF_CORES * cores and wait >= common.INPUT_MODERATE)
+    if not (by_threads or by_queue):
         return None
     return {"cores": cores, "runnable_per_core": runnable, "demand": demand, "cpu_util": cpu_util,
-            "worker_threads": max(worker_threads) if worker_threads else None,
-            "main_threads": main_threads, "workers": len(workers)}
+            "worker_threads": max(threads) if threads else None, "tree_cores": tree_cores,
+            "main_threads": main_threads, "workers": len(busy)}
 
 
 def oversubscribed_cpu(ctx) -> Finding | None:
@@ -73,6 +86,8 @@ def oversubscribed_cpu(ctx) -> Finding | None:
     if facts["demand"] is not None:
         evidence.append(Evidence("thread_demand", facts["demand"], THREAD_DEMAND_PER_CORE_HIGH * cores,
                                  "sampler", "count", "main intra-op threads + busy workers' threads"))
+    evidence.append(Evidence("training_tree_cores", round(facts["tree_cores"], 2), None, "sampler", "cores",
+                             "main process + workers"))
     evidence.append(Evidence("data_wait_share", round(stats.data_wait_share, 4), None, "steps", "ratio",
                              "steady state"))
     title = (f"CPU oversubscribed: ~{per_core:.1f} runnable threads per core on {cores} cores "

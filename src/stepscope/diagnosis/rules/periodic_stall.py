@@ -1,18 +1,21 @@
 """Periodic stalls: slow steps that recur every N steps, with their period and cost.
 
-Algorithm (steady-state steps, warm-up and the FLOP-counted step excluded):
+Algorithm (steady-state steps; warm-up and the FLOP-counted step excluded), per phase column
+(``data_wait`` less worker start-up, ``loader_init``, ``forward``, ``backward``, ``optimizer``,
+``other``) — a stall shows in the phase that stalls, far more crisply than in noisy step totals:
 
-1. the baseline is the median step; a step is *slow* when it exceeds both
-   :data:`STALL_FACTOR` × baseline and baseline + :data:`STALL_MIN_EXCESS_S`;
-2. at least :data:`MIN_STALLS` slow steps, at most :data:`MAX_SLOW_SHARE` of the steps (otherwise
+1. the phase's baseline is its median; a step *stalls* in it when the phase exceeds both
+   :data:`STALL_FACTOR` × baseline and baseline + :data:`STALL_MIN_EXCESS_S`, and the excess is at
+   least :data:`STALL_MIN_STEP_SHARE` of the median step;
+2. at least :data:`MIN_STALLS` stalls, in at most :data:`MAX_SLOW_SHARE` of the steps (otherwise
    the "stall" is the normal step);
-3. the period is the most common gap between consecutive slow steps; at least
-   :data:`REGULARITY` of the gaps must be within one step of it;
-4. the cost is the time slow steps spend above the baseline over all steady time;
-5. the phase that carries the excess names the likely cause: DataLoader start-up → workers
-   restarted every epoch; ``other`` (outside forward/backward/optimizer) → checkpointing, logging,
-   evaluation or garbage collection; ``forward`` → an evaluation loop; ``data_wait`` → a data source
-   that refills every N batches.
+3. the period is the most common gap between consecutive stalls; at least :data:`REGULARITY` of
+   the gaps must be within one step of it;
+4. the cost is the stalls' excess over the baseline divided by all steady time;
+5. the phase with the costliest periodic stall wins and names the likely cause: DataLoader
+   start-up → workers restarted every epoch; ``other`` (outside forward/backward/optimizer) →
+   checkpointing, logging, evaluation or garbage collection; ``forward`` → an evaluation loop;
+   ``data_wait`` → a data source that refills every N batches.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from stepscope.record.run import PHASES
 STALL_FACTOR = 2.0
 #: …and at least this much longer than the median (ignores jitter on sub-millisecond steps).
 STALL_MIN_EXCESS_S = 0.005
+#: …and the excess is at least this share of the median step (a stall is felt in the step).
+STALL_MIN_STEP_SHARE = 0.25
 #: Fewer slow steps than this are not a pattern.
 MIN_STALLS = 3
 #: More slow steps than this share are the normal step, not a stall.
@@ -40,17 +45,30 @@ REGULARITY = 0.6
 MIN_COST = 0.01
 
 
-def _excess_phase(steps, slow: np.ndarray, normal: np.ndarray) -> tuple[str, float]:
-    """The phase (or ``loader_init``) carrying most of the slow steps' excess, and its share."""
-    excess = {}
-    for name in (*PHASES, "loader_init"):
-        column = steps.phase(name) if name != "loader_init" else steps.loader_init_ns
-        baseline = float(np.median(column[normal])) if normal.any() else 0.0
-        excess[name] = float(np.clip(column[slow] - baseline, 0, None).sum())
-    excess["data_wait"] = max(0.0, excess["data_wait"] - excess["loader_init"])
-    total = sum(value for name, value in excess.items()) or 1.0
-    phase = max(excess, key=excess.get)
-    return phase, excess[phase] / total
+def phase_columns(steps, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """Steady-state phase columns in seconds, worker start-up split out of data wait."""
+    columns = {name: steps.phase(name)[mask] / 1e9 for name in PHASES}
+    columns["loader_init"] = steps.loader_init_ns[mask] / 1e9
+    columns["data_wait"] = columns["data_wait"] - columns["loader_init"]
+    return columns
+
+
+def periodic_stall(values: np.ndarray, step_s: float) -> dict | None:
+    """The periodic stall in one phase column (seconds), or None (see the module docstring)."""
+    baseline = float(np.median(values))
+    limit = max(STALL_FACTOR * baseline, baseline + STALL_MIN_EXCESS_S,
+                baseline + STALL_MIN_STEP_SHARE * step_s)
+    slow = np.flatnonzero(values > limit)
+    if len(slow) < MIN_STALLS or len(slow) > MAX_SLOW_SHARE * len(values):
+        return None
+    gaps = np.diff(slow)
+    period, _ = Counter(gaps.tolist()).most_common(1)[0]
+    regular = float(np.mean(np.abs(gaps - period) <= 1))
+    if period < 2 or regular < REGULARITY:
+        return None
+    excess = float((values[slow] - baseline).sum())
+    return {"slow": slow, "period": int(period), "regular": regular, "excess_s": excess,
+            "baseline_s": baseline, "limit_s": limit}
 
 
 _CAUSES = {
@@ -81,40 +99,35 @@ def recurring_slow_steps(ctx) -> Finding | None:
     if stats is None or steps is None or stats.steady_count < MIN_STALLS * 2:
         return None
     index = np.flatnonzero(stats.mask)
-    durations = steps.duration_ns[index].astype(np.float64)
-    baseline = float(np.median(durations))
-    limit = max(STALL_FACTOR * baseline, baseline + STALL_MIN_EXCESS_S * 1e9)
-    slow_local = durations > limit
-    count = int(slow_local.sum())
-    if count < MIN_STALLS or count > MAX_SLOW_SHARE * len(durations):
+    total_s = float(steps.duration_ns[index].sum()) / 1e9
+    found = {}
+    for phase, values in phase_columns(steps, stats.mask).items():
+        stall = periodic_stall(values, stats.step_time_s)
+        if stall is not None:
+            found[phase] = stall
+    if not found or total_s <= 0:
         return None
-    slow_index = index[slow_local]
-    gaps = np.diff(slow_index)
-    period, _ = Counter(gaps.tolist()).most_common(1)[0]
-    regular = float(np.mean(np.abs(gaps - period) <= 1))
-    if period < 2 or regular < REGULARITY:
-        return None
-    excess_s = float((durations[slow_local] - baseline).sum()) / 1e9
-    cost = excess_s / (float(durations.sum()) / 1e9)
+    phase = max(found, key=lambda name: found[name]["excess_s"])
+    stall = found[phase]
+    period, regular, count = stall["period"], stall["regular"], len(stall["slow"])
+    cost = stall["excess_s"] / total_s
     if cost < MIN_COST:
         return None
-    slow_mask = np.zeros(len(steps), dtype=bool)
-    slow_mask[slow_index] = True
-    phase, phase_share = _excess_phase(steps, slow_mask, stats.mask & ~slow_mask)
+    slow_index = index[stall["slow"]]
     cause, fixes = _CAUSES[phase]
-    stall_s = excess_s / count
+    stall_s = stall["excess_s"] / count
     evidence = [
         Evidence("period_steps", int(period), None, "steps", "steps", f"{count} slow steps"),
-        Evidence("stall_s", round(stall_s, 4), round(limit / 1e9 - baseline / 1e9, 4), "steps", "s",
-                 "mean excess of a slow step over the median step"),
+        Evidence("stall_s", round(stall_s, 4), round(stall["limit_s"] - stall["baseline_s"], 4), "steps", "s",
+                 f"mean excess of {phase} over its median"),
         Evidence("stall_cost_share", round(cost, 4), MIN_COST, "steps", "ratio", "steady state"),
         Evidence("regularity", round(regular, 2), REGULARITY, "steps", "ratio", "gaps within ±1 of the period"),
-        Evidence("stall_phase", phase, None, "steps", "phase", f"{phase_share:.0%} of the excess"),
+        Evidence("stall_phase", phase, None, "steps", "phase", "the phase that stalls"),
     ]
     title = (f"Every {period} steps a step stalls for ~{common.ms(stall_s)} "
              f"({common.pct(cost)} of the run)")
-    summary = (f"{count} steps take over {STALL_FACTOR:g}× the median step ({common.ms(baseline / 1e9)}), "
-               f"every {period} steps; the extra time is in {phase.replace('_', ' ')}: likely {cause}.")
+    summary = (f"Every {period} steps, {phase.replace('_', ' ')} takes ~{common.ms(stall_s)} longer than usual "
+               f"({count} times; the median step is {common.ms(stats.step_time_s)}): likely {cause}.")
     prescriptions = [Prescription(action, why or f"a ~{common.ms(stall_s)} stall every {period} steps",
                                   setting, current, suggested)
                      for action, why, setting, current, suggested in fixes]
