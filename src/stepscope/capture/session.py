@@ -81,6 +81,7 @@ class CaptureSession:
         self.record: RunRecord | None = None
         self._lock = threading.Lock()
         self._started = False
+        self._torch_watcher: Any = None
         self._device_checked_at = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -90,10 +91,15 @@ class CaptureSession:
         self._start_sidecar()
         if self.profiler is not None:
             self._start_profiler()
-        self.hooks.install()
-        self._chain_commit_callbacks()
+        from stepscope.capture.torch_import import when_torch_imported
+
+        self._torch_watcher = when_torch_imported(self._install_hooks)
         self._started = True
         return self
+
+    def _install_hooks(self) -> None:
+        self.hooks.install()
+        self._chain_commit_callbacks()
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
@@ -115,6 +121,8 @@ class CaptureSession:
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()
         recorder = self.recorder
+        if self._torch_watcher is not None:
+            self._torch_watcher.remove()
         self.hooks.uninstall()
         if self.flops is not None:
             self.flops.close()
