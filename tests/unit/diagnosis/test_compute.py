@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import gpu, make_record
+from diagnosis_records import gpu, make_record
 from stepscope.diagnosis.rules.compute import low_mfu, measured_mfu
 
 PEAK = 1e11  # measured CPU peak, FLOP/s

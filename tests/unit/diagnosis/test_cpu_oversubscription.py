@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record, workers
+from diagnosis_records import make_record, workers
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
 
 INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}

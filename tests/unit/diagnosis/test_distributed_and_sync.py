@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
 from stepscope.diagnosis.rules.straggler import slow_rank

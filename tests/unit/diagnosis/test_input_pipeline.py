@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record, workers
+from diagnosis_records import make_record, workers
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
 
 INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}

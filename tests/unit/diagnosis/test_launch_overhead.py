@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
 

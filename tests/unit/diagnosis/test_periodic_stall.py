@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.rules.periodic_stall import recurring_slow_steps
 
 

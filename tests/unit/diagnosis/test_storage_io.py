@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.rules.storage_io import first_epoch_ratio, loader_waits_on_io
 
 INPUT = {"data_wait": 0.7, "forward": 0.15, "backward": 0.1, "optimizer": 0.03}

@@ -5,7 +5,7 @@ matmuls/convolutions/attention) / median steady step time (stalls are not comput
 GPU for the run's dtype (:func:`stepscope.analysis.mfu.peak_flops`) or, on CPU, the float32 matmul
 rate measured on the machine at the end of the run (``record.extra["cpu_matmul_peak_flops"]``).
 
-Fires when the step is compute-bound (:data:`COMPUTE_BOUND`) and MFU is below half of a good
+Fires when the step is compute-bound (:data:`COMPUTE_BOUND`) and MFU is below a quarter of a good
 level; the impact is the share of compute time a good MFU would save. It stays silent when the
 launch-overhead rule explains the low MFU (many tiny operators).
 """
@@ -29,8 +29,9 @@ GOOD_MFU_DATASHEET = 0.40
 #: Good MFU against a *measured* large-GEMM peak (CPU): a well-shaped MLP step reaches about half
 #: of it on the reference machine (0.48 for 512-wide layers, batch 128).
 GOOD_MFU_MEASURED = 0.40
-#: Fire below this fraction of the good level.
-LOW_MFU_FRACTION = 0.5
+#: Fire below this fraction of the good level (MFU < 10 % against either peak): clearly poorly
+#: shaped work. Between that and the good level the healthy verdict reports MFU and the levers.
+LOW_MFU_FRACTION = 0.25
 #: On CPU the peak is measured at the end of the run: when other processes use more than this
 #: share of all cores during the steps, the steps and the peak saw different machines and the
 #: CPU MFU is not trusted.

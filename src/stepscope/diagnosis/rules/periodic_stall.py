@@ -34,7 +34,7 @@ STALL_FACTOR = 2.0
 #: …and at least this much longer than the median (ignores jitter on sub-millisecond steps).
 STALL_MIN_EXCESS_S = 0.005
 #: …and the excess is at least this share of the median step (a stall is felt in the step).
-STALL_MIN_STEP_SHARE = 0.25
+STALL_MIN_STEP_SHARE = 0.1
 #: Fewer slow steps than this are not a pattern.
 MIN_STALLS = 3
 #: More slow steps than this share are the normal step, not a stall.

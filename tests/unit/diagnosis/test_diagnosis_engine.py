@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import make_record
+from diagnosis_records import make_record
 from stepscope.diagnosis.context import build_context
 from stepscope.diagnosis.engine import DiagnosisContext, diagnose
 from stepscope.diagnosis.findings import FAMILIES, Finding, Severity

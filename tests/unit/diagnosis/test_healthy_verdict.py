@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import gpu, make_record
+from diagnosis_records import gpu, make_record
 from stepscope.diagnosis.rules.healthy import verdict
 
 
