@@ -38,3 +38,11 @@ def test_epoch_restarts_prescribe_persistent_workers(ctx_of):
     record = make_record(steps=60, num_workers=2, loader_init={i: 0.08 for i in range(12, 60, 12)})
     finding = recurring_slow_steps(ctx_of(record))
     assert finding.prescriptions[0].setting == "persistent_workers"
+
+
+def test_worker_round_robin_is_not_a_stall(ctx_of):
+    # 4 workers deliver in turn: every 4th batch waits; the input pipeline's pattern
+    record = make_record(steps=60, num_workers=4, added=every(4, "data_wait", 0.05))
+    assert recurring_slow_steps(ctx_of(record)) is None
+    record = make_record(steps=60, num_workers=2, added=every(4, "data_wait", 0.05))
+    assert recurring_slow_steps(ctx_of(record)) is not None

@@ -42,3 +42,14 @@ def test_slow_first_epoch_without_sampler(ctx_of):
     assert finding is not None
     assert any(item.metric == "first_epoch_wait_ratio" for item in finding.evidence)
     assert any("Stage the dataset" in item.action for item in finding.prescriptions)
+
+
+def test_idle_looking_loader_on_a_saturated_machine_is_not_conclusive(ctx_of):
+    # every core busy (other processes): the loader may be starved, not waiting on I/O
+    record = make_record(shares=INPUT, num_workers=0)
+    signals = dict(cpu_count=2, main_cpu_util=0.3, cpu_util_mean=0.99)
+    assert loader_waits_on_io(ctx_of(record, signals)) is None
+    from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
+
+    finding = loader_cpu_bound(ctx_of(record, signals))
+    assert finding is not None and finding.confidence < 0.7

@@ -87,6 +87,9 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     the data-wait share, is what loading used. The sampler's ``data_wait_cpu_util``, measured
     directly, takes precedence.
 
+    When every core is busy (:data:`CPU_SATURATED`), a loader using little CPU may be starved by
+    other threads rather than idle: the estimate is then not conclusive (None).
+
     Returns:
         (utilisation or None without sampler evidence, a short description of how it was got).
     """
@@ -95,13 +98,22 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     direct = field_of(signals, "data_wait_cpu_util")
     if direct is not None:
         return float(direct), "loading processes while the step waited (sampler)"
+    util, source = _loader_cpu_estimate(ctx, signals, loader)
+    machine = field_of(signals, "cpu_util_mean")
+    if util is not None and util < LOADER_CPU_BUSY and machine is not None and machine >= CPU_SATURATED:
+        # every core is busy: a loader that gets little CPU may be starved, not idle
+        return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
+    return util, source
+
+
+def _loader_cpu_estimate(ctx: Any, signals: Any, loader: Any) -> tuple[float | None, str]:
     if loader is not None and loader.num_workers > 0:
         util = field_of(signals, "worker_cpu_util_mean")
         return (None if util is None else float(util)), "mean of the DataLoader workers (sampler)"
     main_util = field_of(signals, "main_cpu_util")
     stats = ctx.stats
     if main_util is None or stats is None or stats.data_wait_share <= 0:
-        return None, "no sampler evidence"
+        return None, "not known without sampler evidence"
     compute_cores = (1.0 - stats.data_wait_share) * COMPUTE_CORES_ASSUMED
     residual = max(0.0, float(main_util) - compute_cores) / stats.data_wait_share
     return min(residual, 1.0), "main process, less what its compute explains (sampler)"

@@ -51,8 +51,8 @@ def loader_cpu_bound(ctx) -> Finding | None:
     summary = (f"The run is {level} input-bound (XProf levels 5%/20%): {common.pct(wait)} of the "
                f"step is spent waiting for the next batch")
     summary += (f", while the process(es) producing batches use {util:.0%} of a core."
-                if util is not None else "; no CPU samples were available to confirm the CPU is "
-                "the limit (storage or latency would look the same).")
+                if util is not None else f"; whether loading is CPU-bound is {util_source}"
+                " (storage or latency would look the same).")
     if loader is not None:
         evidence.append(Evidence("num_workers", loader.num_workers, None, "loader", "count",
                                  f"loader #{loader.loader_id}"))

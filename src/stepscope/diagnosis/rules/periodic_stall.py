@@ -15,7 +15,9 @@ Algorithm (steady-state steps; warm-up and the FLOP-counted step excluded), per 
 5. the phase with the costliest periodic stall wins and names the likely cause: DataLoader
    start-up → workers restarted every epoch; ``other`` (outside forward/backward/optimizer) →
    checkpointing, logging, evaluation or garbage collection; ``forward`` → an evaluation loop;
-   ``data_wait`` → a data source that refills every N batches.
+   ``data_wait`` → a data source that refills every N batches. A data-wait period equal to
+   ``num_workers`` is skipped: workers deliver batches in turn, so a starved pipeline waits every
+   ``num_workers`` batches — that is the input pipeline's pattern, reported by its own rules.
 """
 
 from __future__ import annotations
@@ -100,11 +102,14 @@ def recurring_slow_steps(ctx) -> Finding | None:
         return None
     index = np.flatnonzero(stats.mask)
     total_s = float(steps.duration_ns[index].sum()) / 1e9
+    loader = common.main_loader(ctx)
+    round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
     found = {}
     for phase, values in phase_columns(steps, stats.mask).items():
         stall = periodic_stall(values, stats.step_time_s)
-        if stall is not None:
-            found[phase] = stall
+        if stall is None or (phase == "data_wait" and stall["period"] == round_robin):
+            continue  # workers deliver in turn: the input pipeline's pattern, not a stall
+        found[phase] = stall
     if not found or total_s <= 0:
         return None
     phase = max(found, key=lambda name: found[name]["excess_s"])
