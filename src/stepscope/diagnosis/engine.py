@@ -25,6 +25,8 @@ from stepscope.analysis.evidence import MacroSignals, TraceEvidence
 from stepscope.diagnosis.context import DiagnosisStats, build_context, compute_step_stats
 from stepscope.diagnosis.findings import Finding, Severity
 
+__all__ = ["DiagnosisContext", "HEALTHY_BELOW", "Rule", "build_context", "diagnose", "rank_findings"]
+
 logger = logging.getLogger(__name__)
 
 Rule = Callable[["DiagnosisContext"], "Finding | None"]

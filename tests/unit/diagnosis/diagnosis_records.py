@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from stepscope.analysis.evidence import MacroSignals, TraceEvidence, WorkerLoad
+
+from stepscope.analysis.evidence import WorkerLoad
 from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, Steps
 
 DEFAULT_SHARES = {"forward": 0.5, "backward": 0.35, "optimizer": 0.1}

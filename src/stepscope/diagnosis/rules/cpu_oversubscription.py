@@ -90,7 +90,8 @@ def oversubscribed_cpu(ctx) -> Finding | None:
                              "main process + workers"))
     evidence.append(Evidence("data_wait_share", round(stats.data_wait_share, 4), None, "steps", "ratio",
                              "steady state"))
-    title = (f"CPU oversubscribed: ~{per_core:.1f} runnable threads per core on {cores} cores "
+    kind = "runnable" if facts["runnable_per_core"] is not None else "busy"
+    title = (f"CPU oversubscribed: ~{per_core:.1f} {kind} threads per core on {cores} cores "
              "(more workers would make it worse)")
     summary = (f"All cores are busy ({facts['cpu_util']:.0%}) and threads queue for them; the step "
                f"waits {common.pct(stats.data_wait_share)} of its time for data. This looks "
