@@ -46,3 +46,9 @@ def test_worker_round_robin_is_not_a_stall(ctx_of):
     assert recurring_slow_steps(ctx_of(record)) is None
     record = make_record(steps=60, num_workers=2, added=every(4, "data_wait", 0.05))
     assert recurring_slow_steps(ctx_of(record)) is not None
+
+
+def test_a_few_aligned_spikes_are_not_a_period(ctx_of):
+    # 3 spikes two steps apart in a 60-step run: a period of 2 would predict ~30
+    record = make_record(steps=60, added={20: {"forward": 0.03}, 22: {"forward": 0.03}, 24: {"forward": 0.03}})
+    assert recurring_slow_steps(ctx_of(record)) is None

@@ -10,14 +10,15 @@ Algorithm (steady-state steps; warm-up and the FLOP-counted step excluded), per 
 2. at least :data:`MIN_STALLS` stalls, in at most :data:`MAX_SLOW_SHARE` of the steps (otherwise
    the "stall" is the normal step);
 3. the period is the most common gap between consecutive stalls; at least :data:`REGULARITY` of
-   the gaps must be within one step of it;
+   the gaps must be within one step of it, and at least :data:`COVERAGE` of the stalls the period
+   predicts over the steady state must be there (a few aligned noise spikes are not a period);
 4. the cost is the stalls' excess over the baseline divided by all steady time;
 5. the phase with the costliest periodic stall wins and names the likely cause: DataLoader
    start-up → workers restarted every epoch; ``other`` (outside forward/backward/optimizer) →
    checkpointing, logging, evaluation or garbage collection; ``forward`` → an evaluation loop;
-   ``data_wait`` → a data source that refills every N batches. A data-wait period equal to
-   ``num_workers`` is skipped: workers deliver batches in turn, so a starved pipeline waits every
-   ``num_workers`` batches — that is the input pipeline's pattern, reported by its own rules.
+   ``data_wait`` → a data source that refills every N batches. A data-wait period up to
+   ``num_workers`` is skipped: workers deliver batches in turn (or in bursts), so a starved
+   pipeline waits every few batches — the input pipeline's pattern, reported by its own rules.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ MIN_STALLS = 3
 MAX_SLOW_SHARE = 0.4
 #: Share of gaps between slow steps within ±1 of the period.
 REGULARITY = 0.6
+#: Share of the stalls a period predicts over the steady state that must be observed.
+COVERAGE = 0.5
 #: Stalls costing less than this share of the run are not reported (the severity scale's LOW).
 MIN_COST = 0.01
 
@@ -66,7 +69,7 @@ def periodic_stall(values: np.ndarray, step_s: float) -> dict | None:
     gaps = np.diff(slow)
     period, _ = Counter(gaps.tolist()).most_common(1)[0]
     regular = float(np.mean(np.abs(gaps - period) <= 1))
-    if period < 2 or regular < REGULARITY:
+    if period < 2 or regular < REGULARITY or len(slow) < COVERAGE * len(values) / period:
         return None
     excess = float((values[slow] - baseline).sum())
     return {"slow": slow, "period": int(period), "regular": regular, "excess_s": excess,
@@ -107,8 +110,8 @@ def recurring_slow_steps(ctx) -> Finding | None:
     found = {}
     for phase, values in phase_columns(steps, stats.mask).items():
         stall = periodic_stall(values, stats.step_time_s)
-        if stall is None or (phase == "data_wait" and stall["period"] == round_robin):
-            continue  # workers deliver in turn: the input pipeline's pattern, not a stall
+        if stall is None or (phase == "data_wait" and round_robin and stall["period"] <= round_robin):
+            continue  # workers deliver in turn/bursts: the input pipeline's pattern, not a stall
         found[phase] = stall
     if not found or total_s <= 0:
         return None
