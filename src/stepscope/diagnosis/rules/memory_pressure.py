@@ -22,6 +22,9 @@ SWAP_IMPACT_FLOOR = 0.2
 #: RSS growth over the steady state above this rate is a leak: 4 MiB/s is 14 GiB an hour, more
 #: than an allocator or cache settling (which flattens after warm-up) ever adds.
 LEAK_BYTES_PER_S = 4 << 20
+#: …and it adds at least this much over the steady state: a short run's allocator and cache
+#: settling (tens of MiB) is not a leak.
+LEAK_MIN_GROWTH_BYTES = 128 << 20
 #: Horizon within which a leak exhausting the remaining memory is urgent.
 LEAK_HORIZON_S = 3600.0
 LEAK_IMPACT_SOON = 0.5
@@ -57,10 +60,16 @@ def growing_memory(ctx) -> Finding | None:
     growth = common.field_of(signals, "rss_growth_bytes_per_s")
     if growth is None or growth < LEAK_BYTES_PER_S:
         return None
+    span_s = ctx.stats.total_s if ctx.stats is not None else None
+    if span_s is not None and growth * span_s < LEAK_MIN_GROWTH_BYTES:
+        return None
     total = common.field_of(signals, "memory_total_bytes")
     used = common.field_of(signals, "memory_used_share_max")
     evidence = [Evidence("rss_growth_bytes_per_s", round(growth), LEAK_BYTES_PER_S, "sampler", "B/s",
-                         "training process tree, steady state")]
+                         "training process, steady state")]
+    if span_s is not None:
+        evidence.append(Evidence("rss_growth_bytes", round(growth * span_s), LEAK_MIN_GROWTH_BYTES, "sampler",
+                                 "bytes", "over the steady state"))
     horizon = None
     if total and used is not None:
         horizon = max(0.0, (1.0 - used) * total) / growth
