@@ -14,14 +14,14 @@ MiB = 2**20
     (swapping, dict(swap_in_bytes_per_s=0.0, swap_out_bytes_per_s=1000.0), None, False),
     (growing_memory, dict(rss_growth_bytes_per_s=200 * MiB), None, True),
     (growing_memory, dict(rss_growth_bytes_per_s=0.2 * MiB), None, False),
-    (growing_memory, dict(rss_growth_bytes_per_s=6 * MiB), None, False),  # 0.39 s × 6 MiB/s: settling, not a leak
+    (growing_memory, dict(rss_growth_bytes_per_s=6 * MiB), None, False),  # 3.9 s × 6 MiB/s = 23 MiB: settling, not a leak
     (growing_memory, None, None, False),
     (near_capacity, dict(memory_used_share_max=0.95), None, True),
     (near_capacity, None, dict(memory_peak_bytes=75 * 2**30, memory_capacity_bytes=80 * 2**30), True),
     (near_capacity, dict(memory_used_share_max=0.5, gpu_memory_used_share_max=0.6), None, False),
 ])
 def test_memory_rules(ctx_of, rule, signals, trace, fires):
-    finding = rule(ctx_of(make_record(), signals, trace))
+    finding = rule(ctx_of(make_record(step_s=0.1), signals, trace))  # 3.9 s steady
     assert (finding is not None) == fires
     if fires:
         assert finding.family == "memory_pressure"
@@ -29,6 +29,6 @@ def test_memory_rules(ctx_of, rule, signals, trace, fires):
 
 def test_leak_exhausting_memory_soon_is_high(ctx_of):
     signals = dict(rss_growth_bytes_per_s=100 * MiB, memory_total_bytes=16 * 2**30, memory_used_share_max=0.5)
-    finding = growing_memory(ctx_of(make_record(), signals))
+    finding = growing_memory(ctx_of(make_record(step_s=0.1), signals))
     assert finding.severity >= Severity.HIGH
     assert "runs out" in finding.title
