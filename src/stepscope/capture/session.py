@@ -35,6 +35,10 @@ from stepscope.record.io import save_record
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
 
 
+#: Steps between checks whether the script has started using CUDA (then device timing begins).
+DEVICE_CHECK_EVERY = 8
+
+
 def prepare_run_dir(run_dir: str | Path) -> Path:
     """Create the run directory (shared by all ranks) or raise a clear :class:`CaptureError`."""
     path = Path(run_dir)
@@ -191,7 +195,7 @@ class CaptureSession:
                 previous(index)
             if self.flops is not None:
                 self.flops.on_commit(index)
-            if self.recorder.device is None and index - self._device_checked_at >= 1:
+            if self.recorder.device is None and index - self._device_checked_at >= DEVICE_CHECK_EVERY:
                 self._device_checked_at = index
                 self._maybe_enable_device_timing()
 
