@@ -47,6 +47,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", metavar="SEVERITY",
                         help=f"exit {EXIT_FINDINGS} when a finding at or above SEVERITY "
                              "(info, low, medium, high, critical) is present and the script succeeded")
+    parser.add_argument("--trace", action="store_true",
+                        help="record one short torch.profiler window (3 steps after warm-up) into "
+                             "RUN_DIR/traces and use it in the diagnosis")
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
 
 
@@ -69,6 +72,7 @@ class CaptureOptions:
     profiler: str | None
     fail_on: Any
     summary: bool
+    trace: bool = False
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -82,6 +86,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         profiler=args.profiler,
         fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
         summary=not args.no_summary,
+        trace=args.trace,
     )
 
 
@@ -107,7 +112,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
-                             profiler=profiler)
+                             profiler=profiler, trace=options.trace)
     report_box: list[Any] = []
 
     def finalize(exit_code: int, exception: str | None, interrupted_by: str | None) -> None:
