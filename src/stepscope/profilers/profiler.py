@@ -172,7 +172,7 @@ class Profiler(ABC):
             self._output_file.flush()
             if text:
                 stage = f"{self._stage} " if self._stage else ""
-                self._console_write(f"{stage}profiler report written to {self._output_file.name}\n")
+                self._rank_zero_console(f"{stage}profiler report written to {self._output_file.name}")
         self.teardown(stage=self._stage)
 
     @property

@@ -125,6 +125,8 @@ class PyTorchProfiler(Profiler):
             return
         kwargs = dict(self.config.torch_kwargs)
         kwargs["schedule"] = self._schedule
+        if self.config.has_on_trace_ready:
+            kwargs["on_trace_ready"] = self._user_trace_handler(kwargs["on_trace_ready"])
         profiler = torch.profiler.profile(**kwargs)
         self.profiler = profiler.__enter__() or profiler
 
@@ -162,8 +164,20 @@ class PyTorchProfiler(Profiler):
         steps = _stage_total_steps(trainer, self._schedule.current_stage)
         return steps is not None and steps < 5
 
+    def _remember_events(self, profiler: Any) -> None:
+        # torch drops a window's events once the schedule moves on: keep the last window's.
+        self.function_events = profiler.events()
+
+    def _user_trace_handler(self, handler: Any):
+        def on_trace_ready(profiler: Any) -> None:
+            handler(profiler)
+            self._remember_events(profiler)
+
+        return on_trace_ready
+
     def _trace_handler(self, step_action: str):
         def on_trace_ready(profiler: Any) -> None:
+            self._remember_events(profiler)
             if self.dirpath is None:
                 self._warn_once("dirpath", "PyTorchProfiler: no trace was exported because dirpath is None; pass dirpath=.")
                 return
@@ -197,8 +211,10 @@ class PyTorchProfiler(Profiler):
     def _delete_profilers(self) -> None:
         if self.profiler is not None:
             self.profiler.__exit__(None, None, None)
-            if not self.config.emit_nvtx:
-                self.function_events = self.profiler.events()
+            if not self.config.emit_nvtx and self.profiler.profiler is not None:
+                events = self.profiler.events()
+                if events:  # an unfinished window with records; else keep the last finished one
+                    self.function_events = events
             self.profiler = None
         if self._schedule is not None:
             self._schedule.reset()

@@ -7,7 +7,8 @@ Contract:
 - :class:`StageSchedule` wraps the user's schedule (``torch.profiler.schedule(...)`` or any
   callable ``step -> ProfilerAction``) and keeps one step counter per stage (train — which the
   plain ``step`` action also counts —, validation, test, predict), ignoring torch's own number,
-  as Lightning does. Validation steps do not count during Lightning's sanity check (profiling
+  as Lightning does; step k of a stage runs under ``schedule(k)`` (when profiling starts with a
+  step action, as in plain loops, that first step is step 0). Validation steps do not count during Lightning's sanity check (profiling
   began in ``on_fit_start`` and no training step ran yet). A WARMUP right after a RECORD becomes
   RECORD (validation interleaved inside a training window).
 - Deliberate change from Lightning: a stage is *not* frozen after its first RECORD_AND_SAVE, so a
@@ -129,6 +130,11 @@ class StageSchedule:
 
     def __call__(self, _torch_step: int) -> ProfilerAction:
         if self.current_stage is None:
+            # Before the first step ends. When profiling began with a step action (plain loops),
+            # that step is step 0 of its stage; otherwise (a Trainer hook) nothing is recorded yet.
+            if self.first_action is not None and stage_of(self.first_action) is not None:
+                self._previous = self.schedule(0)
+                return self._previous
             return ProfilerAction.NONE
         self._advance()
         action = self.schedule(max(self.num_step, 0))
