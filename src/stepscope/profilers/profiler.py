@@ -163,14 +163,17 @@ class Profiler(ABC):
             self._output_file = None
 
     def describe(self) -> None:
-        """Write the report (file or console, see the module contract), then tear down."""
-        self._prepare_streams()
+        """Write the report (file or console, see the module contract), then tear down.
+
+        An empty summary writes nothing and creates no file (Lightning creates an empty one).
+        """
         text = self.summary()
-        if text and self._write_stream is not None:
+        if text:
+            self._prepare_streams()
+            assert self._write_stream is not None
             self._write_stream(text)
-        if self._output_file is not None:
-            self._output_file.flush()
-            if text:
+            if self._output_file is not None:
+                self._output_file.flush()
                 stage = f"{self._stage} " if self._stage else ""
                 self._rank_zero_console(f"{stage}profiler report written to {self._output_file.name}")
         self.teardown(stage=self._stage)
