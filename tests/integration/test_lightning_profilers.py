@@ -87,8 +87,8 @@ def test_simple_profiler_writes_one_file_per_stage(tmp_path, console):
                    "[Strategy]SingleDeviceStrategy.training_step", "[LightningModule]TinyModel.optimizer_step"):  # fmt: skip
         assert f"|  {action}" in fit
     assert "Total = wall-clock time since the profiler was created" in fit
-    assert len(profiler.recorded_durations["[_EvaluationLoop].test_next"]) == 3  # 2 batches + the end
-    assert len(profiler.recorded_durations["[_PredictionLoop].predict_next"]) == 3
+    assert len(profiler.recorded_durations["[_EvaluationLoop].test_next"]) == 2  # limit_test_batches=2
+    assert len(profiler.recorded_durations["[_PredictionLoop].predict_next"]) == 2
     assert console.getvalue().count("profiler report written to") == 4
 
 
