@@ -184,3 +184,32 @@ def test_import_works_without_lightning_or_torch():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "SimpleProfiler []"
+
+
+def test_passthrough_scope_yields_name_and_lets_exceptions_through():
+    profiler = PassThroughProfiler()
+    with profiler.profile("phase") as name:
+        assert name == "phase" and type(name) is str
+    with pytest.raises(KeyError, match="inside"):
+        with profiler.profile("phase"):
+            raise KeyError("inside")
+    with profiler.profile("outer"), profiler.profile("outer"):  # re-entrant, unlike a lock
+        pass
+    assert profiler.summary() == ""
+
+
+def test_profilers_become_lightning_profilers_once_lightning_is_loaded():
+    pytest.importorskip("lightning")
+    result = _run_isolated(
+        """
+        import stepscope.profilers as ours                 # before Lightning
+        from lightning.pytorch.profilers import Profiler as LightningProfiler
+        made_after = ours.SimpleProfiler()                  # construction registers
+        import pytorch_lightning.profilers as standalone
+        ours.register_with_loaded_lightning()
+        print(isinstance(made_after, LightningProfiler), isinstance(ours.AdvancedProfiler(), standalone.Profiler),
+              issubclass(ours.PassThroughProfiler, LightningProfiler))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "True"]
