@@ -113,12 +113,16 @@ def test_advanced_profiler_nested_hooks_in_a_trainer(tmp_path, console):
 
 def test_pytorch_profiler_fit_labels_traces_and_report(tmp_path, console):
     profiler = PyTorchProfiler(filename="profile", schedule=None)
-    _trainer(tmp_path, profiler, batches=2).fit(TinyModel(), _loader(), _loader())
+    trainer = _trainer(tmp_path, profiler, batches=2)
+    model = TinyModel()
+    trainer.fit(model, _loader(), _loader())
     names = {event.name for event in profiler.function_events}
     assert "[pl][profile][Strategy]SingleDeviceStrategy.validation_step" in names
     assert "[pl][module]torch.nn.modules.linear.Linear: layer.0" in names
     assert (tmp_path / "fit-profile.txt").read_text().startswith("FIT Profiler Report\nProfile stats for: records")
     assert any(path.name.startswith("fit-profile-") for path in tmp_path.glob("*.pt.trace.json"))
+    trainer.test(model, _loader(), verbose=False)  # the same profiler starts a new session
+    assert (tmp_path / "test-profile.txt").read_text().startswith("TEST Profiler Report")
 
 
 @pytest.mark.parametrize("stage", ["validate", "test", "predict"])
