@@ -56,7 +56,7 @@ class PyTorchProfiler(Profiler):
     """torch.profiler per step window, with Lightning's arguments (see the module contract)."""
 
     STEP_FUNCTIONS = {"training_step", "validation_step", "test_step", "predict_step"}
-    _transient_state = ("profiler", "function_events", "_register", "_parent_profiler", "_recording_map")
+    _transient_state = ("profiler", "function_events", "_register", "_parent_profiler", "_recording_map", "_watched")
 
     def __init__(
         self,
@@ -83,7 +83,6 @@ class PyTorchProfiler(Profiler):
         )
         schedule = self.config.schedule
         self._schedule: StageSchedule | None = StageSchedule(schedule) if schedule is not None else None
-        self._watched: torch.nn.Module | None = None
         self._warned: set[str] = set()
         super().__init__(dirpath=dirpath, filename=filename)
         self._restore_transient_state()
@@ -94,6 +93,7 @@ class PyTorchProfiler(Profiler):
         self._register: ModuleNameRecorder | None = None
         self._parent_profiler: Any = None
         self._recording_map: dict[str, Any] = {}
+        self._watched: torch.nn.Module | None = None  # a copy does not drag the model along
 
     def watch_module(self, module: torch.nn.Module) -> None:
         """Label ``module``'s named submodules in traces (the Trainer does this for its model)."""

@@ -129,3 +129,19 @@ def test_pytorch_in_a_captured_run_advances_its_schedule_on_each_step(tmp_path, 
     assert "[pl][profile]step" in text and "aten::" in text
     recorded = {event.name for event in profiler.function_events}
     assert {f"[pl][profile]{action}" for action in ("step", *PHASES)} <= recorded
+
+
+@pytest.mark.parametrize("name", ["simple", "advanced", "pytorch"])
+def test_report_after_a_crash_in_the_middle_of_a_step(name, tmp_path, console):
+    """The script raised inside a step: actions are left open, describe() still reports."""
+    profiler = create_profiler(name, dirpath=tmp_path, filename="profiler")
+    profiler.setup(stage="run", local_rank=0, log_dir=str(tmp_path))
+    for _ in range(6):
+        with profiler.profile("step"), profiler.profile("forward"):
+            torch.ones(3) + 1
+    profiler.start("step")
+    profiler.start("forward")
+    profiler.describe()
+    profiler.teardown("run")
+    text = (tmp_path / "run-profiler-0.txt").read_text()
+    assert text.startswith("RUN Profiler Report") and "forward" in text
