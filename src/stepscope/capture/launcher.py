@@ -164,13 +164,22 @@ def report_exception(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
         tb = tb.tb_next
-    sys.excepthook(type(exc), exc, tb)
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def report_outcome(outcome: Outcome) -> None:
+    """Print what Python prints when the script ends: a traceback, or a ``sys.exit("message")``."""
+    if outcome.exception is not None:
+        report_exception(outcome.exception)
+    elif outcome.system_exit is not None:
+        code = outcome.system_exit.code
+        if code is not None and not isinstance(code, int):
+            sys.stdout.flush()
+            print(code, file=sys.stderr)
 
 
 def finish_process(outcome: Outcome) -> None:
     """Leave the process the way the script would have (does not return)."""
-    if outcome.system_exit is not None:
-        raise outcome.system_exit  # Python prints non-int codes and exits with the status
     if outcome.signal_name is not None:
         _die_by(getattr(signal, outcome.signal_name))
     sys.exit(outcome.exit_code)

@@ -35,6 +35,10 @@ from stepscope.record.io import save_record
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
 
 
+#: Steps between checks whether the script has started using CUDA (then device timing begins).
+DEVICE_CHECK_EVERY = 8
+
+
 def prepare_run_dir(run_dir: str | Path) -> Path:
     """Create the run directory (shared by all ranks) or raise a clear :class:`CaptureError`."""
     path = Path(run_dir)
@@ -81,6 +85,7 @@ class CaptureSession:
         self.record: RunRecord | None = None
         self._lock = threading.Lock()
         self._started = False
+        self._torch_watcher: Any = None
         self._device_checked_at = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -90,10 +95,15 @@ class CaptureSession:
         self._start_sidecar()
         if self.profiler is not None:
             self._start_profiler()
-        self.hooks.install()
-        self._chain_commit_callbacks()
+        from stepscope.capture.torch_import import when_torch_imported
+
+        self._torch_watcher = when_torch_imported(self._install_hooks)
         self._started = True
         return self
+
+    def _install_hooks(self) -> None:
+        self.hooks.install()
+        self._chain_commit_callbacks()
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
@@ -115,6 +125,8 @@ class CaptureSession:
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()
         recorder = self.recorder
+        if self._torch_watcher is not None:
+            self._torch_watcher.remove()
         self.hooks.uninstall()
         if self.flops is not None:
             self.flops.close()
@@ -183,7 +195,7 @@ class CaptureSession:
                 previous(index)
             if self.flops is not None:
                 self.flops.on_commit(index)
-            if self.recorder.device is None and index - self._device_checked_at >= 1:
+            if self.recorder.device is None and index - self._device_checked_at >= DEVICE_CHECK_EVERY:
                 self._device_checked_at = index
                 self._maybe_enable_device_timing()
 

@@ -123,8 +123,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     launcher.install_sigterm(lambda: finalize(143, None, "SIGTERM"))
     session.start()
     outcome = launcher.execute(target)
-    if outcome.exception is not None:
-        launcher.report_exception(outcome.exception)
+    launcher.report_outcome(outcome)
     exception_name = type(outcome.exception).__name__ if outcome.exception is not None else None
     finalize(outcome.exit_code, exception_name, outcome.signal_name)
     if (options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None
