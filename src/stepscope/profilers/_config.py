@@ -32,6 +32,10 @@ _LIGHTNING_EXCEPTION_MODULES = (
 class ProfilerConfigError(UsageError, ValueError):
     """A profiler or monitor was given an invalid argument."""
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt by config_error on unpickling: the combined Lightning class is not importable.
+        return (config_error, (str(self),))
+
 
 class ProfilerKeyError(UsageError, KeyError):
     """An invalid key in a keyword dictionary (e.g. ``table_kwargs``)."""

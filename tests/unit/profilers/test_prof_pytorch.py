@@ -289,3 +289,11 @@ def test_flame_graph_export_goes_to_dirpath(tmp_path, console):
     _train(profiler, _model(), steps=2)
     profiler.describe()
     assert [path.name for path in tmp_path.glob("*.stack")] == ["step.stack"]
+
+
+def test_configuration_errors_pickle_across_processes():
+    with pytest.raises(UsageError) as caught:
+        PyTorchProfiler(sort_by_key="bogus")
+    restored = pickle.loads(pickle.dumps(caught.value))
+    assert isinstance(restored, UsageError) and isinstance(restored, ValueError)
+    assert str(restored) == str(caught.value)
