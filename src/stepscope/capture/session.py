@@ -185,10 +185,8 @@ class CaptureSession:
         profiler = self.profiler
         _quietly(self.warnings, "profiler", lambda: profiler.setup(stage="run", local_rank=self.meta["local_rank"],
                                                                    log_dir=str(self.run_dir)))
-        _quietly(self.warnings, "profiler", lambda: profiler.start("step"))
 
     def _stop_profiler(self) -> None:
-        self.profiler.stop("step")
         self.profiler.describe()
         self.profiler.teardown("run")
 

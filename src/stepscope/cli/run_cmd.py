@@ -78,6 +78,8 @@ class CaptureOptions:
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
     from stepscope.diagnosis.findings import Severity
 
+    if args.trace and args.profiler and args.profiler.lower() == "pytorch":
+        raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
     if args.sample_hz <= 0:
         raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
     return CaptureOptions(
