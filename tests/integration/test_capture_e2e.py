@@ -224,3 +224,17 @@ def test_torchrun_ranks_write_their_records_into_one_run_dir(tmp_path):
         assert record.meta.rank == rank and record.meta.world_size == 2
         assert len(record.steps) == 4
     assert (runs[0] / "report.json").is_file()
+
+
+def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):
+    import orjson
+
+    result = run_cli(["demo", "healthy", "--no-monitor", "--trace", "-o", "out", "--steps", "14"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = load_record(tmp_path / "out")
+    (window,) = record.profiler_windows
+    assert (window.first_step, window.last_step) == (6, 8)
+    trace = orjson.loads((tmp_path / "out" / window.trace_path).read_bytes())
+    assert any(event.get("name") == "aten::addmm" for event in trace["traceEvents"])
+    report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
+    assert report["steps"]["excluded"] == [4, 6, 7, 8]
