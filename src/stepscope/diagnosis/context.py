@@ -19,6 +19,10 @@ import numpy as np
 from stepscope.analysis.steps import steady_mask, warmup_count
 from stepscope.record.run import PHASES, Steps
 
+#: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
+FAST_PERCENTILE = 10
+
+
 @dataclass(frozen=True)
 class DiagnosisStats:
     """What the steady-state steps say, in the units the rules compare.
@@ -34,6 +38,7 @@ class DiagnosisStats:
     total_s: float
     step_time_s: float  # median steady step
     step_time_mean_s: float
+    step_time_fast_s: float  # FAST_PERCENTILE of steady steps: the step undisturbed
     shares: dict[str, float]  # phase -> share of steady time (PHASES)
     loader_init_share: float
     fetch_wait_share: float  # data wait minus worker start-up
@@ -73,6 +78,7 @@ def compute_step_stats(record: Any) -> DiagnosisStats | None:
         total_s=total_ns / 1e9,
         step_time_s=float(np.median(durations)) / 1e9,
         step_time_mean_s=float(durations.mean()) / 1e9,
+        step_time_fast_s=float(np.percentile(durations, FAST_PERCENTILE)) / 1e9,
         shares=shares,
         loader_init_share=init_share,
         fetch_wait_share=max(0.0, shares["data_wait"] - init_share),
