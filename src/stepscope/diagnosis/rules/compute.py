@@ -35,9 +35,10 @@ GOOD_MFU_MEASURED = 0.40
 #: shaped work. Between that and the good level the healthy verdict reports MFU and the levers.
 LOW_MFU_FRACTION = 0.25
 #: On CPU the peak is measured at the end of the run: when other processes use more than this
-#: share of all cores during the steps, the steps and the peak saw different machines and the
-#: CPU MFU is not trusted.
-EXTERNAL_CPU_MAX = 0.25
+#: share of all cores during the steps, the CPU MFU is reported with lower confidence…
+EXTERNAL_CPU_NOTED = 0.25
+#: …and above this share it is not trusted at all (the steps saw a different machine).
+EXTERNAL_CPU_MAX = 0.75
 
 
 def external_cpu_share(ctx: Any) -> float | None:
@@ -93,6 +94,7 @@ def low_mfu(ctx) -> Finding | None:
         return None  # a busy neighbour slowed the steps, not the model
     value, good = measured["mfu"], measured["good"]
     impact = stats.compute_share * (1.0 - value / good)
+    crowded = not measured["gpu"] and external is not None and external > EXTERNAL_CPU_NOTED
     evidence = [
         Evidence("compute_share", round(stats.compute_share, 4), COMPUTE_BOUND, "steps", "ratio",
                  "forward + backward + optimizer"),
@@ -102,11 +104,14 @@ def low_mfu(ctx) -> Finding | None:
         Evidence("peak_flops", measured["peak"], None, "record" if not measured["gpu"] else "table",
                  "FLOP/s", measured["source"]),
     ]
+    if crowded:
+        evidence.append(Evidence("external_cpu_share", round(external, 3), EXTERNAL_CPU_NOTED, "sampler", "ratio",
+                                 "cores used by other processes"))
     title = f"Compute-bound at low efficiency: MFU {common.pct(value)} (good is ~{good:.0%})"
     summary = (f"The model runs {common.pct(stats.compute_share)} of the step but reaches only "
                f"{common.pct(value)} of the {measured['source']}: the math is poorly shaped for the "
                "hardware (small batches or matrices, memory-bound operators, a slow dtype).")
-    return common.finding("compute.low_mfu", "compute", title, impact, 0.7, evidence,
+    return common.finding("compute.low_mfu", "compute", title, impact, 0.5 if crowded else 0.7, evidence,
                           _prescriptions(ctx, measured), summary, mfu=round(value, 5))
 
 
