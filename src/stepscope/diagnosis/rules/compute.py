@@ -37,8 +37,9 @@ LOW_MFU_FRACTION = 0.25
 #: On CPU the peak is measured at the end of the run: when other processes use more than this
 #: share of all cores during the steps, the CPU MFU is reported with lower confidence…
 EXTERNAL_CPU_NOTED = 0.25
-#: …and above this share it is not trusted at all (the steps saw a different machine).
-EXTERNAL_CPU_MAX = 0.75
+#: …and above this share (others hold half the machine) it is not trusted at all: the steps saw a
+#: different machine than the end-of-run peak measurement.
+EXTERNAL_CPU_MAX = 0.5
 
 
 def external_cpu_share(ctx: Any) -> float | None:
