@@ -27,3 +27,10 @@ def test_tiny_ops_dominate(ctx_of, ops, trace, fires):
         assert finding.family == "launch_overhead"
         assert finding.impact >= 0.15
         assert any("torch.compile" in item.action for item in finding.prescriptions)
+
+
+def test_python_time_spent_loading_data_is_not_launch_overhead(ctx_of):
+    # num_workers=0 with Python-heavy __getitem__: Python share is high, but it is data wait
+    shares = {"data_wait": 0.6, "forward": 0.2, "backward": 0.15}
+    record = make_record(step_s=0.017, shares=shares, extra={"flops": {"step_index": 2, "flops": 1e6}})
+    assert tiny_ops_dominate(ctx_of(record, trace=dict(python_share=0.65))) is None

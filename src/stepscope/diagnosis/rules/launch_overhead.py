@@ -7,7 +7,8 @@ Evidence, either:
   × :data:`EAGER_OP_OVERHEAD_S` over the step time estimates the overhead share; the mean time
   per operator corroborates it;
 - a trace: the device idles waiting for the host (HTA's "host wait" idle) while most kernels are
-  shorter than their launch (``small_kernel_share``), or a large Python share of host time.
+  shorter than their launch (``small_kernel_share``), or a large exclusive Python share of host
+  time once data loading and the "other" phase (logging, checkpoints) are taken out.
 
 Fires at XProf's "HIGH kernel launch" level (15 %).
 """
@@ -60,10 +61,15 @@ def overhead_estimate(ctx) -> tuple[float | None, list[Evidence]]:
                      Evidence("small_kernel_share", round(small, 4), SMALL_KERNEL_SHARE_HIGH, "trace",
                               "ratio", "kernels shorter than their launch")]
     python = common.field_of(trace, "python_share")
-    if python is not None and python >= PYTHON_SHARE_HIGH:
-        estimates.append(float(python))
-        evidence.append(Evidence("python_share", round(python, 4), PYTHON_SHARE_HIGH, "trace", "ratio",
-                                 "host time in Python functions"))
+    if python is not None:
+        # Python time while loading data or outside the model (logging, checkpoints) is not
+        # framework overhead: take the data-wait and "other" shares of the step out first
+        outside = (stats.data_wait_share + stats.shares.get("other", 0.0)) if stats is not None else 0.0
+        model_python = max(0.0, float(python) - outside)
+        if model_python >= PYTHON_SHARE_HIGH:
+            estimates.append(model_python)
+            evidence.append(Evidence("python_share_in_model", round(model_python, 4), PYTHON_SHARE_HIGH, "trace",
+                                     "ratio", "exclusive Python time less data wait and other"))
     return (max(estimates) if estimates else None), evidence
 
 
