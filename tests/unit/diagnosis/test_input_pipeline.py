@@ -50,3 +50,9 @@ def test_all_cores_loading_prescribes_cheaper_samples_not_workers(ctx_of):
     assert finding is not None
     assert all(item.setting != "num_workers" for item in finding.prescriptions)
     assert "cheaper" in finding.prescriptions[0].action
+
+
+@pytest.mark.parametrize("share, fires", [(0.3, True), (0.02, False), (None, False)])
+def test_bare_trace_uses_the_dataloader_share(ctx_of, share, fires):
+    finding = loader_cpu_bound(ctx_of(None, trace=dict(dataloader_share=share)))
+    assert (finding is not None) == fires

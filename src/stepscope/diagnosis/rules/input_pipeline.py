@@ -27,7 +27,9 @@ LOADER_INIT_MODERATE = 0.03
 
 def loader_cpu_bound(ctx) -> Finding | None:
     stats = ctx.stats
-    if stats is None or stats.fetch_wait_share < INPUT_MODERATE:
+    if stats is None:
+        return _from_trace(ctx)
+    if stats.fetch_wait_share < INPUT_MODERATE:
         return None
     util, util_source = common.loader_cpu_util(ctx)
     if util is not None and util < LOADER_CPU_BUSY:
@@ -61,6 +63,22 @@ def loader_cpu_bound(ctx) -> Finding | None:
         evidence.append(Evidence("cpu_count", cores, None, "meta", "count", "machine"))
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, wait, confidence,
                           evidence, prescriptions, summary)
+
+
+def _from_trace(ctx) -> Finding | None:
+    """A bare trace (no run record): the TensorBoard plugin's DataLoader share is the evidence."""
+    share = common.field_of(ctx.trace, "dataloader_share")
+    if share is None or share < INPUT_MODERATE:
+        return None
+    return common.finding(
+        "input_pipeline.loader_cpu_bound", "input_pipeline",
+        f"Input pipeline: {common.pct(share)} of the step is in the DataLoader", share, 0.5,
+        [Evidence("dataloader_share", round(share, 4), INPUT_MODERATE, "trace", "ratio", "per step")],
+        [Prescription("Raise DataLoader num_workers (up to the cores), or make samples cheaper to produce",
+                      "the trace alone cannot tell CPU-bound loading from storage latency; "
+                      "`stepscope run` measures both")],
+        "The trace shows the step waiting for the DataLoader; without a run record the loaders' CPU "
+        "use is unknown.")
 
 
 def _prescriptions(ctx, util: float | None) -> list[Prescription]:
