@@ -64,7 +64,8 @@ def overhead_estimate(ctx) -> tuple[float | None, list[Evidence]]:
     if python is not None:
         # Python time while loading data or outside the model (logging, checkpoints) is not
         # framework overhead: take the data-wait and "other" shares of the step out first
-        outside = (stats.data_wait_share + stats.shares.get("other", 0.0)) if stats is not None else 0.0
+        outside = (stats.data_wait_share + stats.shares.get("other", 0.0)) if stats is not None \
+            else float(common.field_of(trace, "dataloader_share") or 0.0)
         model_python = max(0.0, float(python) - outside)
         if model_python >= PYTHON_SHARE_HIGH:
             estimates.append(model_python)
