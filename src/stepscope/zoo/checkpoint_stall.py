@@ -21,7 +21,7 @@ HIDDEN = 1024
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
