@@ -1,10 +1,11 @@
-"""Synthetic records and evidence for rule tests (helpers; fixtures are in conftest.py)."""
+"""Synthetic records and evidence for rule tests (plain helpers: no conftest, so no name clash)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.evidence import WorkerLoad
+from stepscope.analysis.evidence import MacroSignals, TraceEvidence, WorkerLoad
+from stepscope.diagnosis.context import build_context
 from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, Steps
 
 DEFAULT_SHARES = {"forward": 0.5, "backward": 0.35, "optimizer": 0.1}
@@ -60,3 +61,12 @@ def gpu(name: str = "NVIDIA H200") -> tuple:
 def workers(count: int, util: float, threads: int | None = None) -> tuple:
     return tuple(WorkerLoad(pid=100 + index, role="dataloader_worker", cpu_util=util, threads=threads)
                  for index in range(count))
+
+
+def ctx_of(record=None, signals: dict | MacroSignals | None = None, trace: dict | None = None, ranks=()):
+    """A diagnosis context; ``signals``/``trace`` may be dicts of MacroSignals/TraceEvidence fields."""
+    if isinstance(signals, dict):
+        signals = MacroSignals(**signals)
+    if isinstance(trace, dict):
+        trace = TraceEvidence(**trace)
+    return build_context(record, signals, trace, ranks)

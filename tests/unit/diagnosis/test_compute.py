@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import gpu, make_record
+from diagnosis_records import ctx_of, gpu, make_record
 from stepscope.diagnosis.rules.compute import low_mfu, measured_mfu
 
 PEAK = 1e11  # measured CPU peak, FLOP/s
@@ -19,7 +19,7 @@ COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
     ({"flops": {"step_index": 3, "flops": 2e6, "ops": 3000}, "cpu_matmul_peak_flops": PEAK}, COMPUTE, (),
      False),  # tiny operators: launch_overhead explains it
 ])
-def test_low_mfu(ctx_of, extra, shares, devices, fires):
+def test_low_mfu(extra, shares, devices, fires):
     record = make_record(step_s=0.01, shares=shares, extra=extra, devices=devices)
     finding = low_mfu(ctx_of(record))
     assert (finding is not None) == fires
@@ -28,7 +28,7 @@ def test_low_mfu(ctx_of, extra, shares, devices, fires):
         assert 0 < finding.impact <= 1
 
 
-def test_mfu_against_gpu_peak(ctx_of):
+def test_mfu_against_gpu_peak():
     record = make_record(step_s=0.01, shares=COMPUTE, devices=gpu("NVIDIA H200"),
                          extra={"flops": {"step_index": 3, "flops": 4e11}, "compute_dtype": "bf16"})
     measured = measured_mfu(ctx_of(record))
@@ -36,7 +36,7 @@ def test_mfu_against_gpu_peak(ctx_of):
     assert "H200" in measured["source"]
 
 
-def test_flops_step_is_excluded_from_steady_state(ctx_of):
+def test_flops_step_is_excluded_from_steady_state():
     record = make_record(step_s=0.01, shares=COMPUTE, added={5: {"forward": 1.0}},
                          extra={"flops": {"step_index": 5, "flops": 5e8}, "cpu_matmul_peak_flops": PEAK})
     assert measured_mfu(ctx_of(record))["mfu"] == pytest.approx(0.5, rel=1e-3)
@@ -47,7 +47,7 @@ def test_flops_step_is_excluded_from_steady_state(ctx_of):
     (1.2, True, 0.5),  # others use ~35% of them: reported, with less confidence
     (0.6, False, None),  # others use ~65%: the steps saw a different machine than the peak
 ])
-def test_cpu_mfu_and_other_processes(ctx_of, main_util, fires, confidence):
+def test_cpu_mfu_and_other_processes(main_util, fires, confidence):
     from stepscope.analysis.evidence import WorkerLoad
 
     extra = {"flops": {"step_index": 3, "flops": 2e6}, "cpu_matmul_peak_flops": PEAK}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record, workers
+from diagnosis_records import ctx_of, make_record, workers
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
 
 INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
@@ -21,7 +21,7 @@ INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
     (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), False),
     (None, False),
 ])
-def test_oversubscribed_cpu(ctx_of, signals, fires):
+def test_oversubscribed_cpu(signals, fires):
     finding = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), signals))
     assert (finding is not None) == fires
     if fires:
@@ -29,7 +29,7 @@ def test_oversubscribed_cpu(ctx_of, signals, fires):
         assert finding.impact >= 0.5
 
 
-def test_never_prescribes_more_workers(ctx_of):
+def test_never_prescribes_more_workers():
     signals = dict(cpu_count=2, cpu_util_mean=0.99, workers=workers(4, 0.5, threads=4))
     finding = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), signals))
     for item in finding.prescriptions:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnosis_records import make_record
+from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.context import build_context
 from stepscope.diagnosis.engine import DiagnosisContext, diagnose
 from stepscope.diagnosis.findings import FAMILIES, Finding, Severity
@@ -33,7 +33,7 @@ def test_build_context_stats():
     assert ctx.stats.step_time_s == pytest.approx(0.01)
 
 
-def test_diagnose_ranks_input_bound_run(ctx_of):
+def test_diagnose_ranks_input_bound_run():
     ctx = ctx_of(make_record(shares=INPUT, num_workers=0), dict(cpu_count=2, main_cpu_util=1.0, cpu_util_mean=0.6))
     findings = diagnose(ctx)
     assert findings[0].family == "input_pipeline"
@@ -41,7 +41,7 @@ def test_diagnose_ranks_input_bound_run(ctx_of):
     assert findings == sorted(findings, key=lambda item: -item.impact)
 
 
-def test_healthy_run_gets_the_verdict_first(ctx_of):
+def test_healthy_run_gets_the_verdict_first():
     record = make_record(extra={"flops": {"step_index": 3, "flops": 5e8}, "cpu_matmul_peak_flops": 1e11})
     findings = diagnose(ctx_of(record))
     assert findings[0].family == "healthy"
@@ -49,12 +49,12 @@ def test_healthy_run_gets_the_verdict_first(ctx_of):
     assert all(item.severity <= Severity.LOW for item in findings)
 
 
-def test_no_verdict_when_a_real_finding_exists(ctx_of):
+def test_no_verdict_when_a_real_finding_exists():
     findings = diagnose(ctx_of(make_record(shares=INPUT)))
     assert all(item.family != "healthy" for item in findings)
 
 
-def test_broken_rule_does_not_hide_others(ctx_of):
+def test_broken_rule_does_not_hide_others():
     def broken(ctx):
         raise RuntimeError("bug")
 
@@ -71,14 +71,14 @@ def test_empty_context_is_silent():
     assert diagnose(DiagnosisContext()) == []
 
 
-def test_verdict_names_minor_findings(ctx_of):
+def test_verdict_names_minor_findings():
     minor = Finding("x.y", "compute", "Something small", Severity.LOW, 0.02, 0.5)
     finding = verdict(ctx_of(make_record()), (minor,))
     assert "Something small" in finding.summary
     assert finding.family == "healthy"
 
 
-def test_findings_round_trip_through_dict(ctx_of):
+def test_findings_round_trip_through_dict():
     ctx = ctx_of(make_record(shares=INPUT, num_workers=0), dict(cpu_count=2, main_cpu_util=1.0))
     for finding in diagnose(ctx):
         assert Finding.from_dict(finding.to_dict()) == finding

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record
+from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
 from stepscope.diagnosis.rules.straggler import slow_rank
@@ -15,14 +15,14 @@ from stepscope.diagnosis.rules.straggler import slow_rank
     (dict(device=None, sync_share=0.5), False),  # CPU-only trace: no device to sync with
     (None, False),
 ])
-def test_sync_and_copies(ctx_of, trace, fires):
+def test_sync_and_copies(trace, fires):
     finding = sync_and_copies(ctx_of(make_record(), trace=trace))
     assert (finding is not None) == fires
     if fires:
         assert finding.family == "host_device_sync"
 
 
-def test_pageable_copies_prescribe_pinned_memory(ctx_of):
+def test_pageable_copies_prescribe_pinned_memory():
     trace = dict(device="NVIDIA A100", memcpy_share=0.2, pageable_memcpy_share=0.2)
     finding = sync_and_copies(ctx_of(make_record(num_workers=2), trace=trace))
     assert any(item.setting == "pin_memory" and item.suggested is True for item in finding.prescriptions)
@@ -34,7 +34,7 @@ def test_pageable_copies_prescribe_pinned_memory(ctx_of):
     (dict(communication_share=0.05), False, None),
     (None, False, None),
 ])
-def test_exposed_collectives(ctx_of, trace, fires, impact):
+def test_exposed_collectives(trace, fires, impact):
     finding = exposed_collectives(ctx_of(make_record(), trace=trace))
     assert (finding is not None) == fires
     if fires:
@@ -51,7 +51,7 @@ def rank(index: int, data_wait: float) -> object:
     ((0.05, 0.05, 0.052, 0.05), False),
     ((0.05,), False),
 ])
-def test_slow_rank(ctx_of, waits, fires):
+def test_slow_rank(waits, fires):
     ranks = tuple(rank(index, wait) for index, wait in enumerate(waits))
     finding = slow_rank(ctx_of(ranks[0], ranks=ranks))
     assert (finding is not None) == fires
@@ -61,7 +61,7 @@ def test_slow_rank(ctx_of, waits, fires):
         assert "Rank 2" in finding.title
 
 
-def test_backward_skew_is_not_a_straggler(ctx_of):
+def test_backward_skew_is_not_a_straggler():
     # all-reduce equalises backward: skew there says nothing about who is slow (TraceML #252)
     ranks = tuple(make_record(rank=index, shares={"forward": 0.3, "backward": 0.3 + 0.3 * (index == 1)})
                   for index in range(3))

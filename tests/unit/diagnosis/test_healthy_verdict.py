@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import gpu, make_record
+from diagnosis_records import ctx_of, gpu, make_record
 from stepscope.diagnosis.rules.healthy import verdict
 
 
@@ -11,7 +11,7 @@ from stepscope.diagnosis.rules.healthy import verdict
     (gpu("NVIDIA H200"), None, True),
     (gpu("NVIDIA H200"), "bf16", False),
 ])
-def test_verdict_levers(ctx_of, devices, dtype, expects_autocast):
+def test_verdict_levers(devices, dtype, expects_autocast):
     extra = {"flops": {"step_index": 3, "flops": 4e10}, "cpu_matmul_peak_flops": 1e11}
     if dtype:
         extra["compute_dtype"] = dtype
@@ -23,5 +23,5 @@ def test_verdict_levers(ctx_of, devices, dtype, expects_autocast):
     assert "MFU" in finding.title
 
 
-def test_no_verdict_without_steps(ctx_of):
+def test_no_verdict_without_steps():
     assert verdict(ctx_of(None)) is None

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record, workers
+from diagnosis_records import ctx_of, make_record, workers
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
 
 INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}
@@ -23,7 +23,7 @@ INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}
     (dict(shares=INPUT, num_workers=4), dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=6.0,
                                              worker_cpu_util_mean=0.5, workers=workers(4, 0.5)), False),
 ])
-def test_loader_cpu_bound(ctx_of, record_kwargs, signals, fires):
+def test_loader_cpu_bound(record_kwargs, signals, fires):
     finding = loader_cpu_bound(ctx_of(make_record(**record_kwargs), signals))
     assert (finding is not None) == fires
     if fires:
@@ -32,7 +32,7 @@ def test_loader_cpu_bound(ctx_of, record_kwargs, signals, fires):
         assert finding.severity.name == "CRITICAL"
 
 
-def test_prescribes_workers_from_cores_and_times(ctx_of):
+def test_prescribes_workers_from_cores_and_times():
     record = make_record(shares=INPUT, num_workers=0, cpu_count=2, intra_op_threads=2)
     finding = loader_cpu_bound(ctx_of(record, dict(cpu_count=2, main_cpu_util=1.0, cpu_util_mean=0.55)))
     first = finding.prescriptions[0]
@@ -43,7 +43,7 @@ def test_prescribes_workers_from_cores_and_times(ctx_of):
     assert any(item.setting == "intra_op_threads" for item in finding.prescriptions)
 
 
-def test_all_cores_loading_prescribes_cheaper_samples_not_workers(ctx_of):
+def test_all_cores_loading_prescribes_cheaper_samples_not_workers():
     record = make_record(shares=INPUT, num_workers=2, cpu_count=2)
     finding = loader_cpu_bound(ctx_of(record, dict(cpu_count=2, worker_cpu_util_mean=0.98,
                                                    workers=workers(2, 0.98), cpu_util_mean=0.8)))
@@ -53,6 +53,6 @@ def test_all_cores_loading_prescribes_cheaper_samples_not_workers(ctx_of):
 
 
 @pytest.mark.parametrize("share, fires", [(0.3, True), (0.02, False), (None, False)])
-def test_bare_trace_uses_the_dataloader_share(ctx_of, share, fires):
+def test_bare_trace_uses_the_dataloader_share(share, fires):
     finding = loader_cpu_bound(ctx_of(None, trace=dict(dataloader_share=share)))
     assert (finding is not None) == fires

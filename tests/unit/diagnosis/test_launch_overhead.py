@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record
+from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
@@ -16,7 +16,7 @@ COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
     (None, dict(device="NVIDIA H100", idle_host_wait_share=0.4, small_kernel_share=0.1), False),
     (None, dict(python_share=0.5), True),
 ])
-def test_tiny_ops_dominate(ctx_of, ops, trace, fires):
+def test_tiny_ops_dominate(ops, trace, fires):
     flops = {"step_index": 2, "flops": 1e6}
     if ops is not None:
         flops["ops"] = ops
@@ -29,7 +29,7 @@ def test_tiny_ops_dominate(ctx_of, ops, trace, fires):
         assert any("torch.compile" in item.action for item in finding.prescriptions)
 
 
-def test_python_time_spent_loading_data_is_not_launch_overhead(ctx_of):
+def test_python_time_spent_loading_data_is_not_launch_overhead():
     # num_workers=0 with Python-heavy __getitem__: Python share is high, but it is data wait
     shares = {"data_wait": 0.6, "forward": 0.2, "backward": 0.15}
     record = make_record(step_s=0.017, shares=shares, extra={"flops": {"step_index": 2, "flops": 1e6}})

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record
+from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
 
@@ -20,14 +20,14 @@ MiB = 2**20
     (near_capacity, None, dict(memory_peak_bytes=75 * 2**30, memory_capacity_bytes=80 * 2**30), True),
     (near_capacity, dict(memory_used_share_max=0.5, gpu_memory_used_share_max=0.6), None, False),
 ])
-def test_memory_rules(ctx_of, rule, signals, trace, fires):
+def test_memory_rules(rule, signals, trace, fires):
     finding = rule(ctx_of(make_record(step_s=0.1), signals, trace))  # 3.9 s steady
     assert (finding is not None) == fires
     if fires:
         assert finding.family == "memory_pressure"
 
 
-def test_leak_exhausting_memory_soon_is_high(ctx_of):
+def test_leak_exhausting_memory_soon_is_high():
     signals = dict(rss_growth_bytes_per_s=100 * MiB, memory_total_bytes=16 * 2**30, memory_used_share_max=0.5)
     finding = growing_memory(ctx_of(make_record(step_s=0.1), signals))
     assert finding.severity >= Severity.HIGH

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis_records import make_record
+from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.rules.storage_io import first_epoch_ratio, loader_waits_on_io
 
 INPUT = {"data_wait": 0.7, "forward": 0.15, "backward": 0.1, "optimizer": 0.03}
@@ -16,7 +16,7 @@ INPUT = {"data_wait": 0.7, "forward": 0.15, "backward": 0.1, "optimizer": 0.03}
     (dict(shares={"data_wait": 0.02, "forward": 0.7, "backward": 0.2}, num_workers=0),
      dict(cpu_count=2, main_cpu_util=0.1, iowait_share=0.3), False),
 ])
-def test_loader_waits_on_io(ctx_of, record_kwargs, signals, fires):
+def test_loader_waits_on_io(record_kwargs, signals, fires):
     finding = loader_waits_on_io(ctx_of(make_record(**record_kwargs), signals))
     assert (finding is not None) == fires
     if fires:
@@ -24,7 +24,7 @@ def test_loader_waits_on_io(ctx_of, record_kwargs, signals, fires):
         assert finding.impact == pytest.approx(0.7, abs=0.05)
 
 
-def test_latency_bound_suggests_more_workers_than_cores(ctx_of):
+def test_latency_bound_suggests_more_workers_than_cores():
     record = make_record(shares=INPUT, num_workers=0, cpu_count=2)
     finding = loader_waits_on_io(ctx_of(record, dict(cpu_count=2, main_cpu_util=0.2, cpu_util_mean=0.1)))
     workers = finding.prescriptions[0]
@@ -32,7 +32,7 @@ def test_latency_bound_suggests_more_workers_than_cores(ctx_of):
     assert workers.suggested > 2  # waiting workers cost no CPU: more than the 2 cores
 
 
-def test_slow_first_epoch_without_sampler(ctx_of):
+def test_slow_first_epoch_without_sampler():
     # epoch 1 (steps 1..19) waits 8 ms per step, later epochs 1 ms: the page cache took over
     added = {index: {"data_wait": 0.008} for index in range(1, 20)}
     record = make_record(steps=60, shares={"data_wait": 0.3, "forward": 0.4, "backward": 0.2}, added=added,
@@ -44,7 +44,7 @@ def test_slow_first_epoch_without_sampler(ctx_of):
     assert any("Stage the dataset" in item.action for item in finding.prescriptions)
 
 
-def test_idle_looking_loader_on_a_saturated_machine_is_not_conclusive(ctx_of):
+def test_idle_looking_loader_on_a_saturated_machine_is_not_conclusive():
     # every core busy (other processes): the loader may be starved, not waiting on I/O
     record = make_record(shares=INPUT, num_workers=0)
     signals = dict(cpu_count=2, main_cpu_util=0.3, cpu_util_mean=0.99)
