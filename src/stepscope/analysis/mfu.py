@@ -173,36 +173,3 @@ def measure_cpu_matmul_peak(duration_s: float = 0.3) -> float:
         best = max(best, flops / (elapsed / 1e9))
         repetitions += 1
     return best
-
-
-class OpCounter:
-    """Counts aten operators dispatched while active (a ``TorchDispatchMode``).
-
-    Use it around the same step that ``FlopCounterMode`` measures and store ``count`` as
-    ``record.extra["flops"]["ops"]``::
-
-        with OpCounter() as ops, FlopCounterMode(display=False) as flops:
-            ...one step...
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._mode: Any = None
-
-    def __enter__(self) -> OpCounter:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        counter = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                counter.count += 1
-                return func(*args, **(kwargs or {}))
-
-        self._mode = _Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
-        self._mode = None
