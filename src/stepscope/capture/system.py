@@ -304,33 +304,17 @@ class ProcessTree:
         return found
 
     def _add(self, pid: int, ts_ns: int, events: list[dict[str, Any]]) -> None:
-        stat_file = io_file = None
-        if self.linux and self._tree_mode:
-            try:
-                stat_file = procfs.ProcFile(f"/proc/{pid}/stat")
-                stat = procfs.parse_proc_stat(stat_file.read())
-            except (OSError, ValueError, IndexError):
-                if stat_file is not None:
-                    stat_file.close()
-                return
-            if self.with_io:
-                try:
-                    io_file = procfs.ProcFile(f"/proc/{pid}/io")
-                except OSError:  # another user's process
-                    io_file = None
-        else:
-            stat = self._stat(pid)
-        if stat is None or (stat.state == "Z" and self._tree_mode):
+        stat, stat_file, io_file = self._open(pid)
+        reused_target = (pid == self.target_pid and stat is not None
+                         and self._target_start not in (None, stat.start_ticks))
+        if stat is None or (stat.state == "Z" and self._tree_mode) or reused_target:
+            # gone; a zombie, which in a tree has ended and only waits to be reaped; or another
+            # process now holding the target's pid
             for handle in (stat_file, io_file):
                 if handle is not None:
                     handle.close()
-            return  # in a tree, a zombie has ended: it only waits for its parent to reap it
+            return
         if pid == self.target_pid:
-            if self._target_start is not None and stat.start_ticks != self._target_start:
-                for handle in (stat_file, io_file):
-                    if handle is not None:
-                        handle.close()
-                return  # the target's pid was reused by another process
             self._target_start = stat.start_ticks
             role, loader_id = ROLE_MAIN, None
         else:
@@ -371,6 +355,27 @@ class ProcessTree:
             entry.close()
 
     # -- per-process readers ----------------------------------------------------------------------
+    def _open(self, pid: int) -> tuple[procfs.ProcStat | None, procfs.ProcFile | None, procfs.ProcFile | None]:
+        """First reading of a process; in a tree on Linux, with its stat and io files kept open."""
+        if not (self.linux and self._tree_mode):
+            return self._stat(pid), None, None
+        try:
+            stat_file = procfs.ProcFile(f"/proc/{pid}/stat")
+        except OSError:
+            return None, None, None
+        try:
+            stat = procfs.parse_proc_stat(stat_file.read())
+        except (OSError, ValueError, IndexError):
+            stat_file.close()
+            return None, None, None
+        io_file = None
+        if self.with_io:
+            try:
+                io_file = procfs.ProcFile(f"/proc/{pid}/io")
+            except OSError:  # another user's process
+                pass
+        return stat, stat_file, io_file
+
     def _tracked_stat(self, entry: _Tracked) -> procfs.ProcStat | None:
         if entry.stat_file is None:
             return self._stat(entry.pid)
