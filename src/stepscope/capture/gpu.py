@@ -74,7 +74,7 @@ def open_gpus(nvml: Any = None, *, visible: str | None = None, all_gpus: bool = 
     try:
         nvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - NVMLError, or OSError from a broken library
-        return None, f"GPU metrics unavailable: NVML could not start ({_describe(exc)}); no NVIDIA GPU visible"
+        return None, f"GPU metrics unavailable: NVML could not start ({_describe(exc)})"
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(nvml.nvmlDeviceGetCount())]
         devices = [_device(nvml, index, handle) for index, handle in enumerate(handles)]
@@ -206,8 +206,8 @@ def _visible_indexes(devices: list[GpuDevice], visible: str | None) -> list[int]
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """NVML's own words ("NVML Shared Library Not Found", "Not Supported"), else the exception's name."""
+    return str(exc).strip() or type(exc).__name__
 
 
 def _text(value: Any) -> str:

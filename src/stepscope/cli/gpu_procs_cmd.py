@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     probe, note = gpu_layer.open_gpus(all_gpus=True, slow_every=1)
     if probe is None:
-        print(f"No NVIDIA GPU is visible here, so no process holds GPU memory. ({note})")
+        reason = (note or "").removeprefix("GPU metrics unavailable: ")
+        print(f"No NVIDIA GPU is visible here: {reason}. No process holds GPU memory.")
         return 0
     try:
         found = probe.all_processes()
