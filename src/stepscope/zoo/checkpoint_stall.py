@@ -1,6 +1,7 @@
 """Planted bottleneck: a periodic stall (a synchronous checkpoint every 5 steps).
 
-A compute-bound MLP trains from in-memory tensors, and every ``--every`` steps the loop saves the
+A compute-bound MLP (large enough batches for a good MFU, so the stall is the only problem) trains
+from in-memory tensors fetched a batch at a time, and every ``--every`` steps the loop saves the
 model and optimizer state with ``torch.save`` to a file and flushes it to disk — on the training
 step's critical path, outside forward, backward and the optimizer.
 """
@@ -12,22 +13,24 @@ import os
 import tempfile
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 FEATURES = 512
-HIDDEN = 1024
+HIDDEN = 2048
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     inputs = torch.randn(args.steps * args.batch_size, FEATURES)
-    loader = DataLoader(TensorDataset(inputs, inputs[:, :1] * 0.5), batch_size=args.batch_size, shuffle=True)
+    dataset = TensorDataset(inputs, inputs[:, :1] * 0.5)
+    loader = DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), args.batch_size, drop_last=False),
+                        batch_size=None)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
