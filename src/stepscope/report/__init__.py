@@ -1,0 +1,1 @@
+"""Reports: :mod:`model` computes the one ``Report`` every renderer takes; renderers only format."""

@@ -1,0 +1,320 @@
+"""Hooks into torch that report boundaries to a :class:`~stepscope.capture.recorder.StepRecorder`.
+
+What is patched (and restored by :meth:`TorchHooks.uninstall`):
+
+- ``torch.utils.data.DataLoader.__iter__`` — time worker start-up, register the loader's settings,
+  report worker pids; ``_BaseDataLoaderIter.__next__`` — the data wait of every DataLoader iterator
+  (single- and multi-process, map-style and iterable datasets, framework-created iterators).
+- forward: for the first steps (:data:`DISCOVERY_STEPS`), ``torch.nn.Module.__call__`` is wrapped to
+  find the *root* modules (those called at depth 0); afterwards only the root modules' classes are
+  wrapped, so nested submodule calls cost nothing. Hooks are never attached to module instances:
+  they would end up in the user's ``torch.save(model)`` pickles and ``deepcopy`` copies.
+  Under ``torch.compile`` tracing the wrapper steps aside.
+- backward: ``torch.autograd.backward`` and ``torch.Tensor.backward`` (the latter calls the former:
+  re-entries are counted, not double-timed).
+- optimizer: the global ``register_optimizer_step_pre_hook`` / ``post_hook``.
+
+Every wrapper degrades to the original call if anything of ours fails, with one warning per cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
+from stepscope.capture.warn import WarningSink
+
+#: Steps during which every module call is watched to discover the root modules.
+DISCOVERY_STEPS = 2
+
+
+def batch_length(batch: Any, _depth: int = 0) -> int:
+    """Number of samples in a batch: first dimension of its first tensor-like leaf, else -1."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else -1
+    if _depth < 3:
+        if isinstance(batch, (list, tuple)) and batch:
+            return batch_length(batch[0], _depth + 1)
+        if isinstance(batch, dict) and batch:
+            return batch_length(next(iter(batch.values())), _depth + 1)
+    return -1
+
+
+class LoaderRegistry:
+    """DataLoaders seen, with settings and counters (plain dicts; frozen into LoaderInfo later)."""
+
+    def __init__(self, roles_file: Path | None):
+        self.loaders: dict[int, dict[str, Any]] = {}
+        self.roles_file = roles_file
+        self._known_pids: set[int] = set()
+
+    def register(self, loader: Any) -> dict[str, Any]:
+        key = id(loader)
+        info = self.loaders.get(key)
+        if info is None or info["_ref"] is not loader:
+            dataset = getattr(loader, "dataset", None)
+            from torch.utils.data import IterableDataset
+
+            info = {
+                "_ref": loader,
+                "loader_id": len(self.loaders),
+                "cls": f"{type(loader).__module__}.{type(loader).__qualname__}",
+                "dataset_type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
+                "iterable_dataset": isinstance(dataset, IterableDataset),
+                "batch_size": getattr(loader, "batch_size", None),
+                "num_workers": int(getattr(loader, "num_workers", 0) or 0),
+                "pin_memory": bool(getattr(loader, "pin_memory", False)),
+                "prefetch_factor": getattr(loader, "prefetch_factor", None),
+                "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+                "drop_last": bool(getattr(loader, "drop_last", False)),
+                "batches": 0,
+                "iterators": 0,
+                "worker_pids": [],
+                "first_seen_ns": time.perf_counter_ns(),
+                "wait_ns": 0,
+                "init_ns": 0,
+            }
+            self.loaders[key] = info
+        return info
+
+    def note_workers(self, info: dict[str, Any], iterator: Any) -> None:
+        workers = getattr(iterator, "_workers", None) or ()
+        new = []
+        for worker in workers:
+            pid = getattr(worker, "pid", None)
+            if pid and pid not in self._known_pids:
+                self._known_pids.add(pid)
+                info["worker_pids"].append(pid)
+                new.append(pid)
+        if new and self.roles_file is not None:
+            now = time.monotonic_ns()
+            lines = "".join(
+                json.dumps({"pid": pid, "role": "dataloader_worker", "loader_id": info["loader_id"], "ts_ns": now}) + "\n"
+                for pid in new
+            )
+            with open(self.roles_file, "a", encoding="utf-8") as handle:
+                handle.write(lines)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in info.items() if k != "_ref"} for info in self.loaders.values()]
+
+
+class TorchHooks:
+    """Installs and removes every patch; one instance per capture."""
+
+    def __init__(self, recorder: StepRecorder, warnings: WarningSink, roles_file: Path | None = None,
+                 watch_forward: bool = True):
+        self.rec = recorder
+        self.warn = warnings
+        self.registry = LoaderRegistry(roles_file)
+        self.watch_forward = watch_forward
+        self.owner_pid = os.getpid()
+        self._undo: list[Callable[[], None]] = []
+        self._root_classes: set[type] = set()
+        self._discovering = False
+        self._fwd_depth = 0
+        self._committed_at_discovery = 0
+
+    # -- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        import torch
+
+        for name, installer in (
+            ("DataLoader", self._install_loader),
+            ("backward", self._install_backward),
+            ("optimizer", self._install_optimizer),
+            ("forward", self._install_forward if self.watch_forward else None),
+        ):
+            if installer is None:
+                continue
+            try:
+                installer(torch)
+            except Exception as exc:  # noqa: BLE001 - degrade, never break the run
+                self.warn.once(f"hook:{name}", f"could not hook {name} ({type(exc).__name__}: {exc}); "
+                               f"{name} time is counted as 'other'")
+
+    def uninstall(self) -> None:
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> Any:
+        had_own = name in vars(owner)
+        original = vars(owner)[name] if had_own else getattr(owner, name)
+        setattr(owner, name, replacement)
+
+        def undo() -> None:
+            if had_own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+        self._undo.append(undo)
+        return original
+
+    def _active(self) -> bool:
+        return os.getpid() == self.owner_pid
+
+    # -- DataLoader --------------------------------------------------------------------------
+    def _install_loader(self, torch: Any) -> None:
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        hooks, rec, registry = self, self.rec, self.registry
+        original_iter = DataLoader.__iter__
+        original_next = _BaseDataLoaderIter.__next__
+
+        def __iter__(loader):  # noqa: N807
+            if not hooks._active():
+                return original_iter(loader)
+            start = rec.enter(DATA_WAIT)
+            try:
+                iterator = original_iter(loader)
+            finally:
+                end = rec.leave(DATA_WAIT)
+            try:
+                elapsed = end - start
+                info = registry.register(loader)
+                info["iterators"] += 1
+                info["init_ns"] += elapsed
+                info["wait_ns"] += elapsed
+                iterator._stepscope_loader = info
+                rec.loader_init(elapsed)
+                registry.note_workers(info, iterator)
+            except Exception as exc:  # noqa: BLE001
+                hooks.warn.once("loader-iter", f"DataLoader start-up not recorded ({exc})")
+            return iterator
+
+        def __next__(iterator):  # noqa: N807
+            if not hooks._active():
+                return original_next(iterator)
+            rec.batch_requested()
+            start = rec.enter(DATA_WAIT)
+            try:
+                batch = original_next(iterator)
+            except BaseException:
+                rec.leave(DATA_WAIT)
+                raise
+            end = rec.leave(DATA_WAIT)
+            rec.batch_received(batch_length(batch))
+            info = getattr(iterator, "_stepscope_loader", None)
+            if info is not None:
+                info["batches"] += 1
+                info["wait_ns"] += end - start
+            return batch
+
+        self._patch(DataLoader, "__iter__", __iter__)
+        self._patch(_BaseDataLoaderIter, "__next__", __next__)
+
+    # -- backward ----------------------------------------------------------------------------
+    def _install_backward(self, torch: Any) -> None:
+        hooks, rec = self, self.rec
+        original_autograd = torch.autograd.backward
+        original_tensor = torch.Tensor.backward
+
+        def timed(original):
+            def wrapper(*args, **kwargs):
+                if not hooks._active():
+                    return original(*args, **kwargs)
+                rec.enter(BACKWARD)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    rec.leave(BACKWARD)
+
+            wrapper.__wrapped__ = original
+            wrapper.__doc__ = original.__doc__
+            wrapper.__name__ = getattr(original, "__name__", "backward")
+            return wrapper
+
+        self._patch(torch.autograd, "backward", timed(original_autograd))
+        self._patch(torch.Tensor, "backward", timed(original_tensor))
+
+    # -- optimizer ---------------------------------------------------------------------------
+    def _install_optimizer(self, torch: Any) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        hooks, rec = self, self.rec
+
+        def pre(optimizer, args, kwargs):
+            if hooks._active():
+                rec.optimizer_started(id(optimizer))
+
+        def post(optimizer, args, kwargs):
+            if hooks._active():
+                rec.optimizer_finished(id(optimizer))
+
+        pre_handle = register_optimizer_step_pre_hook(pre)
+        post_handle = register_optimizer_step_post_hook(post)
+        self._undo.append(pre_handle.remove)
+        self._undo.append(post_handle.remove)
+
+    # -- forward -----------------------------------------------------------------------------
+    def _install_forward(self, torch: Any) -> None:
+        self._module_cls = torch.nn.Module
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self._start_discovery()
+        previous = self.rec.on_commit
+
+        def on_commit(index: int) -> None:
+            if previous is not None:
+                previous(index)
+            self._after_commit()
+
+        self.rec.on_commit = on_commit
+
+    def _wrapper(self, original: Callable[..., Any], discover: bool) -> Callable[..., Any]:
+        hooks, rec, is_compiling = self, self.rec, self._is_compiling
+
+        def __call__(module, *args, **kwargs):  # noqa: N807
+            if hooks._fwd_depth or is_compiling() or not hooks._active():
+                return original(module, *args, **kwargs)
+            if discover:
+                hooks._root_classes.add(type(module))
+            hooks._fwd_depth = 1
+            rec.enter(FORWARD)
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                hooks._fwd_depth = 0
+                rec.leave(FORWARD)
+
+        return __call__
+
+    def _start_discovery(self) -> None:
+        module_cls = self._module_cls
+        original = module_cls.__call__
+        self._discovering = True
+        self._committed_at_discovery = self.rec.count
+        self._patch(module_cls, "__call__", self._wrapper(original, discover=True))
+        self._discovery_undo = self._undo[-1]
+
+    def _after_commit(self) -> None:
+        rec = self.rec
+        if self._discovering:
+            if rec.count - self._committed_at_discovery >= DISCOVERY_STEPS:
+                self._finish_discovery()
+        elif rec.columns["forward_ns"][rec.count - 1] == 0 and rec.columns["backward_ns"][rec.count - 1] > 0:
+            self._start_discovery()  # a backward without a seen forward: a new root module appeared
+
+    def _finish_discovery(self) -> None:
+        self._discovering = False
+        undo = self._discovery_undo
+        self._undo.remove(undo)
+        undo()
+        for cls in list(self._root_classes):
+            if getattr(cls, "_stepscope_wrapped", False):
+                continue
+            original = cls.__call__
+            wrapper = self._wrapper(original, discover=False)
+            wrapper._stepscope_wrapped = True
+            self._patch(cls, "__call__", wrapper)

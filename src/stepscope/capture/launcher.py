@@ -1,0 +1,211 @@
+"""Run an unmodified script or module exactly as ``python script.py`` / ``python -m mod`` would.
+
+Fidelity contract: the script sees the same ``sys.argv``, ``sys.path[0]``, ``__main__`` module
+attributes (``__file__`` absolute, ``__spec__`` None for scripts), the same stdout/stderr (we
+print only after it ends, and only to stderr), and the process exits with the same status: the
+``SystemExit`` code, 1 with the traceback (through ``sys.excepthook``, with stepscope's own frames
+removed) for an uncaught exception, and death by SIGINT/SIGTERM for an interrupt, after the
+record has been written.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import signal
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import InputError
+
+_OWN_DIR = str(Path(__file__).resolve().parents[1])
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path or a module name, and its arguments."""
+
+    name: str
+    is_module: bool
+    args: tuple[str, ...]
+    code: types.CodeType | None = None  # compiled script (scripts only)
+    path: Path | None = None
+
+
+@dataclass
+class Outcome:
+    """How the user's code ended."""
+
+    exit_code: int = 0
+    exception: BaseException | None = None
+    system_exit: SystemExit | None = None
+    signal_name: str | None = None
+
+
+def resolve_script(path_text: str, args: list[str]) -> Target:
+    """Check and compile a script; errors are user mistakes (exit 2).
+
+    A syntax error is shown as Python shows it (file, line, caret) before the one-line error.
+    """
+    path = Path(path_text)
+    if not path.exists():
+        raise InputError(path_text, "no such script; check the path (or use -m for a module)")
+    if path.is_dir():
+        main = path / "__main__.py"
+        if not main.is_file():
+            raise InputError(path_text, "is a directory without __main__.py; pass a .py file")
+        path = main
+    absolute = path.resolve()
+    try:
+        source = absolute.read_bytes()
+    except OSError as exc:
+        raise InputError(path_text, f"cannot read the script ({exc.strerror})") from None
+    try:
+        code = compile(source, str(absolute), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+        raise InputError(path_text, f"the script has a {type(exc).__name__} at line {exc.lineno}; "
+                         "fix it and run again") from None
+    except ValueError as exc:  # e.g. null bytes
+        raise InputError(path_text, f"cannot compile the script ({exc})") from None
+    return Target(name=path_text, is_module=False, args=tuple(args), code=code, path=absolute)
+
+
+def resolve_module(name: str, args: list[str]) -> Target:
+    import importlib.util
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        spec = None
+        reason = str(exc)
+    else:
+        reason = ""
+    finally:
+        sys.path.pop(0)
+    if spec is None:
+        raise InputError(name, f"no module named {name!r}{f' ({reason})' if reason else ''}; "
+                         "check the name and that its package is importable from here")
+    return Target(name=name, is_module=True, args=tuple(args))
+
+
+def execute(target: Target) -> Outcome:
+    """Run the target in this process as ``__main__`` and report how it ended (never raises)."""
+    outcome = Outcome()
+    saved_main = sys.modules.get("__main__")
+    try:
+        if target.is_module:
+            _run_module(target)
+        else:
+            _run_script(target)
+    except SystemExit as exc:
+        outcome.system_exit = exc
+        outcome.exit_code = _exit_status(exc.code)
+    except KeyboardInterrupt as exc:
+        outcome.exception = exc
+        outcome.exit_code = 128 + signal.SIGINT
+        outcome.signal_name = "SIGINT"
+    except BaseException as exc:  # noqa: BLE001 - the user's exception, reported like Python does
+        outcome.exception = exc
+        outcome.exit_code = 1
+    finally:
+        if saved_main is not None and sys.modules.get("__main__") is None:
+            sys.modules["__main__"] = saved_main
+    return outcome
+
+
+def _run_script(target: Target) -> None:
+    assert target.path is not None and target.code is not None
+    sys.argv[:] = [target.name, *target.args]
+    sys.path[0] = str(target.path.parent)
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        __file__=str(target.path),
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", str(target.path)),
+        __package__=None,
+        __spec__=None,
+        __builtins__=__builtins__,
+    )
+    sys.modules["__main__"] = module
+    exec(target.code, module.__dict__)  # noqa: S102 - running the user's script is the point
+
+
+def _run_module(target: Target) -> None:
+    import runpy
+
+    sys.argv[:] = [target.name, *target.args]
+    sys.path[0] = os.getcwd()
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    run_as_main = getattr(runpy, "_run_module_as_main", None)
+    if run_as_main is not None:  # what `python -m` itself calls: same frames, same globals
+        run_as_main(target.name, alter_argv=True)
+    else:  # pragma: no cover - other interpreters
+        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+
+
+def _exit_status(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def report_exception(exc: BaseException) -> None:
+    """Print the user's exception as Python would, without stepscope's frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def report_outcome(outcome: Outcome) -> None:
+    """Print what Python prints when the script ends: a traceback, or a ``sys.exit("message")``."""
+    if outcome.exception is not None:
+        report_exception(outcome.exception)
+    elif outcome.system_exit is not None:
+        code = outcome.system_exit.code
+        if code is not None and not isinstance(code, int):
+            sys.stdout.flush()
+            print(code, file=sys.stderr)
+
+
+def finish_process(outcome: Outcome) -> None:
+    """Leave the process the way the script would have (does not return)."""
+    if outcome.signal_name is not None:
+        _die_by(getattr(signal, outcome.signal_name))
+    sys.exit(outcome.exit_code)
+
+
+def _die_by(signum: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    sys.exit(128 + signum)  # pragma: no cover - only if the signal did not end us
+
+
+def install_sigterm(on_terminate: Callable[[], None]) -> None:
+    """On SIGTERM: write what was captured, then die by SIGTERM as the script would have."""
+    owner = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == owner:  # forked children (DataLoader workers) inherit this handler
+            try:
+                on_terminate()
+            except Exception:  # noqa: BLE001
+                pass
+        _die_by(signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass

@@ -1,0 +1,322 @@
+"""A capture session: hooks + recorder + sidecar + record writing, for `stepscope run` and the API.
+
+:class:`CaptureSession` is used by the launcher around an unmodified script, and by
+:func:`profile`, the library API::
+
+    import stepscope
+
+    with stepscope.profile(out="runs/exp1") as session:
+        for batch in session.wrap(my_generator()):   # DataLoaders are captured without wrap()
+            ...
+            session.step()                           # optional: explicit step boundaries
+
+Both produce the same record. :meth:`CaptureSession.stop` is idempotent and never raises: it is
+called on normal exit, on exceptions, and from signal handlers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture import environment
+from stepscope.capture.flops import FlopProbe
+from stepscope.capture.hooks import TorchHooks
+from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
+from stepscope.capture.warn import WarningSink
+from stepscope.errors import CaptureError, UsageError
+from stepscope.record import layout
+from stepscope.record.io import save_record
+from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
+
+
+def prepare_run_dir(run_dir: str | Path) -> Path:
+    """Create the run directory (shared by all ranks) or raise a clear :class:`CaptureError`."""
+    path = Path(run_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise CaptureError(f"cannot write the run directory {path} ({exc.strerror}); "
+                           "choose another with -o/--out") from None
+    return path
+
+
+class CaptureSession:
+    """Everything captured in one process (one rank).
+
+    Args:
+        run_dir: where the record goes (created if needed).
+        target: what runs (script path or module name), for the record.
+        mode: ``"script"``, ``"module"`` or ``"api"``.
+        argv: the argv the script sees.
+        sample_interval_s: sidecar sampling period; ``None`` disables the sidecar.
+        profiler: optional stepscope profiler driven with the captured phases.
+        count_flops: count one step's FLOPs (for MFU).
+    """
+
+    def __init__(self, run_dir: str | Path, *, target: str = "", mode: str = "api",
+                 argv: tuple[str, ...] = (), sample_interval_s: float | None = 0.1,
+                 profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True):
+        if sample_interval_s is not None and sample_interval_s <= 0:
+            raise UsageError(f"sampling interval must be > 0 seconds, got {sample_interval_s}")
+        self.run_dir = prepare_run_dir(run_dir)
+        self.meta = environment.static_meta()
+        self.meta.update(target=target, mode=mode, argv=tuple(argv) or self.meta["argv"])
+        self.rank = self.meta["rank"]
+        self.warnings = WarningSink(emit=emit_warnings)
+        self.profiler = profiler
+        self.recorder = StepRecorder(phase_listener=_SafeListener(profiler, self.warnings) if profiler else None)
+        self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank))
+        self.flops = FlopProbe(self.warnings) if count_flops else None
+        self.sample_interval_s = sample_interval_s
+        self.sidecar: Any = None
+        self.record: RunRecord | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        self._device_checked_at = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> CaptureSession:
+        self.meta["start_wall_ns"] = time.time_ns()
+        self.meta["start_ns"] = time.perf_counter_ns()
+        self._start_sidecar()
+        if self.profiler is not None:
+            self._start_profiler()
+        self.hooks.install()
+        self._chain_commit_callbacks()
+        self._started = True
+        return self
+
+    def stop(self, *, exit_code: int | None = None, exception: str | None = None,
+             interrupted_by: str | None = None) -> RunRecord | None:
+        """Finish capture and write the record. Safe to call twice and from a signal handler."""
+        if os.getpid() != self.meta["pid"] or not self._lock.acquire(blocking=False):
+            return self.record
+        try:
+            if self.record is not None:
+                return self.record
+            self.record = self._finish(exit_code, exception, interrupted_by)
+            try:
+                save_record(self.record, layout.record_path(self.run_dir, self.rank))
+            except OSError as exc:
+                self.warnings.once("save", f"could not write the run record ({exc})")
+            return self.record
+        finally:
+            self._lock.release()
+
+    def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
+        end_ns = time.perf_counter_ns()
+        recorder = self.recorder
+        self.hooks.uninstall()
+        if self.flops is not None:
+            self.flops.close()
+        recorder.finish()
+        if recorder.device is not None:
+            _quietly(self.warnings, "cuda-drain", recorder.device.drain)
+        if self.profiler is not None:
+            _quietly(self.warnings, "profiler", self._stop_profiler)
+        extra: dict[str, Any] = {"trailing_ns": recorder.trailing_ns}
+        if self.flops is not None and self.flops.result:
+            extra["flops"] = self.flops.result
+        torch_meta = environment.torch_meta()
+        if torch_meta and recorder.device is None and recorder.count:
+            peak = _measure_cpu_peak(self.warnings)
+            if peak:
+                extra["cpu_matmul_peak_flops"] = peak
+        if recorder.foreign_thread_calls:
+            self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
+        if self.sidecar is not None:
+            _quietly(self.warnings, "sidecar", self.sidecar.stop)
+            for note in getattr(self.sidecar, "warnings", ()) or ():
+                self.warnings.note(str(note))
+        meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
+                          "exit_code": exit_code, "exception": exception, "interrupted_by": interrupted_by,
+                          "step_source": recorder.mode if recorder.count else "none",
+                          "timing": "cuda" if recorder.device is not None else "cpu"})
+        loaders = tuple(
+            LoaderInfo(**{**item, "worker_pids": tuple(item["worker_pids"])})
+            for item in self.hooks.registry.snapshot()
+        )
+        if not loaders and recorder.count:
+            self.warnings.note("no torch DataLoader was used: data loading by other means "
+                               "(generators, DALI, FFCV) is invisible and counted as 'other'")
+        return RunRecord(meta=meta, steps=recorder.steps(), loaders=loaders,
+                         warnings=tuple(self.warnings.messages), extra=extra)
+
+    # -- parts ---------------------------------------------------------------------------------
+    def _start_sidecar(self) -> None:
+        if self.sample_interval_s is None:
+            return
+        try:
+            from stepscope.capture.sampler import start_sidecar
+        except ImportError:
+            return
+        try:
+            self.sidecar = start_sidecar(self.run_dir, os.getpid(), self.rank, self.sample_interval_s)
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.once("sidecar", f"system sampler not started ({exc}); no CPU/memory/disk/GPU samples")
+
+    def _start_profiler(self) -> None:
+        profiler = self.profiler
+        _quietly(self.warnings, "profiler", lambda: profiler.setup(stage="run", local_rank=self.meta["local_rank"],
+                                                                   log_dir=str(self.run_dir)))
+        _quietly(self.warnings, "profiler", lambda: profiler.start("step"))
+
+    def _stop_profiler(self) -> None:
+        self.profiler.stop("step")
+        self.profiler.describe()
+        self.profiler.teardown("run")
+
+    def _chain_commit_callbacks(self) -> None:
+        previous = self.recorder.on_commit
+
+        def on_commit(index: int) -> None:
+            if previous is not None:
+                previous(index)
+            if self.flops is not None:
+                self.flops.on_commit(index)
+            if self.recorder.device is None and index - self._device_checked_at >= 1:
+                self._device_checked_at = index
+                self._maybe_enable_device_timing()
+
+        self.recorder.on_commit = on_commit
+
+    def _maybe_enable_device_timing(self) -> None:
+        try:
+            from stepscope.capture.cuda_timing import DeviceTimer, torch_cuda_backend
+
+            backend = torch_cuda_backend()
+            if backend is not None:
+                self.recorder.device = DeviceTimer(self.recorder.columns, *backend)
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.once("cuda-timing", f"CUDA event timing unavailable ({exc}); host times only")
+
+    # -- library API helpers -----------------------------------------------------------------
+    def wrap(self, iterable: Iterable[Any]) -> Iterable[Any]:
+        """Time ``next()`` on any iterable as data wait (DataLoaders are captured without this)."""
+        try:
+            from torch.utils.data import DataLoader
+
+            if isinstance(iterable, DataLoader):
+                return iterable
+        except ImportError:
+            pass
+        return self._timed_iter(iter(iterable))
+
+    def _timed_iter(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        from stepscope.capture.hooks import batch_length
+
+        recorder = self.recorder
+        while True:
+            recorder.batch_requested()
+            recorder.enter(DATA_WAIT)
+            try:
+                item = next(iterator)
+            except StopIteration:
+                recorder.leave(DATA_WAIT)
+                return
+            recorder.leave(DATA_WAIT)
+            recorder.batch_received(batch_length(item))
+            yield item
+
+    def step(self) -> None:
+        """Mark the end of a step explicitly (then optimizer steps no longer delimit steps)."""
+        self.recorder.mark_step()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Attribute a block to a phase: ``data_wait``, ``forward``, ``backward`` or ``optimizer``."""
+        if name not in PHASE_NAMES[1:]:
+            raise UsageError(f"unknown phase {name!r}; choose one of: {', '.join(PHASE_NAMES[1:])}")
+        index = PHASE_NAMES.index(name)
+        self.recorder.enter(index)
+        try:
+            yield
+        finally:
+            self.recorder.leave(index)
+
+
+class _SafeListener:
+    """Forwards phase boundaries to a profiler; a failing profiler warns once and is dropped."""
+
+    def __init__(self, profiler: Any, warnings: WarningSink):
+        self.profiler = profiler
+        self.warnings = warnings
+
+    def start(self, action: str) -> None:
+        self._call("start", action)
+
+    def stop(self, action: str) -> None:
+        self._call("stop", action)
+
+    def _call(self, method: str, action: str) -> None:
+        if self.profiler is None:
+            return
+        try:
+            getattr(self.profiler, method)(action)
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.once("profiler", f"profiler failed on {method}({action!r}): {exc}; profiling stopped")
+            self.profiler = None
+
+
+def _quietly(warnings: WarningSink, cause: str, action) -> None:
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001
+        warnings.once(cause, f"{cause} failed ({type(exc).__name__}: {exc})")
+
+
+def _measure_cpu_peak(warnings: WarningSink) -> float | None:
+    try:
+        from stepscope.analysis.mfu import measure_cpu_matmul_peak
+    except ImportError:
+        return None
+    try:
+        return float(measure_cpu_matmul_peak(0.3))
+    except Exception as exc:  # noqa: BLE001
+        warnings.once("cpu-peak", f"CPU matmul peak not measured ({exc})")
+        return None
+
+
+@contextlib.contextmanager
+def profile(out: str | Path | None = None, *, sample_interval_s: float | None = 0.1,
+            summary: bool = True, profiler: Any = None) -> Iterator[CaptureSession]:
+    """Capture the enclosed block like ``stepscope run`` would (library API).
+
+    Args:
+        out: run directory (default: ``./stepscope-runs/<timestamp>-api``).
+        sample_interval_s: sidecar sampling period, or ``None`` for no sidecar.
+        summary: print the terminal summary to stderr at the end.
+        profiler: optional stepscope profiler driven with the captured phases.
+
+    Yields:
+        The :class:`CaptureSession` (``wrap()``, ``step()``, ``phase()``; ``.record`` after exit).
+    """
+    from stepscope.capture.rundir import default_run_dir
+
+    session = CaptureSession(out or default_run_dir("api"), target="api", mode="api",
+                             sample_interval_s=sample_interval_s, profiler=profiler)
+    session.start()
+    exception = None
+    try:
+        yield session
+    except BaseException as exc:
+        exception = type(exc).__name__
+        raise
+    finally:
+        record = session.stop(exception=exception)
+        if record is not None:
+            from stepscope.report.build import write_report
+
+            write_report(record, session.run_dir, print_summary=summary)
+
+
+__all__ = ["CaptureSession", "profile", "prepare_run_dir"]

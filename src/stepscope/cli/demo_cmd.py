@@ -1,0 +1,54 @@
+"""`stepscope demo [NAME]`: run a zoo scenario with a planted bottleneck under capture."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from stepscope.cli.run_cmd import add_capture_options, capture_options, run_target
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run a built-in workload with a planted bottleneck and diagnose it",
+        description="Train a built-in workload (no downloads) under capture and print the verdict. "
+                    "Without NAME, runs the input-bound scenario.")
+    parser.add_argument("name", nargs="?", help="scenario to run (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--steps", type=int, metavar="N", help="override the scenario's step count")
+    add_capture_options(parser)
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from stepscope.zoo import DEFAULT_SCENARIO, SCENARIOS, get_scenario
+
+    if args.list:
+        return _print_list(SCENARIOS, DEFAULT_SCENARIO)
+    scenario = get_scenario(args.name or DEFAULT_SCENARIO)
+    options = capture_options(args)
+    from stepscope.capture.launcher import resolve_module
+    from stepscope.errors import UsageError
+
+    script_args = list(scenario.args)
+    if args.steps is not None:
+        if args.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {args.steps}")
+        script_args += ["--steps", str(args.steps)]
+    target = resolve_module(scenario.module, script_args)
+    return run_target(target, options, run_name=f"demo-{scenario.name}")
+
+
+def _print_list(scenarios: dict[str, Any], default: str) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="stepscope demo scenarios", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("planted bottleneck")
+    table.add_column("what it does")
+    for scenario in scenarios.values():
+        name = scenario.name + (" (default)" if scenario.name == default else "")
+        table.add_row(name, scenario.planted_family, f"{scenario.title}: {scenario.mechanism}")
+    Console().print(table)
+    return 0

@@ -1,0 +1,37 @@
+"""`stepscope report RUN_DIR`: re-render a saved run without re-running it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report", help="re-print the summary of a saved run",
+        description="Re-render a run directory written by 'stepscope run' (terminal or JSON).")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a record file")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import orjson
+
+    from stepscope.record.io import load_record, resolve_record_path
+    from stepscope.report.model import build_report
+
+    record = load_record(args.run_dir, rank=args.rank)
+    report = build_report(record)
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                                      | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+        return 0
+    from rich.console import Console
+
+    from stepscope.report.terminal import print_summary
+
+    print_summary(report, str(resolve_record_path(args.run_dir, args.rank).parent), console=Console())
+    return 0

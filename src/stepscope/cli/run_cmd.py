@@ -1,0 +1,144 @@
+"""`stepscope run [options] script.py args…` / `stepscope run [options] -m module args…`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import UsageError
+
+#: Options that take a value (needed to find where the script's own arguments begin).
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on"}
+#: Exit status when --fail-on trips and the script itself succeeded.
+EXIT_FINDINGS = 3
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``[stepscope options] target [script args]``: everything after the target is the script's."""
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            return argv[:index] + argv[index + 1:index + 2], argv[index + 2:]
+        if token == "-m":
+            return argv[:index + 2], argv[index + 2:]
+        if token.startswith("-m") and len(token) > 2 and not token.startswith("--"):
+            return argv[:index + 1], argv[index + 1:]
+        if not token.startswith("-") or token == "-":
+            return argv[:index + 1], argv[index + 1:]
+        if token in _VALUE_OPTIONS:
+            index += 1
+        index += 1
+    return argv, []
+
+
+def add_capture_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and `demo`."""
+    parser.add_argument("-o", "--out", metavar="DIR", help="run directory (default ./stepscope-runs/<time>-<name>)")
+    parser.add_argument("--no-monitor", action="store_true", help="do not start the system sampler")
+    parser.add_argument("--sample-hz", type=float, default=10.0, metavar="HZ",
+                        help="system sampling rate (default 10)")
+    parser.add_argument("--profiler", metavar="NAME",
+                        help="also profile the captured phases with a stepscope profiler "
+                             "(simple, advanced, pytorch, passthrough)")
+    parser.add_argument("--fail-on", metavar="SEVERITY",
+                        help=f"exit {EXIT_FINDINGS} when a finding at or above SEVERITY "
+                             "(info, low, medium, high, critical) is present and the script succeeded")
+    parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run an unmodified script under capture and diagnose it",
+        description="Run a training/inference script exactly as python would, capture every step, "
+                    "and print where the time went. Everything after the script goes to the script.",
+        usage="stepscope run [options] (script.py | -m module) [args ...]")
+    add_capture_options(parser)
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
+    parser.add_argument("script", nargs="?", help="the script to run")
+    parser.set_defaults(handler=handle)
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    out: str | None
+    sample_interval_s: float | None
+    profiler: str | None
+    fail_on: Any
+    summary: bool
+
+
+def capture_options(args: argparse.Namespace) -> CaptureOptions:
+    from stepscope.diagnosis.findings import Severity
+
+    if args.sample_hz <= 0:
+        raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
+    return CaptureOptions(
+        out=args.out,
+        sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
+        profiler=args.profiler,
+        fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
+        summary=not args.no_summary,
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    from stepscope.capture.launcher import resolve_module, resolve_script
+
+    if args.module and args.script:
+        args.rest = [args.script, *args.rest]
+    if not args.module and not args.script:
+        raise UsageError("nothing to run: give a script (stepscope run train.py ...) or -m MODULE")
+    options = capture_options(args)
+    target = resolve_module(args.module, args.rest) if args.module else resolve_script(args.script, args.rest)
+    return run_target(target, options)
+
+
+def run_target(target: Any, options: CaptureOptions, run_name: str | None = None) -> int:
+    """Run ``target`` under capture; exits the process the way the script would have."""
+    from stepscope.capture import launcher
+    from stepscope.capture.rundir import default_run_dir
+    from stepscope.capture.session import CaptureSession
+
+    run_dir = Path(options.out) if options.out else default_run_dir(run_name or target.name)
+    profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
+    session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
+                             argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
+                             profiler=profiler)
+    report_box: list[Any] = []
+
+    def finalize(exit_code: int, exception: str | None, interrupted_by: str | None) -> None:
+        sys.stdout.flush()
+        record = session.stop(exit_code=exit_code, exception=exception, interrupted_by=interrupted_by)
+        if record is None or report_box:
+            return
+        from stepscope.report.build import write_report
+
+        report_box.append(write_report(record, session.run_dir,
+                                       print_summary=options.summary and record.meta.rank == 0))
+
+    launcher.install_sigterm(lambda: finalize(143, None, "SIGTERM"))
+    session.start()
+    outcome = launcher.execute(target)
+    launcher.report_outcome(outcome)
+    exception_name = type(outcome.exception).__name__ if outcome.exception is not None else None
+    finalize(outcome.exit_code, exception_name, outcome.signal_name)
+    if (options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None
+            and report_box
+            and any(finding.severity >= options.fail_on for finding in report_box[0].findings)):
+        print(f"stepscope: findings at or above '{options.fail_on.name.lower()}' (--fail-on): exit {EXIT_FINDINGS}",
+              file=sys.stderr)
+        return EXIT_FINDINGS
+    launcher.finish_process(outcome)
+    return outcome.exit_code
+
+
+def _make_profiler(name: str, run_dir: Path) -> Any:
+    try:
+        from stepscope.profilers import create_profiler
+    except ImportError:
+        raise UsageError("--profiler needs the stepscope profilers, which this build lacks") from None
+    return create_profiler(name, dirpath=run_dir / "profiler")

@@ -1,0 +1,124 @@
+"""The Report: summary + findings of one run, computed once; renderers only format it.
+
+``report.json`` is :meth:`Report.to_dict` (schema documented in ``docs/report-json.md``). A saved
+run re-renders exactly: :func:`build_report` is a pure function of the record (and its samples).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.steps import StepStats, excluded_steps, step_stats, steady_mask, warmup_count
+from stepscope.diagnosis.findings import Finding
+from stepscope.record.run import RunRecord
+
+REPORT_KIND = "stepscope.report"
+REPORT_SCHEMA_VERSION = 1
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a renderer shows about one run."""
+
+    run: dict[str, Any]
+    total_steps: int
+    warmup_steps: int
+    excluded_steps: tuple[int, ...]
+    steady: StepStats
+    warmup: StepStats
+    loaders: tuple[dict[str, Any], ...]
+    findings: tuple[Finding, ...]
+    signals: Any = None
+    warnings: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def top_finding(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": REPORT_KIND,
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "run": self.run,
+            "steps": {"total": self.total_steps, "warmup": self.warmup_steps,
+                      "steady": self.steady.count, "excluded": list(self.excluded_steps)},
+            "steady_state": self.steady.to_dict(),
+            "warmup": self.warmup.to_dict(),
+            "loaders": list(self.loaders),
+            "findings": [finding.to_dict() for finding in self.findings],
+            "verdict": _verdict(self.findings),
+            "signals": self.signals.to_dict() if self.signals is not None else None,
+            "warnings": list(self.warnings),
+            "extra": self.extra,
+        }
+
+
+def _verdict(findings: tuple[Finding, ...]) -> dict[str, Any] | None:
+    if not findings:
+        return None
+    top = findings[0]
+    return {"family": top.family, "rule_id": top.rule_id, "title": top.title,
+            "severity": top.severity.name.lower(), "impact": top.impact}
+
+
+def _run_info(record: RunRecord) -> dict[str, Any]:
+    meta = record.meta
+    info = asdict(meta)
+    info["wall_s"] = meta.wall_s
+    return info
+
+
+def compute_signals(record: RunRecord) -> Any:
+    """The sampler's derived signals for this record, or None without samples."""
+    if record.samples is None:
+        return None
+    try:
+        from stepscope.analysis.signals import compute_signals as derive
+    except ImportError:
+        return None
+    return derive(record.samples, record.steps)
+
+
+def run_diagnosis(record: RunRecord, signals: Any, trace: Any = None) -> list[Finding]:
+    from stepscope.diagnosis.engine import DiagnosisContext, diagnose
+
+    builder = _context_builder()
+    context = builder(record, signals, trace) if builder else DiagnosisContext(record=record, signals=signals, trace=trace)
+    return diagnose(context)
+
+
+def _context_builder():
+    from stepscope.diagnosis import engine
+
+    return getattr(engine, "build_context", None)
+
+
+def build_report(record: RunRecord, *, trace: Any = None) -> Report:
+    """Compute the report of a run (pure: same record, same report)."""
+    steps = record.steps
+    warm = warmup_count(steps.duration_ns)
+    mask = steady_mask(record)
+    warm_mask = np.zeros(len(steps), dtype=bool)
+    warm_mask[:warm] = True
+    signals = compute_signals(record)
+    findings = tuple(run_diagnosis(record, signals, trace))
+    return Report(
+        run=_run_info(record),
+        total_steps=len(steps),
+        warmup_steps=warm,
+        excluded_steps=tuple(excluded_steps(record)),
+        steady=step_stats(steps.select(mask)),
+        warmup=step_stats(steps.select(warm_mask)),
+        loaders=tuple(asdict(loader) for loader in record.loaders),
+        findings=findings,
+        signals=signals,
+        warnings=record.warnings,
+        extra=dict(record.extra),
+    )

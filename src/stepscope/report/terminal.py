@@ -1,0 +1,164 @@
+"""The one-screen terminal summary (rich). Formats a :class:`~stepscope.report.model.Report`; computes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.diagnosis.findings import Finding, Severity
+from stepscope.record.run import PHASES
+from stepscope.report.model import Report
+from stepscope.units import format_bytes, format_duration, format_ratio
+
+PHASE_STYLE = {
+    "data_wait": ("data wait", "red"),
+    "forward": ("forward", "cyan"),
+    "backward": ("backward", "blue"),
+    "optimizer": ("optimizer", "magenta"),
+    "other": ("other", "bright_black"),
+}
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.HIGH: "red",
+    Severity.MEDIUM: "yellow",
+    Severity.LOW: "green",
+    Severity.INFO: "bright_black",
+}
+BAR_WIDTH = 40
+MAX_FINDINGS = 3
+
+
+def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
+    """A stacked bar of phase shares (largest-remainder rounding keeps the width exact)."""
+    raw = [(phase, shares.get(phase, 0.0) * width) for phase in PHASES]
+    cells = {phase: int(value) for phase, value in raw}
+    for phase, _ in sorted(raw, key=lambda item: item[1] - int(item[1]), reverse=True)[: width - sum(cells.values())]:
+        cells[phase] += 1
+    bar = Text()
+    for phase in PHASES:
+        bar.append("█" * cells[phase], style=PHASE_STYLE[phase][1])
+    return bar
+
+
+def _phase_legend(shares: dict[str, float]) -> Text:
+    legend = Text()
+    for index, phase in enumerate(PHASES):
+        label, style = PHASE_STYLE[phase]
+        if index:
+            legend.append(" · ")
+        legend.append("■ ", style=style)
+        legend.append(f"{label} {format_ratio(shares.get(phase, 0.0))}")
+    return legend
+
+
+def _overview(report: Report) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    steady = report.steady
+    rate = f"{steady.steps_per_s:.2f} steps/s" if steady.steps_per_s else "-"
+    if steady.samples_per_s:
+        rate += f" · {steady.samples_per_s:,.0f} samples/s"
+    table.add_row("Throughput", f"{rate}  (steady state: {steady.count} steps)")
+    table.add_row("Step time", f"median {format_duration(steady.median_s)} · p90 {format_duration(steady.p90_s)}"
+                  f" · max {format_duration(steady.max_s)}")
+    if report.warmup_steps:
+        warm = report.warmup
+        table.add_row("Warm-up", f"{report.warmup_steps} step(s), {format_duration(warm.total_s)} "
+                      f"(mean {format_duration(warm.mean_s)}) — shown apart")
+    table.add_row("Phases", Group(phase_bar(steady.phase_shares), _phase_legend(steady.phase_shares)))
+    for loader in report.loaders:
+        table.add_row("DataLoader", _loader_line(loader))
+    return table
+
+
+def _loader_line(loader: dict[str, Any]) -> str:
+    dataset = loader["dataset_type"].rsplit(".", 1)[-1]
+    prefetch = loader["prefetch_factor"] if loader["prefetch_factor"] is not None else "-"
+    return (f"#{loader['loader_id']} {dataset}: batch_size={loader['batch_size']} "
+            f"num_workers={loader['num_workers']} pin_memory={loader['pin_memory']} "
+            f"prefetch_factor={prefetch} persistent_workers={loader['persistent_workers']} "
+            f"drop_last={loader['drop_last']} · {loader['batches']} batches, "
+            f"wait {format_duration(loader['wait_ns'] / 1e9)}")
+
+
+def _finding(finding: Finding, rank: int) -> Group:
+    style = SEVERITY_STYLE.get(finding.severity, "")
+    head = Text()
+    head.append(f"{rank}. ", style="bold")
+    head.append(f"[{finding.severity.name}] ", style=style)
+    head.append(finding.title, style="bold")
+    head.append(f"  costs ~{format_ratio(finding.impact)} of step time · {finding.family}"
+                f" · confidence {finding.confidence:.0%}", style="bright_black")
+    parts: list[Any] = [head]
+    if finding.summary:
+        parts.append(Text(f"   {finding.summary}"))
+    for item in finding.evidence[:4]:
+        parts.append(Text(f"   • {item.metric} = {_value(item.value, item.unit)}"
+                          + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
+                          + (f" [{item.source}]" if item.source else ""), style="bright_black"))
+    for prescription in finding.prescriptions[:3]:
+        line = Text("   → ", style="green")
+        line.append(prescription.action, style="green")
+        if prescription.why:
+            line.append(f" — {prescription.why}", style="bright_black")
+        parts.append(line)
+    return Group(*parts)
+
+
+def _value(value: Any, unit: str) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if unit == "ratio":
+            return format_ratio(float(value))
+        if unit == "s":
+            return format_duration(float(value))
+        if unit == "bytes":
+            return format_bytes(float(value))
+        if isinstance(value, float):
+            return f"{value:.3g}"
+    return str(value)
+
+
+def _verdict(report: Report) -> Group:
+    if not report.findings:
+        message = ("no steps were captured: nothing to diagnose" if report.total_steps == 0
+                   else "no bottleneck rule fired")
+        return Group(Text(message, style="bright_black"))
+    shown = report.findings[:MAX_FINDINGS]
+    parts = [_finding(finding, index + 1) for index, finding in enumerate(shown)]
+    if len(report.findings) > MAX_FINDINGS:
+        parts.append(Text(f"   (+{len(report.findings) - MAX_FINDINGS} more in report.json)", style="bright_black"))
+    return Group(*parts)
+
+
+def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Panel:
+    """The summary panel."""
+    run = report.run
+    title = (f"stepscope · {run.get('target') or 'run'} · {report.total_steps} steps · "
+             f"{format_duration(run.get('wall_s'))} · exit {run.get('exit_code')}")
+    parts: list[Any] = [_overview(report)]
+    if macro is not None:
+        parts += [Text(""), macro]
+    parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
+    for message in report.warnings[:3]:
+        parts.append(Text(f"warning: {message}", style="yellow"))
+    if run_dir:
+        parts.append(Text(f"Run directory: {run_dir}  (report.json, record.rank*.json.gz)", style="bright_black"))
+    return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+def print_summary(report: Report, run_dir: str | None = None, console: Console | None = None) -> None:
+    console = console or Console(stderr=True)
+    macro = None
+    if report.signals is not None:
+        try:
+            from stepscope.report.macro_view import render_macro
+
+            macro = render_macro(report.signals)
+        except ImportError:
+            macro = None
+    console.print(render(report, run_dir, macro))

@@ -1,0 +1,211 @@
+"""`stepscope run` passes the script's argv, output and exit status through unchanged."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from conftest import run_cli, run_python, write_script
+from stepscope.record.io import load_record
+
+PASSTHROUGH = """
+    import sys
+
+    print("argv:", sys.argv)
+    print("path0-ends-with-script-dir:", sys.path[0].endswith("scripts"))
+    print("file:", __file__.endswith("probe.py"), "name:", __name__)
+    print("to-stderr", file=sys.stderr)
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+
+
+    def fail():
+        raise ValueError("boom")
+
+
+    if mode == "code":
+        sys.exit(7)
+    if mode == "msg":
+        sys.exit("fatal: bad thing")
+    if mode == "raise":
+        fail()
+    if mode == "interrupt":
+        import os, signal
+        os.kill(os.getpid(), signal.SIGINT)
+    if __name__ == "__main__":
+        print("main-guard ran")
+"""
+
+
+@pytest.fixture
+def probe(tmp_path):
+    return write_script(tmp_path / "scripts", "probe.py", PASSTHROUGH)
+
+
+@pytest.mark.parametrize("mode, code", [("ok", 0), ("code", 7), ("msg", 1), ("raise", 1),
+                                        ("interrupt", -signal.SIGINT)])
+def test_output_argv_and_exit_code_pass_through(tmp_path, probe, mode, code, entry):
+    args = ["scripts/probe.py", mode, "--lr", "3e-4"]
+    bare = run_python(args, tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", *args], tmp_path, entry=entry)
+    assert bare.returncode == code
+    assert wrapped.returncode == bare.returncode, wrapped.stderr
+    assert wrapped.stdout == bare.stdout
+    assert wrapped.stderr.startswith(bare.stderr), (bare.stderr, wrapped.stderr)
+    record = load_record(tmp_path / "out")
+    assert record.meta.exit_code == (code if code >= 0 else 128 + signal.SIGINT)
+    assert record.meta.argv == ("scripts/probe.py", mode, "--lr", "3e-4")
+
+
+def test_exception_traceback_is_pythons(tmp_path, probe):
+    bare = run_python(["scripts/probe.py", "raise"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "scripts/probe.py", "raise"], tmp_path)
+    assert "Traceback (most recent call last)" in bare.stderr
+    assert "stepscope" not in bare.stderr
+    assert wrapped.stderr.startswith(bare.stderr)
+    traceback_part = wrapped.stderr[: len(bare.stderr)]
+    assert "capture" not in traceback_part and "launcher" not in traceback_part
+    assert load_record(tmp_path / "out").meta.exception == "ValueError"
+
+
+def test_module_mode(tmp_path):
+    write_script(tmp_path / "pkg", "__init__.py", "")
+    write_script(tmp_path / "pkg", "job.py", """
+        import sys
+        print("argv0-is-file:", sys.argv[0].endswith("job.py"), sys.argv[1:], __name__, __package__)
+        raise SystemExit(3)
+    """)
+    bare = run_python(["-m", "pkg.job", "a", "--b"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "-m", "pkg.job", "a", "--b"], tmp_path)
+    assert bare.returncode == wrapped.returncode == 3
+    assert wrapped.stdout == bare.stdout
+    assert load_record(tmp_path / "out").meta.mode == "module"
+
+
+def test_module_traceback_matches_python(tmp_path):
+    write_script(tmp_path / "pkg", "__init__.py", "")
+    write_script(tmp_path / "pkg", "crash.py", "def f():\n    return 1 / 0\n\nf()\n")
+    bare = run_python(["-m", "pkg.crash"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "-m", "pkg.crash"], tmp_path)
+    assert bare.returncode == wrapped.returncode == 1
+    assert wrapped.stderr.startswith(bare.stderr)
+
+
+def test_spawn_multiprocessing_in_the_script_works(tmp_path):
+    write_script(tmp_path, "spawner.py", """
+        import multiprocessing as mp
+
+
+        def square(value):
+            return value * value
+
+
+        if __name__ == "__main__":
+            with mp.get_context("spawn").Pool(1) as pool:
+                print(pool.map(square, [1, 2, 3]))
+    """)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "spawner.py"], tmp_path)
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.stdout == "[1, 4, 9]\n"
+
+
+def test_summary_goes_to_stderr_and_run_dir_is_written(tmp_path):
+    write_script(tmp_path, "train.py", """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(data, batch_size=8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        print("done")
+    """)
+    result = run_cli(["run", "--no-monitor", "train.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done\n"
+    assert "Throughput" in result.stderr and "steps/s" in result.stderr
+    runs = list((tmp_path / "stepscope-runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.endswith("-train")
+    assert (runs[0] / "report.json").is_file()
+    assert len(load_record(runs[0]).steps) == 8
+    again = run_cli(["report", str(runs[0])], tmp_path)
+    assert again.returncode == 0 and "Throughput" in again.stdout
+
+
+def test_sigterm_writes_the_record_and_dies_by_sigterm(tmp_path):
+    write_script(tmp_path, "term.py", """
+        import os, signal
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(20):
+            opt.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            if step == 9:
+                print("terminating", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+        print("not reached")
+    """)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "term.py"], tmp_path)
+    assert result.returncode == -signal.SIGTERM
+    assert result.stdout == "terminating\n"
+    record = load_record(tmp_path / "out")
+    assert record.meta.interrupted_by == "SIGTERM"
+    assert len(record.steps) >= 9
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "missing.py"], "missing.py: no such script"),
+    (["run", "-m", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
+    (["run", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
+    (["run"], "nothing to run"),
+    (["run", "--sample-hz", "0", "x.py"], "--sample-hz must be > 0"),
+    (["run", "--fail-on", "extreme", "ok.py"], "unknown severity 'extreme'"),
+    (["run", "-o", "blocker/sub", "ok.py"], "cannot write the run directory"),
+    (["report", "nowhere"], "nowhere: no such file or directory"),
+    (["demo", "no-such-scenario"], "unknown demo scenario"),
+])
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "blocker").write_text("a file, not a directory")
+    write_script(tmp_path, "ok.py", "print('hi')")
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("stepscope: error:"), result.stderr
+    assert message in lines[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_syntax_error_is_reported_like_python(tmp_path):
+    write_script(tmp_path, "broken.py", "x = 1\ndef oops(:\n    pass\n")
+    bare = run_python(["broken.py"], tmp_path)
+    result = run_cli(["run", "--no-monitor", "broken.py"], tmp_path)
+    assert result.returncode == 2
+    assert "SyntaxError" in result.stderr and "line 2" in result.stderr
+    assert bare.stderr.strip().splitlines()[-1] in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("stepscope: error: broken.py: the script has a SyntaxError")
+    assert "Traceback" not in result.stderr
+
+
+def test_damaged_and_newer_records_are_clear_errors(tmp_path):
+    import gzip
+
+    import orjson
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "record.rank0.json.gz").write_bytes(b"\x1f\x8b\x08\x00trash")
+    result = run_cli(["report", str(bad)], tmp_path)
+    assert result.returncode == 2 and "damaged gzip" in result.stderr
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "record.rank0.json.gz").write_bytes(gzip.compress(orjson.dumps(
+        {"kind": "stepscope.run_record", "schema_version": 999})))
+    result = run_cli(["report", str(newer)], tmp_path)
+    assert result.returncode == 2 and "upgrade stepscope" in result.stderr

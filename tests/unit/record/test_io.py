@@ -1,0 +1,140 @@
+"""Run record round trip, schema versioning and damaged files."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import orjson
+import pytest
+
+from stepscope.errors import InputError
+from stepscope.record import layout
+from stepscope.record.io import load_record, record_to_document, save_record
+from stepscope.record.run import SCHEMA_VERSION, LoaderInfo, RunMeta, RunRecord, Steps
+
+
+def make_record(count: int = 5, rank: int = 0) -> RunRecord:
+    start = 10_000 + np.arange(count, dtype=np.int64) * 1000
+    columns = {
+        "start_ns": start,
+        "duration_ns": np.full(count, 1000),
+        "data_wait_ns": np.full(count, 400),
+        "loader_init_ns": np.zeros(count),
+        "forward_ns": np.full(count, 200),
+        "backward_ns": np.full(count, 300),
+        "optimizer_ns": np.full(count, 50),
+        "other_ns": np.full(count, 50),
+        "batches": np.ones(count),
+        "samples": np.full(count, 8),
+        "optimizer_steps": np.ones(count),
+    }
+    loader = LoaderInfo(loader_id=0, cls="torch.utils.data.dataloader.DataLoader", dataset_type="X",
+                        iterable_dataset=False, batch_size=8, num_workers=2, pin_memory=True,
+                        prefetch_factor=2, persistent_workers=False, drop_last=False, batches=count,
+                        worker_pids=(11, 12))
+    return RunRecord(meta=RunMeta(rank=rank, target="train.py", argv=("train.py", "--lr", "3e-4")),
+                     steps=Steps.from_columns(columns), loaders=(loader,), warnings=("w",),
+                     extra={"flops": {"step_index": 2, "flops": 123}})
+
+
+def test_round_trip(tmp_path):
+    record = make_record()
+    save_record(record, layout.record_path(tmp_path, 0))
+    loaded = load_record(tmp_path)
+    loaded.check()
+    assert loaded.meta == record.meta
+    assert loaded.loaders == record.loaders
+    assert loaded.warnings == record.warnings
+    assert loaded.extra == record.extra
+    for name, column in record.steps.columns().items():
+        assert np.array_equal(getattr(loaded.steps, name), column), name
+
+
+def test_hundred_thousand_steps_stay_compact_and_fast(tmp_path):
+    import time
+
+    record = make_record(100_000)
+    path = save_record(record, tmp_path / "big.json.gz")
+    assert path.stat().st_size < 3_000_000
+    started = time.perf_counter()
+    loaded = load_record(path)
+    assert time.perf_counter() - started < 5.0
+    assert len(loaded.steps) == 100_000
+
+
+def test_run_dir_with_ranks(tmp_path):
+    for rank in (0, 1):
+        save_record(make_record(rank=rank), layout.record_path(tmp_path, rank))
+    assert layout.record_ranks(tmp_path) == [0, 1]
+    assert load_record(tmp_path, rank=1).meta.rank == 1
+    with pytest.raises(InputError, match="no record for rank 5"):
+        load_record(tmp_path, rank=5)
+
+
+def _write_doc(path, document):
+    path.write_bytes(gzip.compress(orjson.dumps(document)))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda path: path.write_bytes(b"\x1f\x8b\x08\x00garbage"), "damaged gzip"),
+    (lambda path: path.write_bytes(gzip.compress(b"{not json")), "not valid JSON"),
+    (lambda path: _write_doc(path, {"kind": "something else"}), "not a stepscope run record"),
+    (lambda path: _write_doc(path, [1, 2, 3]), "not a stepscope run record"),
+    (lambda path: path.write_bytes(b""), "not valid JSON"),
+])
+def test_damaged_records_raise_input_error(tmp_path, damage, message):
+    path = tmp_path / "record.rank0.json.gz"
+    damage(path)
+    with pytest.raises(InputError, match=message):
+        load_record(path)
+
+
+def test_truncated_record(tmp_path):
+    path = save_record(make_record(), tmp_path / "record.rank0.json.gz")
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(InputError, match="damaged gzip"):
+        load_record(path)
+
+
+def test_newer_schema_is_rejected_with_upgrade_hint(tmp_path):
+    document = record_to_document(make_record())
+    document["schema_version"] = SCHEMA_VERSION + 1
+    path = tmp_path / "record.rank0.json.gz"
+    _write_doc(path, document)
+    with pytest.raises(InputError, match="upgrade stepscope"):
+        load_record(path)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda doc: doc["steps"]["columns"]["forward_ns"].pop(),
+    lambda doc: doc["steps"]["columns"].__setitem__("other_ns", [0] * 5),
+    lambda doc: doc["steps"].__setitem__("count", 7),
+    lambda doc: doc.__setitem__("meta", "oops"),
+    lambda doc: doc.pop("steps"),
+])
+def test_inconsistent_records_are_rejected(tmp_path, mutate):
+    document = record_to_document(make_record())
+    mutate(document)
+    path = tmp_path / "record.rank0.json.gz"
+    _write_doc(path, document)
+    with pytest.raises(InputError, match="malformed run record"):
+        load_record(path)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_record(tmp_path / "nope")
+    with pytest.raises(InputError, match="no run record"):
+        load_record(tmp_path)
+
+
+def test_record_module_does_not_need_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import stepscope, stepscope.record.io, stepscope.report.model, stepscope.report.terminal\n"
+            "print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "ok", result.stderr
