@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "demo": "demo_cmd",
     "report": "report_cmd",
+    "analyze": "analyze_cmd",
 }
 
 
