@@ -34,7 +34,7 @@ _IDLE_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy"
 class StreamIdle:
     stream: int
     idle_us: dict[str, float]  # category -> µs
-    ratio: dict[str, float]
+    ratio: dict[str, float | None]
     interval_stats: dict[str, dict[str, float | None]]  # category -> count/mean/std/min/p25/p50/p75/max
 
 
@@ -52,7 +52,7 @@ class IdleTimeBreakdown:
 
 def _describe(values: np.ndarray) -> dict[str, float | None]:
     if len(values) == 0:
-        return {"count": 0}
+        return {"count": 0, "mean": None, "std": None, "min": None, "p25": None, "p50": None, "p75": None, "max": None}
     q = np.quantile(values, [0.25, 0.5, 0.75])
     return {
         "count": int(len(values)),
@@ -106,6 +106,6 @@ def idle_time_breakdown(events: EventTable, rows: HtaRows, rank: int) -> IdleTim
             idle[name] = float(values.sum())
             stats[name] = _describe(values)
         total = sum(idle.values())
-        ratio = {k: (v / total if total else 0.0) for k, v in idle.items()}
+        ratio = {k: (v / total if total else None) for k, v in idle.items()}  # 0/0: no idle time
         out.append(StreamIdle(int(value), idle, ratio, stats))
     return IdleTimeBreakdown(rank, tuple(out))
