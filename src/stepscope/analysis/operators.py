@@ -11,7 +11,8 @@ Grouped by name (and the JSON text of ``Input Dims`` with ``group_by_shape``), s
 self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the
 group (legacy traces; newer traces record stacks as python_function events, not joined here).
 ``tc_eligible`` marks the operators the plugin lists as Tensor Core eligible (convolutions and
-matrix products), used for the "enable AMP" finding.
+matrix products) and every operator with such a descendant (e.g. ``AddmmBackward0``), used for the
+"enable AMP" finding.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ TC_ELIGIBLE_OPS = frozenset(
         "prelu", "addmm", "addmv", "addr", "matmul", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
         "linalg_multi_dot", "_thnn_fused_gru_cell", "_thnn_fused_lstm_cell", "gru_cell", "lstm_cell", "rnn_relu_cell",
         "rnn_tanh_cell", "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight",
-        "convolution_backward", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-        "scaled_dot_product_attention", "_scaled_mm",
     )
 )
 
@@ -101,6 +100,14 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
         if p >= 0 and kept[pos]:
             device_total[p] += device_total[pos]
     host_self = dur - child_sum - runtime_sum
+    # Tensor Core eligibility propagates from eligible descendants to operator ancestors (plugin rule)
+    eligible_names = events.symbols.ids_where(lambda s: s in TC_ELIGIBLE_OPS)
+    eligible = np.isin(events.name[rows], eligible_names)
+    op_kind = roles.kind[rows] == OPERATOR
+    for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():
+        p = parent[pos]
+        if p >= 0 and kept[pos] and eligible[pos] and op_kind[p]:
+            eligible[p] = True
     is_op = roles.kind[rows] == OPERATOR
     names_all = events.name[rows]
     excluded = events.symbols.ids_where(
@@ -114,6 +121,7 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
     shapes = events.input_dims[rows][op_pos] if group_by_shape else np.full(len(op_pos), -1)
     stacks = events.call_stack[rows][op_pos]
     keys = names.astype(np.int64) * (1 << 31) + (shapes + 1)
+    op_eligible = eligible[op_pos]
     uniq, inverse = np.unique(keys, return_inverse=True)
     g = len(uniq)
     calls = np.bincount(inverse, minlength=g)
@@ -134,7 +142,7 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
         out.append(
             OperatorRow(
                 name, shape, int(calls[gi]), float(agg["hs"][gi]), float(agg["ht"][gi]), float(agg["ds"][gi]),
-                float(agg["dt"][gi]), name in TC_ELIGIBLE_OPS, stack,
+                float(agg["dt"][gi]), bool(op_eligible[inverse == gi].any()), stack,
             )
         )
     out.sort(key=lambda r: (-r.device_self_us, -r.host_self_us, r.name))
