@@ -38,6 +38,7 @@ HEAD_SEARCH_BYTES = 64 * 1024 * 1024
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _CLOSE = re.compile(rb"\}\s*\]")
+_ANY_CLOSE = re.compile(rb"\]")
 
 
 class DecodeFailure(Exception):
@@ -184,22 +185,25 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, by
     stripped = buffer.lstrip()
     if stripped.startswith(b"]"):
         return [], stripped[1:]
-    end = len(buffer)
     last_error: DecodeFailure | None = None
-    for _attempt in range(64):
-        end = buffer.rfind(b"}", 0, end)
-        if end < 0:
-            break
-        close = _CLOSE.match(buffer, end)
-        if close is None:
-            continue
-        try:
-            events = _loads(b"[" + buffer[: end + 1] + b"]", stats, offset - 1)
-        except DecodeFailure as exc:
-            last_error = last_error or exc
-            continue
-        if isinstance(events, list):
-            return events, buffer[close.end() :]
+    # usual case: the last event is an object ("} ]"); else any "]" (a damaged last element)
+    for closer, attempts in ((_CLOSE, 64), (_ANY_CLOSE, 16)):
+        end = len(buffer)
+        for _attempt in range(attempts):
+            end = buffer.rfind(b"}" if closer is _CLOSE else b"]", 0, end)
+            if end < 0:
+                break
+            close = closer.match(buffer, end)
+            if close is None:
+                continue
+            stop = end + 1 if closer is _CLOSE else end
+            try:
+                events = _loads(b"[" + buffer[:stop] + b"]", stats, offset - 1)
+            except DecodeFailure as exc:
+                last_error = last_error or exc
+                continue
+            if isinstance(events, list):
+                return events, buffer[close.end() :]
     if last_error is not None and last_error.position is not None:
         raise DecodeFailure(f"the traceEvents array is damaged or truncated ({last_error})", last_error.position)
     raise DecodeFailure("the traceEvents array is never closed (truncated file?)", offset + len(buffer))
@@ -219,6 +223,8 @@ def _whole_document(data: bytes, stats: DecodeStats) -> Iterator[tuple[str, Any]
         raise DecodeFailure("the file is empty", 0)
     doc = _loads(data, stats, 0)
     if isinstance(doc, list):  # Chrome "JSON Array Format": a bare list of events
+        if doc and not any(isinstance(item, dict) for item in doc[:1000]):
+            raise DecodeFailure("a JSON array without trace events: not a torch.profiler (Kineto) trace", 0)
         yield "events", doc
         yield "meta", {}
         return
