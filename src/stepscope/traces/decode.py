@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 1024 * 1024  # bytes of JSON decoded at once: bounds the transient dicts
 HEAD_SEARCH_BYTES = 64 * 1024 * 1024
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
