@@ -46,8 +46,19 @@ class IdleTimeBreakdown:
     def totals(self) -> dict[str, float]:
         return {c: sum(s.idle_us[c] for s in self.streams) for c in CATEGORIES}
 
+    def shares(self) -> dict[str, float] | None:
+        """Each category's part of the idle time summed over streams; None without idle time."""
+        totals = self.totals()
+        all_idle = sum(totals.values())
+        return {k: v / all_idle for k, v in totals.items()} if all_idle > 0 else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "totals_us": self.totals(), "streams": [asdict(s) for s in self.streams]}
+        return {
+            "rank": self.rank,
+            "totals_us": self.totals(),
+            "shares": self.shares(),
+            "streams": [asdict(s) for s in self.streams],
+        }
 
 
 def _describe(values: np.ndarray) -> dict[str, float | None]:

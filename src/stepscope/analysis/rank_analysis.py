@@ -161,8 +161,7 @@ def _mean(values: list[float | None]) -> float | None:
 
 def rank_evidence(item: RankAnalysis) -> TraceEvidence:
     steps = item.steps
-    idle = item.idle.totals()
-    idle_all = sum(idle.values())
+    idle_parts = item.idle.shares()
     idle_share = None if item.temporal is None else item.temporal.idle_share
     total_kernel = sum(d.kernel_us for d in item.devices)
     tc = sum((d.tc_share or 0.0) * d.kernel_us for d in item.devices) / total_kernel if total_kernel > 0 else None
@@ -190,8 +189,8 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
         tensor_core_kernel_share=tc,
         tensor_core_eligible_op_share=eligible / op_device if op_device > 0 else None,
         idle_share=idle_share,
-        idle_host_wait_share=idle_share * idle["host_wait"] / idle_all if idle_share is not None and idle_all > 0 else None,
-        idle_kernel_wait_share=idle_share * idle["kernel_wait"] / idle_all if idle_share is not None and idle_all > 0 else None,
+        idle_host_wait_share=idle_share * idle_parts["host_wait"] if idle_share is not None and idle_parts else None,
+        idle_kernel_wait_share=idle_share * idle_parts["kernel_wait"] if idle_share is not None and idle_parts else None,
         comm_overlap=item.overlap.overlap_share,
         kernel_count_per_step=item.counters.get("kernel_count_per_step"),
         small_kernel_share=launches["short_gpu_kernels"] / launches["count"] if launches.get("count") else None,

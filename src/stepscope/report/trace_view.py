@@ -55,10 +55,9 @@ def _gpu(rank: Any) -> RenderableType | None:
             f"GPU time (HTA): idle {format_ratio(t.idle_share)}, compute {format_ratio(t.compute_share)}, "
             f"non-compute {format_ratio(t.non_compute_share)} of {_us(t.kernel_time_us)}"
         )
-        totals = rank.idle.totals()
-        all_idle = sum(totals.values())
-        if all_idle > 0:
-            parts = ", ".join(f"{k.replace('_', ' ')} {format_ratio(v / all_idle)}" for k, v in totals.items())
+        shares = rank.idle.shares()
+        if shares is not None:
+            parts = ", ".join(f"{k.replace('_', ' ')} {format_ratio(v)}" for k, v in shares.items())
             lines.append(f"Idle gaps per stream: {parts}")
     if rank.overlap.overlap_share is not None:
         lines.append(f"Communication hidden under computation: {format_ratio(rank.overlap.overlap_share)}")
