@@ -67,14 +67,19 @@ class LoadedTrace:
 
 @dataclass
 class _Progress:
+    """Reports bytes of the *file* consumed (compressed bytes for .gz), so done <= total."""
+
     callback: Callable[[int, int], None] | None
     total: int
-    done: int = 0
+    raw: Any = None
 
-    def __call__(self, nbytes: int) -> None:
-        self.done += nbytes
-        if self.callback is not None:
-            self.callback(self.done, self.total)
+    def __call__(self, _nbytes: int) -> None:
+        if self.callback is not None and self.raw is not None:
+            try:
+                done = self.raw.tell()
+            except (OSError, ValueError):
+                return
+            self.callback(min(done, self.total), self.total)
 
 
 def _file_size(path: str) -> int:
@@ -105,6 +110,7 @@ def load_trace(
     tracker = _Progress(progress, size)
     try:
         with open_binary(path) as stream:
+            tracker.raw = getattr(stream, "fileobj", None) or stream
             guard = _GuardedStream(stream, max_json_bytes, path)
             for kind, payload in iter_event_batches(guard, stats, tracker):
                 if kind == "events":

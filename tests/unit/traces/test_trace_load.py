@@ -144,3 +144,26 @@ def test_directories(tmp_path):
     assert discover_traces(tmp_path) == [str(a), str(b)]
     with pytest.raises(InputError, match="also claimed"):
         load_traces([str(a), str(b)])
+
+
+def test_progress_reports_growing_byte_counts(monkeypatch):
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 16 * 1024)
+    seen = []
+    load_trace(TRAIN, progress=lambda done, total: seen.append((done, total)))
+    assert len(seen) > 3
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert all(total == TRAIN.stat().st_size and done <= total for done, total in seen)
+    assert seen[-1][0] == TRAIN.stat().st_size
+
+
+def test_core_imports_need_neither_torch_nor_rich():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import stepscope.analysis.trace_evidence, stepscope.cli.analyze_cmd; "
+        "print(sorted(m for m in ('torch', 'rich', 'pandas') if m in sys.modules))"
+    )
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": src}, check=True)
+    assert out.stdout.strip() == "[]"
