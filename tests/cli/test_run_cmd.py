@@ -209,3 +209,38 @@ def test_damaged_and_newer_records_are_clear_errors(tmp_path):
         {"kind": "stepscope.run_record", "schema_version": 999})))
     result = run_cli(["report", str(newer)], tmp_path)
     assert result.returncode == 2 and "upgrade stepscope" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["simple", "advanced"])
+def test_profiler_option_profiles_the_captured_phases(tmp_path, name):
+    write_script(tmp_path, "loop.py", """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        print("trained")
+    """)
+    result = run_cli(["run", "--no-monitor", "--profiler", name, "-o", "out", "loop.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "trained\n"
+    for action in ("data_wait", "forward", "backward", "optimizer"):
+        assert action in result.stderr
+    if name == "simple":
+        assert "Total" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--profiler", "bogus", "ok.py"], "bogus"),
+    (["run", "--profiler", "pytorch", "--trace", "ok.py"], "choose one"),
+])
+def test_bad_profiler_options(tmp_path, args, message):
+    write_script(tmp_path, "ok.py", "print('hi')")
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("stepscope: error:")
+    assert message in result.stderr

@@ -33,10 +33,14 @@ def warmup_count(duration_ns: np.ndarray) -> int:
 
 
 def excluded_steps(record: RunRecord) -> list[int]:
-    """Steps deliberately disturbed by measurement (FLOP counting)."""
+    """Steps deliberately disturbed by measurement: the FLOP-counted step, torch.profiler windows."""
+    count = len(record.steps)
     flops = record.extra.get("flops") or {}
     index = flops.get("step_index")
-    return [int(index)] if isinstance(index, int) and 0 <= index < len(record.steps) else []
+    excluded = {int(index)} if isinstance(index, int) else set()
+    for window in record.profiler_windows:
+        excluded.update(range(window.first_step, window.last_step + 1))
+    return sorted(step for step in excluded if 0 <= step < count)
 
 
 def steady_mask(record: RunRecord) -> np.ndarray:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,17 @@ class LoaderRegistry:
         return [{k: v for k, v in info.items() if k != "_ref"} for info in self.loaders.values()]
 
 
+def _disable_in_forked_children(hooks: TorchHooks) -> None:
+    reference = weakref.ref(hooks)
+
+    def after_in_child() -> None:
+        target = reference()
+        if target is not None:
+            target.live = False
+
+    os.register_at_fork(after_in_child=after_in_child)
+
+
 class TorchHooks:
     """Installs and removes every patch; one instance per capture."""
 
@@ -115,6 +127,8 @@ class TorchHooks:
         self.registry = LoaderRegistry(roles_file)
         self.watch_forward = watch_forward
         self.owner_pid = os.getpid()
+        self.live = True  # False in forked children (DataLoader workers): they must record nothing
+        _disable_in_forked_children(self)
         self._undo: list[Callable[[], None]] = []
         self._root_classes: set[type] = set()
         self._discovering = False
@@ -162,7 +176,7 @@ class TorchHooks:
         return original
 
     def _active(self) -> bool:
-        return os.getpid() == self.owner_pid
+        return self.live
 
     # -- DataLoader --------------------------------------------------------------------------
     def _install_loader(self, torch: Any) -> None:

@@ -81,6 +81,8 @@ class StepRecorder:
             self.device.boundary(self._phase)
         if self._start is None:
             self._start = now
+            if self.listener is not None:
+                self.listener.start("step")
         else:
             self._acc[self._phase] += now - self._last
         self._last = now
@@ -182,6 +184,8 @@ class StepRecorder:
         elif self._start is not None:
             self._mark(now)
             self.trailing_ns = now - self._start
+        if self._start is not None and self.listener is not None:
+            self.listener.stop("step")
         self._start = None
 
     # -- committing --------------------------------------------------------------------------

@@ -28,11 +28,16 @@ from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
 from stepscope.capture.hooks import TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
+from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
 from stepscope.errors import CaptureError, UsageError
 from stepscope.record import layout
 from stepscope.record.io import save_record
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
+
+
+#: Steps between checks whether the script has started using CUDA (then device timing begins).
+DEVICE_CHECK_EVERY = 8
 
 
 def prepare_run_dir(run_dir: str | Path) -> Path:
@@ -64,7 +69,8 @@ class CaptureSession:
 
     def __init__(self, run_dir: str | Path, *, target: str = "", mode: str = "api",
                  argv: tuple[str, ...] = (), sample_interval_s: float | None = 0.1,
-                 profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True):
+                 profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True,
+                 trace: bool = False):
         if sample_interval_s is not None and sample_interval_s <= 0:
             raise UsageError(f"sampling interval must be > 0 seconds, got {sample_interval_s}")
         self.run_dir = prepare_run_dir(run_dir)
@@ -76,11 +82,13 @@ class CaptureSession:
         self.recorder = StepRecorder(phase_listener=_SafeListener(profiler, self.warnings) if profiler else None)
         self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank))
         self.flops = FlopProbe(self.warnings) if count_flops else None
+        self.trace = TraceWindow(self.run_dir / layout.TRACES_DIR, self.rank, self.warnings) if trace else None
         self.sample_interval_s = sample_interval_s
         self.sidecar: Any = None
         self.record: RunRecord | None = None
         self._lock = threading.Lock()
         self._started = False
+        self._torch_watcher: Any = None
         self._device_checked_at = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -90,10 +98,15 @@ class CaptureSession:
         self._start_sidecar()
         if self.profiler is not None:
             self._start_profiler()
-        self.hooks.install()
-        self._chain_commit_callbacks()
+        from stepscope.capture.torch_import import when_torch_imported
+
+        self._torch_watcher = when_torch_imported(self._install_hooks)
         self._started = True
         return self
+
+    def _install_hooks(self) -> None:
+        self.hooks.install()
+        self._chain_commit_callbacks()
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
@@ -115,10 +128,13 @@ class CaptureSession:
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()
         recorder = self.recorder
+        if self._torch_watcher is not None:
+            self._torch_watcher.remove()
         self.hooks.uninstall()
         if self.flops is not None:
             self.flops.close()
         recorder.finish()
+        window = self.trace.close() if self.trace is not None else None
         if recorder.device is not None:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
         if self.profiler is not None:
@@ -149,7 +165,8 @@ class CaptureSession:
             self.warnings.note("no torch DataLoader was used: data loading by other means "
                                "(generators, DALI, FFCV) is invisible and counted as 'other'")
         return RunRecord(meta=meta, steps=recorder.steps(), loaders=loaders,
-                         warnings=tuple(self.warnings.messages), extra=extra)
+                         warnings=tuple(self.warnings.messages), extra=extra,
+                         profiler_windows=(window,) if window is not None else ())
 
     # -- parts ---------------------------------------------------------------------------------
     def _start_sidecar(self) -> None:
@@ -168,10 +185,8 @@ class CaptureSession:
         profiler = self.profiler
         _quietly(self.warnings, "profiler", lambda: profiler.setup(stage="run", local_rank=self.meta["local_rank"],
                                                                    log_dir=str(self.run_dir)))
-        _quietly(self.warnings, "profiler", lambda: profiler.start("step"))
 
     def _stop_profiler(self) -> None:
-        self.profiler.stop("step")
         self.profiler.describe()
         self.profiler.teardown("run")
 
@@ -183,7 +198,9 @@ class CaptureSession:
                 previous(index)
             if self.flops is not None:
                 self.flops.on_commit(index)
-            if self.recorder.device is None and index - self._device_checked_at >= 1:
+            if self.trace is not None:
+                self.trace.on_commit(index)
+            if self.recorder.device is None and index - self._device_checked_at >= DEVICE_CHECK_EVERY:
                 self._device_checked_at = index
                 self._maybe_enable_device_timing()
 

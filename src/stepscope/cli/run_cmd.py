@@ -47,6 +47,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", metavar="SEVERITY",
                         help=f"exit {EXIT_FINDINGS} when a finding at or above SEVERITY "
                              "(info, low, medium, high, critical) is present and the script succeeded")
+    parser.add_argument("--trace", action="store_true",
+                        help="record one short torch.profiler window (3 steps after warm-up) into "
+                             "RUN_DIR/traces and use it in the diagnosis")
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
 
 
@@ -69,11 +72,14 @@ class CaptureOptions:
     profiler: str | None
     fail_on: Any
     summary: bool
+    trace: bool = False
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
     from stepscope.diagnosis.findings import Severity
 
+    if args.trace and args.profiler and args.profiler.lower() == "pytorch":
+        raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
     if args.sample_hz <= 0:
         raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
     return CaptureOptions(
@@ -82,6 +88,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         profiler=args.profiler,
         fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
         summary=not args.no_summary,
+        trace=args.trace,
     )
 
 
@@ -107,7 +114,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
-                             profiler=profiler)
+                             profiler=profiler, trace=options.trace)
     report_box: list[Any] = []
 
     def finalize(exit_code: int, exception: str | None, interrupted_by: str | None) -> None:

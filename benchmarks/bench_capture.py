@@ -1,0 +1,129 @@
+"""Overhead of always-on capture on a plain ~5 ms/step CPU training loop.
+
+Runs the same script bare (``python loop.py``) and under ``stepscope run`` alternately, several
+times in one invocation; each run times its own steady-state loop (after warm-up) so interpreter
+and torch start-up are not counted. Prints the median ratio wrapped/bare.
+
+    python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+LOOP = textwrap.dedent("""
+    import sys, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    steps = int(sys.argv[1])
+    data = TensorDataset(torch.randn(steps * 32, 256), torch.randn(steps * 32, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    warmup = 20
+    for index, (x, y) in enumerate(DataLoader(data, batch_size=32)):
+        if index == warmup:
+            started = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    print((time.perf_counter() - started) / (steps - warmup))
+    print(time.process_time())
+""")
+
+IN_PROCESS = textwrap.dedent("""
+    import statistics, sys, tempfile, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from stepscope.capture.session import CaptureSession
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    block, rounds = int(sys.argv[1]), int(sys.argv[2])
+    data = TensorDataset(torch.randn(block * 32, 256), torch.randn(block * 32, 1))
+    loader = DataLoader(data, batch_size=32)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def epoch():
+        wall, cpu = time.perf_counter(), time.process_time()
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        return (time.perf_counter() - wall) / block, (time.process_time() - cpu) / block
+
+    epoch()
+    wall_ratios, cpu_ratios = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(rounds):
+            bare = epoch()
+            session = CaptureSession(tmp + f"/r{index}", sample_interval_s=None, count_flops=False,
+                                     emit_warnings=False).start()
+            epoch()  # discovery steps, then steady capture
+            captured = epoch()
+            session.stop()
+            wall_ratios.append(captured[0] / bare[0])
+            cpu_ratios.append(captured[1] / bare[1])
+    print(statistics.median(wall_ratios), statistics.median(cpu_ratios), bare[0])
+""")
+
+
+def run_once(script: Path, steps: int, wrapped: bool, workdir: Path) -> float:
+    prefix = [sys.executable, "-m", "stepscope", "run", "--no-summary", "--no-monitor",
+              "-o", str(workdir / "run")] if wrapped else [sys.executable]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run([*prefix, str(script), str(steps)], capture_output=True, text=True, env=env, check=True)
+    return float(result.stdout.strip().splitlines()[-2])
+
+
+def in_process(block: int, rounds: int, workdir: Path) -> tuple[float, float, float]:
+    script = workdir / "in_process.py"
+    script.write_text(IN_PROCESS)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, str(script), str(block), str(rounds)], capture_output=True,
+                            text=True, env=env, check=True)
+    wall, cpu, step = (float(value) for value in result.stdout.split())
+    return wall, cpu, step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--block", type=int, default=100, help="steps per in-process block")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        wall, cpu, step = in_process(args.block, args.rounds * 3, workdir)
+        print(f"in-process, alternating blocks of {args.block} steps ({step * 1e3:.2f} ms/step): "
+              f"median ratio wall {wall:.4f}, CPU time {cpu:.4f}", flush=True)
+        script = workdir / "loop.py"
+        script.write_text(LOOP)
+        ratios, bare_times, wrapped_times = [], [], []
+        for round_index in range(args.rounds):
+            order = (False, True) if round_index % 2 == 0 else (True, False)
+            times = {mode: run_once(script, args.steps, mode, workdir) for mode in order}
+            bare_times.append(times[False])
+            wrapped_times.append(times[True])
+            ratios.append(times[True] / times[False])
+            print(f"round {round_index}: bare {times[False] * 1e3:.3f} ms/step, "
+                  f"stepscope {times[True] * 1e3:.3f} ms/step, ratio {ratios[-1]:.4f}", flush=True)
+    print(f"median step: bare {statistics.median(bare_times) * 1e3:.3f} ms, "
+          f"stepscope {statistics.median(wrapped_times) * 1e3:.3f} ms")
+    print(f"median overhead ratio: {statistics.median(ratios):.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Run a callback once ``torch`` is imported, without importing it ourselves.
+
+Scripts that never import torch then pay nothing for capture (no multi-second torch import), and
+scripts that do get the hooks installed the moment ``import torch`` completes, before any of
+their own code can create a DataLoader, module or optimizer.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """A meta-path finder that wraps torch's loader to call ``callback`` after it executes."""
+
+    def __init__(self, callback: Callable[[], None]):
+        self.callback = callback
+        self._searching = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname != "torch" or self._searching:
+            return None
+        self._searching = True
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        finally:
+            self._searching = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        self.remove()
+        loader = spec.loader
+        original = loader.exec_module
+        watcher = self
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            del loader.exec_module  # back to the class's method
+            watcher.callback()
+
+        loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+
+def when_torch_imported(callback: Callable[[], None]) -> TorchImportWatcher | None:
+    """Call ``callback`` now if torch is loaded, else right after it is imported.
+
+    Returns the watcher (call ``remove()`` to cancel), or None when the callback already ran.
+    """
+    if sys.modules.get("torch") is not None:
+        callback()
+        return None
+    watcher = TorchImportWatcher(callback)
+    sys.meta_path.insert(0, watcher)
+    return watcher

@@ -1,0 +1,84 @@
+"""A short torch.profiler window during `stepscope run --trace`.
+
+torch.profiler costs 1.5–2.5× on a step and produces large traces, so it never runs for a whole
+run: one window of :data:`WINDOW_STEPS` steps starts after warm-up and after the FLOP-counted
+step, and its Chrome trace is exported when the run ends (export takes seconds; doing it at the
+window's end would stall a training step). Steps inside the window are left out of the step
+statistics (``record.profiler_windows``). Failures become one warning.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.warn import WarningSink
+from stepscope.record.run import ProfilerWindow
+
+#: First step inside the window (0-based), and its length.
+WINDOW_FIRST_STEP = 6
+WINDOW_STEPS = 3
+
+
+class TraceWindow:
+    def __init__(self, trace_dir: Path, rank: int, warnings: WarningSink,
+                 first_step: int = WINDOW_FIRST_STEP, steps: int = WINDOW_STEPS):
+        self.trace_dir = Path(trace_dir)
+        self.rank = rank
+        self.warn = warnings
+        self.first_step = first_step
+        self.steps = steps
+        self._profiler: Any = None
+        self._last_step: int | None = None
+        self.window: ProfilerWindow | None = None
+
+    def on_commit(self, index: int) -> None:
+        if self._profiler is None and self._last_step is None and index == self.first_step - 1:
+            self._start()
+        elif self._profiler is not None and self._last_step is None and index >= self.first_step + self.steps - 1:
+            self._stop(index)
+
+    def _start(self) -> None:
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                activities.append(ProfilerActivity.CUDA)
+            self._profiler = profile(activities=activities, record_shapes=True)
+            self._profiler.start()
+        except Exception as exc:  # noqa: BLE001
+            self._profiler = None
+            self._last_step = -1
+            self.warn.once("trace", f"torch.profiler window not started ({type(exc).__name__}: {exc})")
+
+    def _stop(self, index: int) -> None:
+        try:
+            self._profiler.stop()
+            self._last_step = index
+        except Exception as exc:  # noqa: BLE001
+            self._profiler = None
+            self._last_step = -1
+            self.warn.once("trace", f"torch.profiler window failed ({type(exc).__name__}: {exc})")
+
+    def close(self) -> ProfilerWindow | None:
+        """Stop a window still open and export the trace (end of run)."""
+        profiler = self._profiler
+        if profiler is None:
+            return None
+        self._profiler = None
+        try:
+            if self._last_step is None:  # the run ended inside the window
+                profiler.stop()
+                self._last_step = self.first_step + self.steps - 1
+            self.trace_dir.mkdir(parents=True, exist_ok=True)
+            path = self.trace_dir / f"rank{self.rank}.steps{self.first_step}-{self._last_step}.pt.trace.json"
+            profiler.export_chrome_trace(str(path))
+            self.window = ProfilerWindow(first_step=self.first_step, last_step=self._last_step,
+                                         trace_path=str(path.relative_to(self.trace_dir.parent)))
+        except Exception as exc:  # noqa: BLE001
+            self.warn.once("trace", f"torch.profiler trace not exported ({type(exc).__name__}: {exc})")
+            print(f"stepscope: trace export failed: {exc}", file=sys.stderr)
+        return self.window

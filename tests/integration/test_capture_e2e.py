@@ -1,0 +1,240 @@
+"""Capture on real training scripts: transparency, phases, DataLoaders, Lightning, torchrun."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import run_cli, run_python, write_script
+from stepscope.record.io import load_record
+
+SEEDED_TRAINING = """
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    workers = int(sys.argv[1])
+    torch.manual_seed(1234)
+    data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+    loader = DataLoader(data, batch_size=16, shuffle=True, num_workers=workers,
+                        generator=torch.Generator().manual_seed(7))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            print(loss.item().hex())
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_seeded_losses_are_bit_identical_and_loader_settings_recorded(tmp_path, workers):
+    write_script(tmp_path, "seeded.py", SEEDED_TRAINING)
+    bare = run_python(["seeded.py", str(workers)], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "seeded.py", str(workers)], tmp_path)
+    assert bare.returncode == wrapped.returncode == 0, wrapped.stderr
+    assert len(bare.stdout.splitlines()) == 32
+    assert wrapped.stdout == bare.stdout
+    record = load_record(tmp_path / "out")
+    assert len(record.steps) == 32
+    assert record.meta.step_source == "optimizer"
+    (loader,) = record.loaders
+    assert loader.num_workers == workers
+    assert loader.batch_size == 16
+    assert loader.batches == 32
+    assert loader.iterators == 2
+    assert loader.dataset_type.endswith("TensorDataset")
+    assert len(loader.worker_pids) == 2 * workers  # non-persistent workers restart each epoch
+    assert int(record.steps.samples.sum()) == 512
+    assert (record.steps.forward_ns > 0).all() and (record.steps.backward_ns > 0).all()
+    if workers:
+        roles = (tmp_path / "out" / "roles.rank0.jsonl").read_text().splitlines()
+        assert len(roles) == 2 * workers
+
+
+def _share(record, phase: str) -> float:
+    steps = record.steps.select(slice(2, None))
+    return float(steps.phase(phase).sum() / steps.duration_ns.sum())
+
+
+def test_input_bound_demo_waits_for_data_and_healthy_demo_does_not(tmp_path):
+    slow = run_cli(["demo", "input-cpu", "--no-monitor", "-o", "slow", "--steps", "20"], tmp_path)
+    fast = run_cli(["demo", "healthy", "--no-monitor", "-o", "fast", "--steps", "20"], tmp_path)
+    assert slow.returncode == 0 and fast.returncode == 0, slow.stderr + fast.stderr
+    slow_record, fast_record = load_record(tmp_path / "slow"), load_record(tmp_path / "fast")
+    assert _share(slow_record, "data_wait") > 0.35
+    assert _share(fast_record, "data_wait") < 0.1
+    assert _share(fast_record, "forward") + _share(fast_record, "backward") > 0.5
+    assert slow_record.loaders[0].num_workers == 0
+
+
+def test_inference_loop_uses_batches_as_steps(tmp_path):
+    write_script(tmp_path, "infer.py", """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        model = torch.nn.Linear(8, 2).eval()
+        with torch.no_grad():
+            for (x,) in DataLoader(TensorDataset(torch.randn(40, 8)), batch_size=4):
+                model(x)
+    """)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "infer.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = load_record(tmp_path / "out")
+    assert record.meta.step_source == "batch"
+    assert len(record.steps) == 10
+    assert (record.steps.forward_ns > 0).all()
+
+
+def test_iterable_dataset_and_torch_save_of_the_model_still_work(tmp_path):
+    write_script(tmp_path, "iterable.py", """
+        import io
+        import torch
+        from torch.utils.data import DataLoader, IterableDataset
+
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                for index in range(24):
+                    yield torch.full((4,), float(index))
+
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for batch in DataLoader(Stream(), batch_size=4):
+            opt.zero_grad()
+            model(batch).sum().backward()
+            opt.step()
+        buffer = io.BytesIO()
+        torch.save(model, buffer)  # hooks must not leak into pickles
+        import copy
+        copy.deepcopy(model)
+        print("saved", len(buffer.getvalue()) > 0)
+    """)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "iterable.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "saved True\n"
+    record = load_record(tmp_path / "out")
+    assert record.loaders[0].iterable_dataset
+    assert len(record.steps) == 6
+
+
+def test_library_api_produces_the_same_record(tmp_path):
+    write_script(tmp_path, "api.py", """
+        import time
+        import stepscope
+        import torch
+
+        def batches():
+            for _ in range(12):
+                time.sleep(0.002)
+                yield torch.randn(4, 8)
+
+        model = torch.nn.Linear(8, 1)
+        with stepscope.profile(out="api-run", sample_interval_s=None, summary=False) as session:
+            for x in session.wrap(batches()):
+                with session.phase("forward"):
+                    loss = model(x).sum()
+                loss.backward()
+                session.step()
+        print(len(session.record.steps))
+    """)
+    result = run_python(["api.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "12"
+    record = load_record(tmp_path / "api-run")
+    assert record.meta.mode == "api" and record.meta.step_source == "explicit"
+    assert (record.steps.data_wait_ns[1:] > 1_000_000).all()
+    assert (tmp_path / "api-run" / "report.json").is_file()
+
+
+LIGHTNING_SCRIPT = """
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+    if __name__ == "__main__":
+        data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+        trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        trainer.fit(Tiny(), DataLoader(data, batch_size=8))
+        print("global_step", trainer.global_step)
+"""
+
+
+def test_lightning_trainer_fit_is_captured(tmp_path):
+    pytest.importorskip("lightning")
+    write_script(tmp_path, "lit.py", LIGHTNING_SCRIPT)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "lit.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "global_step 12" in result.stdout
+    record = load_record(tmp_path / "out")
+    assert record.meta.step_source == "optimizer"
+    assert len(record.steps) == 12
+    assert (record.steps.data_wait_ns > 0).all()
+    assert (record.steps.forward_ns > 0).all() and (record.steps.backward_ns > 0).all()
+    assert record.loaders and record.loaders[0].batch_size == 8
+
+
+def test_torchrun_ranks_write_their_records_into_one_run_dir(tmp_path):
+    write_script(tmp_path, "ddp.py", """
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from torch.utils.data import DataLoader, TensorDataset
+        from torch.utils.data.distributed import DistributedSampler
+
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+        loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+        model = DistributedDataParallel(torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        dist.destroy_process_group()
+    """)
+    result = run_python(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+                         "-m", "stepscope", "run", "--no-monitor", "ddp.py"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list((tmp_path / "stepscope-runs").iterdir())
+    assert len(runs) == 1, runs
+    for rank in (0, 1):
+        record = load_record(runs[0], rank=rank)
+        assert record.meta.rank == rank and record.meta.world_size == 2
+        assert len(record.steps) == 4
+    assert (runs[0] / "report.json").is_file()
+
+
+def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):
+    import orjson
+
+    result = run_cli(["demo", "healthy", "--no-monitor", "--trace", "-o", "out", "--steps", "14"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = load_record(tmp_path / "out")
+    (window,) = record.profiler_windows
+    assert (window.first_step, window.last_step) == (6, 8)
+    trace = orjson.loads((tmp_path / "out" / window.trace_path).read_bytes())
+    assert any(event.get("name") == "aten::addmm" for event in trace["traceEvents"])
+    report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
+    assert report["steps"]["excluded"] == [4, 6, 7, 8]
