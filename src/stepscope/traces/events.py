@@ -4,7 +4,9 @@ Contract: a trace becomes a handful of numpy arrays (one row per complete event,
 or any event with a numeric ``dur``), plus a small table of ``[memory]`` instants. Strings
 (names, categories, pids/tids, input shapes, call stacks) are interned once in a
 :class:`SymbolTable` and stored as ``int32`` ids; ``-1`` means "absent". No per-event dict
-survives :class:`TableBuilder.add_batch`.
+survives :class:`TableBuilder.add_batch`: clean batches of complete events are converted one
+column at a time (:mod:`~stepscope.traces.fastpath`); a batch with anything unusual goes through
+the per-event loop below, which applies the validation rules one event at a time.
 
 Per-event validation (a damaged event is skipped and counted, never fatal): the event must be
 an object; ``ts``/``dur`` must be finite numbers with ``dur >= 0`` and ``|ts| <`` 10^17 µs
