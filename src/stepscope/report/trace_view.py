@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
@@ -29,16 +30,16 @@ def _short(name: str, width: int = 70) -> Text:
     return Text(name if len(name) <= width else name[: width - 1] + "…")
 
 
-def _overview(rank: Any) -> Table:
+def _overview(rank: Any) -> RenderableType:
     steps = rank.steps
-    table = Table(title=f"Step time breakdown (mean of {len(steps.step_names)} step(s))", title_justify="left")
+    table = Table()
     table.add_column("Category")
     table.add_column("Time", justify="right")
     table.add_column("Share", justify="right")
     for category in _CATEGORIES:
         table.add_row(category, _us(steps.mean_us.get(category)), format_ratio(steps.share(category)))
     table.add_row("Step", _us(steps.mean_us.get("Total")), "", style="bold")
-    return table
+    return Group(Text(f"Step time breakdown, mean of {len(steps.step_names)} step(s)", style="italic"), table)
 
 
 def _gpu(rank: Any) -> RenderableType | None:
@@ -84,8 +85,9 @@ def _operators(rank: Any, top: int) -> Table | None:
     if not rows:
         return None
     table = Table(title="Top operators", title_justify="left")
-    for col in ("Operator", "Calls", "Device self", "Device total", "Host self", "Host total"):
-        table.add_column(col, justify="left" if col == "Operator" else "right")
+    table.add_column("Operator", no_wrap=True, overflow="ellipsis", max_width=20)
+    for col in ("Calls", "Dev self", "Dev tot", "Host self", "Host tot"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=max(len(col), 7))
     for r in rows:
         name = r.name + (f" {r.input_shape}" if r.input_shape else "")
         table.add_row(
@@ -99,8 +101,9 @@ def _kernels(rank: Any, top: int) -> Table | None:
     if not rows:
         return None
     table = Table(title="Top kernels", title_justify="left")
-    for col in ("Kernel", "Calls", "Total", "Mean", "Blocks/SM", "Occupancy", "TC"):
-        table.add_column(col, justify="left" if col == "Kernel" else "right")
+    table.add_column("Kernel", no_wrap=True, overflow="ellipsis", max_width=20)
+    for col in ("Calls", "Total", "Mean", "Blk/SM", "Occ.", "TC"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col) if col == "TC" else max(len(col), 7))
     for r in rows:
         table.add_row(
             _short(r.name), str(r.calls), _us(r.total_us), _us(r.mean_us), f"{r.blocks_per_sm:.2f}",
@@ -137,7 +140,8 @@ def render_analysis(analysis: Any, findings: dict[int, list], top: int = 10, ran
         if rank.steps.notes or rank.warnings:
             body.append(Text("\n".join(f"note: {n}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
         body.append(Panel(_findings(findings.get(rank.rank, [])), title="Findings", title_align="left"))
-        yield Panel(Group(*body), title=title, title_align="left")
+        yield Rule(title, align="left")
+        yield Group(*body)
     if len(analysis.ranks) > 1:
         table = Table(title="Ranks", title_justify="left")
         for col in ("Rank", "Step time", "GPU idle", "GPU compute"):
