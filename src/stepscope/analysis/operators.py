@@ -8,8 +8,9 @@ For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.op_
   own runtime calls); **device total** = device self of the operator and all its descendants.
 
 Grouped by name (and the JSON text of ``Input Dims`` with ``group_by_shape``), sorted by device
-self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the
-group (legacy traces; newer traces record stacks as python_function events, not joined here).
+self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the group (legacy
+traces); newer traces record stacks as ``python_function`` events, and then it is the innermost
+:data:`MAX_FRAMES` Python frames enclosing the group's first call, innermost first, ";"-joined.
 ``tc_eligible`` marks the operators the plugin lists as Tensor Core eligible (convolutions and
 matrix products) and every operator with such a descendant (e.g. ``AddmmBackward0``), used for the
 "enable AMP" finding.
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.op_tree import OpTree
-from stepscope.analysis.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, RUNTIME, TbRoles
+from stepscope.analysis.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
 from stepscope.traces.events import EventTable
 
 TC_ELIGIBLE_OPS = frozenset(
@@ -59,6 +60,24 @@ class OperatorTable:
     def to_dict(self, limit: int | None = None) -> dict[str, Any]:
         rows = self.rows if limit is None else self.rows[:limit]
         return {"grouped_by_shape": self.grouped_by_shape, "count": len(self.rows), "rows": [asdict(r) for r in rows]}
+
+
+MAX_FRAMES = 8
+
+
+def _python_stacks(events: EventTable, roles: TbRoles, op_rows: np.ndarray) -> dict[int, str]:
+    """Innermost-first ``python_function`` frames enclosing each given op (same thread), ";"-joined."""
+    frames = roles.rows(PYFUNC)
+    f_tid, f_ts = events.tid[frames], events.ts[frames]
+    f_end = f_ts + events.dur[frames]
+    out: dict[int, str] = {}
+    for row in op_rows.tolist():
+        start, end = events.ts[row], events.ts[row] + events.dur[row]
+        inside = np.flatnonzero((f_tid == events.tid[row]) & (f_ts <= start) & (f_end >= end))
+        if len(inside):
+            inner = inside[np.argsort(-f_ts[inside], kind="stable")][:MAX_FRAMES]
+            out[row] = ";".join(events.symbols.strings[events.name[frames[i]]] for i in inner)
+    return out
 
 
 def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
@@ -132,13 +151,17 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
     symbols = events.symbols
     first = np.zeros(g, dtype=np.int64)
     first[inverse[::-1]] = np.arange(len(inverse))[::-1]
+    python_frames = _python_stacks(events, roles, rows[op_pos[first]]) if (roles.kind == PYFUNC).any() else None
     out = []
     for gi in range(g):
         name = symbols.strings[names[first[gi]]]
         shape = symbols.decode(shapes[first[gi]]) if group_by_shape and shapes[first[gi]] >= 0 else None
         group_stacks = stacks[inverse == gi] if (stacks >= 0).any() else np.zeros(0, dtype=np.int32)
         group_stacks = group_stacks[group_stacks >= 0]
-        stack = symbols.strings[int(np.bincount(group_stacks).argmax())] if len(group_stacks) else None
+        if len(group_stacks):
+            stack = symbols.strings[int(np.bincount(group_stacks).argmax())]
+        else:
+            stack = python_frames.get(int(rows[op_pos[first[gi]]])) if python_frames is not None else None
         out.append(
             OperatorRow(
                 name, shape, int(calls[gi]), float(agg["hs"][gi]), float(agg["ht"][gi]), float(agg["ds"][gi]),

@@ -85,3 +85,6 @@ def test_group_by_shape_on_recorded_trace():
     assert sum(r.calls for r in mm) == next(r.calls for r in by_name.rows if r.name == "aten::addmm")
     for row in by_name.rows:
         assert row.host_self_us <= row.host_total_us + 1e-6
+    # with_stack=True: stacks come from the python_function frames around the first call
+    addmm = next(r for r in by_name.rows if r.name == "aten::addmm")
+    assert addmm.call_stack and "record.py" in addmm.call_stack and ";" in addmm.call_stack
