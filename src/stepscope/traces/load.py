@@ -130,12 +130,12 @@ def load_trace(
     events, memory = builder.build()
     warnings = _warnings(builder, stats)
     found_rank, source = _rank_of(meta, path)
-    if rank is not None and source != "distributedInfo":
-        found_rank, source = rank, "order" if found_rank is None else source
+    if found_rank is None:  # neither distributedInfo nor the file name: the caller's order
+        found_rank, source = (rank if rank is not None else 0), "order"
     return LoadedTrace(
         path=path,
-        rank=found_rank if found_rank is not None else (rank or 0),
-        rank_source=source if found_rank is not None else "order",
+        rank=found_rank,
+        rank_source=source,
         events=events,
         memory=memory,
         meta=meta,

@@ -71,8 +71,12 @@ def test_integers_beyond_64_bits(tmp_path):
 
 
 def test_rank_from_file_name(tmp_path):
-    trace = load_trace(_write(tmp_path, {"traceEvents": _events()}, "job_rank-3.trace.json"))
+    trace = load_trace(_write(tmp_path, {"traceEvents": _events()}, "job_rank-3.trace.json"), rank=0)
     assert (trace.rank, trace.rank_source) == (3, "file name")
+    other = load_trace(_write(tmp_path, {"traceEvents": _events()}, "worker.json"), rank=5)
+    assert (other.rank, other.rank_source) == (5, "order")
+    loaded = load_traces([str(tmp_path / "job_rank-3.trace.json"), str(tmp_path / "worker.json")])
+    assert [(t.rank, t.rank_source) for t in loaded] == [(1, "order"), (3, "file name")]
 
 
 @pytest.mark.parametrize(
