@@ -59,31 +59,35 @@ def build_op_tree(events: EventTable, roles: TbRoles) -> OpTree:
         parent[pos] = stack[-1] if stack else -1
         placed[pos] = True
         stack.append(pos)
-    is_op = (roles.kind[rows] == OPERATOR).tolist()
-    alias, dropped = _fold_same_name(events.name[rows].tolist(), is_op, parent, placed)
+    del starts, ends, threads
+    alias, dropped = _fold_same_name(events.name[rows], roles.kind[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n))
     return OpTree(rows, parent, alias, kept, dropped)
 
 
-def _fold_same_name(names: list[int], is_op: list[bool], parent: np.ndarray, placed: np.ndarray):
-    children: dict[int, list[int]] = {}
-    for pos, par in enumerate(parent.tolist()):
-        if par >= 0 and placed[pos]:
-            children.setdefault(par, []).append(pos)
-    alias = np.arange(len(parent), dtype=np.int64)
-    dropped = np.zeros(len(parent), dtype=bool)
-    for pos in range(len(parent)):  # parents precede their children
-        if alias[pos] != pos or not placed[pos] or not is_op[pos]:
-            continue
-        source = pos  # whose runtime calls this node currently uses
-        kids = children.get(pos, [])
-        while len(kids) == 1 and names[kids[0]] == names[pos] and is_op[kids[0]]:
-            child = kids[0]
-            alias[child] = pos
-            dropped[source] = True
-            source = child
-            kids = children.pop(child, [])
-            for grandchild in kids:
-                parent[grandchild] = pos
-            children[pos] = kids
-    return alias, dropped
+def _fold_same_name(names: np.ndarray, is_op: np.ndarray, parent: np.ndarray, placed: np.ndarray):
+    """Vectorised fold: an edge parent->child folds when the parent has exactly one placed child,
+    both are operators and the names match. Edges are independent (folding a child into its parent
+    gives the parent the child's children, whose own fold test is the child's), so each folded row
+    maps to the top of its chain, and every row with a folding edge below it loses its runtimes."""
+    n = len(parent)
+    names_a = np.asarray(names, dtype=np.int64)
+    op = np.asarray(is_op, dtype=bool)
+    child = np.flatnonzero(placed & (parent >= 0))
+    counts = np.bincount(parent[child], minlength=n) if len(child) else np.zeros(n, np.int64)
+    par = parent[child]
+    folds = (counts[par] == 1) & op[par] & op[child] & (names_a[par] == names_a[child]) & placed[par]
+    folded_child, folded_parent = child[folds], par[folds]
+    up = np.arange(n, dtype=np.int64)
+    up[folded_child] = folded_parent
+    while True:  # pointer jumping to the top of each fold chain
+        nxt = up[up]
+        if np.array_equal(nxt, up):
+            break
+        up = nxt
+    dropped = np.zeros(n, dtype=bool)
+    dropped[folded_parent] = True
+    # children of folded rows now hang from the chain's top
+    has_parent = parent >= 0
+    parent[has_parent] = up[parent[has_parent]]
+    return up, dropped
