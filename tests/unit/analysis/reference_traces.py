@@ -2,7 +2,7 @@
 
 The traces live next to the repository in ``../shared/traces`` (with ``expected/``); tests that
 use them skip with a clear reason when that folder is absent. Loaded traces and analyses are
-cached per process so each file is decoded once per test session.
+cached per process so each file is decoded once per test run.
 """
 
 from __future__ import annotations
