@@ -26,6 +26,7 @@ class WorkerLoad:
     role: str  # "main" | "dataloader_worker" | "other"
     cpu_util: float  # mean share of one core, 0..1 (can exceed 1 for multi-threaded processes)
     rss_bytes: int | None = None
+    threads: int | None = None  # OS threads of the process (max over the steady state)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class MacroSignals:
     workers: tuple[WorkerLoad, ...] = ()
     worker_cpu_util_mean: float | None = None  # mean over DataLoader workers
     worker_saturation: float | None = None  # share of workers above 90% of a core
+    # CPU of the loading processes (main when num_workers=0, else workers; share of one core)
+    # while the main process waited for data: separates CPU-bound from storage/latency-bound input
+    data_wait_cpu_util: float | None = None
     thread_count_max: int | None = None
     # storage
     disk_read_bytes_per_s: float | None = None
@@ -57,6 +61,7 @@ class MacroSignals:
     page_cache_warming: bool | None = None  # reads high early, low late
     # memory
     memory_used_share_max: float | None = None
+    memory_total_bytes: int | None = None  # host RAM
     rss_growth_bytes_per_s: float | None = None
     swap_in_bytes_per_s: float | None = None
     swap_out_bytes_per_s: float | None = None

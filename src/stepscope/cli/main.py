@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "demo": "demo_cmd",
     "report": "report_cmd",
+    "monitor": "monitor_cmd",
+    "gpu-procs": "gpu_procs_cmd",
     "analyze": "analyze_cmd",
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -34,7 +35,10 @@ MAX_FINDINGS = 3
 
 def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
     """A stacked bar of phase shares (largest-remainder rounding keeps the width exact)."""
-    raw = [(phase, shares.get(phase, 0.0) * width) for phase in PHASES]
+    total = sum(max(0.0, shares.get(phase, 0.0)) for phase in PHASES)
+    if total <= 0:
+        return Text()
+    raw = [(phase, max(0.0, shares.get(phase, 0.0)) / total * width) for phase in PHASES]
     cells = {phase: int(value) for phase, value in raw}
     for phase, _ in sorted(raw, key=lambda item: item[1] - int(item[1]), reverse=True)[: width - sum(cells.values())]:
         cells[phase] += 1
@@ -63,16 +67,16 @@ def _overview(report: Report) -> Table:
     rate = f"{steady.steps_per_s:.2f} steps/s" if steady.steps_per_s else "-"
     if steady.samples_per_s:
         rate += f" · {steady.samples_per_s:,.0f} samples/s"
-    table.add_row("Throughput", f"{rate}  (steady state: {steady.count} steps)")
-    table.add_row("Step time", f"median {format_duration(steady.median_s)} · p90 {format_duration(steady.p90_s)}"
-                  f" · max {format_duration(steady.max_s)}")
+    table.add_row("Throughput", Text(f"{rate}  (steady state: {steady.count} steps)"))
+    table.add_row("Step time", Text(f"median {format_duration(steady.median_s)} · p90 "
+                                    f"{format_duration(steady.p90_s)} · max {format_duration(steady.max_s)}"))
     if report.warmup_steps:
         warm = report.warmup
-        table.add_row("Warm-up", f"{report.warmup_steps} step(s), {format_duration(warm.total_s)} "
-                      f"(mean {format_duration(warm.mean_s)}) — shown apart")
+        table.add_row("Warm-up", Text(f"{report.warmup_steps} step(s), {format_duration(warm.total_s)} "
+                                      f"(mean {format_duration(warm.mean_s)}) — shown apart"))
     table.add_row("Phases", Group(phase_bar(steady.phase_shares), _phase_legend(steady.phase_shares)))
     for loader in report.loaders:
-        table.add_row("DataLoader", _loader_line(loader))
+        table.add_row("DataLoader", Text(_loader_line(loader)))
     return table
 
 
@@ -94,20 +98,20 @@ def _finding(finding: Finding, rank: int) -> Group:
     head.append(finding.title, style="bold")
     head.append(f"  costs ~{format_ratio(finding.impact)} of step time · {finding.family}"
                 f" · confidence {finding.confidence:.0%}", style="bright_black")
-    parts: list[Any] = [head]
+    body: list[Any] = []
     if finding.summary:
-        parts.append(Text(f"   {finding.summary}"))
+        body.append(Text(finding.summary))
     for item in finding.evidence[:4]:
-        parts.append(Text(f"   • {item.metric} = {_value(item.value, item.unit)}"
+        body.append(Text(f"• {item.metric} = {_value(item.value, item.unit)}"
                           + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
                           + (f" [{item.source}]" if item.source else ""), style="bright_black"))
     for prescription in finding.prescriptions[:3]:
-        line = Text("   → ", style="green")
+        line = Text("→ ", style="green")
         line.append(prescription.action, style="green")
         if prescription.why:
             line.append(f" — {prescription.why}", style="bright_black")
-        parts.append(line)
-    return Group(*parts)
+        body.append(line)
+    return Group(head, Padding(Group(*body), (0, 0, 0, 3)))
 
 
 def _value(value: Any, unit: str) -> str:
@@ -131,7 +135,7 @@ def _verdict(report: Report) -> Group:
     shown = report.findings[:MAX_FINDINGS]
     parts = [_finding(finding, index + 1) for index, finding in enumerate(shown)]
     if len(report.findings) > MAX_FINDINGS:
-        parts.append(Text(f"   (+{len(report.findings) - MAX_FINDINGS} more in report.json)", style="bright_black"))
+        parts.append(Text(f"(+{len(report.findings) - MAX_FINDINGS} more in report.json)", style="bright_black"))
     return Group(*parts)
 
 
@@ -148,7 +152,7 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
         parts.append(Text(f"warning: {message}", style="yellow"))
     if run_dir:
         parts.append(Text(f"Run directory: {run_dir}  (report.json, record.rank*.json.gz)", style="bright_black"))
-    return Panel(Group(*parts), title=title, title_align="left", expand=False)
+    return Panel(Group(*parts), title=Text(title), title_align="left", expand=False)
 
 
 def print_summary(report: Report, run_dir: str | None = None, console: Console | None = None) -> None:

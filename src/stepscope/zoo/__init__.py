@@ -46,6 +46,51 @@ SCENARIOS: dict[str, Scenario] = {
             "so the model waits for every batch",
         ),
         Scenario(
+            name="storage-latency",
+            module="stepscope.zoo.storage_latency",
+            planted_family="storage_io",
+            title="__getitem__ blocked on a slow remote store, num_workers=0",
+            mechanism="each sample waits a few ms for a simulated object-store round trip while the "
+            "CPU stays idle",
+        ),
+        Scenario(
+            name="small-batch",
+            module="stepscope.zoo.small_batch",
+            planted_family="compute",
+            title="wide MLP trained with a batch of 2",
+            mechanism="every matmul is a thin matrix-vector product: cores busy, low MFU",
+        ),
+        Scenario(
+            name="tiny-ops",
+            module="stepscope.zoo.tiny_ops",
+            planted_family="launch_overhead",
+            title="150 tiny Linear+Tanh layers (16 wide) per forward",
+            mechanism="thousands of operators per step, each doing less math than its dispatch costs",
+        ),
+        Scenario(
+            name="checkpoint-stall",
+            module="stepscope.zoo.checkpoint_stall",
+            planted_family="periodic_stall",
+            title="synchronous torch.save + fsync every 5 steps",
+            mechanism="a compute-bound loop writes model and optimizer state to disk on the "
+            "critical path every N steps",
+        ),
+        Scenario(
+            name="memory-leak",
+            module="stepscope.zoo.memory_leak",
+            planted_family="memory_pressure",
+            title="outputs and buffers retained every step",
+            mechanism="a list that is never cleared keeps ~8 MiB per step alive: RSS grows steadily",
+        ),
+        Scenario(
+            name="oversubscribed",
+            module="stepscope.zoo.oversubscribed",
+            planted_family="cpu_oversubscription",
+            title="4 workers × 4 intra-op threads on the cores of this machine",
+            mechanism="a worker_init_fn raises each worker's torch threads and every sample runs "
+            "multi-threaded matmuls, on top of the training process's own threads",
+        ),
+        Scenario(
             name="healthy",
             module="stepscope.zoo.healthy",
             planted_family="healthy",

@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorData
 from stepscope.zoo._common import parse_args, report, train
 
 FEATURES = 512
-HIDDEN = 1024
+HIDDEN = 2048
 
 
 def main() -> None:

@@ -11,31 +11,8 @@ import pytest
 from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.io import load_record, record_to_document, save_record
-from stepscope.record.run import SCHEMA_VERSION, LoaderInfo, RunMeta, RunRecord, Steps
-
-
-def make_record(count: int = 5, rank: int = 0) -> RunRecord:
-    start = 10_000 + np.arange(count, dtype=np.int64) * 1000
-    columns = {
-        "start_ns": start,
-        "duration_ns": np.full(count, 1000),
-        "data_wait_ns": np.full(count, 400),
-        "loader_init_ns": np.zeros(count),
-        "forward_ns": np.full(count, 200),
-        "backward_ns": np.full(count, 300),
-        "optimizer_ns": np.full(count, 50),
-        "other_ns": np.full(count, 50),
-        "batches": np.ones(count),
-        "samples": np.full(count, 8),
-        "optimizer_steps": np.ones(count),
-    }
-    loader = LoaderInfo(loader_id=0, cls="torch.utils.data.dataloader.DataLoader", dataset_type="X",
-                        iterable_dataset=False, batch_size=8, num_workers=2, pin_memory=True,
-                        prefetch_factor=2, persistent_workers=False, drop_last=False, batches=count,
-                        worker_pids=(11, 12))
-    return RunRecord(meta=RunMeta(rank=rank, target="train.py", argv=("train.py", "--lr", "3e-4")),
-                     steps=Steps.from_columns(columns), loaders=(loader,), warnings=("w",),
-                     extra={"flops": {"step_index": 2, "flops": 123}})
+from records import make_record
+from stepscope.record.run import SCHEMA_VERSION
 
 
 def test_round_trip(tmp_path):

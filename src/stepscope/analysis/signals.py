@@ -1,0 +1,353 @@
+"""Macro signals: what the sampler saw during the steps, as :class:`MacroSignals`.
+
+:func:`compute_signals` joins samples with steps on their shared monotonic clock and fills every
+field it can; each signal is a plain function of arrays, tested on its own.
+
+How the join works, step by step:
+
+1. The *window* is the time the steps cover, ``[first step start, last step end]`` (the whole sampled
+   time when there are no steps): start-up and tear-down of the script stay out of the averages.
+2. Counters are cumulative, so each *interval* between two consecutive samples gives a difference;
+   an interval belongs to the window when its midpoint does. A -1 (not measured) on either side
+   drops that interval for that counter.
+3. Shares are ratios of summed differences (ticks of iowait / all ticks), rates are summed bytes
+   over summed seconds: long and short intervals weigh by their length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.evidence import MacroSignals, WorkerLoad
+from stepscope.record.samples import Samples
+
+#: A core (or a worker process) above this share of one core is saturated. 90% is the common
+#: "pegged" line of top-like tools; a loaded core rarely reads 100% over 100 ms windows.
+SATURATED = 0.9
+#: Page-cache warming: disk reads in the first third of the run at least this many times those of
+#: the last third (the data set is read from disk once, then served from memory)...
+WARMING_RATIO = 4.0
+#: ...and the early reads at least this fast (bytes/s), so background noise is not called warming.
+WARMING_MIN_EARLY_BYTES_PER_S = 1 << 20
+#: Fewer intervals than this in the window: early/late splits and trends are not computed.
+MIN_TREND_INTERVALS = 6
+#: At most this many per-process loads are kept in ``MacroSignals.workers`` (the busiest).
+MAX_PROCESS_LOADS = 64
+
+
+def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
+    """Derive the macro signals of a run from its samples (and steps, when there are any).
+
+    Args:
+        samples: the sampler's :class:`~stepscope.record.samples.Samples`, or ``None``.
+        steps: the run's :class:`~stepscope.record.run.Steps` (columns ``start_ns``/``duration_ns``),
+            or ``None``.
+
+    Returns:
+        :class:`MacroSignals`; fields that cannot be measured stay ``None``.
+    """
+    if samples is None or len(samples) < 2:
+        notes = () if samples is None else (*samples.notes, "fewer than 2 samples: no macro signals")
+        return MacroSignals(sample_count=0 if samples is None else len(samples), notes=notes)
+    ts = samples.ts_ns
+    start, end = analysis_window(ts, steps)
+    mask = interval_mask(ts, start, end)
+    notes = list(samples.notes)
+    if not mask.any():
+        notes.append("no sample interval falls inside the steps; signals cover the whole sampled time")
+        mask = np.ones(len(ts) - 1, dtype=bool)
+    seconds = np.diff(ts) / 1e9
+    cores = cpu_count(samples)
+    shares = core_busy_shares(samples)[mask]
+    busiest, idlest, saturated = core_extremes(shares)
+    loads = process_loads(samples, mask)
+    workers = [load for load in loads if load.role == "dataloader_worker"]
+    reads = counter_rate(samples["disk_read_bytes"], seconds, mask)
+    early, late = early_late_rates(samples["disk_read_bytes"], seconds, mask)
+    gpu_util = samples["gpu_util"]
+    net = counter_rate(samples["net_recv_bytes"], seconds, mask)
+    net_sent = counter_rate(samples["net_sent_bytes"], seconds, mask)
+    return MacroSignals(
+        sample_count=int(mask.sum()) + 1,
+        interval_s=samples.meta.interval_s,
+        cpu_count=cores,
+        cpu_util_mean=_mean(shares),
+        busiest_core_util=busiest,
+        idlest_core_util=idlest,
+        saturated_cores=saturated,
+        iowait_share=iowait_share(samples, mask),
+        load_per_core=_per_core(_mean(samples["load1"][1:][mask], floor=0.0), cores),
+        runnable_threads_per_core=runnable_threads_per_core(samples, mask),
+        main_cpu_util=next((load.cpu_util for load in loads if load.role == "main"), None),
+        worker_count=max_concurrent(samples, "dataloader_worker", mask) if workers else 0,
+        workers=tuple(loads[:MAX_PROCESS_LOADS]),
+        worker_cpu_util_mean=_mean(np.array([load.cpu_util for load in workers])) if workers else None,
+        worker_saturation=(sum(load.cpu_util > SATURATED for load in workers) / len(workers)) if workers else None,
+        thread_count_max=thread_count_max(samples, mask),
+        disk_read_bytes_per_s=reads,
+        disk_read_bytes_per_s_early=early,
+        disk_read_bytes_per_s_late=late,
+        page_cache_warming=page_cache_warming(early, late),
+        memory_used_share_max=memory_used_share_max(samples, mask),
+        rss_growth_bytes_per_s=rss_growth_bytes_per_s(samples, mask),
+        swap_in_bytes_per_s=counter_rate(samples["swap_in_bytes"], seconds, mask),
+        swap_out_bytes_per_s=counter_rate(samples["swap_out_bytes"], seconds, mask),
+        net_bytes_per_s=None if net is None and net_sent is None else (net or 0.0) + (net_sent or 0.0),
+        gpu_count=gpu_util.shape[1] if gpu_util.shape[1] else None,
+        gpu_util_mean=gpu_util_mean(gpu_util[1:][mask]),
+        gpu_util_oscillation=gpu_util_oscillation(ts[1:][mask], gpu_util[1:][mask], step_period_s(steps),
+                                                  samples.meta.interval_s),
+        gpu_memory_used_share_max=gpu_memory_used_share_max(samples, mask),
+        notes=tuple(notes),
+    )
+
+
+# -- the window ------------------------------------------------------------------------------------
+def analysis_window(ts_ns: np.ndarray, steps: Any = None) -> tuple[int, int]:
+    """``(start_ns, end_ns)`` covered by the steps, or by the samples when there are no steps."""
+    if steps is not None and len(steps):
+        return int(steps.start_ns[0]), int((steps.start_ns + steps.duration_ns).max())
+    return int(ts_ns[0]), int(ts_ns[-1])
+
+
+def interval_mask(ts_ns: np.ndarray, start_ns: int, end_ns: int) -> np.ndarray:
+    """For each interval between consecutive samples, whether its midpoint lies in the window."""
+    middle = (ts_ns[:-1] + ts_ns[1:]) / 2
+    return (middle >= start_ns) & (middle <= end_ns)
+
+
+def step_period_s(steps: Any) -> float | None:
+    """Median step duration in seconds, or None without steps."""
+    if steps is None or not len(steps):
+        return None
+    return float(np.median(steps.duration_ns)) / 1e9
+
+
+# -- counters --------------------------------------------------------------------------------------
+def counter_deltas(counter: np.ndarray) -> np.ndarray:
+    """Differences of a cumulative counter, NaN where either side is unknown (-1) or it went back."""
+    values = counter.astype(np.float64)
+    values[counter < 0] = np.nan
+    deltas = np.diff(values, axis=0)
+    deltas[deltas < 0] = np.nan  # a counter reset (device re-attached): no data for that interval
+    return deltas
+
+
+def counter_rate(counter: np.ndarray, seconds: np.ndarray, mask: np.ndarray) -> float | None:
+    """Units per second of a cumulative counter (summed over items of a 2-D one) over the window."""
+    if counter.ndim == 2 and counter.shape[1] == 0:
+        return None
+    deltas = counter_deltas(counter)
+    if deltas.ndim == 2:
+        deltas = np.where(np.isnan(deltas).all(axis=1), np.nan, np.nansum(deltas, axis=1))
+    valid = mask & ~np.isnan(deltas)
+    if not valid.any() or seconds[valid].sum() <= 0:
+        return None
+    return float(deltas[valid].sum() / seconds[valid].sum())
+
+
+def early_late_rates(counter: np.ndarray, seconds: np.ndarray, mask: np.ndarray) -> tuple[float | None, float | None]:
+    """Rates over the first and the last third of the window's intervals."""
+    rows = np.flatnonzero(mask)
+    if len(rows) < MIN_TREND_INTERVALS:
+        return None, None
+    third = len(rows) // 3
+    early, late = np.zeros_like(mask), np.zeros_like(mask)
+    early[rows[:third]] = True
+    late[rows[-third:]] = True
+    return counter_rate(counter, seconds, early), counter_rate(counter, seconds, late)
+
+
+def page_cache_warming(early: float | None, late: float | None) -> bool | None:
+    """Reads high at the start, then low: the data set went from disk into the page cache."""
+    if early is None or late is None:
+        return None
+    return early >= WARMING_MIN_EARLY_BYTES_PER_S and early >= WARMING_RATIO * max(late, 0.0)
+
+
+# -- CPU -------------------------------------------------------------------------------------------
+def cpu_count(samples: Samples) -> int:
+    return int(samples["cpu_user"].shape[1])
+
+
+def core_busy_shares(samples: Samples) -> np.ndarray:
+    """Busy share (user + system) of each core in each interval, ``(samples - 1, cores)``, NaN unknown."""
+    busy = counter_deltas(samples["cpu_user"]) + counter_deltas(samples["cpu_system"])
+    total = busy + counter_deltas(samples["cpu_idle"]) + counter_deltas(samples["cpu_iowait"]) \
+        + counter_deltas(samples["cpu_steal"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, busy / total, np.nan)
+
+
+def core_extremes(shares: np.ndarray) -> tuple[float | None, float | None, int | None]:
+    """``(busiest, idlest, saturated)`` from per-interval core shares.
+
+    The busiest (idlest) core is taken per interval, then averaged: the scheduler moves a busy
+    thread between cores, so per-core averages would hide one saturated thread hopping around.
+    ``saturated`` is the average number of cores above :data:`SATURATED`, rounded.
+    """
+    rows = shares[~np.isnan(shares).all(axis=1)] if shares.size else shares
+    if not rows.size:
+        return None, None, None
+    busiest = float(np.nanmean(np.nanmax(rows, axis=1)))
+    idlest = float(np.nanmean(np.nanmin(rows, axis=1)))
+    saturated = int(round(float(np.mean(np.sum(rows > SATURATED, axis=1)))))
+    return busiest, idlest, saturated
+
+
+def iowait_share(samples: Samples, mask: np.ndarray) -> float | None:
+    """Share of all CPU time spent idle waiting for I/O."""
+    parts = [counter_deltas(samples[name])[mask] for name in
+             ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_steal")]
+    valid = ~np.isnan(sum(parts))
+    total = float(sum(part[valid].sum() for part in parts))
+    return float(parts[3][valid].sum()) / total if total > 0 else None
+
+
+def runnable_threads_per_core(samples: Samples, mask: np.ndarray) -> float | None:
+    """Mean runnable threads per core, the sampler's own thread (counted while it reads) taken out."""
+    running = samples["procs_running"][1:][mask].astype(np.float64)
+    running = running[running >= 0]
+    if not running.size:
+        return None
+    return float(np.mean(np.maximum(running - 1, 0))) / cpu_count(samples)
+
+
+# -- processes -------------------------------------------------------------------------------------
+def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
+    """Mean CPU of each process (share of one core) over its intervals inside the window.
+
+    An interval counts for a process when the process was sampled at both of its ends.
+    """
+    proc = samples.proc
+    if not len(proc["id"]):
+        return {}
+    ts = samples.ts_ns
+    order = np.lexsort((proc["sample"], proc["id"]))
+    ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
+    pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1)
+    pair &= mask[np.minimum(rows[:-1], len(mask) - 1)] & (ticks[1:] >= ticks[:-1]) & (ticks[:-1] >= 0)
+    busy_s = (ticks[1:] - ticks[:-1])[pair] / samples.meta.clock_ticks_per_s
+    span_s = (ts[rows[1:]] - ts[rows[:-1]])[pair] / 1e9
+    busy = np.bincount(ids[1:][pair], weights=busy_s)
+    span = np.bincount(ids[1:][pair], weights=span_s)
+    return {int(proc_id): float(busy[proc_id] / span[proc_id]) for proc_id in np.flatnonzero(span > 0)}
+
+
+def process_loads(samples: Samples, mask: np.ndarray) -> list[WorkerLoad]:
+    """A :class:`WorkerLoad` per process of the tree: main first, then the busiest."""
+    utils = process_cpu_utils(samples, mask)
+    rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
+    loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id))
+             for info in samples.processes if info.id in utils]
+    return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
+
+
+def max_concurrent(samples: Samples, role: str, mask: np.ndarray) -> int:
+    """Most processes of ``role`` alive at one sample inside the window."""
+    ids = {info.id for info in samples.processes_with_role(role)}
+    inside = np.zeros(len(samples), dtype=bool)
+    inside[1:] = mask
+    rows = samples.proc["sample"][np.isin(samples.proc["id"], list(ids)) & inside[samples.proc["sample"]]]
+    return int(np.bincount(rows).max()) if rows.size else 0
+
+
+def thread_count_max(samples: Samples, mask: np.ndarray) -> int | None:
+    """Most threads of the whole tree at one sample inside the window."""
+    inside = np.zeros(len(samples), dtype=bool)
+    inside[1:] = mask
+    keep = inside[samples.proc["sample"]] & (samples.proc["threads"] >= 0)
+    if not keep.any():
+        return None
+    return int(np.bincount(samples.proc["sample"][keep], weights=samples.proc["threads"][keep]).max())
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def memory_used_share_max(samples: Samples, mask: np.ndarray) -> float | None:
+    total = samples.meta.mem_total_bytes
+    used = samples["mem_used_bytes"][1:][mask]
+    used = used[used >= 0]
+    return float(used.max()) / total if used.size and total > 0 else None
+
+
+def rss_growth_bytes_per_s(samples: Samples, mask: np.ndarray) -> float | None:
+    """Least-squares slope of the main process's RSS over the window (a leak grows steadily)."""
+    main = [info.id for info in samples.processes_with_role("main")]
+    inside = np.zeros(len(samples), dtype=bool)
+    inside[1:] = mask
+    keep = np.isin(samples.proc["id"], main) & inside[samples.proc["sample"]] & (samples.proc["rss_bytes"] >= 0)
+    if keep.sum() < MIN_TREND_INTERVALS:
+        return None
+    seconds = samples.ts_ns[samples.proc["sample"][keep]] / 1e9
+    return trend_per_s(seconds, samples.proc["rss_bytes"][keep].astype(np.float64))
+
+
+def trend_per_s(seconds: np.ndarray, values: np.ndarray) -> float | None:
+    """Slope of the least-squares line through ``(seconds, values)``."""
+    if len(seconds) < 2 or np.ptp(seconds) <= 0:
+        return None
+    centred = seconds - seconds.mean()
+    return float(np.dot(centred, values - values.mean()) / np.dot(centred, centred))
+
+
+# -- GPU -------------------------------------------------------------------------------------------
+def gpu_util_mean(util: np.ndarray) -> float | None:
+    """Mean NVML utilization (0..1) over GPUs and samples."""
+    known = util[util >= 0]
+    return float(known.mean()) / 100 if known.size else None
+
+
+def gpu_util_oscillation(ts_ns: np.ndarray, util: np.ndarray, step_s: float | None,
+                         interval_s: float) -> float | None:
+    """How far GPU utilization swings within a step period (the "ECG" of an input-starved GPU), 0..1.
+
+    Step by step: cut the samples into consecutive blocks as long as the step period, but at least
+    three sampling intervals (so a block holds several samples); in each block take max − min of
+    utilization; the result is the median over blocks and GPUs. A busy GPU (always ~100%) and an
+    idle one (always ~0%) both score ~0; one that alternates between computing and waiting for
+    data scores high. A slow drift over the run does not count, since it barely moves inside a block.
+    """
+    if util.ndim != 2 or util.shape[1] == 0 or len(ts_ns) < 2:
+        return None
+    block_ns = max(step_s or 0.0, 3 * interval_s) * 1e9
+    blocks = ((ts_ns - ts_ns[0]) // block_ns).astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])  # ts is sorted: blocks are runs
+    values = np.where(util >= 0, util, np.nan).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        spread = np.fmax.reduceat(values, starts, axis=0) - np.fmin.reduceat(values, starts, axis=0)
+    counts = np.add.reduceat(~np.isnan(values), starts, axis=0)
+    spreads = spread[(counts >= 2) & ~np.isnan(spread)] / 100
+    return float(np.median(spreads)) if spreads.size else None
+
+
+def gpu_memory_used_share_max(samples: Samples, mask: np.ndarray) -> float | None:
+    totals = np.array([gpu.memory_total_bytes for gpu in samples.meta.gpus], dtype=np.float64)
+    used = samples["gpu_mem_used_bytes"][1:][mask].astype(np.float64)
+    if not used.size or not totals.size or (totals <= 0).any():
+        return None
+    used[used < 0] = np.nan
+    shares = used / totals
+    return float(np.nanmax(shares)) if not np.isnan(shares).all() else None
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _mean(values: np.ndarray, floor: float | None = None) -> float | None:
+    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    if floor is not None:
+        values = values[values >= floor]
+    return float(np.mean(values)) if values.size else None
+
+
+def _per_core(value: float | None, cores: int) -> float | None:
+    return value / cores if value is not None and cores else None
+
+
+def _max_by_id(ids: np.ndarray, values: np.ndarray) -> dict[int, int]:
+    """Largest value per id (ids without a known value are left out)."""
+    if not ids.size:
+        return {}
+    out = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(out, ids, values)
+    return {int(proc_id): int(out[proc_id]) for proc_id in np.flatnonzero(out >= 0)}

@@ -1,0 +1,129 @@
+"""CPU oversubscription: more runnable threads than cores, so every process runs slower.
+
+The classic shape: several DataLoader workers, each running multi-threaded math (torch intra-op
+threads set in a ``worker_init_fn``, NumPy/BLAS/OpenMP pools), plus the training process's own
+intra-op threads, on a machine with few cores. The step then waits for data, which a naive rule
+calls "input-bound" and answers with *more workers* (the mistake TraceML makes) — making it worse.
+This rule fires first and the input-pipeline rule stands down when it does.
+
+Evidence (sampler): all cores busy, and either the run queue far above the core count or the
+threads the training tree runs (main intra-op threads + workers' threads) far above the cores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.rules import _common as common
+from stepscope.diagnosis.rules._common import CPU_SATURATED
+
+#: Runnable threads per core at which the run queue is "far above" the cores. Brendan Gregg's USE
+#: method calls any run queue longer than the CPU count saturation; twice the cores means each
+#: runnable thread gets at most half a core.
+RUNNABLE_PER_CORE_HIGH = 2.0
+#: Threads the training tree wants to run (intra-op threads + busy workers' threads) per core.
+THREAD_DEMAND_PER_CORE_HIGH = 2.0
+#: Share of all cores the training tree itself must use for the run queue to be *its* doing
+#: (otherwise other processes on the machine crowd it, which is not this run's setting to fix).
+TREE_SHARE_OF_CORES = 0.75
+#: A worker above this share of one core counts as busy (idle workers compete for nothing).
+BUSY_WORKER = 0.1
+#: The share of CPU time a thread loses to contention is capped here in the impact estimate.
+CONTENTION_CAP = 0.75
+
+
+def oversubscription(ctx: Any) -> dict[str, Any] | None:
+    """The oversubscription evidence, or None when the CPU is not oversubscribed.
+
+    Two independent paths, both requiring all cores busy:
+
+    - *threads*: the sampler knows each worker's OS threads; multi-threaded busy workers plus the
+      training process's intra-op threads reach :data:`THREAD_DEMAND_PER_CORE_HIGH` per core;
+    - *run queue*: runnable threads reach :data:`RUNNABLE_PER_CORE_HIGH` per core while the
+      training tree itself uses most of the cores and the step waits for data (so the crowd is
+      this run's loaders, not a neighbour's job).
+
+    Returns a dict with ``cores``, ``runnable_per_core``, ``demand`` (threads wanted, when known),
+    ``worker_threads`` (most threads of a busy worker), ``cpu_util`` and ``tree_cores``.
+    """
+    signals = ctx.signals
+    cores = common.cpu_count(ctx)
+    cpu_util = common.field_of(signals, "cpu_util_mean")
+    if signals is None or not cores or cpu_util is None or cpu_util < CPU_SATURATED:
+        return None
+    runnable = common.field_of(signals, "runnable_threads_per_core")
+    busy = [load for load in signals.workers if load.role == "dataloader_worker" and load.cpu_util >= BUSY_WORKER]
+    threads = [load.threads for load in busy if getattr(load, "threads", None)]
+    main_threads = (ctx.stats.intra_op_threads if ctx.stats else None) or 1
+    demand = main_threads + sum(threads) if threads and len(threads) == len(busy) else None
+    tree_cores = sum(load.cpu_util for load in signals.workers)
+    wait = ctx.stats.data_wait_share if ctx.stats is not None else 0.0
+    by_threads = demand is not None and max(threads) > 1 and demand / cores >= THREAD_DEMAND_PER_CORE_HIGH
+    by_queue = (runnable is not None and runnable >= RUNNABLE_PER_CORE_HIGH and bool(busy)
+                and tree_cores >= TREE_SHARE_OF_CORES * cores and wait >= common.INPUT_MODERATE)
+    if not (by_threads or by_queue):
+        return None
+    return {"cores": cores, "runnable_per_core": runnable, "demand": demand, "cpu_util": cpu_util,
+            "worker_threads": max(threads) if threads else None, "tree_cores": tree_cores,
+            "main_threads": main_threads, "workers": len(busy)}
+
+
+def oversubscribed_cpu(ctx) -> Finding | None:
+    facts = oversubscription(ctx)
+    if facts is None or ctx.stats is None:
+        return None
+    stats = ctx.stats
+    cores = facts["cores"]
+    per_core = facts["runnable_per_core"] or (facts["demand"] or cores) / cores
+    contention = min(CONTENTION_CAP, max(0.0, 1.0 - 1.0 / per_core))
+    impact = max(stats.data_wait_share, contention * stats.compute_share)
+    evidence = [Evidence("cpu_util_mean", round(facts["cpu_util"], 3), CPU_SATURATED, "sampler", "ratio",
+                         "all cores")]
+    if facts["runnable_per_core"] is not None:
+        evidence.append(Evidence("runnable_threads_per_core", round(facts["runnable_per_core"], 2),
+                                 RUNNABLE_PER_CORE_HIGH, "sampler", "count", "machine"))
+    if facts["demand"] is not None:
+        evidence.append(Evidence("thread_demand", facts["demand"], THREAD_DEMAND_PER_CORE_HIGH * cores,
+                                 "sampler", "count", "main intra-op threads + busy workers' threads"))
+    evidence.append(Evidence("training_tree_cores", round(facts["tree_cores"], 2), None, "sampler", "cores",
+                             "main process + workers"))
+    evidence.append(Evidence("data_wait_share", round(stats.data_wait_share, 4), None, "steps", "ratio",
+                             "steady state"))
+    kind = "runnable" if facts["runnable_per_core"] is not None else "busy"
+    title = (f"CPU oversubscribed: ~{per_core:.1f} {kind} threads per core on {cores} cores "
+             "(more workers would make it worse)")
+    summary = (f"All cores are busy ({facts['cpu_util']:.0%}) and threads queue for them; the step "
+               f"waits {common.pct(stats.data_wait_share)} of its time for data. This looks "
+               "input-bound, but adding DataLoader workers adds threads to the queue.")
+    return common.finding("cpu_oversubscription.threads_exceed_cores", "cpu_oversubscription", title,
+                          impact, 0.85, evidence, _prescriptions(ctx, facts), summary)
+
+
+def _prescriptions(ctx, facts: dict[str, Any]) -> list[Prescription]:
+    cores = facts["cores"]
+    main_threads = facts["main_threads"]
+    loader = common.main_loader(ctx)
+    workers = loader.num_workers if loader is not None else facts["workers"]
+    out = []
+    per_worker = facts["worker_threads"]
+    if per_worker is None or per_worker > 1:
+        out.append(Prescription(
+            "One thread per DataLoader worker: worker_init_fn that calls torch.set_num_threads(1), "
+            "and OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 for NumPy/BLAS",
+            f"each worker runs {per_worker or 'several'} threads on {cores} cores",
+            "worker_threads", per_worker, 1))
+    budget_workers = max(1, cores - min(main_threads, cores - 1 if cores > 1 else 1))
+    if workers > budget_workers:
+        out.append(Prescription(
+            f"DataLoader(num_workers={budget_workers})",
+            f"{cores} cores = {cores - budget_workers} for the training process + {budget_workers} "
+            f"worker(s); {workers} workers only queue for the same cores. Do not add workers.",
+            "num_workers", workers, budget_workers))
+    if main_threads > 1 and main_threads + budget_workers > cores:
+        suggested = max(1, cores - budget_workers)
+        out.append(Prescription(
+            f"torch.set_num_threads({suggested}) in the training process",
+            f"{main_threads} intra-op threads + {budget_workers} worker(s) > {cores} cores",
+            "intra_op_threads", main_threads, suggested))
+    return out

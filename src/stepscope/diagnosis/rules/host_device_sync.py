@@ -1,0 +1,60 @@
+"""Host–device synchronisation and copies (GPU runs; evidence from traces).
+
+- Synchronisations: ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` / ``.item()`` /
+  ``.cpu()`` inside the step block the host until the device drains, so the device then idles
+  while the host prepares the next launches (Nsight's ``cuda_api_sync`` rule).
+- Copies: a large Memcpy share, worst when the host side is pageable memory, which makes
+  ``cudaMemcpyAsync`` synchronous (Nsight's ``cuda_memcpy_async`` rule).
+
+Thresholds follow XProf's moderate level (5 % of the step) for both.
+"""
+
+from __future__ import annotations
+
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.rules import _common as common
+
+#: Share of the step spent in synchronisation calls (XProf's 5 % "moderate" level).
+SYNC_MODERATE = 0.05
+#: Share of the step in memory copies (XProf's 5 % "moderate" level for host-to-device input).
+MEMCPY_MODERATE = 0.05
+
+
+def sync_and_copies(ctx) -> Finding | None:
+    trace = ctx.trace
+    if trace is None or not getattr(trace, "device", None):
+        return None
+    sync = common.field_of(trace, "sync_share") or 0.0
+    memcpy = common.field_of(trace, "memcpy_share") or 0.0
+    pageable = common.field_of(trace, "pageable_memcpy_share") or 0.0
+    count = common.field_of(trace, "sync_count_per_step")
+    if sync < SYNC_MODERATE and memcpy < MEMCPY_MODERATE:
+        return None
+    evidence = [Evidence("sync_share", round(sync, 4), SYNC_MODERATE, "trace", "ratio", "per step"),
+                Evidence("memcpy_share", round(memcpy, 4), MEMCPY_MODERATE, "trace", "ratio", "per step")]
+    if count is not None:
+        evidence.append(Evidence("sync_count_per_step", round(count, 1), None, "trace", "count", "per step"))
+    if pageable:
+        evidence.append(Evidence("pageable_memcpy_share", round(pageable, 4), None, "trace", "ratio",
+                                 "copies from pageable host memory"))
+    prescriptions = []
+    if sync >= SYNC_MODERATE:
+        prescriptions.append(Prescription(
+            "Remove per-step host syncs: log loss.detach() and call .item() every N steps; avoid "
+            ".cpu()/.numpy()/print of device tensors and data-dependent Python control flow in the step",
+            f"{count:.0f} syncs per step" if count else "synchronisations inside the step"))
+    if memcpy >= MEMCPY_MODERATE:
+        loader = common.main_loader(ctx)
+        if pageable or (loader is not None and not loader.pin_memory):
+            prescriptions.append(Prescription(
+                "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)",
+                "copies from pageable memory are synchronous", "pin_memory",
+                loader.pin_memory if loader is not None else None, True))
+        prescriptions.append(Prescription("Move less data: transfer uint8 and normalise on the device; keep "
+                                          "tensors on the device between steps", "memcpy share of the step"))
+    impact = sync + memcpy
+    return common.finding("host_device_sync.sync_and_copies", "host_device_sync",
+                          f"Host–device syncs and copies take {common.pct(impact)} of the step",
+                          impact, 0.8, evidence, prescriptions,
+                          "The host waits for the device (or the copy engine) inside the step, so the "
+                          "device then idles while the host catches up.")

@@ -1,0 +1,129 @@
+"""Input pipeline blocked on storage or latency: the step waits for data, yet the processes that
+produce it are *not* busy on CPU.
+
+They wait on disk reads, network filesystems, object stores, remote services or plain latency.
+Evidence: data wait at XProf's moderate level while the loading processes use little CPU
+(sampler), plus any of: iowait, disk reads high early and low late (the page cache warming up), a
+first epoch much slower than the later ones (from the steps alone).
+
+The difference from the CPU-bound case matters for the prescription: waiting workers cost no
+CPU, so more workers than cores (and a deeper prefetch) overlap the latency, whereas for CPU-bound
+loading the cores are the cap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.rules import _common as common
+from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY, LOADER_CPU_IDLE
+
+#: Mean iowait share of CPU time that points at storage (iostat/sar practice: a healthy compute
+#: job sits near 0 %; sustained %iowait of several percent means processes block on the disk).
+IOWAIT_HIGH = 0.05
+#: First epoch's data wait per step at least this multiple of the later epochs' (the data was read
+#: from storage once, then served from the page cache).
+FIRST_EPOCH_SLOWER = 2.0
+#: I/O-bound workers sleep, so more workers than cores help; we cap the suggestion at this many per
+#: core to keep memory (each worker holds ``prefetch_factor`` batches) in check.
+IO_WORKERS_PER_CORE = 4
+#: ``prefetch_factor`` suggested for latency-bound loaders (torch's default is 2).
+IO_PREFETCH = 4
+
+
+def first_epoch_ratio(ctx) -> float | None:
+    """First epoch's fetch wait per step over later epochs' (None without two epochs)."""
+    steps = getattr(ctx.record, "steps", None)
+    if steps is None or len(steps) < 4:
+        return None
+    starts = np.flatnonzero(steps.loader_init_ns > 0)
+    starts = starts[starts > 0]
+    if len(starts) == 0:
+        return None
+    fetch = (steps.data_wait_ns - steps.loader_init_ns).astype(np.float64)
+    first, later = fetch[1:starts[0]], fetch[starts[0]:]
+    if len(first) < 2 or len(later) < 2 or later.mean() <= 0:
+        return None
+    return float(first.mean() / later.mean())
+
+
+def io_signs(ctx) -> tuple[float | None, bool, float | None, list[bool]]:
+    """(iowait share, page-cache warming, first-epoch ratio, which of the three point at storage)."""
+    iowait = common.field_of(ctx.signals, "iowait_share")
+    warming = bool(common.field_of(ctx.signals, "page_cache_warming"))
+    epoch_ratio = first_epoch_ratio(ctx)
+    return iowait, warming, epoch_ratio, [iowait is not None and iowait >= IOWAIT_HIGH, warming,
+                                          epoch_ratio is not None and epoch_ratio >= FIRST_EPOCH_SLOWER]
+
+
+def loader_waits_on_io(ctx) -> Finding | None:
+    stats = ctx.stats
+    if stats is None or stats.fetch_wait_share < INPUT_MODERATE:
+        return None
+    util, util_source = common.loader_cpu_util(ctx)
+    iowait, warming, epoch_ratio, signs = io_signs(ctx)
+    idle = util is not None and util < LOADER_CPU_BUSY
+    if not idle and not (util is None and any(signs)):
+        return None
+    wait = stats.fetch_wait_share
+    evidence = [Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio", "steady state")]
+    if util is not None:
+        evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY, "sampler", "cores",
+                                 util_source))
+    if iowait is not None:
+        evidence.append(Evidence("iowait_share", round(iowait, 4), IOWAIT_HIGH, "sampler", "ratio", "all cores"))
+    if warming:
+        evidence.append(Evidence("page_cache_warming", True, None, "sampler", "flag",
+                                 "disk reads high early, low late"))
+    if epoch_ratio is not None:
+        evidence.append(Evidence("first_epoch_wait_ratio", round(epoch_ratio, 2), FIRST_EPOCH_SLOWER,
+                                 "steps", "x", "first epoch vs later"))
+    confidence = 0.5 + 0.15 * sum(signs) + (0.25 if util is not None and util < LOADER_CPU_IDLE else 0.0)
+    kind = "storage" if any(signs) else "latency"
+    title = (f"Input pipeline waits on {kind}: the step waits {common.pct(wait)} of its time for data "
+             "while the loaders are idle")
+    summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound, but the processes "
+               "producing batches are not busy on CPU"
+               + (f" ({util:.0%} of a core)" if util is not None else "")
+               + ": they wait for reads or a slow source. More workers overlap the waiting.")
+    return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
+                          evidence, _prescriptions(ctx, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER),
+                          summary)
+
+
+def _prescriptions(ctx, cached_later: bool) -> list[Prescription]:
+    stats = ctx.stats
+    loader = common.main_loader(ctx)
+    cores = common.cpu_count(ctx) or 1
+    workers = loader.num_workers if loader is not None else 0
+    batches = common.batches_per_step(ctx)
+    per_batch = stats.step_time_mean_s / batches
+    wait_s = stats.fetch_wait_share * per_batch
+    compute_s = max(per_batch - wait_s, 1e-6)
+    latency_s = wait_s if workers == 0 else per_batch * workers
+    needed = math.ceil(latency_s / compute_s) + 1
+    cap = IO_WORKERS_PER_CORE * cores
+    suggested = max(workers + 1, min(needed, cap))
+    out = [Prescription(
+        f"DataLoader(num_workers={suggested})",
+        f"each batch waits ~{common.ms(latency_s)} on I/O or latency against ~{common.ms(compute_s)} of "
+        f"compute; waiting workers use no CPU, so {suggested} can exceed the {cores} cores"
+        + (f" (capped at {cap})" if needed > cap else ""),
+        "num_workers", workers, suggested)]
+    prefetch = loader.prefetch_factor if loader is not None else None
+    if workers > 0 and (prefetch or 2) < IO_PREFETCH:
+        out.append(Prescription(f"DataLoader(prefetch_factor={IO_PREFETCH})",
+                                "more batches in flight per worker hide latency spikes",
+                                "prefetch_factor", prefetch or 2, IO_PREFETCH))
+    if cached_later:
+        out.append(Prescription(
+            "Stage the dataset on local disk or in memory before training (or pre-read it once)",
+            "the first pass reads from storage and later passes are served from the page cache"))
+    out.append(Prescription(
+        "Read fewer, larger objects: pack samples into shards (WebDataset/tar, LMDB, Parquet) and "
+        "read them sequentially",
+        "per-sample reads pay the storage latency once per sample"))
+    return out

@@ -1,0 +1,105 @@
+"""A compact terminal view of :class:`~stepscope.analysis.evidence.MacroSignals`.
+
+:func:`render_macro` returns a few lines (CPU, workers, disk, memory, GPU) for the run summary.
+It only formats fields of the signals; a field that was not measured reads "-" or is left out.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.analysis.evidence import MacroSignals
+from stepscope.analysis.signals import SATURATED
+from stepscope.units import format_bytes, format_ratio
+
+_GPU_LOW = 0.3  # TraceML calls GPU utilization under 30% "LOW" (shared/reference)
+
+
+def render_macro(signals: MacroSignals) -> Group:
+    """Machine metrics of the run as a rich renderable, one line per subsystem."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    if signals.sample_count < 2:
+        grid.add_row("machine", Text("no samples (the sampler did not run or stopped at once)", style="dim"))
+    else:
+        grid.add_row("CPU", _cpu(signals))
+        grid.add_row("processes", _processes(signals))
+        grid.add_row("disk", _disk(signals))
+        grid.add_row("memory", _memory(signals))
+        grid.add_row("GPU", _gpu(signals))
+    notes = [Text(f"note: {note}", style="dim") for note in signals.notes]
+    return Group(grid, *notes)
+
+
+def _cpu(signals: MacroSignals) -> Text:
+    text = Text(f"{signals.cpu_count or '?'} cores: mean {format_ratio(signals.cpu_util_mean)}, ")
+    text.append("busiest ")
+    text.append(format_ratio(signals.busiest_core_util), style=_level(signals.busiest_core_util))
+    text.append(f", idlest {format_ratio(signals.idlest_core_util)}")
+    if signals.saturated_cores:
+        text.append(f", {signals.saturated_cores} saturated", style="red")
+    text.append(f"; iowait {format_ratio(signals.iowait_share)}")
+    if signals.runnable_threads_per_core is not None:
+        text.append(f"; {signals.runnable_threads_per_core:.2f} runnable/core")
+    return text
+
+
+def _processes(signals: MacroSignals) -> Text:
+    text = Text(f"main {format_ratio(signals.main_cpu_util)} of a core")
+    if signals.worker_count:
+        text.append(f"; {signals.worker_count} workers at a time, mean ")
+        text.append(format_ratio(signals.worker_cpu_util_mean), style=_level(signals.worker_cpu_util_mean))
+        if signals.worker_saturation:
+            text.append(f" ({format_ratio(signals.worker_saturation)} saturated)", style="red")
+    else:
+        text.append("; no DataLoader workers")
+    if signals.thread_count_max is not None:
+        text.append(f"; {signals.thread_count_max} threads max")
+    return text
+
+
+def _disk(signals: MacroSignals) -> Text:
+    text = Text(f"read {_rate(signals.disk_read_bytes_per_s)}")
+    if signals.disk_read_bytes_per_s_early is not None:
+        text.append(f", {_rate(signals.disk_read_bytes_per_s_early)} → {_rate(signals.disk_read_bytes_per_s_late)}"
+                    " from first to last third")
+    if signals.page_cache_warming:
+        text.append(" (page cache warming)", style="yellow")
+    if signals.net_bytes_per_s is not None:
+        text.append(f"; net {_rate(signals.net_bytes_per_s)}")
+    return text
+
+
+def _memory(signals: MacroSignals) -> Text:
+    text = Text(f"used up to {format_ratio(signals.memory_used_share_max)}")
+    if signals.rss_growth_bytes_per_s is not None:
+        sign = "+" if signals.rss_growth_bytes_per_s >= 0 else "-"
+        text.append(f"; main RSS {sign}{_rate(abs(signals.rss_growth_bytes_per_s))}")
+    swap_in, swap_out = signals.swap_in_bytes_per_s, signals.swap_out_bytes_per_s
+    if swap_in or swap_out:
+        text.append(f"; swap in {_rate(swap_in)}, out {_rate(swap_out)}", style="red")
+    return text
+
+
+def _gpu(signals: MacroSignals) -> Text:
+    if not signals.gpu_count:
+        return Text("no GPU metrics", style="dim")
+    text = Text(f"{signals.gpu_count} GPU{'s' if signals.gpu_count > 1 else ''}: utilization mean ")
+    text.append(format_ratio(signals.gpu_util_mean), style=_level(signals.gpu_util_mean, inverse=True))
+    text.append(f", swing within a step {format_ratio(signals.gpu_util_oscillation)}")
+    text.append(f"; memory up to {format_ratio(signals.gpu_memory_used_share_max)}")
+    return text
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{format_bytes(value)}/s"
+
+
+def _level(value: float | None, inverse: bool = False) -> str:
+    """Red for a saturated resource (or, ``inverse``, a starved one), else no style."""
+    if value is None:
+        return ""
+    return "red" if (value < _GPU_LOW if inverse else value > SATURATED) else ""

@@ -1,0 +1,155 @@
+"""The screen of ``stepscope monitor``: one :class:`~stepscope.analysis.live.MonitorFrame` as rich.
+
+Formatting only: every number comes from the frame.
+"""
+
+from __future__ import annotations
+
+import math
+import pwd
+
+from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from stepscope.analysis.live import DeviceRates, MonitorFrame
+from stepscope.units import format_bytes, format_ratio
+
+_CORES_PER_COLUMN = 16
+_BAR_WIDTH = 24
+
+
+def render_monitor(frame: MonitorFrame, *, title: str = "", footer: str = "") -> RenderableType:
+    """The whole screen: CPU per core, memory, disks and network, GPUs, processes."""
+    parts: list[RenderableType] = []
+    if title:
+        parts.append(Text(title, style="bold"))
+    parts += [_cpu(frame), _memory(frame), _io(frame)]
+    if frame.gpus:
+        parts.append(_gpus(frame))
+    parts.append(_processes(frame))
+    parts += [Text(f"note: {note}", style="dim") for note in frame.notes]
+    if footer:
+        parts.append(Text(footer, style="dim"))
+    return Group(*parts)
+
+
+def _bar(share: float | None, width: int = _BAR_WIDTH) -> ProgressBar:
+    completed = 0.0 if share is None else max(0.0, min(share, 1.0)) * 100
+    style = "red" if completed > 90 else "yellow" if completed > 60 else "green"
+    return ProgressBar(total=100, completed=completed, width=width, complete_style=style, finished_style=style)
+
+
+def _cpu(frame: MonitorFrame) -> Table:
+    columns = max(1, math.ceil(len(frame.core_utils) / _CORES_PER_COLUMN))
+    table = Table.grid(padding=(0, 1))
+    for _ in range(columns):
+        table.add_column(justify="right", style="cyan", no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+    rows = math.ceil(len(frame.core_utils) / columns) if frame.core_utils else 0
+    for row in range(rows):
+        cells: list[RenderableType] = []
+        for column in range(columns):
+            core = column * rows + row
+            if core < len(frame.core_utils):
+                share = frame.core_utils[core]
+                cells += [f"cpu{core}", _bar(share), format_ratio(share)]
+            else:
+                cells += ["", "", ""]
+        table.add_row(*cells)
+    summary = Text(f"CPU {format_ratio(frame.cpu_util)}  iowait {format_ratio(frame.iowait_share)}")
+    if frame.load1 is not None:
+        summary.append(f"  load {frame.load1:.2f}")
+    if frame.runnable_threads is not None:
+        summary.append(f"  runnable {frame.runnable_threads}")
+    return _single(summary, table)
+
+
+def _single(*parts: RenderableType) -> Table:
+    grid = Table.grid()
+    grid.add_row(Group(*parts))
+    return grid
+
+
+def _memory(frame: MonitorFrame) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="cyan", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    used_share = frame.mem_used_bytes / frame.mem_total_bytes if frame.mem_total_bytes else None
+    used = f"{format_bytes(frame.mem_used_bytes)} / {format_bytes(frame.mem_total_bytes)} used"
+    grid.add_row("mem", _bar(used_share), f"{used}, {format_bytes(frame.mem_cached_bytes)} cache")
+    if frame.swap_total_bytes:
+        swap_share = frame.swap_used_bytes / frame.swap_total_bytes
+        swap = f"{format_bytes(frame.swap_used_bytes)} / {format_bytes(frame.swap_total_bytes)}"
+        if frame.swap_in_bytes_per_s or frame.swap_out_bytes_per_s:
+            swap += f", in {_rate(frame.swap_in_bytes_per_s)} out {_rate(frame.swap_out_bytes_per_s)}"
+        grid.add_row("swap", _bar(swap_share), swap)
+    return grid
+
+
+def _io(frame: MonitorFrame) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    table.add_column("device", style="cyan", no_wrap=True)
+    table.add_column("read / recv", justify="right")
+    table.add_column("write / sent", justify="right")
+    for kind, devices in (("disk", frame.disks), ("net", frame.nics)):
+        for device in devices:
+            table.add_row(f"{kind} {device.name}", *_pair(device))
+    return table
+
+
+def _pair(device: DeviceRates) -> tuple[str, str]:
+    return _rate(device.read_bytes_per_s), _rate(device.write_bytes_per_s)
+
+
+def _gpus(frame: MonitorFrame) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    for name in ("gpu", "name", "util", "", "memory", "SM clock", "power", "temp", "PCIe tx/rx"):
+        table.add_column(name, no_wrap=True, justify="left" if name in ("name", "") else "right")
+    for gpu in frame.gpus:
+        memory = "-" if gpu.memory_used_bytes is None else (
+            f"{format_bytes(gpu.memory_used_bytes)} / {format_bytes(gpu.memory_total_bytes)}")
+        pcie = "-" if gpu.pcie_tx_bytes_per_s is None else (
+            f"{_rate(gpu.pcie_tx_bytes_per_s)} / {_rate(gpu.pcie_rx_bytes_per_s)}")
+        table.add_row(
+            str(gpu.index), gpu.name, format_ratio(gpu.util), _bar(gpu.util, 16), memory,
+            "-" if gpu.sm_clock_mhz is None else f"{gpu.sm_clock_mhz} MHz",
+            "-" if gpu.power_w is None else f"{gpu.power_w:.0f} W",
+            "-" if gpu.temperature_c is None else f"{gpu.temperature_c} °C", pcie,
+        )
+    return table
+
+
+def _processes(frame: MonitorFrame) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
+    with_roles = any(row.role != "other" for row in frame.processes)  # a process tree, not the machine
+    columns = [("pid", "right", 7), ("user", "left", 8), ("role", "left", 6), ("S", "left", 1), ("CPU", "right", 6),
+               ("RSS", "right", 9), ("thr", "right", 3), ("GPU mem", "right", 9)]
+    for name, justify, width in columns:
+        if name != "role" or with_roles:
+            table.add_column(name, justify=justify, no_wrap=True, min_width=width)
+    table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
+    for row in frame.processes:
+        cells = [str(row.pid), user_name(row.uid), row.role, row.state, format_ratio(row.cpu_util),
+                 format_bytes(row.rss_bytes), "-" if row.threads is None else str(row.threads),
+                 format_bytes(row.gpu_memory_bytes) if row.gpu_memory_bytes else ""]
+        if not with_roles:
+            del cells[2]
+        table.add_row(*(Text(cell) for cell in cells), Text(row.command))  # Text: no markup in commands
+    return table
+
+
+def user_name(uid: int) -> str:
+    if uid < 0:
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{format_bytes(value)}/s"

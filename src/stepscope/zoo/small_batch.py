@@ -1,0 +1,36 @@
+"""Planted bottleneck: compute-bound at very low efficiency (tiny batches on wide layers).
+
+A wide MLP trains with a batch of 2 samples: every matmul is a thin matrix–vector product that
+streams the whole weight matrix from memory for very little arithmetic, so the cores are busy but
+reach a small fraction of their matmul peak (low MFU). Data come from memory; there are few,
+large operators per step (no launch overhead).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from stepscope.zoo._common import parse_args, report, train
+
+FEATURES = 1024
+HIDDEN = 2048
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], steps=40, batch_size=2)
+    torch.manual_seed(args.seed)
+    inputs = torch.randn(args.steps * args.batch_size, FEATURES)
+    targets = inputs[:, :1] * 0.5
+    loader = DataLoader(TensorDataset(inputs, targets), batch_size=args.batch_size, shuffle=True,
+                        num_workers=0 if args.num_workers is None else args.num_workers)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, 1),
+    )
+    report(train(model, loader, args.steps, lr=0.001))
+
+
+if __name__ == "__main__":
+    main()

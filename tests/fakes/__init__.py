@@ -1,0 +1,1 @@
+"""Test doubles for things this machine does not have (NVML and GPUs)."""

@@ -1,0 +1,82 @@
+"""The zoo end to end: every scenario under ``stepscope demo`` must be diagnosed as planted.
+
+Each scenario runs as a user would run it (``python -m stepscope demo NAME``, in a subprocess, with
+the machine's default threads) and its ``report.json`` is read back. The planted family must be
+the **top** finding; the healthy scenario must have no finding above LOW severity.
+
+Some families rest on evidence that comes from other parts of capture (the sidecar sampler's
+signals; the operator count of the FLOP-counted step). When a report lacks that evidence the test
+is marked xfail with the missing piece named — it turns into a pass by itself once capture
+records it, and it still fails if the evidence is there and the diagnosis is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepscope.zoo import SCENARIOS
+
+REPO_SRC = Path(__file__).resolve().parents[2] / "src"
+#: Per-scenario limit; each is meant to take well under a minute.
+SCENARIO_TIMEOUT_S = 240
+LOW_SEVERITIES = {"info", "low"}
+
+
+def _has_signals(report: dict) -> bool:
+    signals = report.get("signals") or {}
+    return signals.get("cpu_util_mean") is not None and bool(signals.get("workers"))
+
+
+def _has_op_count(report: dict) -> bool:
+    return bool((report.get("extra", {}).get("flops") or {}).get("ops"))
+
+
+#: Evidence a scenario's family needs beyond the steps, and how to tell it is in the report.
+NEEDS = {
+    "storage-latency": ("sampler signals (loading CPU vs wait)", _has_signals),
+    "memory-leak": ("sampler signals (RSS growth)", _has_signals),
+    "oversubscribed": ("sampler signals (run queue, busy cores)", _has_signals),
+    "tiny-ops": ("operator count of the FLOP-counted step (record.extra['flops']['ops'])", _has_op_count),
+}
+
+
+def run_demo(name: str, out: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("OMP_NUM_THREADS", None)  # scenarios see the machine's default threads
+    proc = subprocess.run([sys.executable, "-m", "stepscope", "demo", name, "-o", str(out), "--no-summary"],
+                          env=env, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+def describe(findings: list[dict]) -> str:
+    return "; ".join(f"{item['family']} {item['severity']} {item['impact']:.3f} ({item['title']})"
+                     for item in findings) or "no findings"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_planted_family_is_the_top_finding(tmp_path, name):
+    scenario = SCENARIOS[name]
+    report = run_demo(name, tmp_path / "run")
+    findings = report["findings"]
+    top = findings[0] if findings else None
+    if name in NEEDS:
+        what, present = NEEDS[name]
+        if not present(report) and (top is None or top["family"] != scenario.planted_family):
+            pytest.xfail(f"report lacks {what}")
+    assert top is not None, "no findings at all"
+    assert top["family"] == scenario.planted_family, describe(findings)
+    assert report["verdict"]["family"] == scenario.planted_family
+    if scenario.planted_family == "healthy":
+        assert all(item["severity"] in LOW_SEVERITIES for item in findings), describe(findings)
+    else:
+        assert top["severity"] not in LOW_SEVERITIES, describe(findings)
+        assert top["prescriptions"], "a finding without a prescription"

@@ -1,0 +1,236 @@
+"""Each macro signal on small synthetic samples whose answer is known."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from stepscope.analysis import signals as sig
+from stepscope.analysis.evidence import MacroSignals
+from stepscope.record.run import Steps
+from stepscope.record.samples import PROCESS_COLUMNS, SERIES_COLUMNS, GpuInfo, ProcessInfo, Samples, SamplesMeta
+
+TICKS = 100  # clock ticks per second
+DT = 0.1  # seconds between samples
+T0 = 10**12
+
+
+def make(n: int, *, cores: int = 2, gpus: int = 0, processes=(), proc_rows=(), **columns) -> Samples:
+    """``n`` samples ``DT`` apart: idle CPUs, flat counters, unless ``columns`` say otherwise."""
+    meta = SamplesMeta(interval_s=DT, cpus=tuple(range(cores)), cpu_count=cores, disks=("sda",), nics=("eth0",),
+                       gpus=tuple(GpuInfo(i, "g", f"GPU-{i}", 1000) for i in range(gpus)),
+                       mem_total_bytes=1000, clock_ticks_per_s=TICKS)
+    widths = {"sample": None, "cpu": cores, "disk": 1, "nic": 1, "gpu": gpus}
+    series = {}
+    for name, (axis, _) in SERIES_COLUMNS.items():
+        shape = (n,) if widths[axis] is None else (n, widths[axis])
+        series[name] = np.zeros(shape, dtype=np.float64 if name == "load1" else np.int64)
+    series["ts_ns"] = T0 + np.arange(n, dtype=np.int64) * int(DT * 1e9)
+    series["cpu_idle"] = np.cumsum(np.full((n, cores), int(TICKS * DT)), axis=0)
+    series["procs_running"] = np.ones(n, dtype=np.int64)
+    for name, values in columns.items():
+        series[name] = np.asarray(values, dtype=series[name].dtype).reshape(series[name].shape)
+    proc = {name: np.asarray([row[i] for row in proc_rows], dtype="<U1" if name == "state" else np.int64)
+            for i, name in enumerate(PROCESS_COLUMNS)}
+    empty_gpu = {name: np.zeros(0, dtype=np.int64) for name in ("sample", "gpu", "pid", "mem_bytes")}
+    return Samples(meta, series, proc, empty_gpu, tuple(processes))
+
+
+def cpu_columns(shares: np.ndarray) -> dict[str, np.ndarray]:
+    """Cumulative user/idle ticks whose per-interval busy shares are ``shares`` (intervals × cores)."""
+    busy = np.rint(shares * TICKS * DT).astype(np.int64)
+    zero = np.zeros((1, shares.shape[1]), dtype=np.int64)
+    return {"cpu_user": np.cumsum(np.vstack([zero, busy]), axis=0),
+            "cpu_idle": np.cumsum(np.vstack([zero, int(TICKS * DT) - busy]), axis=0)}
+
+
+def rows_for(proc_id: int, samples: range, ticks_per_sample: int, rss=100, threads=2, state="R"):
+    """Process rows: ``(sample, id, cpu_ticks, rss, read, write, read_chars, threads, state)``."""
+    return [(s, proc_id, ticks_per_sample * k, rss(k) if callable(rss) else rss, 0, 0, 0, threads, state)
+            for k, s in enumerate(samples)]
+
+
+ALL = np.ones(1000, dtype=bool)
+
+
+def mask(n: int) -> np.ndarray:
+    return np.ones(n - 1, dtype=bool)
+
+
+# -- CPU -------------------------------------------------------------------------------------------
+def test_busiest_and_idlest_core():
+    shares = np.tile([1.0, 0.0], (10, 1))
+    samples = make(11, **cpu_columns(shares))
+    busiest, idlest, saturated = sig.core_extremes(sig.core_busy_shares(samples))
+    assert (busiest, idlest, saturated) == (pytest.approx(1.0), pytest.approx(0.0), 1)
+
+
+def test_a_saturated_thread_hopping_cores_is_still_one_saturated_core():
+    shares = np.array([[1.0, 0.0], [0.0, 1.0]] * 5)  # per-core means would both read 50%
+    busiest, idlest, saturated = sig.core_extremes(sig.core_busy_shares(make(11, **cpu_columns(shares))))
+    assert busiest == pytest.approx(1.0) and idlest == pytest.approx(0.0) and saturated == 1
+
+
+def test_core_extremes_without_data():
+    assert sig.core_extremes(np.full((3, 2), np.nan)) == (None, None, None)
+
+
+def test_iowait_share():
+    samples = make(11, cpu_iowait=np.cumsum(np.full((11, 2), 5), axis=0) - 5,
+                   cpu_idle=np.cumsum(np.full((11, 2), 5), axis=0) - 5)
+    assert sig.iowait_share(samples, mask(11)) == pytest.approx(0.5)
+
+
+def test_runnable_threads_per_core_leaves_the_sampler_out():
+    samples = make(5, procs_running=[5, 5, 5, 5, 5], cores=2)
+    assert sig.runnable_threads_per_core(samples, mask(5)) == pytest.approx(2.0)
+    assert sig.runnable_threads_per_core(make(5, procs_running=[-1] * 5), mask(5)) is None
+
+
+# -- counters and storage --------------------------------------------------------------------------
+def test_counter_rate_skips_unknown_values_and_resets():
+    counter = np.array([0, 100, -1, 300, 50, 150])
+    seconds = np.full(5, 0.1)
+    # valid intervals: 0->100 and 50->150 (the -1 and the reset 300->50 drop three)
+    assert sig.counter_rate(counter, seconds, np.ones(5, dtype=bool)) == pytest.approx(1000.0)
+    assert sig.counter_rate(np.full(4, -1), np.full(3, 0.1), np.ones(3, dtype=bool)) is None
+
+
+def test_counter_rate_sums_devices():
+    counter = np.array([[0, 0], [10, 20], [20, 40]])
+    assert sig.counter_rate(counter, np.full(2, 0.1), np.ones(2, dtype=bool)) == pytest.approx(300.0)
+
+
+@pytest.mark.parametrize("per_interval, warming", [
+    ([50 << 20] * 10 + [0] * 20, True),  # the first pass reads from disk, later epochs from memory
+    ([50 << 20] * 30, False),  # streaming from disk all along
+    ([1000] * 10 + [0] * 20, False),  # too little to be a data set
+])
+def test_page_cache_warming(per_interval, warming):
+    counter = np.concatenate([[0], np.cumsum(per_interval)])
+    early, late = sig.early_late_rates(counter, np.full(30, DT), np.ones(30, dtype=bool))
+    assert sig.page_cache_warming(early, late) is warming
+
+
+def test_early_late_needs_enough_intervals():
+    assert sig.early_late_rates(np.arange(4), np.full(3, DT), np.ones(3, dtype=bool)) == (None, None)
+    assert sig.page_cache_warming(None, 0.0) is None
+
+
+# -- processes -------------------------------------------------------------------------------------
+def test_process_cpu_utils_counts_only_consecutive_samples_of_the_same_process():
+    rows = rows_for(0, range(0, 11), 10) + rows_for(1, range(3, 6), 5)  # 100% and 50% of a core
+    samples = make(11, proc_rows=rows)
+    utils = sig.process_cpu_utils(samples, mask(11))
+    assert utils == {0: pytest.approx(1.0), 1: pytest.approx(0.5)}
+
+
+def test_workers_coming_and_going_each_epoch():
+    """Non-persistent workers: two per epoch, new pids each epoch; two at a time."""
+    processes = [ProcessInfo(0, 10, role="main"),
+                 ProcessInfo(1, 11, role="dataloader_worker"), ProcessInfo(2, 12, role="dataloader_worker"),
+                 ProcessInfo(3, 13, role="dataloader_worker"), ProcessInfo(4, 14, role="dataloader_worker")]
+    rows = (rows_for(0, range(0, 21), 2) + rows_for(1, range(0, 10), 10) + rows_for(2, range(0, 10), 9)
+            + rows_for(3, range(11, 21), 10) + rows_for(4, range(11, 21), 2))
+    samples = make(21, processes=processes, proc_rows=rows)
+    signals = sig.compute_signals(samples)
+    assert signals.worker_count == 2
+    assert [load.pid for load in signals.workers] == [10, 11, 13, 12, 14]  # main first, then busiest
+    assert signals.main_cpu_util == pytest.approx(0.2)
+    assert signals.worker_saturation == pytest.approx(0.5)  # 100% and 100% are above 90%; 90% and 20% not
+    assert signals.worker_cpu_util_mean == pytest.approx((1 + 0.9 + 1 + 0.2) / 4)
+
+
+def test_thread_count_max_sums_the_tree():
+    rows = rows_for(0, range(5), 0, threads=10) + rows_for(1, range(2, 4), 0, threads=5)
+    assert sig.thread_count_max(make(5, proc_rows=rows), mask(5)) == 15
+
+
+def test_rss_growth_of_the_main_process():
+    rows = rows_for(0, range(20), 1, rss=lambda k: 1_000_000 + k * 100_000)  # +100 kB per 0.1 s
+    samples = make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows)
+    assert sig.rss_growth_bytes_per_s(samples, mask(20)) == pytest.approx(1_000_000)
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def test_memory_and_swap():
+    samples = make(11, mem_used_bytes=np.linspace(100, 900, 11).astype(int),
+                   swap_out_bytes=np.arange(11) * 4096)
+    assert sig.memory_used_share_max(samples, mask(11)) == pytest.approx(0.9)
+    signals = sig.compute_signals(samples)
+    assert signals.swap_out_bytes_per_s == pytest.approx(40960)
+    assert signals.swap_in_bytes_per_s == 0
+
+
+# -- GPU -------------------------------------------------------------------------------------------
+def test_gpu_util_mean_ignores_unknown():
+    assert sig.gpu_util_mean(np.array([[100], [-1], [50]])) == pytest.approx(0.75)
+    assert sig.gpu_util_mean(np.full((3, 1), -1)) is None
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ([0, 100] * 20, 1.0),  # the ECG of an input-starved GPU
+    ([95] * 40, 0.0),  # compute bound
+    ([3] * 40, 0.0),  # idle
+    (list(np.linspace(20, 90, 40).astype(int)), 0.04),  # a slow drift barely moves inside a step
+])
+def test_gpu_util_oscillation(pattern, expected):
+    ts = T0 + np.arange(len(pattern)) * int(DT * 1e9)
+    util = np.array(pattern).reshape(-1, 1)
+    assert sig.gpu_util_oscillation(ts, util, step_s=0.2, interval_s=DT) == pytest.approx(expected, abs=0.06)
+
+
+def test_gpu_oscillation_blocks_follow_long_steps():
+    """Steps of 1 s: a swing inside each step counts, whatever the sample rate."""
+    pattern = ([100] * 5 + [0] * 5) * 4
+    ts = T0 + np.arange(40) * int(DT * 1e9)
+    assert sig.gpu_util_oscillation(ts, np.array(pattern).reshape(-1, 1), 1.0, DT) == pytest.approx(1.0)
+    assert sig.gpu_util_oscillation(ts[:1], np.zeros((1, 0)), 1.0, DT) is None
+
+
+def test_gpu_memory_used_share_max():
+    samples = make(3, gpus=2, gpu_mem_used_bytes=[[100, -1], [200, 500], [300, 900]])
+    assert sig.gpu_memory_used_share_max(samples, mask(3)) == pytest.approx(0.9)
+
+
+# -- the join with steps ---------------------------------------------------------------------------
+def test_samples_outside_the_steps_are_left_out():
+    shares = np.vstack([np.tile([1.0, 1.0], (10, 1)), np.tile([0.2, 0.0], (10, 1))])  # busy start-up, then steps
+    samples = make(21, **cpu_columns(shares))
+    steps = Steps.from_columns({"start_ns": [T0 + int(1.0e9)], "duration_ns": [int(1.0e9)],
+                                "other_ns": [int(1.0e9)]})
+    signals = sig.compute_signals(samples, steps)
+    assert signals.cpu_util_mean == pytest.approx(0.1)
+    assert signals.sample_count == 11
+    assert sig.compute_signals(samples).cpu_util_mean == pytest.approx(0.55)
+
+
+def test_steps_outside_the_samples_fall_back_to_everything():
+    steps = Steps.from_columns({"start_ns": [1], "duration_ns": [5], "other_ns": [5]})
+    signals = sig.compute_signals(make(5), steps)
+    assert signals.sample_count == 5 and any("whole sampled time" in note for note in signals.notes)
+
+
+def test_no_samples():
+    assert sig.compute_signals(None) == MacroSignals()
+    one = sig.compute_signals(make(1))
+    assert one.sample_count == 1 and one.cpu_util_mean is None and one.notes
+
+
+def test_every_field_is_filled_on_a_full_run_and_serialises():
+    processes = [ProcessInfo(0, 10, role="main"), ProcessInfo(1, 11, role="dataloader_worker")]
+    rows = rows_for(0, range(30), 3, rss=lambda k: 1000 + k) + rows_for(1, range(30), 10)
+    samples = make(30, gpus=1, processes=processes, proc_rows=rows,
+                   **cpu_columns(np.tile([0.95, 0.3], (29, 1))),
+                   disk_read_bytes=np.arange(30) * 1000, net_recv_bytes=np.arange(30) * 10,
+                   net_sent_bytes=np.arange(30), load1=np.full(30, 1.5), gpu_util=[[90, 10] * 15],
+                   gpu_mem_used_bytes=np.full((30, 1), 500), mem_used_bytes=np.full(30, 400))
+    steps = Steps.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "other_ns": [int(2.9e9)]})
+    signals = sig.compute_signals(samples, steps)
+    empty = [name for name, value in signals.to_dict().items() if value is None]
+    assert empty == []
+    assert signals.net_bytes_per_s == pytest.approx(110.0)
+    assert signals.load_per_core == pytest.approx(0.75)
+    json.dumps(signals.to_dict())

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from diagnosis_records import ctx_of, make_record, workers
+from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
+
+INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
+
+
+@pytest.mark.parametrize("signals, fires", [
+    # run queue 5 per core, this run's 4 workers use the cores
+    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), True),
+    # thread counts known: 2 intra-op + 4 workers × 4 threads on 2 cores
+    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(4, 0.5, threads=4)), True),
+    # one single-threaded worker: 3 threads
+    (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),
+    # crowded, but by other processes: this run uses 0.4 cores
+    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.1)), False),
+    # cores not busy
+    (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), False),
+    (None, False),
+])
+def test_oversubscribed_cpu(signals, fires):
+    finding = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), signals))
+    assert (finding is not None) == fires
+    if fires:
+        assert finding.family == "cpu_oversubscription"
+        assert finding.impact >= 0.5
+
+
+def test_never_prescribes_more_workers():
+    signals = dict(cpu_count=2, cpu_util_mean=0.99, workers=workers(4, 0.5, threads=4))
+    finding = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), signals))
+    for item in finding.prescriptions:
+        if item.setting == "num_workers":
+            assert item.suggested < item.current
+        if item.setting == "worker_threads":
+            assert item.suggested == 1
+    assert any(item.setting == "num_workers" for item in finding.prescriptions)

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import pytest
+
+from diagnosis_records import ctx_of, make_record
+from stepscope.diagnosis.rules.periodic_stall import recurring_slow_steps
+
+
+def every(period: int, phase: str, seconds: float, steps: int = 60, start: int = 5) -> dict:
+    return {index: {phase: seconds} for index in range(start, steps, period)}
+
+
+@pytest.mark.parametrize("kwargs, fires, phase", [
+    (dict(added=every(10, "other", 0.05)), True, "other"),  # checkpoint every 10 steps
+    (dict(added=every(7, "forward", 0.04)), True, "forward"),  # evaluation every 7 steps
+    (dict(loader_init={i: 0.08 for i in range(12, 60, 12)}, num_workers=2), True, "loader_init"),
+    (dict(added={13: {"other": 0.05}, 41: {"other": 0.05}}), False, None),  # two spikes: no pattern
+    (dict(added=every(10, "other", 0.002)), False, None),  # too small to matter
+    (dict(added={i: {"other": 0.05} for i in (5, 6, 20, 33, 34, 35, 51)}), False, None),  # irregular
+])
+def test_recurring_slow_steps(kwargs, fires, phase):
+    finding = recurring_slow_steps(ctx_of(make_record(steps=60, **kwargs)))
+    assert (finding is not None) == fires
+    if fires:
+        assert finding.family == "periodic_stall"
+        assert dict((item.metric, item.value) for item in finding.evidence)["stall_phase"] == phase
+
+
+def test_period_and_cost():
+    finding = recurring_slow_steps(ctx_of(make_record(steps=60, added=every(10, "other", 0.05))))
+    assert finding.extra["period_steps"] == 10
+    # 6 stalls of 50 ms over 59 steady steps of 10 ms + 300 ms
+    assert finding.impact == pytest.approx(0.3 / (0.59 + 0.3), abs=0.02)
+    assert "Every 10 steps" in finding.title
+
+
+def test_epoch_restarts_prescribe_persistent_workers():
+    record = make_record(steps=60, num_workers=2, loader_init={i: 0.08 for i in range(12, 60, 12)})
+    finding = recurring_slow_steps(ctx_of(record))
+    assert finding.prescriptions[0].setting == "persistent_workers"
+
+
+def test_worker_round_robin_is_not_a_stall():
+    # 4 workers deliver in turn: every 4th batch waits; the input pipeline's pattern
+    record = make_record(steps=60, num_workers=4, added=every(4, "data_wait", 0.05))
+    assert recurring_slow_steps(ctx_of(record)) is None
+    record = make_record(steps=60, num_workers=2, added=every(4, "data_wait", 0.05))
+    assert recurring_slow_steps(ctx_of(record)) is not None
+
+
+def test_a_few_aligned_spikes_are_not_a_period():
+    # 3 spikes two steps apart in a 60-step run: a period of 2 would predict ~30
+    record = make_record(steps=60, added={20: {"forward": 0.03}, 22: {"forward": 0.03}, 24: {"forward": 0.03}})
+    assert recurring_slow_steps(ctx_of(record)) is None

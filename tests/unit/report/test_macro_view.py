@@ -1,0 +1,47 @@
+"""The macro lines of the run summary, for empty, typical and pathological signals."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from rich.console import Console
+
+from stepscope.analysis.evidence import MacroSignals, WorkerLoad
+from stepscope.report.macro_view import render_macro
+
+TYPICAL = MacroSignals(
+    sample_count=300, interval_s=0.1, cpu_count=8, cpu_util_mean=0.42, busiest_core_util=0.97,
+    idlest_core_util=0.05, saturated_cores=1, iowait_share=0.01, runnable_threads_per_core=0.8,
+    main_cpu_util=0.98, worker_count=4, workers=(WorkerLoad(1, "main", 0.98),), worker_cpu_util_mean=0.6,
+    worker_saturation=0.0, thread_count_max=40, disk_read_bytes_per_s=2 << 20, disk_read_bytes_per_s_early=8 << 20,
+    disk_read_bytes_per_s_late=1 << 10, page_cache_warming=True, memory_used_share_max=0.5,
+    rss_growth_bytes_per_s=1000.0, swap_in_bytes_per_s=0.0, swap_out_bytes_per_s=0.0, net_bytes_per_s=100.0,
+    gpu_count=2, gpu_util_mean=0.35, gpu_util_oscillation=0.8, gpu_memory_used_share_max=0.7,
+)
+PATHOLOGICAL = MacroSignals(
+    sample_count=3, cpu_count=2, cpu_util_mean=1.0, busiest_core_util=1.0, idlest_core_util=1.0, saturated_cores=2,
+    worker_count=8, worker_cpu_util_mean=1.0, worker_saturation=1.0, rss_growth_bytes_per_s=-5e6,
+    swap_in_bytes_per_s=5e6, swap_out_bytes_per_s=7e6, notes=("GPU metrics unavailable: NVML could not start",),
+)
+
+
+def render(signals: MacroSignals) -> str:
+    console = Console(file=StringIO(), width=100, color_system=None, _environ={})
+    console.print(render_macro(signals))
+    return console.file.getvalue()
+
+
+@pytest.mark.parametrize("signals, expected", [
+    (MacroSignals(), ["no samples"]),
+    (TYPICAL, ["8 cores: mean 42.0%", "busiest 97.0%", "1 saturated", "4 workers at a time", "40 threads max",
+               "8.00 MiB/s → 1.00 KiB/s", "page cache warming", "2 GPUs: utilization mean 35.0%",
+               "swing within a step 80.0%", "main RSS +1000 B/s"]),
+    (PATHOLOGICAL, ["2 saturated", "(100.0% saturated)", "swap in 4.77 MiB/s", "main RSS -4.77 MiB/s",
+                    "no GPU metrics", "note: GPU metrics unavailable"]),
+])
+def test_render_macro(signals, expected):
+    text = render(signals)
+    for fragment in expected:
+        assert fragment in text, (fragment, text)
+    assert len(text.splitlines()) <= 8
