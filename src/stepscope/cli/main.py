@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "report": "report_cmd",
     "monitor": "monitor_cmd",
     "gpu-procs": "gpu_procs_cmd",
+    "analyze": "analyze_cmd",
 }
 
 

@@ -1,0 +1,127 @@
+"""The plugin's GPU summary: utilization, est. SM efficiency, est. achieved occupancy, Tensor Cores.
+
+Per device (kernel ``pid``), over the steps window ``W = [first step start, last step end]``:
+
+- **GPU utilization** = |union of kernel intervals ∩ W| / |W| (kernels only, no memcpy/memset);
+- **est. SM efficiency** = Σ over time slices of min(1, Σ ``blocks per SM`` of the kernels running
+  in the slice) × slice length, ∩ W, / |W| (kernels with ``blocks per SM <= 0`` or missing are
+  left out);
+- **est. achieved occupancy** = Σ(occupancy × kernel time in W) / Σ(kernel time in W) over kernels
+  with an ``est. achieved occupancy %`` >= 0 (a kernel-time-weighted mean, in percent as Kineto
+  writes it; we report 0..1);
+- **Tensor Core kernel share** = kernel time of kernels whose name marks Tensor Core use / all
+  kernel time. ``tc_share_plugin`` uses the plugin's allowlist verbatim (Volta/Turing era names);
+  ``tc_share`` adds the names of current GPUs (Ampere/Hopper/Blackwell ``sm80_``/``sm90_``
+  xmma/gmma, CUTLASS ``tensorop``, ``wgmma``, FlashAttention/FMHA kernels).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis import intervals
+from stepscope.analysis.step_breakdown import Steps
+from stepscope.analysis.tb_events import KERNEL, TbRoles
+from stepscope.traces.events import EventTable
+
+PLUGIN_TC_ALLOWLIST = (
+    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
+    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
+    "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688",
+)
+_MODERN_TC = re.compile(
+    r"sm\d+_xmma|xmma_|gmma|wgmma|tensorop|tensor_op|hmma|imma|_16816|_1688|_884|"
+    r"(ampere|hopper|turing|volta|blackwell)_(h|fp16|bf16|tf32|i8|e4m3)|"
+    r"flash_fwd|flash_bwd|fmha|cutlass_80|cutlass_90|cutlass3x|nvjet|sm90_|sm100_",
+    re.IGNORECASE,
+)
+
+
+def uses_tensor_cores_plugin(name: str) -> bool:
+    return any(token in name for token in PLUGIN_TC_ALLOWLIST)
+
+
+def uses_tensor_cores(name: str) -> bool:
+    return uses_tensor_cores_plugin(name) or bool(_MODERN_TC.search(name))
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    device: int
+    utilization: float | None
+    sm_efficiency: float | None
+    achieved_occupancy: float | None
+    tc_share: float | None
+    tc_share_plugin: float | None
+    kernel_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sm_efficiency(s: np.ndarray, e: np.ndarray, value: np.ndarray, lo: float, hi: float) -> float:
+    points = np.concatenate((s, e))
+    deltas = np.concatenate((value, -value))
+    order = np.argsort(points, kind="stable")
+    points, level = points[order], np.cumsum(deltas[order])
+    left, right = np.clip(points[:-1], lo, hi), np.clip(points[1:], lo, hi)
+    capped = np.clip(level[:-1], 0.0, 1.0)
+    return float(np.sum(capped * (right - left)) / (hi - lo))
+
+
+def device_summaries(events: EventTable, roles: TbRoles, steps: Steps) -> tuple[DeviceSummary, ...]:
+    kernels = roles.rows(KERNEL)
+    if not len(kernels) or not len(steps.start):
+        return ()
+    lo, hi = float(steps.start[0]), float(steps.end[-1])
+    symbols = events.symbols
+    names = events.name[kernels]
+    uniq = np.unique(names)
+    tc_mod = dict(zip(uniq.tolist(), (uses_tensor_cores(symbols.strings[i]) for i in uniq)))
+    tc_plug = dict(zip(uniq.tolist(), (uses_tensor_cores_plugin(symbols.strings[i]) for i in uniq)))
+    out = []
+    pids = events.pid[kernels]
+    for pid in np.unique(pids):
+        rows = kernels[pids == pid]
+        s, e = events.ts[rows], events.ts[rows] + events.dur[rows]
+        device = _device_number(symbols.strings[pid], events.device[rows])
+        window = hi - lo
+        util = sm = occ = None
+        if window > 0:
+            util = intervals.total(*intervals.clip(intervals.merge(s, e), lo, hi)) / window
+            bps = events.blocks_per_sm[rows]
+            ok = bps > 0
+            sm = _sm_efficiency(s[ok], e[ok], bps[ok], lo, hi) if ok.any() else None
+            occ_v = events.occupancy[rows]
+            ok = occ_v >= 0
+            overlap = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None)
+            weight = overlap[ok].sum()
+            occ = float((occ_v[ok] * overlap[ok]).sum() / weight / 100.0) if weight > 0 else None
+        dur = events.dur[rows]
+        total = float(dur.sum())
+        mod = np.array([tc_mod[n] for n in events.name[rows].tolist()], dtype=bool)
+        plug = np.array([tc_plug[n] for n in events.name[rows].tolist()], dtype=bool)
+        out.append(
+            DeviceSummary(
+                device=device,
+                utilization=util,
+                sm_efficiency=sm,
+                achieved_occupancy=occ,
+                tc_share=float(dur[mod].sum() / total) if total > 0 else None,
+                tc_share_plugin=float(dur[plug].sum() / total) if total > 0 else None,
+                kernel_us=total,
+            )
+        )
+    return tuple(out)
+
+
+def _device_number(pid_text: str, device_arg: np.ndarray) -> int:
+    try:
+        return int(pid_text)
+    except ValueError:
+        valid = device_arg[device_arg >= 0]
+        return int(valid[0]) if len(valid) else -1

@@ -1,0 +1,122 @@
+"""HTA idle-time breakdown per GPU stream: host wait, kernel wait, other.
+
+Definition (HTA ``BreakdownAnalysis.get_idle_time_breakdown``): rows with ``stream != -1`` and
+``cat`` in {kernel, Kernel, gpu_memcpy, Memcpy, gpu_memset, Memset, mtia_ccp_events}; per stream,
+sorted by start time, ``gap = ts - previous row's end`` (the previous row, not a running max, so
+a gap can be negative; the first row has none). A gap is
+
+- **host_wait** when the correlated CPU launch started after the previous row ended
+  (``ts_runtime > prev_end``: the CPU was late);
+- else **kernel_wait** when ``gap < 30 µs`` (``consecutive_kernel_delay``, back-to-back launch
+  latency);
+- else **other**.
+
+Rows without a correlated CPU row cannot be host_wait. ``ratio`` is per stream. The rank-level
+totals add the streams (which is *not* the temporal breakdown's idle time of merged streams).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.hta_frame import HtaRows
+from stepscope.traces.events import EventTable
+
+CONSECUTIVE_KERNEL_DELAY_US = 30.0
+CATEGORIES = ("host_wait", "kernel_wait", "other")
+_IDLE_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
+
+
+@dataclass(frozen=True)
+class StreamIdle:
+    stream: int
+    idle_us: dict[str, float]  # category -> µs
+    ratio: dict[str, float | None]
+    interval_stats: dict[str, dict[str, float | None]]  # category -> count/mean/std/min/p25/p50/p75/max
+
+
+@dataclass(frozen=True)
+class IdleTimeBreakdown:
+    rank: int
+    streams: tuple[StreamIdle, ...]
+
+    def totals(self) -> dict[str, float]:
+        return {c: sum(s.idle_us[c] for s in self.streams) for c in CATEGORIES}
+
+    def shares(self) -> dict[str, float] | None:
+        """Each category's part of the idle time summed over streams; None without idle time."""
+        totals = self.totals()
+        all_idle = sum(totals.values())
+        return {k: v / all_idle for k, v in totals.items()} if all_idle > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "totals_us": self.totals(),
+            "shares": self.shares(),
+            "streams": [asdict(s) for s in self.streams],
+        }
+
+
+def _describe(values: np.ndarray) -> dict[str, float | None]:
+    if len(values) == 0:
+        return {"count": 0, "mean": None, "std": None, "min": None, "p25": None, "p50": None, "p75": None, "max": None}
+    q = np.quantile(values, [0.25, 0.5, 0.75])
+    return {
+        "count": int(len(values)),
+        "mean": float(values.mean()),
+        "std": float(values.std(ddof=1)) if len(values) > 1 else None,
+        "min": float(values.min()),
+        "p25": float(q[0]),
+        "p50": float(q[1]),
+        "p75": float(q[2]),
+        "max": float(values.max()),
+    }
+
+
+def runtime_ts_for_gpu_rows(events: EventTable, rows: HtaRows, gpu_sel: np.ndarray) -> np.ndarray:
+    """Start (rounded) of the CPU row sharing each selected GPU row's correlation, NaN if none."""
+    corr = events.correlation[rows.index]
+    cpu = ~rows.gpu & (corr >= 0)
+    cpu_corr, first = np.unique(corr[cpu], return_index=True)
+    cpu_ts = rows.ts[cpu][first]
+    want = corr[gpu_sel]
+    pos = np.searchsorted(cpu_corr, want)
+    pos = np.clip(pos, 0, max(len(cpu_corr) - 1, 0))
+    found = (len(cpu_corr) > 0) & (cpu_corr[pos] == want) if len(cpu_corr) else np.zeros(len(want), bool)
+    out = np.full(len(want), np.nan)
+    if len(cpu_corr):
+        out[found] = cpu_ts[pos[found]]
+    return out
+
+
+def idle_time_breakdown(events: EventTable, rows: HtaRows, rank: int) -> IdleTimeBreakdown:
+    cats = events.cat_mask(*_IDLE_CATS)[rows.index]
+    sel = rows.gpu & cats
+    ts_runtime = runtime_ts_for_gpu_rows(events, rows, sel)
+    stream = events.stream[rows.index][sel]
+    ts, end = rows.ts[sel], rows.end[sel]
+    out = []
+    for value in np.unique(stream):
+        pick = np.flatnonzero(stream == value)
+        order = pick[np.argsort(ts[pick], kind="stable")]
+        s_ts, s_end, s_rt = ts[order], end[order], ts_runtime[order]
+        prev_end = np.concatenate(([np.nan], s_end[:-1]))
+        gap = s_ts - prev_end
+        with np.errstate(invalid="ignore"):
+            host = s_rt > prev_end
+            kernel = ~host & (gap < CONSECUTIVE_KERNEL_DELAY_US)
+        other = ~host & ~kernel
+        valid = ~np.isnan(gap)
+        idle, stats = {}, {}
+        for name, mask in zip(CATEGORIES, (host, kernel, other)):
+            values = gap[mask & valid]
+            idle[name] = float(values.sum())
+            stats[name] = _describe(values)
+        total = sum(idle.values())
+        ratio = {k: (v / total if total else None) for k, v in idle.items()}  # 0/0: no idle time
+        out.append(StreamIdle(int(value), idle, ratio, stats))
+    return IdleTimeBreakdown(rank, tuple(out))

@@ -1,0 +1,96 @@
+"""Vectorised interval arithmetic on ``[start, end)`` arrays (µs).
+
+All functions take and return numpy arrays; merged interval lists are sorted and disjoint.
+``merge`` unions overlapping or touching intervals (touching intervals merge, which changes no
+length). ``intersect`` and ``subtract`` take two merged lists. ``sweep_labels`` measures, for k
+merged lists, how long each combination (bit mask) of lists is active at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals -> sorted disjoint ``(starts, ends)``."""
+    if len(starts) == 0:
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.float64)[order]
+    e = np.asarray(ends, dtype=np.float64)[order]
+    running = np.maximum.accumulate(e)
+    # a new group starts where the start is beyond every earlier end
+    new_group = np.empty(len(s), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = s[1:] > running[:-1]
+    out_s = s[new_group]
+    out_e = np.maximum.reduceat(e, np.flatnonzero(new_group))
+    return out_s, out_e
+
+
+def total(starts: np.ndarray, ends: np.ndarray) -> float:
+    return float(np.sum(ends - starts)) if len(starts) else 0.0
+
+
+def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two merged lists (result merged)."""
+    a_s, a_e = a
+    b_s, b_e = b
+    if len(a_s) == 0 or len(b_s) == 0:
+        return np.zeros(0), np.zeros(0)
+    # for each a interval, candidate b intervals are those with b_e > a_s and b_s < a_e
+    lo = np.searchsorted(b_e, a_s, side="right")
+    hi = np.searchsorted(b_s, a_e, side="left")
+    counts = np.maximum(hi - lo, 0)
+    if counts.sum() == 0:
+        return np.zeros(0), np.zeros(0)
+    a_idx = np.repeat(np.arange(len(a_s)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    b_idx = np.repeat(lo, counts) + offsets
+    s = np.maximum(a_s[a_idx], b_s[b_idx])
+    e = np.minimum(a_e[a_idx], b_e[b_idx])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` minus ``b`` for merged lists."""
+    a_s, a_e = a
+    if len(a_s) == 0:
+        return a
+    b_s, b_e = b
+    if len(b_s) == 0:
+        return a
+    # complement of b within [min, max] then intersect
+    lo = min(a_s[0], b_s[0]) - 1.0
+    hi = max(a_e[-1], b_e[-1]) + 1.0
+    comp_s = np.concatenate(([lo], b_e))
+    comp_e = np.concatenate((b_s, [hi]))
+    keep = comp_e > comp_s
+    return intersect(a, (comp_s[keep], comp_e[keep]))
+
+
+def clip(merged: tuple[np.ndarray, np.ndarray], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    return intersect(merged, (np.array([start], dtype=float), np.array([end], dtype=float)))
+
+
+def sweep_labels(lists: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, float]:
+    """Time during which exactly the lists in bit mask ``m`` are active, for every ``m > 0``."""
+    points, deltas = [], []
+    for bit, (s, e) in enumerate(lists):
+        points += [s, e]
+        deltas += [np.full(len(s), 1 << bit, dtype=np.int64), np.full(len(e), -(1 << bit), dtype=np.int64)]
+    if not points:
+        return {}
+    t = np.concatenate(points)
+    d = np.concatenate(deltas)
+    order = np.lexsort((d, t))  # at equal times, ends (negative) first
+    t, d = t[order], d[order]
+    mask = np.cumsum(d)
+    span = np.diff(t)
+    active = mask[:-1]
+    out: dict[int, float] = {}
+    for value in np.unique(active):
+        if value > 0:
+            out[int(value)] = float(span[active == value].sum())
+    return out

@@ -1,0 +1,97 @@
+"""HTA CUDA kernel launch statistics: CPU launch cost, GPU duration and launch delay per launch.
+
+Definition (HTA ``CudaKernelAnalysis.cuda_kernel_launch_stats``): CPU rows (``stream == -1``)
+named ``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``runFunction -
+job_prep_and_submit_for_execution``, ``cudaMemcpyAsync`` or ``cudaMemsetAsync`` are joined with
+GPU rows (``stream != -1``) on ``correlation``; ``launch_delay = gpu.ts - cpu.ts - cpu.dur``
+clipped at 0 (HTA-rounded times). Outlier counts use HTA's plot cut-offs: runtime > 50 µs,
+launch delay > 100 µs, and "short" kernels (``cpu <= 50 µs`` and ``gpu < cpu``), the launch-bound
+signature. ``cuLaunchKernel`` (Triton) is not counted, as in HTA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.hta_frame import HtaRows
+from stepscope.traces.events import EventTable
+
+LAUNCH_NAMES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "runFunction - job_prep_and_submit_for_execution",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+)
+RUNTIME_CUTOFF_US = 50.0
+LAUNCH_DELAY_CUTOFF_US = 100.0
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    rank: int
+    correlation: np.ndarray
+    cpu_duration: np.ndarray
+    gpu_duration: np.ndarray
+    launch_delay: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(len(self.correlation))
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": self.count}
+        if not self.count:
+            return out
+        cpu, gpu, delay = self.cpu_duration, self.gpu_duration, self.launch_delay
+        out["short_gpu_kernels"] = int(((cpu <= RUNTIME_CUTOFF_US) & (gpu < cpu)).sum())
+        out["runtime_outliers"] = int((cpu > RUNTIME_CUTOFF_US).sum())
+        out["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_US).sum())
+        for label, values in (("cpu_duration_us", cpu), ("gpu_duration_us", gpu), ("launch_delay_us", delay)):
+            q = np.quantile(values, [0.5, 0.9, 0.99])
+            out[label] = {
+                "sum": float(values.sum()),
+                "mean": float(values.mean()),
+                "p50": float(q[0]),
+                "p90": float(q[1]),
+                "p99": float(q[2]),
+                "max": float(values.max()),
+            }
+        return out
+
+    def to_dict(self, rows: bool = False) -> dict[str, Any]:
+        out = {"rank": self.rank, "summary": self.summary()}
+        if rows:
+            out["rows"] = {
+                "correlation": self.correlation.tolist(),
+                "cpu_duration_us": self.cpu_duration.tolist(),
+                "gpu_duration_us": self.gpu_duration.tolist(),
+                "launch_delay_us": self.launch_delay.tolist(),
+            }
+        return out
+
+
+def launch_stats(events: EventTable, rows: HtaRows, rank: int) -> LaunchStats:
+    names = events.name[rows.index]
+    launch_ids = [i for i in (events.symbols.get(n) for n in LAUNCH_NAMES) if i >= 0]
+    corr = events.correlation[rows.index]
+    cpu = np.flatnonzero(~rows.gpu & np.isin(names, launch_ids))
+    gpu = np.flatnonzero(rows.gpu)
+    # inner join on correlation (a correlation may repeat; every pair is a row, like pandas merge)
+    gpu_order = gpu[np.argsort(corr[gpu], kind="stable")]
+    gpu_corr = corr[gpu_order]
+    lo = np.searchsorted(gpu_corr, corr[cpu], side="left")
+    hi = np.searchsorted(gpu_corr, corr[cpu], side="right")
+    counts = hi - lo
+    cpu_rep = np.repeat(cpu, counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    gpu_rep = gpu_order[np.repeat(lo, counts) + offsets]
+    order = np.argsort(corr[cpu_rep], kind="stable")
+    cpu_rep, gpu_rep = cpu_rep[order], gpu_rep[order]
+    cpu_dur = rows.end[cpu_rep] - rows.ts[cpu_rep]
+    gpu_dur = rows.end[gpu_rep] - rows.ts[gpu_rep]
+    delay = np.maximum(rows.ts[gpu_rep] - rows.ts[cpu_rep] - cpu_dur, 0.0)
+    return LaunchStats(rank, corr[cpu_rep], cpu_dur, gpu_dur, delay)

@@ -1,0 +1,136 @@
+"""Memory view from ``[memory]`` allocator instants (``profile_memory=True``).
+
+Per device (``Device Type``/``Device Id``: 0 = CPU, 1 = CUDA): the allocated and reserved curves
+(``Total Allocated`` / ``Total Reserved`` after each event, in bytes; traces that predate those
+args get the running sum of ``Bytes``), down-sampled to at most
+``max_points`` points by keeping, per time bucket, the point with the highest allocation (so the
+peak always survives); the peak allocation and when it happened (µs from the trace's first
+event). Top allocating operators: each allocation (``Bytes > 0``) is charged to the innermost
+host operator on the same thread whose span contains it; rows give count and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.op_tree import OpTree
+from stepscope.traces.events import EventTable, MemoryTable
+
+DEVICE_TYPES = {0: "CPU", 1: "CUDA"}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # "CUDA:0", "CPU"
+    events: int
+    peak_allocated_bytes: float
+    peak_at_us: float
+    peak_reserved_bytes: float | None
+    curve_ts_us: tuple[float, ...]
+    curve_allocated_bytes: tuple[float, ...]
+    curve_reserved_bytes: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class AllocatingOperator:
+    name: str
+    allocations: int
+    allocated_bytes: float
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    devices: tuple[DeviceMemory, ...]
+    top_operators: tuple[AllocatingOperator, ...]
+
+    def peak_bytes(self, kind: str = "CUDA") -> float | None:
+        peaks = [d.peak_allocated_bytes for d in self.devices if d.device.startswith(kind)]
+        return max(peaks) if peaks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "devices": [d.__dict__ for d in self.devices],
+            "top_operators": [o.__dict__ for o in self.top_operators],
+        }
+
+
+def _downsample(ts: np.ndarray, values: np.ndarray, max_points: int) -> np.ndarray:
+    if len(ts) <= max_points:
+        return np.arange(len(ts))
+    edges = np.linspace(ts[0], ts[-1], max_points + 1)
+    bucket = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, max_points - 1)
+    order = np.lexsort((-values, bucket))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = bucket[order][1:] != bucket[order][:-1]
+    return np.sort(order[first])
+
+
+def memory_view(
+    events: EventTable, memory: MemoryTable, tree: OpTree, origin_us: float, max_points: int = 1000, top: int = 20
+) -> MemoryView:
+    devices = []
+    if len(memory):
+        order = np.argsort(memory.ts, kind="stable")
+        keys = np.stack((memory.device_type[order], memory.device_id[order]), axis=1)
+        for dtype, did in sorted({(int(a), int(b)) for a, b in keys.tolist()}):
+            sel = order[(memory.device_type[order] == dtype) & (memory.device_id[order] == did)]
+            alloc = memory.total_allocated[sel]
+            if not np.isfinite(alloc).any():  # 2021 traces: no running totals, add up the deltas
+                alloc = np.cumsum(np.nan_to_num(memory.nbytes[sel], nan=0.0))
+            ts = memory.ts[sel] - origin_us
+            reserved = memory.total_reserved[sel]
+            alloc_filled = np.nan_to_num(alloc, nan=0.0)
+            peak = int(np.argmax(alloc_filled))
+            keep = _downsample(ts, alloc_filled, max_points)
+            label = DEVICE_TYPES.get(dtype, f"type{dtype}")
+            name = label if dtype == 0 else f"{label}:{did}"
+            devices.append(
+                DeviceMemory(
+                    device=name,
+                    events=int(len(sel)),
+                    peak_allocated_bytes=float(alloc_filled[peak]),
+                    peak_at_us=float(ts[peak]),
+                    peak_reserved_bytes=float(np.nanmax(reserved)) if np.isfinite(reserved).any() else None,
+                    curve_ts_us=tuple(ts[keep].tolist()),
+                    curve_allocated_bytes=tuple(alloc_filled[keep].tolist()),
+                    curve_reserved_bytes=tuple(None if np.isnan(v) else float(v) for v in reserved[keep]),
+                )
+            )
+    return MemoryView(tuple(devices), _top_allocators(events, memory, tree, top))
+
+
+def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: int) -> tuple[AllocatingOperator, ...]:
+    alloc = np.flatnonzero(memory.nbytes > 0)
+    if not len(alloc) or not len(tree.rows):
+        return ()
+    rows = tree.rows[tree.kept]
+    parent_pos = tree.parent
+    kept_pos = np.flatnonzero(tree.kept)
+    tids = events.tid[rows]
+    counts: dict[int, list[float]] = {}
+    for tid in np.unique(memory.tid[alloc]):
+        mine = kept_pos[tids == tid]
+        if not len(mine):
+            continue
+        starts = events.ts[tree.rows[mine]]
+        order = np.argsort(starts, kind="stable")
+        mine, starts = mine[order], starts[order]
+        ends = starts + events.dur[tree.rows[mine]]
+        where = {int(p): i for i, p in enumerate(mine.tolist())}
+        pick = alloc[memory.tid[alloc] == tid]
+        idx = np.searchsorted(starts, memory.ts[pick], side="right") - 1
+        for i, ts, nbytes in zip(idx.tolist(), memory.ts[pick].tolist(), memory.nbytes[pick].tolist()):
+            while i >= 0 and ends[i] < ts:  # climb to the innermost op that still contains ts
+                up = parent_pos[mine[i]]
+                i = where.get(int(up), -1) if up >= 0 else -1
+            if i < 0:
+                continue
+            name = int(events.name[tree.rows[mine[i]]])
+            entry = counts.setdefault(name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += nbytes
+    ranked = sorted(counts.items(), key=lambda item: -item[1][1])[:top]
+    return tuple(AllocatingOperator(events.symbols.strings[k], int(v[0]), float(v[1])) for k, v in ranked)

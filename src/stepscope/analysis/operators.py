@@ -1,0 +1,172 @@
+"""The plugin's Operator view: per operator name (optionally per input shape).
+
+For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.op_tree`:
+
+- **host total** = its duration; **host self** = duration - direct children's durations - its own
+  runtime calls (runtime rows sharing its ``External id``);
+- **device self** = kernels, memcpys and memsets sharing its ``External id`` (i.e. launched by its
+  own runtime calls); **device total** = device self of the operator and all its descendants.
+
+Grouped by name (and the JSON text of ``Input Dims`` with ``group_by_shape``), sorted by device
+self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the group (legacy
+traces); newer traces record stacks as ``python_function`` events, and then it is the innermost
+:data:`MAX_FRAMES` Python frames enclosing the group's first call, innermost first, ";"-joined.
+``tc_eligible`` marks the operators the plugin lists as Tensor Core eligible (convolutions and
+matrix products) and every operator with such a descendant (e.g. ``AddmmBackward0``), used for the
+"enable AMP" finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.op_tree import OpTree
+from stepscope.analysis.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
+from stepscope.traces.events import EventTable
+
+TC_ELIGIBLE_OPS = frozenset(
+    f"aten::{name}"
+    for name in (
+        "_convolution", "_convolution_nogroup", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+        "conv_transpose2d", "conv_transpose3d", "convolution", "cudnn_convolution", "cudnn_convolution_transpose",
+        "prelu", "addmm", "addmv", "addr", "matmul", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
+        "linalg_multi_dot", "_thnn_fused_gru_cell", "_thnn_fused_lstm_cell", "gru_cell", "lstm_cell", "rnn_relu_cell",
+        "rnn_tanh_cell", "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight",
+    )
+)
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    name: str
+    input_shape: str | None
+    calls: int
+    host_self_us: float
+    host_total_us: float
+    device_self_us: float
+    device_total_us: float
+    tc_eligible: bool
+    call_stack: str | None
+
+
+@dataclass(frozen=True)
+class OperatorTable:
+    rows: tuple[OperatorRow, ...]
+    grouped_by_shape: bool
+
+    def to_dict(self, limit: int | None = None) -> dict[str, Any]:
+        rows = self.rows if limit is None else self.rows[:limit]
+        return {"grouped_by_shape": self.grouped_by_shape, "count": len(self.rows), "rows": [asdict(r) for r in rows]}
+
+
+MAX_FRAMES = 8
+
+
+def _python_stacks(events: EventTable, roles: TbRoles, op_rows: np.ndarray) -> dict[int, str]:
+    """Innermost-first ``python_function`` frames enclosing each given op (same thread), ";"-joined."""
+    frames = roles.rows(PYFUNC)
+    f_tid, f_ts = events.tid[frames], events.ts[frames]
+    f_end = f_ts + events.dur[frames]
+    out: dict[int, str] = {}
+    for row in op_rows.tolist():
+        start, end = events.ts[row], events.ts[row] + events.dur[row]
+        inside = np.flatnonzero((f_tid == events.tid[row]) & (f_ts <= start) & (f_end >= end))
+        if len(inside):
+            inner = inside[np.argsort(-f_ts[inside], kind="stable")][:MAX_FRAMES]
+            out[row] = ";".join(events.symbols.strings[events.name[frames[i]]] for i in inner)
+    return out
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
+
+
+def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
+    rows, parent, alias, kept = tree.rows, tree.parent, tree.alias, tree.kept
+    n = len(rows)
+    if n == 0:
+        return OperatorTable((), group_by_shape)
+    dur = events.dur[rows]
+    has_parent = (parent >= 0) & kept
+    child_sum = _sum_by(parent[has_parent], dur[has_parent], n)
+    ext = events.external_id[rows]
+    # External id -> tree position (first placed node with that id, as the plugin pops them)
+    valid = tree.kept | (alias != np.arange(n))
+    valid &= ext > 0
+    cand = np.flatnonzero(valid)
+    ext_sorted_idx = cand[np.argsort(ext[cand], kind="stable")]
+    ext_sorted = ext[ext_sorted_idx]
+
+    def owner(of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = events.external_id[of_rows]
+        if not len(ext_sorted):
+            return np.zeros(0, np.int64), of_rows[:0]
+        pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
+        src = ext_sorted_idx[pos]
+        ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
+        return alias[src[ok]], of_rows[ok]
+
+    rt_owner, rt_rows = owner(roles.rows(RUNTIME))
+    runtime_sum = _sum_by(rt_owner, events.dur[rt_rows], n)
+    dev_owner, dev_rows = owner(roles.rows(KERNEL, MEMCPY, MEMSET))
+    device_self = _sum_by(dev_owner, events.dur[dev_rows], n)
+    device_total = device_self.copy()
+    for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():  # children before parents
+        p = parent[pos]
+        if p >= 0 and kept[pos]:
+            device_total[p] += device_total[pos]
+    host_self = dur - child_sum - runtime_sum
+    # Tensor Core eligibility propagates from eligible descendants to operator ancestors (plugin rule)
+    eligible_names = events.symbols.ids_where(lambda s: s in TC_ELIGIBLE_OPS)
+    eligible = np.isin(events.name[rows], eligible_names)
+    op_kind = roles.kind[rows] == OPERATOR
+    for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():
+        p = parent[pos]
+        if p >= 0 and kept[pos] and eligible[pos] and op_kind[p]:
+            eligible[p] = True
+    is_op = roles.kind[rows] == OPERATOR
+    names_all = events.name[rows]
+    excluded = events.symbols.ids_where(
+        lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__"))
+        or s.startswith("Optimizer.")
+        or s in ("DataParallel.forward", "DistributedDataParallel.forward")
+    )
+    is_op &= ~np.isin(names_all, excluded)
+    op_pos = np.flatnonzero(is_op & kept)
+    names = events.name[rows][op_pos]
+    shapes = events.input_dims[rows][op_pos] if group_by_shape else np.full(len(op_pos), -1)
+    stacks = events.call_stack[rows][op_pos]
+    keys = names.astype(np.int64) * (1 << 31) + (shapes + 1)
+    op_eligible = eligible[op_pos]
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    g = len(uniq)
+    calls = np.bincount(inverse, minlength=g)
+    agg = {
+        name: np.bincount(inverse, weights=values[op_pos], minlength=g)
+        for name, values in (("hs", host_self), ("ht", dur), ("ds", device_self), ("dt", device_total))
+    }
+    symbols = events.symbols
+    first = np.zeros(g, dtype=np.int64)
+    first[inverse[::-1]] = np.arange(len(inverse))[::-1]
+    python_frames = _python_stacks(events, roles, rows[op_pos[first]]) if (roles.kind == PYFUNC).any() else None
+    out = []
+    for gi in range(g):
+        name = symbols.strings[names[first[gi]]]
+        shape = symbols.decode(shapes[first[gi]]) if group_by_shape and shapes[first[gi]] >= 0 else None
+        group_stacks = stacks[inverse == gi] if (stacks >= 0).any() else np.zeros(0, dtype=np.int32)
+        group_stacks = group_stacks[group_stacks >= 0]
+        if len(group_stacks):
+            stack = symbols.strings[int(np.bincount(group_stacks).argmax())]
+        else:
+            stack = python_frames.get(int(rows[op_pos[first[gi]]])) if python_frames is not None else None
+        out.append(
+            OperatorRow(
+                name, shape, int(calls[gi]), float(agg["hs"][gi]), float(agg["ht"][gi]), float(agg["ds"][gi]),
+                float(agg["dt"][gi]), bool(op_eligible[inverse == gi].any()), stack,
+            )
+        )
+    out.sort(key=lambda r: (-r.device_self_us, -r.host_self_us, r.name))
+    return OperatorTable(tuple(out), group_by_shape)

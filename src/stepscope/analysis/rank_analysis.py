@@ -1,0 +1,208 @@
+"""Every view of one rank's trace (:class:`RankAnalysis`) and its :class:`TraceEvidence`.
+
+Contract: :func:`analyze_rank` runs each view on a loaded trace and keeps only the small results
+(the event table is not referenced afterwards). :func:`rank_evidence` maps the views to the
+diagnosis contract; each evidence field's definition is given next to its computation. Shares of
+idle time are fractions of HTA's ``kernel_time`` (first to last GPU activity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.evidence import TraceEvidence
+from stepscope.analysis.gpu_metrics import DeviceSummary, device_summaries
+from stepscope.analysis.hta_frame import COMMUNICATION, hta_rows
+from stepscope.analysis.idle_time import IdleTimeBreakdown, idle_time_breakdown
+from stepscope.analysis.kernel_types import kernel_type_sums
+from stepscope.analysis.kernels import KernelTable, kernel_table
+from stepscope.analysis.launch_stats import LaunchStats, launch_stats
+from stepscope.analysis.memory import MemoryView, memory_view
+from stepscope.analysis.op_tree import build_op_tree
+from stepscope.analysis.operators import OperatorTable, operator_table
+from stepscope.analysis.python_overhead import PythonOverhead, python_overhead
+from stepscope.analysis.step_breakdown import StepBreakdown, Steps, find_steps, step_breakdown
+from stepscope.analysis.stragglers import RankSummary
+from stepscope.analysis.tb_events import KERNEL, MEMCPY, RUNTIME, tb_roles
+from stepscope.analysis.temporal import CommOverlap, TemporalBreakdown, comm_overlap, temporal_breakdown
+from stepscope.traces.load import LoadedTrace
+
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "hipDeviceSynchronize")
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    rank: int
+    path: str
+    rank_source: str
+    device_name: str | None
+    device_memory_bytes: int | None
+    steps: StepBreakdown
+    devices: tuple[DeviceSummary, ...]
+    temporal: TemporalBreakdown | None
+    overlap: CommOverlap
+    idle: IdleTimeBreakdown
+    kernel_type_sums: dict[str, float]
+    launches: LaunchStats
+    operators: OperatorTable
+    kernels: KernelTable
+    memory: MemoryView
+    python: PythonOverhead | None
+    summary: RankSummary
+    counters: dict[str, float | None] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self, full: bool = True) -> dict[str, Any]:
+        limit = None if full else 25
+        return {
+            "rank": self.rank,
+            "path": self.path,
+            "rank_source": self.rank_source,
+            "device": self.device_name,
+            "device_memory_bytes": self.device_memory_bytes,
+            "overview": self.steps.to_dict(),
+            "gpu": [d.to_dict() for d in self.devices],
+            "temporal": None if self.temporal is None else self.temporal.to_dict(),
+            "comm_overlap": self.overlap.to_dict(),
+            "idle_time": self.idle.to_dict(),
+            "kernel_types_us": dict(self.kernel_type_sums),
+            "launch_stats": self.launches.to_dict(rows=False),
+            "operators": self.operators.to_dict(limit),
+            "kernels": self.kernels.to_dict(limit),
+            "memory": self.memory.to_dict(),
+            "python_overhead": None if self.python is None else self.python.to_dict(),
+            "counters": dict(self.counters),
+            "warnings": list(self.warnings),
+        }
+
+
+def _comm_offsets(trace: LoadedTrace, rows, steps: Steps) -> tuple[float | None, ...]:
+    comm = rows.gpu & (rows.ktype == COMMUNICATION)
+    starts = np.sort(trace.events.ts[rows.index[comm]])
+    out = []
+    for s, e in zip(steps.start, steps.end):
+        i = np.searchsorted(starts, s)
+        out.append(float(starts[i] - s) if i < len(starts) and starts[i] < e else None)
+    return tuple(out)
+
+
+def _counters(trace: LoadedTrace, roles, steps: Steps) -> dict[str, float | None]:
+    events = trace.events
+    n_steps = max(len(steps.names), 1)
+    window = float(np.sum(steps.end - steps.start)) if len(steps.start) else 0.0
+    lo = steps.start[0] if len(steps.start) else -np.inf
+    hi = steps.end[-1] if len(steps.start) else np.inf
+    in_window = (events.ts >= lo) & (events.ts < hi)
+    kernels = np.flatnonzero((roles.kind == KERNEL) & in_window)
+    sync_ids = [i for i in (events.symbols.get(n) for n in SYNC_CALLS) if i >= 0]
+    sync = np.flatnonzero((roles.kind == RUNTIME) & np.isin(events.name, sync_ids) & in_window)
+    memcpy = np.flatnonzero(roles.kind == MEMCPY)
+    pageable = events.name_mask(lambda s: "Pageable" in s)[memcpy]
+    memcpy_us = float(events.dur[memcpy].sum())
+    return {
+        "kernel_count_per_step": len(kernels) / n_steps if len(steps.start) else None,
+        "median_kernel_us": float(np.median(events.dur[kernels])) if len(kernels) else None,
+        "sync_count_per_step": len(sync) / n_steps if len(steps.start) else None,
+        "sync_share": float(events.dur[sync].sum()) / window if window > 0 else None,
+        "pageable_memcpy_share": float(events.dur[memcpy][pageable].sum()) / memcpy_us if memcpy_us > 0 else None,
+    }
+
+
+def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalysis:
+    events = trace.events
+    rows = hta_rows(events)
+    roles = tb_roles(events)
+    steps = find_steps(events, roles)
+    breakdown = step_breakdown(events, roles, steps)
+    tree = build_op_tree(events, roles)
+    temporal = temporal_breakdown(rows, trace.rank)
+    origin = float(events.ts.min()) if len(events) else 0.0
+    devices = device_summaries(events, roles, steps)
+    props = trace.device_properties
+    used = [d.device for d in devices]
+    prop = next((p for p in props if p.get("id") in used), props[0] if props and used else None)
+    summary = RankSummary(
+        trace.rank,
+        breakdown.mean_us.get("Total") or None,
+        None if temporal is None else temporal.idle_share,
+        None if temporal is None else temporal.compute_share,
+        _comm_offsets(trace, rows, steps),
+    )
+    return RankAnalysis(
+        rank=trace.rank,
+        path=trace.path,
+        rank_source=trace.rank_source,
+        device_name=None if prop is None else str(prop.get("name")),
+        device_memory_bytes=None if prop is None or not isinstance(prop.get("totalGlobalMem"), int) else prop["totalGlobalMem"],
+        steps=breakdown,
+        devices=devices,
+        temporal=temporal,
+        overlap=comm_overlap(rows, trace.rank),
+        idle=idle_time_breakdown(events, rows, trace.rank),
+        kernel_type_sums=kernel_type_sums(rows),
+        launches=launch_stats(events, rows, trace.rank),
+        operators=operator_table(events, roles, tree, group_by_shape),
+        kernels=kernel_table(events, roles),
+        memory=memory_view(events, trace.memory, tree, origin),
+        python=python_overhead(events, roles, steps),
+        summary=summary,
+        counters=_counters(trace, roles, steps),
+        warnings=trace.warnings,
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
+
+
+def rank_evidence(item: RankAnalysis) -> TraceEvidence:
+    steps = item.steps
+    idle_parts = item.idle.shares()
+    idle_share = None if item.temporal is None else item.temporal.idle_share
+    total_kernel = sum(d.kernel_us for d in item.devices)
+    tc = sum((d.tc_share or 0.0) * d.kernel_us for d in item.devices) / total_kernel if total_kernel > 0 else None
+    ops = item.operators.rows
+    op_device = sum(r.device_self_us for r in ops)
+    eligible = sum(r.device_self_us for r in ops if r.tc_eligible)
+    launches = item.launches.summary()
+    cuda_peak = item.memory.peak_bytes("CUDA")
+    python = item.python
+    return TraceEvidence(
+        source=item.path,
+        steps=len(steps.step_names),
+        device=item.device_name if item.devices else None,
+        step_time_s=(steps.mean_us["Total"] / 1e6) if steps.step_names else None,
+        dataloader_share=steps.share("DataLoader"),
+        kernel_share=steps.share("Kernel"),
+        memcpy_share=steps.share("Memcpy"),
+        memset_share=steps.share("Memset"),
+        runtime_share=steps.share("Runtime"),
+        cpu_exec_share=steps.share("CPU Exec"),
+        communication_share=steps.share("Communication"),
+        gpu_utilization=_mean([d.utilization for d in item.devices]),
+        sm_efficiency=_mean([d.sm_efficiency for d in item.devices]),
+        achieved_occupancy=_mean([d.achieved_occupancy for d in item.devices]),
+        tensor_core_kernel_share=tc,
+        tensor_core_eligible_op_share=eligible / op_device if op_device > 0 else None,
+        idle_share=idle_share,
+        idle_host_wait_share=idle_share * idle_parts["host_wait"] if idle_share is not None and idle_parts else None,
+        idle_kernel_wait_share=idle_share * idle_parts["kernel_wait"] if idle_share is not None and idle_parts else None,
+        comm_overlap=item.overlap.overlap_share,
+        kernel_count_per_step=item.counters.get("kernel_count_per_step"),
+        small_kernel_share=launches["short_gpu_kernels"] / launches["count"] if launches.get("count") else None,
+        median_kernel_us=item.counters.get("median_kernel_us"),
+        launch_delay_us_median=launches["launch_delay_us"]["p50"] if launches.get("count") else None,
+        python_share=None if python is None else python.share("python"),
+        aten_share=None if python is None else python.share("aten"),
+        sync_count_per_step=item.counters.get("sync_count_per_step"),
+        sync_share=item.counters.get("sync_share"),
+        pageable_memcpy_share=item.counters.get("pageable_memcpy_share"),
+        memory_peak_bytes=int(cuda_peak) if cuda_peak is not None else None,
+        memory_capacity_bytes=item.device_memory_bytes if cuda_peak is not None else None,
+        notes=tuple(steps.notes) + tuple(item.warnings),
+        extra={"rank": item.rank, "rank_source": item.rank_source},
+    )

@@ -1,0 +1,85 @@
+"""HTA temporal breakdown and communication/computation overlap for one rank.
+
+Definitions (HTA ``BreakdownAnalysis.get_temporal_breakdown`` and
+``CommunicationAnalysis.get_comm_comp_overlap``), over the GPU rows (``stream != -1``) of
+:func:`~stepscope.analysis.hta_frame.hta_rows`, all streams together:
+
+- ``kernel_time`` = end of the last merged busy interval - start of the first;
+- ``idle`` = kernel_time - |union of all GPU rows|;
+- ``compute`` = |union of COMPUTATION rows|; ``non_compute`` = kernel_time - compute - idle
+  (time when only communication, memory, sync or other GPU rows run);
+- ``comm_overlap`` = |union(COMPUTATION) ∩ union(COMMUNICATION)| / |union(COMMUNICATION)|, the
+  share of communication hidden under computation; ``None`` without communication kernels
+  (HTA returns NaN there).
+
+Results are ``None`` for traces without GPU rows (HTA raises on those).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from stepscope.analysis import intervals
+from stepscope.analysis.hta_frame import COMMUNICATION, COMPUTATION, HtaRows
+
+
+@dataclass(frozen=True)
+class TemporalBreakdown:
+    rank: int
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    kernel_time_us: float
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle_us / self.kernel_time_us if self.kernel_time_us else 0.0
+
+    @property
+    def compute_share(self) -> float:
+        return self.compute_us / self.kernel_time_us if self.kernel_time_us else 0.0
+
+    @property
+    def non_compute_share(self) -> float:
+        return self.non_compute_us / self.kernel_time_us if self.kernel_time_us else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(idle_share=self.idle_share, compute_share=self.compute_share, non_compute_share=self.non_compute_share)
+        return out
+
+
+def temporal_breakdown(rows: HtaRows, rank: int) -> TemporalBreakdown | None:
+    gpu = rows.gpu
+    if not gpu.any():
+        return None
+    busy = intervals.merge(rows.ts[gpu], rows.end[gpu])
+    kernel_time = float(busy[1][-1] - busy[0][0])
+    idle = kernel_time - intervals.total(*busy)
+    comp = rows.gpu & (rows.ktype == COMPUTATION)
+    compute = intervals.total(*intervals.merge(rows.ts[comp], rows.end[comp]))
+    return TemporalBreakdown(rank, idle, compute, kernel_time - compute - idle, kernel_time)
+
+
+@dataclass(frozen=True)
+class CommOverlap:
+    rank: int
+    communication_us: float
+    overlapped_us: float
+
+    @property
+    def overlap_share(self) -> float | None:
+        return self.overlapped_us / self.communication_us if self.communication_us > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "overlap_share": self.overlap_share}
+
+
+def comm_overlap(rows: HtaRows, rank: int) -> CommOverlap:
+    comp = rows.gpu & (rows.ktype == COMPUTATION)
+    comm = rows.gpu & (rows.ktype == COMMUNICATION)
+    comp_m = intervals.merge(rows.ts[comp], rows.end[comp])
+    comm_m = intervals.merge(rows.ts[comm], rows.end[comm])
+    both = intervals.intersect(comp_m, comm_m)
+    return CommOverlap(rank, intervals.total(*comm_m), intervals.total(*both))

@@ -1,0 +1,112 @@
+"""``stepscope analyze TRACE_OR_DIR``: the trace views and ranked findings of torch.profiler traces.
+
+Input is one Kineto trace (``.json`` / ``.json.gz``) or a directory of per-rank traces. Text output
+renders each rank's views and findings; ``--format json`` prints the document described in
+``docs/analyze-json.md`` (every view, each rank's evidence and findings). Bad input is an
+:class:`~stepscope.errors.InputError` (one line, exit 2). A progress bar is drawn on stderr while
+files larger than :data:`PROGRESS_MIN_BYTES` load, when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "analyze",
+        help="analyze torch.profiler (Kineto) traces: step breakdown, GPU idle time, operators, kernels, memory",
+        description="Analyze torch.profiler traces (a .json/.json.gz file, or a directory with one file per rank) "
+        "and print the step-time breakdown, GPU views and ranked findings.",
+    )
+    parser.add_argument("trace", metavar="TRACE_OR_DIR", help="trace file or directory of per-rank trace files")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument("--group-by-shape", action="store_true", help="group operators by name and input shape")
+    parser.add_argument("--rank", type=int, default=None, help="show only this rank")
+    parser.add_argument("--top", type=int, default=10, help="rows in the operator and kernel tables (default: 10)")
+    parser.add_argument("--output", "-o", default=None, help="write the output to this file instead of stdout")
+    parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
+    parser.set_defaults(handler=run)
+
+
+def findings_by_rank(analysis: Any, rules: tuple | None = None) -> dict[int, list]:
+    """Run the diagnosis engine on each rank's trace evidence."""
+    from stepscope.diagnosis.engine import DiagnosisContext, diagnose
+
+    return {r.rank: diagnose(DiagnosisContext(trace=analysis.evidence(r.rank)), rules=rules) for r in analysis.ranks}
+
+
+def _progress(args: argparse.Namespace):
+    if args.no_progress or not sys.stderr.isatty():
+        return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=True,
+    )
+    tasks: dict[str, Any] = {}
+
+    def callback(path: str, done: int, total: int) -> None:
+        if total < PROGRESS_MIN_BYTES:
+            return
+        if path not in tasks:
+            if not tasks:
+                progress.start()
+            tasks[path] = progress.add_task(os.path.basename(path), total=total)
+        progress.update(tasks[path], completed=min(done, total))
+
+    return progress, callback
+
+
+def run(args: argparse.Namespace) -> int:
+    from stepscope.analysis.trace_evidence import analyze_traces
+    from stepscope.errors import UsageError
+
+    if args.top < 0:
+        raise UsageError("--top must be >= 0")
+    progress, callback = _progress(args)
+    try:
+        analysis = analyze_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
+    finally:
+        if progress is not None:
+            progress.stop()
+    if args.rank is not None:
+        analysis.rank(args.rank)  # UsageError when absent
+    findings = findings_by_rank(analysis)
+    ranks = None if args.rank is None else [args.rank]
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        if args.format == "json":
+            out.write(_json(analysis, findings, ranks))
+            out.write("\n")
+        else:
+            from rich.console import Console
+
+            from stepscope.report.trace_view import render_analysis
+
+            console = Console(file=out, width=None if out is sys.stdout else 160)
+            for renderable in render_analysis(analysis, findings, top=args.top, ranks=ranks):
+                console.print(renderable)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def _json(analysis: Any, findings: dict[int, list], ranks: list[int] | None) -> str:
+    import orjson
+
+    doc = analysis.to_dict()
+    if ranks is not None:
+        doc["ranks"] = [r for r in doc["ranks"] if r["rank"] in ranks]
+    for item in doc["ranks"]:
+        item["evidence"] = analysis.evidence(item["rank"]).to_dict()
+        item["findings"] = [f.to_dict() for f in findings.get(item["rank"], [])]
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()

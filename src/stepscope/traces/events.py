@@ -1,0 +1,292 @@
+"""Columnar event storage: :class:`EventTable`, :class:`MemoryTable`, :class:`SymbolTable`.
+
+Contract: a trace becomes a handful of numpy arrays (one row per complete event, ``ph == "X"``
+or any event with a numeric ``dur``), plus a small table of ``[memory]`` instants. Strings
+(names, categories, pids/tids, input shapes, call stacks) are interned once in a
+:class:`SymbolTable` and stored as ``int32`` ids; ``-1`` means "absent". No per-event dict
+survives :class:`TableBuilder.add_batch`: clean batches of complete events are converted one
+column at a time (:mod:`~stepscope.traces.fastpath`); a batch with anything unusual goes through
+the per-event loop below, which applies the validation rules one event at a time.
+
+Per-event validation (a damaged event is skipped and counted, never fatal): the event must be
+an object; ``ts``/``dur`` must be finite numbers with ``dur >= 0`` and ``|ts| <`` 10^17 µs
+(year 5138: anything later is a corrupt timestamp, e.g. a bogus ``Record Window End``); ``name``
+and ``cat`` must be strings. Metadata (``M``), flow (``s``/``f``) and counter (``C``) events are
+counted but not stored: no analysis here reads them.
+
+Integer args (``External id``, ``correlation``, ``stream``, ``device``) are coerced like HTA does:
+numeric strings become ints, anything else (or a value beyond ±2^62) becomes -1. 2021 traces spell
+``external id`` in lower case; both spellings are read.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from stepscope.traces.fastpath import complete_columns
+
+FAR_TS_US = 1e17
+_BIG = 1 << 62
+
+
+class SymbolTable:
+    """Interned strings; ``ids[s]`` is stable for the life of one trace."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def intern(self, text: str) -> int:
+        found = self.ids.get(text)
+        if found is None:
+            found = len(self.strings)
+            self.ids[text] = found
+            self.strings.append(text)
+        return found
+
+    def get(self, text: str) -> int:
+        return self.ids.get(text, -2)
+
+    def decode(self, ident: int) -> str:
+        return self.strings[ident] if ident >= 0 else ""
+
+    def ids_where(self, predicate) -> np.ndarray:
+        return np.array([i for i, s in enumerate(self.strings) if predicate(s)], dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class EventTable:
+    """Complete events, one row each, in file order. Times in µs as in the trace."""
+
+    symbols: SymbolTable
+    name: np.ndarray  # int32 symbol
+    cat: np.ndarray  # int32 symbol, -1 = missing
+    pid: np.ndarray  # int32 symbol of str(pid)
+    tid: np.ndarray  # int32 symbol of str(tid)
+    ts: np.ndarray  # float64 µs
+    dur: np.ndarray  # float64 µs
+    external_id: np.ndarray  # int64, -1
+    correlation: np.ndarray  # int64, -1
+    stream: np.ndarray  # int64, -1 (HTA: "not a GPU row")
+    device: np.ndarray  # int64, -1
+    blocks_per_sm: np.ndarray  # float64, nan
+    occupancy: np.ndarray  # float64 (percent, as Kineto writes it), nan
+    input_dims: np.ndarray  # int32 symbol of the JSON text of "Input Dims", -1
+    call_stack: np.ndarray  # int32 symbol, -1
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def cat_mask(self, *names: str) -> np.ndarray:
+        ids = [self.symbols.get(n) for n in names]
+        return np.isin(self.cat, [i for i in ids if i >= 0])
+
+    def name_mask(self, predicate) -> np.ndarray:
+        return np.isin(self.name, self.symbols.ids_where(predicate))
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """``[memory]`` instants (allocator events), in file order."""
+
+    ts: np.ndarray
+    tid: np.ndarray  # int32 symbol
+    device_type: np.ndarray  # int64: 0 CPU, 1 CUDA, ...
+    device_id: np.ndarray  # int64
+    addr: np.ndarray  # int64
+    nbytes: np.ndarray  # float64 (negative = free)
+    total_allocated: np.ndarray  # float64, nan
+    total_reserved: np.ndarray  # float64, nan
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass
+class SkipCounts:
+    """Why events were not stored: reason -> count."""
+
+    skipped: Counter = field(default_factory=Counter)
+    ignored: Counter = field(default_factory=Counter)
+
+
+def _to_int(value) -> int:
+    if type(value) is int:
+        return value if -_BIG < value < _BIG else -1
+    if type(value) is float:
+        return int(value) if math.isfinite(value) and abs(value) < _BIG else -1
+    if type(value) is str:
+        try:
+            number = int(value)
+        except ValueError:
+            return -1
+        return number if -_BIG < number < _BIG else -1
+    return -1
+
+
+def _to_float(value) -> float:
+    t = type(value)
+    if t is float or t is int:
+        return float(value)
+    return math.nan
+
+
+class TableBuilder:
+    """Accumulates batches of event dicts into typed arrays."""
+
+    def __init__(self) -> None:
+        self.symbols = SymbolTable()
+        self.counts = SkipCounts()
+        self._i32 = {k: array("i") for k in ("name", "cat", "pid", "tid", "input_dims", "call_stack")}
+        self._f64 = {k: array("d") for k in ("ts", "dur", "blocks_per_sm", "occupancy")}
+        self._i64 = {k: array("q") for k in ("external_id", "correlation", "stream", "device")}
+        self._mem_f = {k: array("d") for k in ("ts", "nbytes", "total_allocated", "total_reserved")}
+        self._mem_i = {k: array("q") for k in ("device_type", "device_id", "addr")}
+        self._mem_tid = array("i")
+        self._scalar_ids: dict = {}
+
+    def _scalar(self, value) -> int:
+        key = (type(value), value)
+        found = self._scalar_ids.get(key)
+        if found is None:
+            found = self.symbols.intern(str(value))
+            self._scalar_ids[key] = found
+        return found
+
+    def add_batch(self, events: list) -> None:
+        """Add a batch: clean complete events column-wise, everything else one by one."""
+        complete = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+        if len(complete) < len(events):
+            rest = [e for e in events if not (type(e) is dict and e.get("ph") == "X")]
+        else:
+            rest = []
+        columns = complete_columns(complete, self.symbols, self._scalar_ids, self._scalar) if complete else None
+        if columns is None:
+            self._add_events(complete + rest if complete else rest)
+            return
+        for key, values in columns.items():
+            store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
+            store.frombytes(values.tobytes())
+        if rest:
+            self._add_events(rest)
+
+    def _add_events(self, events: list) -> None:  # noqa: C901 - one tight loop on purpose
+        skipped, ignored = self.counts.skipped, self.counts.ignored
+        intern, scalar = self.symbols.intern, self._scalar
+        a_name, a_cat, a_pid, a_tid = (self._i32[k].append for k in ("name", "cat", "pid", "tid"))
+        a_dims, a_stack = self._i32["input_dims"].append, self._i32["call_stack"].append
+        a_ts, a_dur, a_bps, a_occ = (self._f64[k].append for k in ("ts", "dur", "blocks_per_sm", "occupancy"))
+        a_ext, a_corr, a_stream, a_dev = (self._i64[k].append for k in ("external_id", "correlation", "stream", "device"))
+        nan, isfinite = math.nan, math.isfinite
+        for event in events:
+            if type(event) is not dict:
+                skipped["not a JSON object"] += 1
+                continue
+            ph = event.get("ph")
+            if ph in ("M", "s", "f", "t", "C"):
+                ignored[ph] += 1
+                continue
+            ts = event.get("ts")
+            tt = type(ts)
+            if (tt is not float and tt is not int) or abs(ts) >= FAR_TS_US or not isfinite(ts):
+                skipped["missing or absurd 'ts'"] += 1
+                continue
+            name = event.get("name")
+            if type(name) is not str:
+                skipped["missing or non-string 'name'"] += 1
+                continue
+            pid, tid = event.get("pid"), event.get("tid")
+            if type(pid) in (dict, list) or type(tid) in (dict, list):
+                skipped["non-scalar 'pid'/'tid'"] += 1
+                continue
+            args = event.get("args")
+            if type(args) is not dict:
+                args = {}
+            dur = event.get("dur")
+            if dur is None and ph in ("i", "I"):
+                if name == "[memory]":
+                    self._add_memory(ts, scalar(tid), args)
+                else:
+                    ignored["instant"] += 1
+                continue
+            dt = type(dur)
+            if (dt is not float and dt is not int) or abs(dur) >= FAR_TS_US or not isfinite(dur):
+                skipped["missing, non-numeric or absurd 'dur'"] += 1
+                continue
+            if dur < 0:
+                skipped["negative 'dur'"] += 1
+                continue
+            cat = event.get("cat")
+            if cat is not None and type(cat) is not str:
+                skipped["non-string 'cat'"] += 1
+                continue
+            a_name(intern(name))
+            a_cat(intern(cat) if cat is not None else -1)
+            a_pid(scalar(pid))
+            a_tid(scalar(tid))
+            a_ts(ts)
+            a_dur(dur)
+            if args:
+                ext = args.get("External id")
+                if ext is None:
+                    ext = args.get("external id")
+                a_ext(_to_int(ext) if ext is not None else -1)
+                value = args.get("correlation")
+                a_corr(_to_int(value) if value is not None else -1)
+                value = args.get("stream")
+                a_stream(_to_int(value) if value is not None else -1)
+                value = args.get("device")
+                a_dev(_to_int(value) if value is not None else -1)
+                value = args.get("blocks per SM")
+                a_bps(_to_float(value) if value is not None else nan)
+                value = args.get("est. achieved occupancy %")
+                a_occ(_to_float(value) if value is not None else nan)
+                value = args.get("Input Dims")
+                a_dims(intern(orjson.dumps(value).decode()) if value is not None else -1)
+                value = args.get("Call stack")
+                a_stack(intern(value) if type(value) is str else -1)
+            else:
+                a_ext(-1)
+                a_corr(-1)
+                a_stream(-1)
+                a_dev(-1)
+                a_bps(nan)
+                a_occ(nan)
+                a_dims(-1)
+                a_stack(-1)
+
+    def _add_memory(self, ts: float, tid: int, args: dict) -> None:
+        self._mem_f["ts"].append(ts)
+        self._mem_tid.append(tid)
+        self._mem_i["device_type"].append(_to_int(args.get("Device Type")))
+        self._mem_i["device_id"].append(_to_int(args.get("Device Id")))
+        self._mem_i["addr"].append(_to_int(args.get("Addr")))
+        self._mem_f["nbytes"].append(_to_float(args.get("Bytes")))
+        self._mem_f["total_allocated"].append(_to_float(args.get("Total Allocated")))
+        self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
+
+    def build(self) -> tuple[EventTable, MemoryTable]:
+        def arr(buf, dtype):
+            # a read-only view on the builder's buffer: no copy at the peak of the load
+            return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
+
+        cols = {k: arr(v, np.int32) for k, v in self._i32.items()}
+        cols.update({k: arr(v, np.float64) for k, v in self._f64.items()})
+        cols.update({k: arr(v, np.int64) for k, v in self._i64.items()})
+        table = EventTable(symbols=self.symbols, **cols)
+        memory = MemoryTable(
+            tid=arr(self._mem_tid, np.int32),
+            **{k: arr(v, np.float64) for k, v in self._mem_f.items()},
+            **{k: arr(v, np.int64) for k, v in self._mem_i.items()},
+        )
+        return table, memory

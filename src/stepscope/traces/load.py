@@ -1,0 +1,217 @@
+"""Open Kineto trace files (``.json`` / ``.json.gz``) and directories of per-rank traces.
+
+Contract: :func:`load_trace` returns a :class:`LoadedTrace` (columnar events, memory instants,
+top-level metadata, warnings) or raises :class:`~stepscope.errors.InputError` naming the file
+and, where known, the byte offset (in the decompressed stream). It never lets a decoder
+exception escape. Damaged single events are skipped and counted in ``warnings``.
+
+Rank of a file: ``distributedInfo.rank`` when present (source ``"distributedInfo"``), else a
+``rank[-_]N`` / ``rankN`` pattern in the file name (``"file name"``), else the file's position
+in the sorted listing (``"order"``). :func:`discover_traces` resolves a directory; two files
+claiming the same rank is an error (mismatched ranks), as is an empty directory.
+
+Size guard: files whose JSON exceeds ``max_json_bytes`` (default 32 GiB) are refused before
+decoding, with the size in the message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import InputError
+from stepscope.traces.decode import DecodeFailure, DecodeStats, iter_event_batches, open_binary
+from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
+
+MAX_JSON_BYTES = 32 * 1024**3
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LoadedTrace:
+    """One rank's trace, decoded."""
+
+    path: str
+    rank: int
+    rank_source: str  # "distributedInfo" | "file name" | "order"
+    events: EventTable
+    memory: MemoryTable
+    meta: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    json_bytes: int = 0
+    decode_path: str = "streaming"
+
+    @property
+    def device_properties(self) -> list[dict[str, Any]]:
+        """``deviceProperties`` (or the 2021 ``computeProperties``) with Kineto's key names."""
+        props = self.meta.get("deviceProperties")
+        if not isinstance(props, list):
+            props = self.meta.get("computeProperties")
+        out = []
+        for item in props if isinstance(props, list) else []:
+            if not isinstance(item, dict):
+                continue
+            item = dict(item)
+            item.setdefault("computeMajor", item.get("major"))
+            item.setdefault("computeMinor", item.get("minor"))
+            item.setdefault("numSms", item.get("multiProcessorCount"))
+            out.append(item)
+        return out
+
+
+@dataclass
+class _Progress:
+    """Reports bytes of the *file* consumed (compressed bytes for .gz), so done <= total."""
+
+    callback: Callable[[int, int], None] | None
+    total: int
+    raw: Any = None
+
+    def __call__(self, _nbytes: int) -> None:
+        if self.callback is not None and self.raw is not None:
+            try:
+                done = self.raw.tell()
+            except (OSError, ValueError):
+                return
+            self.callback(min(done, self.total), self.total)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot read the file ({exc.strerror}); check the path") from None
+
+
+def load_trace(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    max_json_bytes: int = MAX_JSON_BYTES,
+) -> LoadedTrace:
+    """Decode one trace file. ``progress(done_bytes, total_bytes)`` is called per chunk."""
+    path = str(path)
+    size = _file_size(path)
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory; use discover_traces() / pass the directory to analyze")
+    if size == 0:
+        raise InputError(path, "the file is empty (a crashed profiler leaves 0-byte traces); re-record it")
+    stats = DecodeStats()
+    builder = TableBuilder()
+    meta: dict[str, Any] = {}
+    saw_events = False
+    tracker = _Progress(progress, size)
+    try:
+        with open_binary(path) as stream:
+            tracker.raw = getattr(stream, "fileobj", None) or stream
+            guard = _GuardedStream(stream, max_json_bytes, path)
+            for kind, payload in iter_event_batches(guard, stats, tracker):
+                if kind == "events":
+                    if not isinstance(payload, list):
+                        raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
+                    saw_events = True
+                    builder.add_batch(payload)
+                else:
+                    meta = payload
+            json_bytes = guard.total
+    except DecodeFailure as exc:
+        raise InputError(path, f"not valid trace JSON: {exc}", position=exc.position) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read or decompress the file ({exc})") from None
+    if not saw_events and "traceEvents" not in meta:
+        raise InputError(path, "JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+    events, memory = builder.build()
+    warnings = _warnings(builder, stats)
+    found_rank, source = _rank_of(meta, path)
+    if found_rank is None:  # neither distributedInfo nor the file name: the caller's order
+        found_rank, source = (rank if rank is not None else 0), "order"
+    return LoadedTrace(
+        path=path,
+        rank=found_rank,
+        rank_source=source,
+        events=events,
+        memory=memory,
+        meta=meta,
+        warnings=warnings,
+        json_bytes=json_bytes,
+        decode_path=stats.path,
+    )
+
+
+class _GuardedStream:
+    """Counts decompressed bytes and refuses documents above the size guard."""
+
+    def __init__(self, stream, limit: int, path: str):
+        self.stream, self.limit, self.path, self.total = stream, limit, path, 0
+
+    def read(self, size: int) -> bytes:
+        block = self.stream.read(size)
+        self.total += len(block)
+        if self.total > self.limit:
+            raise InputError(
+                self.path,
+                f"the trace is larger than {self.limit / 1024**3:.0f} GiB of JSON; "
+                "record fewer steps (torch.profiler schedule active=1) or split it",
+            )
+        return block
+
+
+def _warnings(builder: TableBuilder, stats: DecodeStats) -> tuple[str, ...]:
+    out = [f"skipped {n} event(s): {why}" for why, n in sorted(builder.counts.skipped.items())]
+    if stats.replaced_utf8:
+        out.append("invalid UTF-8 bytes were replaced by U+FFFD")
+    return tuple(out)
+
+
+def _rank_of(meta: dict[str, Any], path: str) -> tuple[int | None, str]:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and type(info.get("rank")) is int and info["rank"] >= 0:
+        return info["rank"], "distributedInfo"
+    found = _RANK_IN_NAME.search(os.path.basename(path))
+    if found:
+        return int(found.group(1)), "file name"
+    return None, "order"
+
+
+def discover_traces(path: str | Path) -> list[str]:
+    """Trace files under a directory (not recursive), or ``[path]`` for a file."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise InputError(path, "no such file or directory")
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(
+        os.path.join(path, name)
+        for name in os.listdir(path)
+        if name.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+    )
+    if not files:
+        raise InputError(path, "the directory holds no .json or .json.gz trace files")
+    return files
+
+
+def load_traces(
+    paths: list[str], progress: Callable[[str, int, int], None] | None = None
+) -> list[LoadedTrace]:
+    """Load several per-rank files; ranks must be distinct (see module docstring)."""
+    loaded: list[LoadedTrace] = []
+    for index, file_path in enumerate(paths):
+        callback = None if progress is None else (lambda d, t, p=file_path: progress(p, d, t))
+        loaded.append(load_trace(file_path, rank=index, progress=callback))
+    seen: dict[int, str] = {}
+    for trace in loaded:
+        if trace.rank in seen and len(loaded) > 1:
+            raise InputError(
+                trace.path,
+                f"rank {trace.rank} (from {trace.rank_source}) is also claimed by {seen[trace.rank]}; "
+                "pass traces of one job, one file per rank",
+            )
+        seen[trace.rank] = trace.path
+    return sorted(loaded, key=lambda t: t.rank)

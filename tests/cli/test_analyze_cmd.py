@@ -1,0 +1,89 @@
+"""`stepscope analyze`: text and JSON output, findings, bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli.main import main
+from stepscope.diagnosis import engine
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+TRAIN = DATA / "cpu_train.pt.trace.json.gz"
+
+
+def _rule(context):
+    share = context.trace.cpu_exec_share
+    return Finding(
+        rule_id="test.cpu_exec", family="compute", title="Host [bold]CPU[/bold] execution dominates",
+        severity=Severity.MEDIUM, impact=share, confidence=0.8,
+        evidence=(Evidence("cpu_exec_share", round(share, 3), 0.5, source="trace"),),
+        prescriptions=(Prescription(action="Move the model to a GPU", why="the step is CPU-bound"),),
+    )
+
+
+@pytest.fixture
+def one_rule(monkeypatch):
+    monkeypatch.setattr(engine, "_rules", lambda: (_rule,))
+
+
+def test_text_output_with_findings(capsys, one_rule):
+    assert main(["analyze", str(TRAIN), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    for text in ("Step time breakdown", "DataLoader", "CPU Exec", "Top operators", "Findings"):
+        assert text in out
+    assert "Host [bold]CPU[/bold] execution dominates" in out  # trace/rule text is never markup
+    assert "Move the model to a GPU" in out
+
+
+def test_json_output(capsys, one_rule, tmp_path):
+    assert main(["analyze", str(TRAIN), "--format", "json", "--group-by-shape"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "stepscope.analyze/1"
+    (rank,) = doc["ranks"]
+    assert set(rank["overview"]["mean_share"]) >= {"Kernel", "DataLoader", "CPU Exec", "Other"}
+    assert rank["operators"]["grouped_by_shape"] is True
+    assert rank["evidence"]["steps"] == 4
+    assert rank["findings"][0]["rule_id"] == "test.cpu_exec"
+    assert rank["temporal"] is None and rank["comm_overlap"]["overlap_share"] is None
+    out = tmp_path / "analysis.json"
+    assert main(["analyze", str(TRAIN), "--format", "json", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["ranks"][0]["rank"] == 0
+
+
+def test_directory_and_rank_selection(capsys, tmp_path):
+    doc = json.loads(gzip.decompress(TRAIN.read_bytes()))
+    for rank in (0, 1):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        (tmp_path / f"w{rank}.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(tmp_path), "--format", "json", "--rank", "1"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in parsed["ranks"]] == [1]
+    assert len(parsed["comparison"]["ranks"]) == 2
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert "Straggler candidates" in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path), "--rank", "7"]) == 2
+    assert "no trace for rank 7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"{not json", b'{"a": 1}', b"\x1f\x8bnot gzip", b'{"traceEvents": [{"ph": "X", "ts": 1']
+)
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepscope: error: ") and str(path) in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_empty_directory_and_missing_path(capsys, tmp_path):
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "no .json" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path / "nope.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
