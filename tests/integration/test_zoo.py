@@ -4,10 +4,9 @@ Each scenario runs as a user would run it (``python -m stepscope demo NAME``, in
 the machine's default threads) and its ``report.json`` is read back. The planted family must be
 the **top** finding; the healthy scenario must have no finding above LOW severity.
 
-Some families rest on evidence that comes from other parts of capture (the sidecar sampler's
-signals; the operator count of the FLOP-counted step). When a report lacks that evidence the test
-is marked xfail with the missing piece named — it turns into a pass by itself once capture
-records it, and it still fails if the evidence is there and the diagnosis is wrong.
+Some families rest on evidence from other parts of capture (the sidecar sampler's signals; the
+operator count of the FLOP-counted step): the test first requires that evidence to be in the
+report, so a capture regression fails with the missing piece named.
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ def test_planted_family_is_the_top_finding(tmp_path, name):
     top = findings[0] if findings else None
     if name in NEEDS:
         what, present = NEEDS[name]
-        if not present(report) and (top is None or top["family"] != scenario.planted_family):
-            pytest.xfail(f"report lacks {what}")
+        assert present(report), f"the report lacks {what}"
     assert top is not None, "no findings at all"
     assert top["family"] == scenario.planted_family, describe(findings)
     assert report["verdict"]["family"] == scenario.planted_family

@@ -100,6 +100,8 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         gpu_util_oscillation=gpu_util_oscillation(ts[1:][mask], gpu_util[1:][mask], step_period_s(steps),
                                                   samples.meta.interval_s),
         gpu_memory_used_share_max=gpu_memory_used_share_max(samples, mask),
+        data_wait_cpu_util=data_wait_cpu_util(samples, steps, mask),
+        memory_total_bytes=samples.meta.mem_total_bytes or None,
         notes=tuple(notes),
     )
 
@@ -240,9 +242,48 @@ def process_loads(samples: Samples, mask: np.ndarray) -> list[WorkerLoad]:
     """A :class:`WorkerLoad` per process of the tree: main first, then the busiest."""
     utils = process_cpu_utils(samples, mask)
     rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
-    loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id))
+    threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
+    loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id),
+                        threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None)
              for info in samples.processes if info.id in utils]
     return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
+
+
+#: A step counts as waiting for data when data wait is at least this share of it.
+WAIT_DOMINATED = 0.5
+
+
+def wait_dominated_intervals(samples: Samples, steps: Any, mask: np.ndarray) -> np.ndarray:
+    """Sample intervals (inside ``mask``) whose midpoint falls in a step that mostly waits for data."""
+    if steps is None or not len(steps):
+        return np.zeros_like(mask)
+    ts = samples.ts_ns
+    middle = (ts[1:] + ts[:-1]) // 2
+    starts = np.asarray(steps.start_ns)
+    index = np.searchsorted(starts, middle, side="right") - 1
+    valid = index >= 0
+    index = np.clip(index, 0, len(starts) - 1)
+    duration = np.asarray(steps.duration_ns)[index]
+    inside = valid & (middle < starts[index] + duration)
+    share = np.asarray(steps.data_wait_ns)[index] / np.maximum(duration, 1)
+    return mask & inside & (share >= WAIT_DOMINATED)
+
+
+def data_wait_cpu_util(samples: Samples, steps: Any, mask: np.ndarray) -> float | None:
+    """CPU (share of one core) of the processes that load data while the step waits for it.
+
+    The loaders are the DataLoader workers (their mean), measured over the sample intervals that
+    fall in steps spent mostly waiting for data. High means loading is CPU-bound; low means it
+    waits on storage or latency. None without workers (the main process's CPU also counts its
+    other threads, e.g. spinning OpenMP workers; capture measures the loading thread itself) or
+    with fewer than two such intervals.
+    """
+    waiting = wait_dominated_intervals(samples, steps, mask)
+    if int(waiting.sum()) < 2:
+        return None
+    utils = process_cpu_utils(samples, waiting)
+    workers = [utils[info.id] for info in samples.processes_with_role("dataloader_worker") if info.id in utils]
+    return float(np.mean(workers)) if workers else None
 
 
 def max_concurrent(samples: Samples, role: str, mask: np.ndarray) -> int:

@@ -186,6 +186,7 @@ class TorchHooks:
         hooks, rec, registry = self, self.rec, self.registry
         original_iter = DataLoader.__iter__
         original_next = _BaseDataLoaderIter.__next__
+        thread_time_ns = time.thread_time_ns
 
         def __iter__(loader):  # noqa: N807
             if not hooks._active():
@@ -213,11 +214,13 @@ class TorchHooks:
                 return original_next(iterator)
             rec.batch_requested()
             start = rec.enter(DATA_WAIT)
+            cpu_start = thread_time_ns()
             try:
                 batch = original_next(iterator)
             except BaseException:
                 rec.leave(DATA_WAIT)
                 raise
+            rec.loader_cpu(thread_time_ns() - cpu_start)
             end = rec.leave(DATA_WAIT)
             rec.batch_received(batch_length(batch))
             info = getattr(iterator, "_stepscope_loader", None)

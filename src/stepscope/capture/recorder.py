@@ -70,6 +70,7 @@ class StepRecorder:
     def _reset_step(self) -> None:
         self._acc = [0, 0, 0, 0, 0]
         self._init_ns = 0
+        self._wait_cpu_ns = 0
         self._batches = 0
         self._samples = 0
         self._samples_known = True
@@ -135,6 +136,10 @@ class StepRecorder:
     def loader_init(self, duration_ns: int) -> None:
         self._init_ns += duration_ns
 
+    def loader_cpu(self, cpu_ns: int) -> None:
+        """CPU time the training thread spent inside a batch fetch."""
+        self._wait_cpu_ns += cpu_ns
+
     def optimizer_started(self, optimizer_id: int) -> None:
         pending = self._pending
         if pending is not None:
@@ -195,6 +200,7 @@ class StepRecorder:
             "end": end,
             "acc": list(self._acc),
             "init": self._init_ns,
+            "wait_cpu": self._wait_cpu_ns,
             "batches": self._batches,
             "samples": self._samples if self._samples_known else -1,
             "opt_steps": self._opt_steps,
@@ -218,6 +224,7 @@ class StepRecorder:
         self._mark(now)
         self._acc = [a + b for a, b in zip(self._acc, pending["acc"])]
         self._init_ns += pending["init"]
+        self._wait_cpu_ns += pending["wait_cpu"]
         self._batches += pending["batches"]
         if pending["samples"] < 0:
             self._samples_known = False
@@ -239,6 +246,7 @@ class StepRecorder:
         for index, name in enumerate(("other_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns")):
             self._acc[index] += sum(cols[name][first:self.count])
         self._init_ns += sum(cols["loader_init_ns"][first:self.count])
+        self._wait_cpu_ns += sum(cols["data_wait_cpu_ns"][first:self.count])
         self._batches += sum(cols["batches"][first:self.count])
         if min(cols["samples"][first:self.count]) < 0:
             self._samples_known = False
@@ -256,6 +264,7 @@ class StepRecorder:
         cols["duration_ns"].append(duration)
         cols["data_wait_ns"].append(acc[DATA_WAIT])
         cols["loader_init_ns"].append(min(step["init"], acc[DATA_WAIT]))
+        cols["data_wait_cpu_ns"].append(step["wait_cpu"])
         cols["forward_ns"].append(acc[FORWARD])
         cols["backward_ns"].append(acc[BACKWARD])
         cols["optimizer_ns"].append(acc[OPTIMIZER])

@@ -32,6 +32,8 @@ STEP_COLUMNS: dict[str, str] = {
     "duration_ns": "step wall time (end - start)",
     "data_wait_ns": "time inside DataLoader __next__ and __iter__ (worker start-up)",
     "loader_init_ns": "part of data_wait spent in DataLoader __iter__ (worker start-up)",
+    "data_wait_cpu_ns": "CPU time of the training thread inside DataLoader __next__ (loading done in "
+                        "the main process), -1 when not measured",
     "forward_ns": "time inside the outermost module calls",
     "backward_ns": "time inside Tensor.backward / torch.autograd.backward",
     "optimizer_ns": "time inside optimizer.step",
@@ -54,6 +56,7 @@ class Steps:
     duration_ns: np.ndarray
     data_wait_ns: np.ndarray
     loader_init_ns: np.ndarray
+    data_wait_cpu_ns: np.ndarray
     forward_ns: np.ndarray
     backward_ns: np.ndarray
     optimizer_ns: np.ndarray
@@ -75,7 +78,7 @@ class Steps:
             if name in columns:
                 arrays[name] = np.asarray(columns[name], dtype=np.int64).reshape(-1)
             else:
-                fill = -1 if name.startswith("device") or name == "samples" else 0
+                fill = -1 if name.startswith("device") or name in ("samples", "data_wait_cpu_ns") else 0
                 arrays[name] = np.full(length, fill, dtype=np.int64)
         return cls(**arrays)
 

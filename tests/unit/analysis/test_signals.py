@@ -219,7 +219,7 @@ def test_no_samples():
     assert one.sample_count == 1 and one.cpu_util_mean is None and one.notes
 
 
-def test_every_field_is_filled_on_a_full_run_and_serialises():
+def test_every_field_is_filled_on_a_full_run_and_serialises():  # noqa: D103
     processes = [ProcessInfo(0, 10, role="main"), ProcessInfo(1, 11, role="dataloader_worker")]
     rows = rows_for(0, range(30), 3, rss=lambda k: 1000 + k) + rows_for(1, range(30), 10)
     samples = make(30, gpus=1, processes=processes, proc_rows=rows,
@@ -227,10 +227,39 @@ def test_every_field_is_filled_on_a_full_run_and_serialises():
                    disk_read_bytes=np.arange(30) * 1000, net_recv_bytes=np.arange(30) * 10,
                    net_sent_bytes=np.arange(30), load1=np.full(30, 1.5), gpu_util=[[90, 10] * 15],
                    gpu_mem_used_bytes=np.full((30, 1), 500), mem_used_bytes=np.full(30, 400))
-    steps = Steps.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "other_ns": [int(2.9e9)]})
+    steps = Steps.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "data_wait_ns": [int(2.9e9)]})
     signals = sig.compute_signals(samples, steps)
     empty = [name for name, value in signals.to_dict().items() if value is None]
     assert empty == []
+    assert signals.memory_total_bytes == samples.meta.mem_total_bytes
+    assert {load.pid: load.threads for load in signals.workers}.keys() == {10, 11}
     assert signals.net_bytes_per_s == pytest.approx(110.0)
     assert signals.load_per_core == pytest.approx(0.75)
     json.dumps(signals.to_dict())
+
+
+def _two_step_run(wait_share_first: float):
+    """Two 1.45 s steps; the first waits for data ``wait_share_first`` of its time, the second never."""
+    half = int(1.45e9)
+    return Steps.from_columns({"start_ns": [T0, T0 + half], "duration_ns": [half, half],
+                               "data_wait_ns": [int(half * wait_share_first), 0],
+                               "other_ns": [half - int(half * wait_share_first), half]})
+
+
+@pytest.mark.parametrize("with_worker, expected", [(True, 1.0), (False, None)])
+def test_data_wait_cpu_util_reads_the_loading_processes_while_the_step_waits(with_worker, expected):
+    processes = [ProcessInfo(0, 10, role="main")]
+    rows = rows_for(0, range(30), 3)  # main: 0.3 of a core
+    if with_worker:
+        processes.append(ProcessInfo(1, 11, role="dataloader_worker"))
+        rows += rows_for(1, range(30), 10)  # worker: a full core
+    samples = make(30, processes=processes, proc_rows=rows, **cpu_columns(np.tile([0.5, 0.5], (29, 1))))
+    util = sig.data_wait_cpu_util(samples, _two_step_run(0.9), np.ones(29, dtype=bool))
+    assert util == (None if expected is None else pytest.approx(expected, rel=0.05))
+
+
+def test_data_wait_cpu_util_needs_steps_that_wait():
+    samples = make(30, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows_for(0, range(30), 3),
+                   **cpu_columns(np.tile([0.5, 0.5], (29, 1))))
+    assert sig.data_wait_cpu_util(samples, _two_step_run(0.1), np.ones(29, dtype=bool)) is None
+    assert sig.data_wait_cpu_util(samples, None, np.ones(29, dtype=bool)) is None

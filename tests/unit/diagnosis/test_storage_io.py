@@ -53,3 +53,27 @@ def test_idle_looking_loader_on_a_saturated_machine_is_not_conclusive():
 
     finding = loader_cpu_bound(ctx_of(record, signals))
     assert finding is not None and finding.confidence < 0.7
+
+
+def _with_loading_cpu(record, cpu_share: float):
+    """The record with the training thread's CPU inside next() at ``cpu_share`` of the data wait."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from stepscope.record.run import Steps
+
+    columns = record.steps.columns()
+    columns["data_wait_cpu_ns"] = np.round(columns["data_wait_ns"] * cpu_share).astype(np.int64)
+    return replace(record, steps=Steps.from_columns(columns))
+
+
+@pytest.mark.parametrize("cpu_share, storage, cpu_bound", [(0.05, True, False), (0.97, False, True)])
+def test_capture_measured_loading_cpu_decides_between_storage_and_cpu(cpu_share, storage, cpu_bound):
+    from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
+
+    record = _with_loading_cpu(make_record(shares=INPUT, num_workers=0), cpu_share)
+    # the sampler sees a busy main process (OpenMP threads spinning): capture's thread CPU wins
+    context = ctx_of(record, dict(cpu_count=2, main_cpu_util=0.9, cpu_util_mean=0.5))
+    assert (loader_waits_on_io(context) is not None) == storage
+    assert (loader_cpu_bound(context) is not None) == cpu_bound

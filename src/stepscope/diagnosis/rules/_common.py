@@ -84,8 +84,10 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     taken to keep one core busy for ``1 - data_wait`` of the time (small models rarely use more;
     a model using several intra-op threads shifts the estimate towards "CPU-bound", where the
     prescription — worker processes — also helps a latency-bound loader). What is left, divided by
-    the data-wait share, is what loading used. The sampler's ``data_wait_cpu_util``, measured
-    directly, takes precedence.
+    the data-wait share, is what loading used. Measured values take precedence: with
+    ``num_workers=0``, the training thread's own CPU time inside ``next()`` (capture's
+    ``data_wait_cpu_ns`` column: immune to other threads of the process, such as spinning OpenMP
+    workers); with workers, the sampler's ``data_wait_cpu_util``.
 
     When every core is busy (:data:`CPU_SATURATED`), a loader using little CPU may be starved by
     other threads rather than idle: the estimate is then not conclusive (None).
@@ -95,15 +97,31 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     """
     signals = ctx.signals
     loader = main_loader(ctx)
-    direct = field_of(signals, "data_wait_cpu_util")
-    if direct is not None:
-        return float(direct), "loading processes while the step waited (sampler)"
-    util, source = _loader_cpu_estimate(ctx, signals, loader)
+    util, source = _loading_thread_cpu(ctx, loader), "training thread's CPU time inside next() (capture)"
+    if util is None:
+        direct = field_of(signals, "data_wait_cpu_util")
+        if direct is not None:
+            util, source = float(direct), "loading processes while the step waited (sampler)"
+        else:
+            util, source = _loader_cpu_estimate(ctx, signals, loader)
     machine = field_of(signals, "cpu_util_mean")
     if util is not None and util < LOADER_CPU_BUSY and machine is not None and machine >= CPU_SATURATED:
         # every core is busy: a loader that gets little CPU may be starved, not idle
         return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
     return util, source
+
+
+def _loading_thread_cpu(ctx: Any, loader: Any) -> float | None:
+    """CPU share of the training thread while it fetched batches itself (``num_workers=0``)."""
+    steps = getattr(ctx.record, "steps", None)
+    if loader is None or loader.num_workers > 0 or steps is None or ctx.stats is None:
+        return None
+    cpu = steps.data_wait_cpu_ns[ctx.stats.mask]
+    wait = steps.data_wait_ns[ctx.stats.mask] - steps.loader_init_ns[ctx.stats.mask]
+    known = cpu >= 0
+    if not known.any() or wait[known].sum() <= 0:
+        return None
+    return min(1.0, float(cpu[known].sum() / wait[known].sum()))
 
 
 def _loader_cpu_estimate(ctx: Any, signals: Any, loader: Any) -> tuple[float | None, str]:
