@@ -1,8 +1,13 @@
-"""Overhead of always-on capture on a plain ~5 ms/step CPU training loop.
+"""Overhead of always-on capture on a training step, three ways, each against a baseline in the same run.
 
-Runs the same script bare (``python loop.py``) and under ``stepscope run`` alternately, several
-times in one invocation; each run times its own steady-state loop (after warm-up) so interpreter
-and torch start-up are not counted. Prints the median ratio wrapped/bare.
+1. *Hook cost per step*: a minimal step (one-sample DataLoader fetch, a 1×1 Linear forward and
+   backward, an optimizer step) timed bare and captured in alternating epochs of one process; the
+   difference of the minima is what capture adds per step, and the ratio it implies on a 5 ms step
+   is printed. This is the robust number on a noisy machine.
+2. *In-process blocks*: a ~3–5 ms/step MLP loop, alternating blocks bare and captured.
+3. *End to end*: the same loop as a script, ``python loop.py`` vs ``stepscope run loop.py``
+   alternately in subprocesses (each run times its own steady-state loop, so start-up is not
+   counted); median ratio.
 
     python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
 """
@@ -39,6 +44,39 @@ LOOP = textwrap.dedent("""
         opt.step()
     print((time.perf_counter() - started) / (steps - warmup))
     print(time.process_time())
+""")
+
+MINIMAL = textwrap.dedent("""
+    import statistics, sys, tempfile, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from stepscope.capture.session import CaptureSession
+
+    torch.set_num_threads(1)
+    steps, rounds = int(sys.argv[1]), int(sys.argv[2])
+    loader = DataLoader(TensorDataset(torch.zeros(steps, 1)), batch_size=None)
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.zeros(1, 1)
+
+    def epoch():
+        started = time.perf_counter()
+        for _ in loader:
+            model(x).sum().backward()
+            opt.step()
+        return (time.perf_counter() - started) / steps
+
+    epoch()
+    bare, captured = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(rounds):
+            bare.append(epoch())
+            session = CaptureSession(tmp + f"/r{index}", sample_interval_s=None, count_flops=False,
+                                     emit_warnings=False).start()
+            epoch()
+            captured.append(epoch())
+            session.stop()
+    print(min(bare), min(captured))
 """)
 
 IN_PROCESS = textwrap.dedent("""
@@ -88,6 +126,16 @@ def run_once(script: Path, steps: int, wrapped: bool, workdir: Path) -> float:
     return float(result.stdout.strip().splitlines()[-2])
 
 
+def minimal_step(steps: int, rounds: int, workdir: Path) -> tuple[float, float]:
+    script = workdir / "minimal.py"
+    script.write_text(MINIMAL)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, str(script), str(steps), str(rounds)], capture_output=True,
+                            text=True, env=env, check=True)
+    bare, captured = (float(value) for value in result.stdout.split())
+    return bare, captured
+
+
 def in_process(block: int, rounds: int, workdir: Path) -> tuple[float, float, float]:
     script = workdir / "in_process.py"
     script.write_text(IN_PROCESS)
@@ -106,6 +154,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
+        bare, captured = minimal_step(2000, args.rounds + 3, workdir)
+        cost = captured - bare
+        print(f"hook cost: minimal step {bare * 1e6:.1f} µs bare, {captured * 1e6:.1f} µs captured "
+              f"=> {cost * 1e6:.1f} µs/step; on a 5 ms step: ratio {1 + cost / 5e-3:.4f}", flush=True)
         wall, cpu, step = in_process(args.block, args.rounds * 3, workdir)
         print(f"in-process, alternating blocks of {args.block} steps ({step * 1e3:.2f} ms/step): "
               f"median ratio wall {wall:.4f}, CPU time {cpu:.4f}", flush=True)

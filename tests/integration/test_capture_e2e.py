@@ -233,8 +233,11 @@ def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):
     assert result.returncode == 0, result.stderr
     record = load_record(tmp_path / "out")
     (window,) = record.profiler_windows
-    assert (window.first_step, window.last_step) == (6, 8)
+    assert (window.first_step, window.last_step) == (5, 8)  # profiler warm-up step + 3 recorded
     trace = orjson.loads((tmp_path / "out" / window.trace_path).read_bytes())
     assert any(event.get("name") == "aten::addmm" for event in trace["traceEvents"])
     report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
-    assert report["steps"]["excluded"] == [4, 6, 7, 8]
+    assert report["steps"]["excluded"] == [4, 5, 6, 7, 8]
+    assert sorted(event["name"] for event in trace["traceEvents"] if event.get("name", "").startswith("ProfilerStep")) \
+        == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    assert report["extra"]["trace"]["steps"] == 3  # the window's trace fed the diagnosis

@@ -10,8 +10,8 @@ What is patched (and restored by :meth:`TorchHooks.uninstall`):
   wrapped, so nested submodule calls cost nothing. Hooks are never attached to module instances:
   they would end up in the user's ``torch.save(model)`` pickles and ``deepcopy`` copies.
   Under ``torch.compile`` tracing the wrapper steps aside.
-- backward: ``torch.autograd.backward`` and ``torch.Tensor.backward`` (the latter calls the former:
-  re-entries are counted, not double-timed).
+- backward: ``torch.autograd.backward``, which ``Tensor.backward`` (and Lightning, Hugging Face and
+  Accelerate through it) looks up and calls at call time; re-entries are counted, not double-timed.
 - optimizer: the global ``register_optimizer_step_pre_hook`` / ``post_hook``.
 
 Every wrapper degrades to the original call if anything of ours fails, with one warning per cause.
@@ -175,9 +175,6 @@ class TorchHooks:
         self._undo.append(undo)
         return original
 
-    def _active(self) -> bool:
-        return self.live
-
     # -- DataLoader --------------------------------------------------------------------------
     def _install_loader(self, torch: Any) -> None:
         from torch.utils.data import DataLoader
@@ -189,7 +186,7 @@ class TorchHooks:
         thread_time_ns = time.thread_time_ns
 
         def __iter__(loader):  # noqa: N807
-            if not hooks._active():
+            if not hooks.live:
                 return original_iter(loader)
             start = rec.enter(DATA_WAIT)
             try:
@@ -210,7 +207,7 @@ class TorchHooks:
             return iterator
 
         def __next__(iterator):  # noqa: N807
-            if not hooks._active():
+            if not hooks.live:
                 return original_next(iterator)
             rec.batch_requested()
             start = rec.enter(DATA_WAIT)
@@ -236,11 +233,10 @@ class TorchHooks:
     def _install_backward(self, torch: Any) -> None:
         hooks, rec = self, self.rec
         original_autograd = torch.autograd.backward
-        original_tensor = torch.Tensor.backward
 
         def timed(original):
             def wrapper(*args, **kwargs):
-                if not hooks._active():
+                if not hooks.live:
                     return original(*args, **kwargs)
                 rec.enter(BACKWARD)
                 try:
@@ -254,7 +250,6 @@ class TorchHooks:
             return wrapper
 
         self._patch(torch.autograd, "backward", timed(original_autograd))
-        self._patch(torch.Tensor, "backward", timed(original_tensor))
 
     # -- optimizer ---------------------------------------------------------------------------
     def _install_optimizer(self, torch: Any) -> None:
@@ -263,11 +258,11 @@ class TorchHooks:
         hooks, rec = self, self.rec
 
         def pre(optimizer, args, kwargs):
-            if hooks._active():
+            if hooks.live:
                 rec.optimizer_started(id(optimizer))
 
         def post(optimizer, args, kwargs):
-            if hooks._active():
+            if hooks.live:
                 rec.optimizer_finished(id(optimizer))
 
         pre_handle = register_optimizer_step_pre_hook(pre)
@@ -293,7 +288,7 @@ class TorchHooks:
         hooks, rec, is_compiling = self, self.rec, self._is_compiling
 
         def __call__(module, *args, **kwargs):  # noqa: N807
-            if hooks._fwd_depth or is_compiling() or not hooks._active():
+            if hooks._fwd_depth or is_compiling() or not hooks.live:
                 return original(module, *args, **kwargs)
             if discover:
                 hooks._root_classes.add(type(module))

@@ -2,7 +2,8 @@
 
 torch.profiler costs 1.5–2.5× on a step and produces large traces, so it never runs for a whole
 run: one window of :data:`WINDOW_STEPS` steps starts after warm-up and after the FLOP-counted
-step, and its Chrome trace is exported when the run ends (export takes seconds; doing it at the
+step (preceded by one profiler warm-up step, so the recorded steps carry ``ProfilerStep#N``
+ranges as torch.profiler's schedule makes them), and its Chrome trace is exported when the run ends (export takes seconds; doing it at the
 window's end would stall a training step). Steps inside the window are left out of the step
 statistics (``record.profiler_windows``). Failures become one warning.
 """
@@ -34,10 +35,20 @@ class TraceWindow:
         self.window: ProfilerWindow | None = None
 
     def on_commit(self, index: int) -> None:
-        if self._profiler is None and self._last_step is None and index == self.first_step - 1:
+        if self._profiler is None and self._last_step is None and index == self.first_step - 2:
             self._start()
-        elif self._profiler is not None and self._last_step is None and index >= self.first_step + self.steps - 1:
-            self._stop(index)
+        elif self._profiler is not None and self._last_step is None:
+            if index >= self.first_step + self.steps - 1:
+                self._stop(index)
+            else:
+                self._step()
+
+    def _step(self) -> None:
+        """Mark a step boundary in the trace (``ProfilerStep#N`` ranges, as analyses expect)."""
+        try:
+            self._profiler.step()
+        except Exception as exc:  # noqa: BLE001
+            self.warn.once("trace-step", f"torch.profiler step marker failed ({type(exc).__name__}: {exc})")
 
     def _start(self) -> None:
         try:
@@ -47,7 +58,10 @@ class TraceWindow:
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)
-            self._profiler = profile(activities=activities, record_shapes=True)
+            from torch.profiler import schedule
+
+            self._profiler = profile(activities=activities, record_shapes=True,
+                                     schedule=schedule(wait=0, warmup=1, active=self.steps, repeat=1))
             self._profiler.start()
         except Exception as exc:  # noqa: BLE001
             self._profiler = None
@@ -76,7 +90,8 @@ class TraceWindow:
             self.trace_dir.mkdir(parents=True, exist_ok=True)
             path = self.trace_dir / f"rank{self.rank}.steps{self.first_step}-{self._last_step}.pt.trace.json"
             profiler.export_chrome_trace(str(path))
-            self.window = ProfilerWindow(first_step=self.first_step, last_step=self._last_step,
+            # the profiler's warm-up step is disturbed too: the window starts there
+            self.window = ProfilerWindow(first_step=self.first_step - 1, last_step=self._last_step,
                                          trace_path=str(path.relative_to(self.trace_dir.parent)))
         except Exception as exc:  # noqa: BLE001
             self.warn.once("trace", f"torch.profiler trace not exported ({type(exc).__name__}: {exc})")

@@ -24,7 +24,8 @@ def handle(args: argparse.Namespace) -> int:
     from stepscope.report.model import build_report
 
     record = load_record(args.run_dir, rank=args.rank)
-    report = build_report(record)
+    record_file = resolve_record_path(args.run_dir, args.rank)
+    report = build_report(record, run_dir=record_file.parent)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")
@@ -33,5 +34,5 @@ def handle(args: argparse.Namespace) -> int:
 
     from stepscope.report.terminal import print_summary
 
-    print_summary(report, str(resolve_record_path(args.run_dir, args.rank).parent), console=Console())
+    print_summary(report, str(record_file.parent), console=Console())
     return 0

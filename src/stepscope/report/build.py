@@ -31,7 +31,7 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
         record = load_record(run_dir, rank=record.meta.rank)
     except Exception:  # noqa: BLE001
         pass
-    report = build_report(record)
+    report = build_report(record, run_dir=run_dir)
     save_report_json(report, layout.report_path(run_dir) if record.meta.rank == 0
                      else run_dir / f"report.rank{record.meta.rank}.json")
     if print_summary:

@@ -7,6 +7,7 @@ run re-renders exactly: :func:`build_report` is a pure function of the record (a
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,8 +101,34 @@ def _context_builder():
     return getattr(engine, "build_context", None)
 
 
-def build_report(record: RunRecord, *, trace: Any = None) -> Report:
-    """Compute the report of a run (pure: same record, same report)."""
+def trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[Any, list[str]]:
+    """TraceEvidence from the run's torch.profiler window (``stepscope run --trace``), with notes."""
+    windows = [window for window in record.profiler_windows if window.trace_path]
+    if not windows or run_dir is None:
+        return None, []
+    from stepscope.analysis.rank_analysis import analyze_rank, rank_evidence
+    from stepscope.errors import StepscopeError
+    from stepscope.traces.load import load_trace
+
+    path = Path(run_dir) / windows[-1].trace_path
+    try:
+        return rank_evidence(analyze_rank(load_trace(path))), []
+    except (StepscopeError, OSError) as exc:
+        return None, [f"profiler window trace not analyzed: {exc}"]
+
+
+def build_report(record: RunRecord, *, trace: Any = None, run_dir: str | Path | None = None) -> Report:
+    """Compute the report of a run (pure: same record and files, same report).
+
+    Args:
+        record: the run record.
+        trace: TraceEvidence to use; by default the run's own profiler window is analyzed when
+            ``run_dir`` is given.
+        run_dir: the run directory (where the profiler window's trace lives).
+    """
+    notes: list[str] = []
+    if trace is None:
+        trace, notes = trace_evidence(record, run_dir)
     steps = record.steps
     warm = warmup_count(steps.duration_ns)
     mask = steady_mask(record)
@@ -119,6 +146,6 @@ def build_report(record: RunRecord, *, trace: Any = None) -> Report:
         loaders=tuple(asdict(loader) for loader in record.loaders),
         findings=findings,
         signals=signals,
-        warnings=record.warnings,
-        extra=dict(record.extra),
+        warnings=(*record.warnings, *notes),
+        extra={**record.extra, "trace": trace.to_dict() if trace is not None else None},
     )
