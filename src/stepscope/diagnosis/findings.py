@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Family = Literal[
     "input_pipeline",
@@ -28,19 +28,7 @@ Family = Literal[
 ]
 
 #: Stable family identifiers, in the order the documentation lists them.
-FAMILIES: tuple[str, ...] = (
-    "input_pipeline",
-    "storage_io",
-    "compute",
-    "launch_overhead",
-    "host_device_sync",
-    "communication",
-    "straggler",
-    "periodic_stall",
-    "memory_pressure",
-    "cpu_oversubscription",
-    "healthy",
-)
+FAMILIES: tuple[str, ...] = get_args(Family)
 
 
 class Severity(IntEnum):

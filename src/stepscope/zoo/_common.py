@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from torch.utils.data import Dataset
+
+
+class SeededDataset(Dataset):
+    """``length`` samples, each generated deterministically from ``seed`` and its index."""
+
+    def __init__(self, length: int, seed: int):
+        self.length = length
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def sample_seed(self, index: int) -> int:
+        return self.seed * 1_000_003 + index
+
 
 def parse_args(description: str, steps: int, batch_size: int) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)

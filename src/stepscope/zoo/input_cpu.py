@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import SeededDataset, parse_args, report, train
 
 FEATURES = 64
 
 
-class AugmentedDataset(Dataset):
-    def __init__(self, length: int, seed: int):
-        self.length = length
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return self.length
-
+class AugmentedDataset(SeededDataset):
     def __getitem__(self, index: int):
-        rng = np.random.default_rng(self.seed * 1_000_003 + index)
+        rng = np.random.default_rng(self.sample_seed(index))
         raw = rng.standard_normal(30_000)
         for _ in range(3):  # the expensive, single-threaded part
             raw = np.sort(raw)[::-1] * 0.999 + np.convolve(raw, np.ones(5) / 5, mode="same") * 0.001

@@ -9,25 +9,18 @@ waits for data — but the cure is fewer threads, not more workers.
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import SeededDataset, parse_args, report, train
 
 FEATURES = 64
 WORKER_THREADS = 4
 MATRIX = 192
 
 
-class MatrixAugmented(Dataset):
-    def __init__(self, length: int, seed: int):
-        self.length = length
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return self.length
-
+class MatrixAugmented(SeededDataset):
     def __getitem__(self, index: int):
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        generator = torch.Generator().manual_seed(self.sample_seed(index))
         matrix = torch.randn(MATRIX, MATRIX, generator=generator)
         for _ in range(6):  # multi-threaded in each worker
             matrix = torch.tanh(matrix @ matrix.T / MATRIX)

@@ -12,28 +12,21 @@ import time
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import SeededDataset, parse_args, report, train
 
 FEATURES = 64
 #: Per-sample latency of the simulated remote store.
 LATENCY_S = 0.004
 
 
-class RemoteDataset(Dataset):
+class RemoteDataset(SeededDataset):
     """Samples behind a store that answers each request after ``LATENCY_S``."""
-
-    def __init__(self, length: int, seed: int):
-        self.length = length
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return self.length
 
     def __getitem__(self, index: int):
         time.sleep(LATENCY_S)  # the request's round trip; the process is blocked, not computing
-        rng = np.random.default_rng(self.seed * 1_000_003 + index)
+        rng = np.random.default_rng(self.sample_seed(index))
         features = torch.from_numpy(rng.standard_normal(FEATURES).astype(np.float32))
         return features, features[:8].mean(dim=0, keepdim=True)
 

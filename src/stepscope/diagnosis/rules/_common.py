@@ -111,6 +111,11 @@ def loader_cpu_util(ctx: Any) -> tuple[float | None, str]:
     return util, source
 
 
+def evidence_source(description: str) -> str:
+    """The ``Evidence.source`` for a value described as "... (capture)" or "... (sampler)"."""
+    return "steps" if description.endswith("(capture)") else "sampler"
+
+
 def _loading_thread_cpu(ctx: Any, loader: Any) -> float | None:
     """CPU share of the training thread while it fetched batches itself (``num_workers=0``)."""
     steps = getattr(ctx.record, "steps", None)

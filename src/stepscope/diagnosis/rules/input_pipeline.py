@@ -43,8 +43,8 @@ def loader_cpu_bound(ctx) -> Finding | None:
         Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio", "steady state"),
     ]
     if util is not None:
-        evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY, "sampler", "cores",
-                                 util_source))
+        evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY,
+                                 common.evidence_source(util_source), "cores", util_source))
     confidence = 0.9 if util is not None else 0.6
     loader = common.main_loader(ctx)
     prescriptions = _prescriptions(ctx, util)

@@ -71,8 +71,8 @@ def loader_waits_on_io(ctx) -> Finding | None:
     wait = stats.fetch_wait_share
     evidence = [Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio", "steady state")]
     if util is not None:
-        evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY, "sampler", "cores",
-                                 util_source))
+        evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY,
+                                 common.evidence_source(util_source), "cores", util_source))
     if iowait is not None:
         evidence.append(Evidence("iowait_share", round(iowait, 4), IOWAIT_HIGH, "sampler", "ratio", "all cores"))
     if warming:
