@@ -244,3 +244,18 @@ def test_bad_profiler_options(tmp_path, args, message):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("stepscope: error:")
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("scenario, threshold, code", [("input-cpu", "high", 3), ("healthy", "medium", 0)])
+def test_fail_on_guards_against_findings(tmp_path, scenario, threshold, code):
+    result = run_cli(["demo", scenario, "--steps", "20", "--no-monitor", "--no-summary", "-o", "out",
+                      "--fail-on", threshold], tmp_path)
+    assert result.returncode == code, result.stderr
+    if code:
+        assert f"findings at or above '{threshold}'" in result.stderr
+
+
+def test_fail_on_keeps_the_scripts_own_failure(tmp_path):
+    write_script(tmp_path, "fails.py", "import sys\nsys.exit(5)\n")
+    result = run_cli(["run", "--no-monitor", "--fail-on", "info", "-o", "out", "fails.py"], tmp_path)
+    assert result.returncode == 5
