@@ -178,6 +178,7 @@ FACTS = {"state": "sleeping", "parent_alive": True, "parent_name": "bash", "pare
     ({"parent_name": "systemd"}, "parent gone"),
     ({"parent_state": "zombie"}, "parent exited"),
     ({"group_leader_alive": False}, "job leader gone"),
+    ({"group_leader_alive": False, "parent_orphaned": False}, None),  # parent has a live launcher
     ({"group_leader_alive": False, "cpu_util": 0.9}, None),  # busy: a nohup job, not a leftover
     ({"parent_name": "tini", "cpu_util": 0.01}, "parent gone"),
 ])

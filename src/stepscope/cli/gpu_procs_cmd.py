@@ -95,15 +95,20 @@ def run(args: argparse.Namespace) -> int:
 
 # -- judging ---------------------------------------------------------------------------------------
 def stale_reason(*, state: str, parent_alive: bool, parent_name: str, parent_state: str,
-                 group_leader_alive: bool, cpu_util: float) -> str | None:
-    """Why a process looks stale, or None. Pure: the facts are gathered by :func:`inspect_processes`."""
+                 group_leader_alive: bool, cpu_util: float, parent_orphaned: bool = True) -> str | None:
+    """Why a process looks stale, or None. Pure: the facts are gathered by :func:`inspect_processes`.
+
+    "Job leader gone" needs the parent itself to be orphaned (its own parent is init): a DataLoader
+    worker whose rank lives on after torchrun's agent died. A child of a live, parented process
+    (a test runner's child whose shell's job leader exited) is not a leftover.
+    """
     if state == psutil.STATUS_ZOMBIE:
         return "zombie: exited, not reaped"
     if parent_alive and parent_state == psutil.STATUS_ZOMBIE:
         orphan = "parent exited"
     elif not parent_alive or parent_name in INIT_NAMES:
         orphan = "parent gone"
-    elif not group_leader_alive:
+    elif not group_leader_alive and parent_orphaned:
         orphan = "job leader gone"
     else:
         return None
@@ -143,10 +148,12 @@ def _view(pid: int, gpus: tuple[int, ...], memory: int | None, cpu_before: float
     except psutil.Error:  # a zombie has no command line any more
         command = f"[{name}]"
     parent_alive, parent_name, parent_state = _parent(ppid)
+    parent_orphaned = _parent_orphaned(ppid)
     cpu_after = _cpu_seconds(pid)
     cpu_util = (cpu_after - cpu_before) / probe_s if cpu_after is not None and cpu_before is not None else 0.0
     reason = stale_reason(state=state, parent_alive=parent_alive, parent_name=parent_name, parent_state=parent_state,
-                          group_leader_alive=_group_leader_alive(pid), cpu_util=cpu_util)
+                          group_leader_alive=_group_leader_alive(pid), cpu_util=cpu_util,
+                          parent_orphaned=parent_orphaned)
     return GpuProcessView(pid, ppid, uid, user_name(uid), command, gpus, memory, time.time() - created, state,
                           reason, created)
 
@@ -182,9 +189,21 @@ def _parent(ppid: int) -> tuple[bool, str, str]:
         return True, "", ""  # the first process of its namespace (a container's entry point)
     try:
         parent = psutil.Process(ppid)
-        return True, parent.name(), parent.status()
+        # pid 1 is the namespace's init whatever its name (a container's entry point, a VM agent)
+        return True, "init" if ppid == 1 else parent.name(), parent.status()
     except psutil.Error:
         return False, "", ""
+
+
+def _parent_orphaned(ppid: int) -> bool:
+    """Whether the parent was itself re-parented to init (its launcher is gone)."""
+    if ppid <= 1:
+        return False
+    try:
+        grandparent = psutil.Process(ppid).ppid()
+        return grandparent <= 1 or psutil.Process(grandparent).name() in INIT_NAMES
+    except psutil.Error:
+        return False
 
 
 def _group_leader_alive(pid: int) -> bool:
