@@ -6,8 +6,8 @@ after showing them and asking (or ``--yes``), with SIGTERM first and SIGKILL onl
 there after a grace period. A pid is re-checked (same start time) right before it is signalled.
 
 A process looks stale when it is a zombie, or when the job it belonged to is gone — its parent is
-gone (it was handed to init) or its process group's leader is gone, as with a DataLoader worker
-whose training process died — and it is idle. An orphan that is still busy is left alone: it is
+gone (it was handed to init) or its process group's leader is gone while its parent was itself
+orphaned, as with a DataLoader worker whose rank outlived torchrun's agent — and it is idle. An orphan that is still busy is left alone: it is
 more likely a job started with nohup than a leftover.
 """
 
