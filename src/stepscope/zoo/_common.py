@@ -30,6 +30,32 @@ def parse_args(description: str, steps: int, batch_size: int) -> argparse.Namesp
     return parser.parse_args()
 
 
+def in_memory_loader(args: argparse.Namespace, features: int, *, whole_batches: bool = False):
+    """Random inputs held in memory (target: half the first feature), as a DataLoader.
+
+    ``whole_batches`` indexes the dataset a batch at a time (a ``BatchSampler`` as the sampler,
+    ``batch_size=None``): one gather per batch instead of collating samples one by one.
+    """
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+    inputs = torch.randn(args.steps * args.batch_size, features)
+    dataset = TensorDataset(inputs, inputs[:, :1] * 0.5)
+    workers = getattr(args, "num_workers", None) or 0
+    if whole_batches:
+        batches = BatchSampler(RandomSampler(dataset), batch_size=args.batch_size, drop_last=False)
+        return DataLoader(dataset, sampler=batches, batch_size=None, num_workers=workers)
+    return DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers)
+
+
+def mlp(features: int, hidden: int):
+    """Two hidden layers of ``hidden`` units, one output."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+
+
 def train(model, loader, steps: int, lr: float = 0.05) -> list[float]:
     """A plain training loop; returns the losses so runs can be compared bit for bit."""
     import torch

@@ -13,7 +13,8 @@ import os
 import tempfile
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+from stepscope.zoo._common import in_memory_loader, mlp
 
 FEATURES = 512
 HIDDEN = 2048
@@ -27,12 +28,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    inputs = torch.randn(args.steps * args.batch_size, FEATURES)
-    dataset = TensorDataset(inputs, inputs[:, :1] * 0.5)
-    loader = DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), args.batch_size, drop_last=False),
-                        batch_size=None)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
-                                torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    loader = in_memory_loader(args, FEATURES, whole_batches=True)
+    model = mlp(FEATURES, HIDDEN)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = torch.nn.MSELoss()
     losses: list[float] = []

@@ -8,9 +8,8 @@ fetching one costs microseconds; the step is dominated by the matmuls of a wide 
 from __future__ import annotations
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import in_memory_loader, mlp, parse_args, report, train
 
 FEATURES = 512
 HIDDEN = 2048
@@ -19,17 +18,8 @@ HIDDEN = 2048
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], steps=40, batch_size=128)
     torch.manual_seed(args.seed)
-    inputs = torch.randn(args.steps * args.batch_size, FEATURES)
-    targets = inputs[:, :1] * 0.5
-    dataset = TensorDataset(inputs, targets)
-    batches = BatchSampler(RandomSampler(dataset), batch_size=args.batch_size, drop_last=False)
-    loader = DataLoader(dataset, sampler=batches, batch_size=None,
-                        num_workers=0 if args.num_workers is None else args.num_workers)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, 1),
-    )
+    loader = in_memory_loader(args, FEATURES, whole_batches=True)
+    model = mlp(FEATURES, HIDDEN)
     report(train(model, loader, args.steps, lr=0.01))
 
 

@@ -9,9 +9,8 @@ large operators per step (no launch overhead).
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import in_memory_loader, mlp, parse_args, report, train
 
 FEATURES = 1024
 HIDDEN = 2048
@@ -20,15 +19,8 @@ HIDDEN = 2048
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], steps=40, batch_size=2)
     torch.manual_seed(args.seed)
-    inputs = torch.randn(args.steps * args.batch_size, FEATURES)
-    targets = inputs[:, :1] * 0.5
-    loader = DataLoader(TensorDataset(inputs, targets), batch_size=args.batch_size, shuffle=True,
-                        num_workers=0 if args.num_workers is None else args.num_workers)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, 1),
-    )
+    loader = in_memory_loader(args, FEATURES)
+    model = mlp(FEATURES, HIDDEN)
     report(train(model, loader, args.steps, lr=0.001))
 
 

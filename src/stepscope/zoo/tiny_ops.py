@@ -8,9 +8,8 @@ bookkeeping). Forward, backward and optimizer run thousands of such operators pe
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from stepscope.zoo._common import parse_args, report, train
+from stepscope.zoo._common import in_memory_loader, parse_args, report, train
 
 WIDTH = 16
 DEPTH = 150
@@ -19,10 +18,7 @@ DEPTH = 150
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], steps=40, batch_size=8)
     torch.manual_seed(args.seed)
-    inputs = torch.randn(args.steps * args.batch_size, WIDTH)
-    targets = inputs[:, :1] * 0.5
-    loader = DataLoader(TensorDataset(inputs, targets), batch_size=args.batch_size, shuffle=True,
-                        num_workers=0 if args.num_workers is None else args.num_workers)
+    loader = in_memory_loader(args, WIDTH)
     layers = []
     for _ in range(DEPTH):
         layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()]
