@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes.clock import FakeClock
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_ROOT.parent / "shared"
@@ -45,22 +46,9 @@ def write_script(directory: Path, name: str, body: str) -> Path:
     return path
 
 
-class FakeClock:
-    """A nanosecond clock that moves only when told to."""
-
-    def __init__(self, start: int = 1_000_000):
-        self.now = start
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, nanoseconds: int) -> None:
-        self.now += nanoseconds
-
-
 @pytest.fixture
 def fake_clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_000_000)
 
 
 @pytest.fixture(params=["module", "console"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from fakes.clock import FakeClock
 
 from stepscope.profilers import Profiler
 
@@ -15,19 +16,6 @@ def console(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     stream = io.StringIO()
     monkeypatch.setattr(Profiler, "console_stream", stream)
     return stream
-
-
-class FakeClock:
-    """A ``perf_counter`` replacement that advances only when told to."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture
