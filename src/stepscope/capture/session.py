@@ -172,10 +172,8 @@ class CaptureSession:
     def _start_sidecar(self) -> None:
         if self.sample_interval_s is None:
             return
-        try:
-            from stepscope.capture.sampler import start_sidecar
-        except ImportError:
-            return
+        from stepscope.capture.sampler import start_sidecar
+
         try:
             self.sidecar = start_sidecar(self.run_dir, os.getpid(), self.rank, self.sample_interval_s)
         except Exception as exc:  # noqa: BLE001
@@ -292,10 +290,8 @@ def _quietly(warnings: WarningSink, cause: str, action) -> None:
 
 
 def _measure_cpu_peak(warnings: WarningSink) -> float | None:
-    try:
-        from stepscope.analysis.mfu import measure_cpu_matmul_peak
-    except ImportError:
-        return None
+    from stepscope.analysis.mfu import measure_cpu_matmul_peak
+
     try:
         return float(measure_cpu_matmul_peak(0.3))
     except Exception as exc:  # noqa: BLE001

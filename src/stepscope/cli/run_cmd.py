@@ -144,8 +144,6 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
 
 
 def _make_profiler(name: str, run_dir: Path) -> Any:
-    try:
-        from stepscope.profilers import create_profiler
-    except ImportError:
-        raise UsageError("--profiler needs the stepscope profilers, which this build lacks") from None
+    from stepscope.profilers import create_profiler
+
     return create_profiler(name, dirpath=run_dir / "profiler")

@@ -99,7 +99,7 @@ def load_record(path: str | Path, rank: int | None = None, *, with_samples: bool
     document = _read_document(file_path)
     record = document_to_record(document, file_path)
     if with_samples:
-        record = _attach_samples(record, file_path)
+        record = attach_samples(record, file_path.parent)
     return record
 
 
@@ -175,15 +175,13 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key in names}
 
 
-def _attach_samples(record: RunRecord, record_file: Path) -> RunRecord:
-    """Attach the sidecar sampler's samples when its file sits beside the record."""
-    samples_file = layout.samples_path(record_file.parent, record.meta.rank)
-    if not samples_file.exists():
-        return record
-    try:
-        from stepscope.record.samples import load_samples
-    except ImportError:  # sampler support not installed in this build
-        return record
+def attach_samples(record: RunRecord, run_dir: Path) -> RunRecord:
+    """The record with the sidecar sampler's samples, when its file is in ``run_dir``."""
     from dataclasses import replace
 
+    from stepscope.record.samples import load_samples
+
+    samples_file = layout.samples_path(run_dir, record.meta.rank)
+    if not samples_file.exists():
+        return record
     return replace(record, samples=load_samples(samples_file))

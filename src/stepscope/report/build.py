@@ -23,14 +23,11 @@ def save_report_json(report: Report, path: Path) -> None:
 
 def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool = True,
                  console: Any = None) -> Report:
-    """Build the report from ``record`` (re-loaded with its samples), save it, maybe print it."""
+    """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, maybe print it."""
     run_dir = Path(run_dir)
-    from stepscope.record.io import load_record
+    from stepscope.record.io import attach_samples
 
-    try:  # the saved record carries the sampler's samples; fall back to the in-memory one
-        record = load_record(run_dir, rank=record.meta.rank)
-    except Exception:  # noqa: BLE001
-        pass
+    record = attach_samples(record, run_dir)
     report = build_report(record, run_dir=run_dir)
     save_report_json(report, layout.report_path(run_dir) if record.meta.rank == 0
                      else run_dir / f"report.rank{record.meta.rank}.json")

@@ -80,25 +80,15 @@ def compute_signals(record: RunRecord) -> Any:
     """The sampler's derived signals for this record, or None without samples."""
     if record.samples is None:
         return None
-    try:
-        from stepscope.analysis.signals import compute_signals as derive
-    except ImportError:
-        return None
+    from stepscope.analysis.signals import compute_signals as derive
+
     return derive(record.samples, record.steps)
 
 
 def run_diagnosis(record: RunRecord, signals: Any, trace: Any = None) -> list[Finding]:
-    from stepscope.diagnosis.engine import DiagnosisContext, diagnose
+    from stepscope.diagnosis.engine import build_context, diagnose
 
-    builder = _context_builder()
-    context = builder(record, signals, trace) if builder else DiagnosisContext(record=record, signals=signals, trace=trace)
-    return diagnose(context)
-
-
-def _context_builder():
-    from stepscope.diagnosis import engine
-
-    return getattr(engine, "build_context", None)
+    return diagnose(build_context(record, signals, trace))
 
 
 def trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[Any, list[str]]:

@@ -159,10 +159,7 @@ def print_summary(report: Report, run_dir: str | None = None, console: Console |
     console = console or Console(stderr=True)
     macro = None
     if report.signals is not None:
-        try:
-            from stepscope.report.macro_view import render_macro
+        from stepscope.report.macro_view import render_macro
 
-            macro = render_macro(report.signals)
-        except ImportError:
-            macro = None
+        macro = render_macro(report.signals)
     console.print(render(report, run_dir, macro))
