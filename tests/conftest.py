@@ -1,49 +1,23 @@
-"""Shared fixtures: running the CLI in subprocesses, a fake clock, small training scripts."""
+"""Shared fixtures: child processes, a fake clock, both CLI entry points (helpers: ``support.py``)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 from fakes.clock import FakeClock
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
-CONSOLE_SCRIPT = Path(sys.executable).with_name("stepscope")
+from support import CONSOLE_SCRIPT
 
 
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["COLUMNS"] = "100"
-    env.update(extra or {})
-    return env
-
-
-def run_cli(args: list[str], cwd: Path, *, entry: str = "module", timeout: float = 240,
-            env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``stepscope ARGS`` (``python -m stepscope`` or the console script) in a subprocess."""
-    prefix = [sys.executable, "-m", "stepscope"] if entry == "module" else [str(CONSOLE_SCRIPT)]
-    return subprocess.run(prefix + list(args), cwd=cwd, env=cli_env(env), capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
-
-
-def run_python(args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None,
-               **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=cli_env(env), capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
-
-
-def write_script(directory: Path, name: str, body: str) -> Path:
-    path = directory / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(body).lstrip(), encoding="utf-8")
-    return path
+@pytest.fixture
+def children():
+    """Processes a test starts; killed by pid afterwards."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

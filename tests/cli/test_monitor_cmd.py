@@ -44,16 +44,6 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-@pytest.fixture
-def children():
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_once_json_prints_one_frame(entry):
     result = run_cli(entry, "monitor", "--once", "--json", "--interval", "0.3")

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from conftest import run_cli, run_python, write_script
+from support import run_cli, run_python, write_script
 from stepscope.record.io import load_record
 
 PASSTHROUGH = """

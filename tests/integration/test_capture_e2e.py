@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from conftest import run_cli, run_python, write_script
+from support import run_cli, run_python, write_script
 from stepscope.record.io import load_record
 
 SEEDED_TRAINING = """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stepscope.capture.cuda_timing import MAX_PENDING_STEPS, DeviceTimer
-from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, OPTIMIZER, StepRecorder
+from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
 
 
 class FakeDevice:

@@ -53,17 +53,6 @@ def wait_for_samples(path: Path, count: int, timeout_s: float = 20.0):
     raise AssertionError(f"fewer than {count} samples in {path} after {timeout_s} s")
 
 
-@pytest.fixture
-def children():
-    """Processes a test starts; killed by pid afterwards."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 def test_cpu_burner_shows_a_saturated_core(tmp_path, children):
     burner = spawn("while True: pass")
     children.append(burner)
