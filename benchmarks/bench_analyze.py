@@ -42,7 +42,7 @@ DEFAULT_TRACES = (
 STEPSCOPE_CHILD = """
 import sys, time
 t0 = time.perf_counter()
-from stepscope.analysis.trace_evidence import analyze_traces
+from stepscope.analysis.trace.trace_evidence import analyze_traces
 analysis = analyze_traces(sys.argv[1])
 evidence = analysis.evidence()
 print("views", len(analysis.ranks), evidence.idle_share, time.perf_counter() - t0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, Steps
+from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, StepTable
 
 
 def make_record(count: int = 5, rank: int = 0) -> RunRecord:
@@ -27,5 +27,5 @@ def make_record(count: int = 5, rank: int = 0) -> RunRecord:
                         prefetch_factor=2, persistent_workers=False, drop_last=False, batches=count,
                         worker_pids=(11, 12))
     return RunRecord(meta=RunMeta(rank=rank, target="train.py", argv=("train.py", "--lr", "3e-4")),
-                     steps=Steps.from_columns(columns), loaders=(loader,), warnings=("w",),
+                     steps=StepTable.from_columns(columns), loaders=(loader,), warnings=("w",),
                      extra={"flops": {"step_index": 2, "flops": 123}})

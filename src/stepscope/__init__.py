@@ -23,7 +23,7 @@ def __getattr__(name: str):  # lazy: keep `import stepscope` light and torch-fre
 
         return RunRecord
     if name == "load_record":
-        from stepscope.record.io import load_record
+        from stepscope.record.store import load_record
 
         return load_record
     raise AttributeError(f"module 'stepscope' has no attribute {name!r}")

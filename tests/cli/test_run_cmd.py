@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from support import run_cli, run_python, write_script
-from stepscope.record.io import load_record
+from stepscope.record.store import load_record
 
 PASSTHROUGH = """
     import sys

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from support import run_cli, run_python, write_script
-from stepscope.record.io import load_record
+from stepscope.record.store import load_record
 
 SEEDED_TRAINING = """
     import sys

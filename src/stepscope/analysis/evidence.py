@@ -3,7 +3,7 @@
 Two producers fill these, each independently optional:
 
 - :class:`MacroSignals` — from the sidecar sampler's samples joined with the steps
-  (``stepscope.analysis.signals.compute_signals``).
+  (``stepscope.analysis.run.signals.compute_signals``).
 - :class:`TraceEvidence` — from torch.profiler (Kineto) traces
   (``stepscope.analysis`` trace views, via ``stepscope analyze`` or ``stepscope run``'s windows).
 

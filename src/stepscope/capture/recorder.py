@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from stepscope.record.run import STEP_COLUMNS, Steps
+from stepscope.record.run import STEP_COLUMNS, StepTable
 
 OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER = range(5)
 PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer")
@@ -287,7 +287,7 @@ class StepRecorder:
         if phase != OTHER:
             getattr(self.listener, kind)(PHASE_NAMES[phase])
 
-    def steps(self) -> Steps:
+    def steps(self) -> StepTable:
         """The committed steps as a frozen, columnar :class:`Steps`."""
         count = self.count
-        return Steps.from_columns({name: column[:count] for name, column in self.columns.items()})
+        return StepTable.from_columns({name: column[:count] for name, column in self.columns.items()})

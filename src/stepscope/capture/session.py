@@ -32,7 +32,7 @@ from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
 from stepscope.errors import CaptureError, UsageError
 from stepscope.record import layout
-from stepscope.record.io import save_record
+from stepscope.record.store import save_record
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
 
 
@@ -290,7 +290,7 @@ def _quietly(warnings: WarningSink, cause: str, action) -> None:
 
 
 def _measure_cpu_peak(warnings: WarningSink) -> float | None:
-    from stepscope.analysis.mfu import measure_cpu_matmul_peak
+    from stepscope.analysis.run.mfu import measure_cpu_matmul_peak
 
     try:
         return float(measure_cpu_matmul_peak(0.3))

@@ -66,7 +66,7 @@ def _progress(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepscope.analysis.trace_evidence import analyze_traces
+    from stepscope.analysis.trace.trace_evidence import analyze_traces
     from stepscope.errors import UsageError
 
     if args.top < 0:

@@ -6,7 +6,7 @@ shows that process tree (a training job and its DataLoader workers) instead of t
 ``--once --json`` prints one frame (two samples ``--interval`` apart) for scripts.
 
 The numbers come from the sampler's probes and the same arithmetic as a run's signals
-(:mod:`stepscope.analysis.live`); the screen is :mod:`stepscope.report.monitor_view`.
+(:mod:`stepscope.analysis.run.live`); the screen is :mod:`stepscope.report.monitor_view`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from stepscope.analysis.live import MonitorFrame, live_frame
+from stepscope.analysis.run.live import MonitorFrame, live_frame
 from stepscope.capture.sampler import SystemSampler, check_interval
 from stepscope.errors import UsageError
 from stepscope.record.samples import SamplesBuilder

@@ -20,7 +20,7 @@ def add_parser(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     import orjson
 
-    from stepscope.record.io import load_record, resolve_record_path
+    from stepscope.record.store import load_record, resolve_record_path
     from stepscope.report.model import build_report
 
     record = load_record(args.run_dir, rank=args.rank)

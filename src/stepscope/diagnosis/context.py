@@ -1,6 +1,6 @@
 """Steady-state step statistics and the context builder the rules read.
 
-The steady state is :func:`stepscope.analysis.steps.steady_mask` — the same warm-up rule and the
+The steady state is :func:`stepscope.analysis.run.steady.steady_mask` — the same warm-up rule and the
 same excluded (FLOP-counted) step as the report's summary, so the rules and the summary describe
 the same steps. Recurring slow steps *after* warm-up stay in: they are the periodic-stall rule's
 evidence and part of what the run costs.
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.steps import steady_mask, warmup_count
-from stepscope.record.run import PHASES, Steps
+from stepscope.analysis.run.steady import steady_mask, warmup_count
+from stepscope.record.run import PHASES, StepTable
 
 #: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
 FAST_PERCENTILE = 10
@@ -59,7 +59,7 @@ class DiagnosisStats:
 
 def compute_step_stats(record: Any) -> DiagnosisStats | None:
     """:class:`DiagnosisStats` of a record's steady state; None without steps."""
-    steps: Steps | None = getattr(record, "steps", None)
+    steps: StepTable | None = getattr(record, "steps", None)
     if steps is None or len(steps) == 0:
         return None
     mask = steady_mask(record)

@@ -3,7 +3,7 @@
 ::
 
     stepscope-runs/<timestamp>-<script>/
-        record.rank<R>.json.gz     the RunRecord of rank R (record/io.py)
+        record.rank<R>.json.gz     the RunRecord of rank R (record/store.py)
         samples.rank<R>.jsonl.gz   the sidecar sampler's samples for rank R (record/samples.py)
         roles.rank<R>.jsonl        pids the training process reports (DataLoader workers), for the sampler
         traces/                    torch.profiler windows (Kineto JSON)

@@ -4,7 +4,7 @@ A :class:`RunRecord` is plain, frozen data and needs no torch to read. One recor
 
 Steps are stored **column-wise** (one numpy ``int64`` array per field) because a long run has
 100k+ steps: columns cost 8 bytes per step per field in memory, vectorise every statistic, and
-serialise to short JSON integer lists that gzip well (see :mod:`stepscope.record.io` and
+serialise to short JSON integer lists that gzip well (see :mod:`stepscope.record.store` and
 ``docs/run-record.md``).
 
 Units live in names: ``*_ns`` are nanoseconds on the monotonic clock (``time.perf_counter_ns``,
@@ -49,7 +49,7 @@ STEP_COLUMNS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class Steps:
+class StepTable:
     """Column-wise steps. Every array has the same length (the step count)."""
 
     start_ns: np.ndarray
@@ -70,7 +70,7 @@ class Steps:
     device_optimizer_ns: np.ndarray
 
     @classmethod
-    def from_columns(cls, columns: dict[str, Any]) -> Steps:
+    def from_columns(cls, columns: dict[str, Any]) -> StepTable:
         """Build from a mapping of column name -> sequence; missing columns become -1/0."""
         length = len(columns.get("start_ns", ()))
         arrays = {}
@@ -83,7 +83,7 @@ class Steps:
         return cls(**arrays)
 
     @classmethod
-    def empty(cls) -> Steps:
+    def empty(cls) -> StepTable:
         return cls.from_columns({"start_ns": []})
 
     def __len__(self) -> int:
@@ -100,9 +100,9 @@ class Steps:
         """The ``<name>_ns`` column of a phase from :data:`PHASES`."""
         return getattr(self, f"{name}_ns")
 
-    def select(self, index: slice | np.ndarray) -> Steps:
+    def select(self, index: slice | np.ndarray) -> StepTable:
         """A subset of steps (slice or boolean/int index)."""
-        return Steps(**{name: column[index] for name, column in self.columns().items()})
+        return StepTable(**{name: column[index] for name, column in self.columns().items()})
 
     @property
     def has_device_time(self) -> bool:
@@ -192,11 +192,11 @@ class RunRecord:
     """Everything captured for one rank of one run.
 
     ``samples`` is the sidecar sampler's data when it ran (see :mod:`stepscope.record.samples`),
-    attached by :func:`stepscope.record.io.load_record`; it is stored in its own file.
+    attached by :func:`stepscope.record.store.load_record`; it is stored in its own file.
     """
 
     meta: RunMeta
-    steps: Steps
+    steps: StepTable
     loaders: tuple[LoaderInfo, ...] = ()
     warnings: tuple[str, ...] = ()
     profiler_windows: tuple[ProfilerWindow, ...] = ()

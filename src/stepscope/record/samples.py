@@ -1,6 +1,6 @@
 """The sidecar sampler's samples: columns in memory, gzip'd JSON lines on disk.
 
-In memory, :class:`Samples` holds one numpy array per column (torch-free, like ``Steps``):
+In memory, :class:`Samples` holds one numpy array per column (torch-free, like ``StepTable``):
 
 - ``series``: one row per sample. Columns in :data:`SERIES_COLUMNS`; per-item columns are 2-D
   (samples × CPUs, disks, NICs or GPUs, in the order of :class:`SamplesMeta`).

@@ -25,7 +25,7 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
                  console: Any = None) -> Report:
     """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, maybe print it."""
     run_dir = Path(run_dir)
-    from stepscope.record.io import attach_samples
+    from stepscope.record.store import attach_samples
 
     record = attach_samples(record, run_dir)
     report = build_report(record, run_dir=run_dir)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.evidence import MacroSignals
-from stepscope.analysis.signals import SATURATED
+from stepscope.analysis.run.signals import SATURATED
 from stepscope.units import format_bytes, format_ratio
 
 _GPU_LOW = 0.3  # TraceML calls GPU utilization under 30% "LOW" (shared/reference)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.steps import StepStats, excluded_steps, step_stats, steady_mask, warmup_count
+from stepscope.analysis.run.steady import StepStats, excluded_steps, step_stats, steady_mask, warmup_count
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import RunRecord
 
@@ -80,7 +80,7 @@ def compute_signals(record: RunRecord) -> Any:
     """The sampler's derived signals for this record, or None without samples."""
     if record.samples is None:
         return None
-    from stepscope.analysis.signals import compute_signals as derive
+    from stepscope.analysis.run.signals import compute_signals as derive
 
     return derive(record.samples, record.steps)
 
@@ -96,7 +96,7 @@ def trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[Any, 
     windows = [window for window in record.profiler_windows if window.trace_path]
     if not windows or run_dir is None:
         return None, []
-    from stepscope.analysis.rank_analysis import analyze_rank, rank_evidence
+    from stepscope.analysis.trace.rank_analysis import analyze_rank, rank_evidence
     from stepscope.errors import StepscopeError
     from stepscope.traces.load import load_trace
 

@@ -1,4 +1,4 @@
-"""The screen of ``stepscope monitor``: one :class:`~stepscope.analysis.live.MonitorFrame` as rich.
+"""The screen of ``stepscope monitor``: one :class:`~stepscope.analysis.run.live.MonitorFrame` as rich.
 
 Formatting only: every number comes from the frame.
 """
@@ -13,7 +13,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.live import DeviceRates, MonitorFrame
+from stepscope.analysis.run.live import DeviceRates, MonitorFrame
 from stepscope.units import format_bytes, format_ratio
 
 _CORES_PER_COLUMN = 16

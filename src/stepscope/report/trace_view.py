@@ -1,6 +1,6 @@
 """Terminal rendering of ``stepscope analyze`` results with rich.
 
-Contract: :func:`render_analysis` turns a :class:`~stepscope.analysis.trace_evidence.TraceAnalysis`
+Contract: :func:`render_analysis` turns a :class:`~stepscope.analysis.trace.trace_evidence.TraceAnalysis`
 and its ranked findings into rich renderables. It formats numbers only; every value comes from the
 analysis. Strings from traces (operator and kernel names, paths) are wrapped in ``Text`` so rich
 never interprets them as markup.

@@ -63,14 +63,14 @@ def loaded(rel: str):
 
 @functools.lru_cache(maxsize=None)
 def analysis(rel: str):
-    from stepscope.analysis.rank_analysis import analyze_rank
+    from stepscope.analysis.trace.rank_analysis import analyze_rank
 
     return analyze_rank(loaded(rel))
 
 
 @functools.lru_cache(maxsize=None)
 def hta_view(rel: str):
-    from stepscope.analysis.hta_frame import hta_rows
+    from stepscope.analysis.trace.hta_frame import hta_rows
 
     return hta_rows(loaded(rel).events)
 

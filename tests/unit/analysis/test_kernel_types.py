@@ -6,8 +6,8 @@ import pytest
 from reference_traces import SKIP, close, hta_results, hta_view, kineto_trace_names
 from trace_builders import kernel, table_of
 
-from stepscope.analysis.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, OTHER, hta_rows, kernel_type
-from stepscope.analysis.kernel_types import kernel_type_breakdown, kernel_type_sums
+from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, OTHER, hta_rows, kernel_type
+from stepscope.analysis.trace.kernel_types import kernel_type_breakdown, kernel_type_sums
 
 
 @SKIP

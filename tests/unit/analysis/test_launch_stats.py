@@ -6,8 +6,8 @@ import pytest
 from reference_traces import SKIP, close, hta_results, hta_view, kineto_trace_names, loaded
 from trace_builders import kernel, runtime, table_of
 
-from stepscope.analysis.hta_frame import hta_rows
-from stepscope.analysis.launch_stats import launch_stats
+from stepscope.analysis.trace.hta_frame import hta_rows
+from stepscope.analysis.trace.launch_stats import launch_stats
 
 
 @SKIP

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from reference_traces import SKIP, analysis
 
-from stepscope.analysis.rank_analysis import analyze_rank
+from stepscope.analysis.trace.rank_analysis import analyze_rank
 from stepscope.traces.load import load_trace
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.analysis.mfu import device_key, measure_cpu_matmul_peak, mfu, normalize_dtype, peak_flops
+from stepscope.analysis.run.mfu import device_key, measure_cpu_matmul_peak, mfu, normalize_dtype, peak_flops
 from stepscope.errors import UsageError
 
 

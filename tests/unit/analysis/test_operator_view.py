@@ -8,9 +8,9 @@ import pytest
 from reference_traces import SKIP, analysis, close, kineto_trace_names, tb_overview
 from trace_builders import kernel, op, runtime, table_of
 
-from stepscope.analysis.op_tree import build_op_tree
-from stepscope.analysis.operators import operator_table
-from stepscope.analysis.tb_events import tb_roles
+from stepscope.analysis.trace.op_tree import build_op_tree
+from stepscope.analysis.trace.operators import operator_table
+from stepscope.analysis.trace.tb_events import tb_roles
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 # Known differences, kept measured: (trace, operator) -> (field, max relative difference, why)
@@ -73,7 +73,7 @@ def test_self_and_total_times_hand_made():
 
 
 def test_group_by_shape_on_recorded_trace():
-    from stepscope.analysis.rank_analysis import analyze_rank
+    from stepscope.analysis.trace.rank_analysis import analyze_rank
     from stepscope.traces.load import load_trace
 
     trace = load_trace(DATA / "cpu_train.pt.trace.json.gz")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.rank_analysis import analyze_rank
+from stepscope.analysis.trace.rank_analysis import analyze_rank
 from stepscope.traces import decode
 from stepscope.traces.load import load_trace
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from stepscope.analysis import signals as sig
+from stepscope.analysis.run import signals as sig
 from stepscope.analysis.evidence import MacroSignals
-from stepscope.record.run import Steps
+from stepscope.record.run import StepTable
 from stepscope.record.samples import PROCESS_COLUMNS, SERIES_COLUMNS, GpuInfo, ProcessInfo, Samples, SamplesMeta
 
 TICKS = 100  # clock ticks per second
@@ -199,7 +199,7 @@ def test_gpu_memory_used_share_max():
 def test_samples_outside_the_steps_are_left_out():
     shares = np.vstack([np.tile([1.0, 1.0], (10, 1)), np.tile([0.2, 0.0], (10, 1))])  # busy start-up, then steps
     samples = make(21, **cpu_columns(shares))
-    steps = Steps.from_columns({"start_ns": [T0 + int(1.0e9)], "duration_ns": [int(1.0e9)],
+    steps = StepTable.from_columns({"start_ns": [T0 + int(1.0e9)], "duration_ns": [int(1.0e9)],
                                 "other_ns": [int(1.0e9)]})
     signals = sig.compute_signals(samples, steps)
     assert signals.cpu_util_mean == pytest.approx(0.1)
@@ -208,7 +208,7 @@ def test_samples_outside_the_steps_are_left_out():
 
 
 def test_steps_outside_the_samples_fall_back_to_everything():
-    steps = Steps.from_columns({"start_ns": [1], "duration_ns": [5], "other_ns": [5]})
+    steps = StepTable.from_columns({"start_ns": [1], "duration_ns": [5], "other_ns": [5]})
     signals = sig.compute_signals(make(5), steps)
     assert signals.sample_count == 5 and any("whole sampled time" in note for note in signals.notes)
 
@@ -227,7 +227,7 @@ def test_every_field_is_filled_on_a_full_run_and_serialises():  # noqa: D103
                    disk_read_bytes=np.arange(30) * 1000, net_recv_bytes=np.arange(30) * 10,
                    net_sent_bytes=np.arange(30), load1=np.full(30, 1.5), gpu_util=[[90, 10] * 15],
                    gpu_mem_used_bytes=np.full((30, 1), 500), mem_used_bytes=np.full(30, 400))
-    steps = Steps.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "data_wait_ns": [int(2.9e9)]})
+    steps = StepTable.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "data_wait_ns": [int(2.9e9)]})
     signals = sig.compute_signals(samples, steps)
     empty = [name for name, value in signals.to_dict().items() if value is None]
     assert empty == []
@@ -241,7 +241,7 @@ def test_every_field_is_filled_on_a_full_run_and_serialises():  # noqa: D103
 def _two_step_run(wait_share_first: float):
     """Two 1.45 s steps; the first waits for data ``wait_share_first`` of its time, the second never."""
     half = int(1.45e9)
-    return Steps.from_columns({"start_ns": [T0, T0 + half], "duration_ns": [half, half],
+    return StepTable.from_columns({"start_ns": [T0, T0 + half], "duration_ns": [half, half],
                                "data_wait_ns": [int(half * wait_share_first), 0],
                                "other_ns": [half - int(half * wait_share_first), half]})
 

@@ -8,8 +8,8 @@ import pytest
 from reference_traces import SKIP, analysis, close, kineto_trace_names, tb_overview
 from trace_builders import kernel, op, runtime, table_of
 
-from stepscope.analysis.step_breakdown import CATEGORIES, find_steps, step_breakdown
-from stepscope.analysis.tb_events import tb_roles
+from stepscope.analysis.trace.step_breakdown import CATEGORIES, find_steps, step_breakdown
+from stepscope.analysis.trace.tb_events import tb_roles
 
 PLUGIN_NAMES = {"CPU Exec": "CpuOp"}
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -84,7 +84,7 @@ def test_cpu_trace_without_steps_has_one_synthetic_step():
 
 
 def test_recorded_cpu_training_trace():
-    from stepscope.analysis.rank_analysis import analyze_rank
+    from stepscope.analysis.trace.rank_analysis import analyze_rank
     from stepscope.traces.load import load_trace
 
     item = analyze_rank(load_trace(DATA / "cpu_train.pt.trace.json.gz"))

@@ -6,8 +6,8 @@ import pytest
 from reference_traces import SKIP, analysis, close, hta_results, hta_view, kineto_trace_names
 from trace_builders import kernel, table_of
 
-from stepscope.analysis.hta_frame import hta_rows
-from stepscope.analysis.temporal import comm_overlap, temporal_breakdown
+from stepscope.analysis.trace.hta_frame import hta_rows
+from stepscope.analysis.trace.temporal import comm_overlap, temporal_breakdown
 
 
 @SKIP

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.evidence import TraceEvidence
-from stepscope.analysis.stragglers import RankSummary, compare_ranks
-from stepscope.analysis.trace_evidence import analyze_traces
+from stepscope.analysis.trace.stragglers import RankSummary, compare_ranks
+from stepscope.analysis.trace.trace_evidence import analyze_traces
 from stepscope.diagnosis.engine import DiagnosisContext, diagnose
 from stepscope.diagnosis.findings import Evidence, Finding, Severity
 from stepscope.errors import InputError, UsageError

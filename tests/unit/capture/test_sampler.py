@@ -17,7 +17,7 @@ import orjson
 import pytest
 from fakes.fake_nvml import FakeGpu, FakeNvml
 
-from stepscope.analysis.signals import compute_signals, core_busy_shares, core_extremes, process_cpu_utils
+from stepscope.analysis.run.signals import compute_signals, core_busy_shares, core_extremes, process_cpu_utils
 from stepscope.capture.gpu import open_gpus
 from stepscope.capture.sampler import SystemSampler, run_sampler, start_sidecar
 from stepscope.capture.system import ProcessTree

@@ -61,11 +61,11 @@ def _with_loading_cpu(record, cpu_share: float):
 
     import numpy as np
 
-    from stepscope.record.run import Steps
+    from stepscope.record.run import StepTable
 
     columns = record.steps.columns()
     columns["data_wait_cpu_ns"] = np.round(columns["data_wait_ns"] * cpu_share).astype(np.int64)
-    return replace(record, steps=Steps.from_columns(columns))
+    return replace(record, steps=StepTable.from_columns(columns))
 
 
 @pytest.mark.parametrize("cpu_share, storage, cpu_bound", [(0.05, True, False), (0.97, False, True)])

@@ -170,10 +170,10 @@ def test_sample_clock_is_the_step_clock():
 
 def test_load_record_attaches_samples(tmp_path):
     from stepscope.record import layout
-    from stepscope.record.io import load_record, save_record
-    from stepscope.record.run import RunMeta, RunRecord, Steps
+    from stepscope.record.store import load_record, save_record
+    from stepscope.record.run import RunMeta, RunRecord, StepTable
 
-    record = RunRecord(meta=RunMeta(rank=0), steps=Steps.empty())
+    record = RunRecord(meta=RunMeta(rank=0), steps=StepTable.empty())
     save_record(record, layout.record_path(tmp_path, 0))
     write_file(layout.samples_path(tmp_path, 0))
     loaded = load_record(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
-from stepscope.record.run import RunMeta, RunRecord, Steps
+from stepscope.record.run import RunMeta, RunRecord, StepTable
 from stepscope.report.model import build_report
 from stepscope.report.terminal import phase_bar, print_summary
 from records import make_record
@@ -23,7 +23,7 @@ def render_text(report) -> str:
 
 
 def empty_report():
-    return build_report(RunRecord(meta=RunMeta(target="empty.py"), steps=Steps.empty()))
+    return build_report(RunRecord(meta=RunMeta(target="empty.py"), steps=StepTable.empty()))
 
 
 def typical_report():

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis.rank_analysis import analyze_rank
+from stepscope.analysis.trace.rank_analysis import analyze_rank
 from stepscope.errors import InputError
 from stepscope.traces.load import load_trace
 

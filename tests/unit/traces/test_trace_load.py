@@ -165,7 +165,7 @@ def test_core_imports_need_neither_torch_nor_rich():
     import sys
 
     code = (
-        "import sys; import stepscope.analysis.trace_evidence, stepscope.cli.analyze_cmd; "
+        "import sys; import stepscope.analysis.trace.trace_evidence, stepscope.cli.analyze_cmd; "
         "print(sorted(m for m in ('torch', 'rich', 'pandas') if m in sys.modules))"
     )
     src = str(Path(__file__).resolve().parents[3] / "src")

@@ -2,7 +2,7 @@
 
 MFU = FLOPs of one step (``record.extra["flops"]``, ``FlopCounterMode``: forward + backward
 matmuls/convolutions/attention) / step time / peak. On a GPU the step time is the median steady
-step and the peak the datasheet peak for the run's dtype (:func:`stepscope.analysis.mfu.peak_flops`).
+step and the peak the datasheet peak for the run's dtype (:func:`stepscope.analysis.run.mfu.peak_flops`).
 On CPU the peak is the best float32 GEMM rate measured on the machine at the end of the run
 (``record.extra["cpu_matmul_peak_flops"]``), so the step time is best-case as well: the 10th
 percentile of steady steps (a CPU shared with other processes slows the median, not the peak).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.analysis.mfu import mfu, peak_flops
+from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules.launch_overhead import LAUNCH_HIGH, overhead_estimate

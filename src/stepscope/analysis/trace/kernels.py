@@ -2,7 +2,7 @@
 
 Calls, total/mean/min/max duration (µs), mean ``blocks per SM`` and mean est. achieved occupancy
 (both weighted by kernel duration; a missing value counts as 0, as in the plugin), and whether the
-kernel uses Tensor Cores (by name, see :mod:`~stepscope.analysis.gpu_metrics`). Sorted by total
+kernel uses Tensor Cores (by name, see :mod:`~stepscope.analysis.trace.gpu_metrics`). Sorted by total
 time, descending.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.gpu_metrics import uses_tensor_cores
-from stepscope.analysis.tb_events import KERNEL, TbRoles
+from stepscope.analysis.trace.gpu_metrics import uses_tensor_cores
+from stepscope.analysis.trace.tb_events import KERNEL, TbRoles
 from stepscope.traces.events import EventTable
 
 

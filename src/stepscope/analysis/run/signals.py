@@ -42,7 +42,7 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
 
     Args:
         samples: the sampler's :class:`~stepscope.record.samples.Samples`, or ``None``.
-        steps: the run's :class:`~stepscope.record.run.Steps` (columns ``start_ns``/``duration_ns``),
+        steps: the run's :class:`~stepscope.record.run.StepTable` (columns ``start_ns``/``duration_ns``),
             or ``None``.
 
     Returns:

@@ -1,6 +1,6 @@
 """The plugin's Operator view: per operator name (optionally per input shape).
 
-For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.op_tree`:
+For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.trace.op_tree`:
 
 - **host total** = its duration; **host self** = duration - direct children's durations - its own
   runtime calls (runtime rows sharing its ``External id``);
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.op_tree import OpTree
-from stepscope.analysis.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
+from stepscope.analysis.trace.op_tree import OpTree
+from stepscope.analysis.trace.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
 from stepscope.traces.events import EventTable
 
 TC_ELIGIBLE_OPS = frozenset(

@@ -1,7 +1,7 @@
 """One frame of ``stepscope monitor``: rates and shares between the last two samples.
 
 :func:`live_frame` turns :class:`~stepscope.record.samples.Samples` (at least two) into a
-:class:`MonitorFrame` with the same arithmetic as the run's signals (:mod:`stepscope.analysis.signals`),
+:class:`MonitorFrame` with the same arithmetic as the run's signals (:mod:`stepscope.analysis.run.signals`),
 so the live view and the run summary never disagree on what "busy" or "read rate" means.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.signals import core_busy_shares, counter_deltas, iowait_share, process_cpu_utils
+from stepscope.analysis.run.signals import core_busy_shares, counter_deltas, iowait_share, process_cpu_utils
 from stepscope.record.samples import Samples
 
 

@@ -14,20 +14,20 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import TraceEvidence
-from stepscope.analysis.gpu_metrics import DeviceSummary, device_summaries
-from stepscope.analysis.hta_frame import COMMUNICATION, hta_rows
-from stepscope.analysis.idle_time import IdleTimeBreakdown, idle_time_breakdown
-from stepscope.analysis.kernel_types import kernel_type_sums
-from stepscope.analysis.kernels import KernelTable, kernel_table
-from stepscope.analysis.launch_stats import LaunchStats, launch_stats
-from stepscope.analysis.memory import MemoryView, memory_view
-from stepscope.analysis.op_tree import build_op_tree
-from stepscope.analysis.operators import OperatorTable, operator_table
-from stepscope.analysis.python_overhead import PythonOverhead, python_overhead
-from stepscope.analysis.step_breakdown import StepBreakdown, Steps, find_steps, step_breakdown
-from stepscope.analysis.stragglers import RankSummary
-from stepscope.analysis.tb_events import KERNEL, MEMCPY, RUNTIME, tb_roles
-from stepscope.analysis.temporal import CommOverlap, TemporalBreakdown, comm_overlap, temporal_breakdown
+from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
+from stepscope.analysis.trace.hta_frame import COMMUNICATION, hta_rows
+from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
+from stepscope.analysis.trace.kernel_types import kernel_type_sums
+from stepscope.analysis.trace.kernels import KernelTable, kernel_table
+from stepscope.analysis.trace.launch_stats import LaunchStats, launch_stats
+from stepscope.analysis.trace.memory import MemoryView, memory_view
+from stepscope.analysis.trace.op_tree import build_op_tree
+from stepscope.analysis.trace.operators import OperatorTable, operator_table
+from stepscope.analysis.trace.python_overhead import PythonOverhead, python_overhead
+from stepscope.analysis.trace.step_breakdown import StepBreakdown, TraceSteps, find_steps, step_breakdown
+from stepscope.analysis.trace.stragglers import RankSummary
+from stepscope.analysis.trace.tb_events import KERNEL, MEMCPY, RUNTIME, tb_roles
+from stepscope.analysis.trace.temporal import CommOverlap, TemporalBreakdown, comm_overlap, temporal_breakdown
 from stepscope.traces.load import LoadedTrace
 
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "hipDeviceSynchronize")
@@ -79,7 +79,7 @@ class RankAnalysis:
         }
 
 
-def _comm_offsets(trace: LoadedTrace, rows, steps: Steps) -> tuple[float | None, ...]:
+def _comm_offsets(trace: LoadedTrace, rows, steps: TraceSteps) -> tuple[float | None, ...]:
     comm = rows.gpu & (rows.ktype == COMMUNICATION)
     starts = np.sort(trace.events.ts[rows.index[comm]])
     out = []
@@ -89,7 +89,7 @@ def _comm_offsets(trace: LoadedTrace, rows, steps: Steps) -> tuple[float | None,
     return tuple(out)
 
 
-def _counters(trace: LoadedTrace, roles, steps: Steps) -> dict[str, float | None]:
+def _counters(trace: LoadedTrace, roles, steps: TraceSteps) -> dict[str, float | None]:
     events = trace.events
     n_steps = max(len(steps.names), 1)
     window = float(np.sum(steps.end - steps.start)) if len(steps.start) else 0.0

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals
-from stepscope.analysis.step_breakdown import Steps
-from stepscope.analysis.tb_events import KERNEL, TbRoles
+from stepscope.analysis.trace import intervals
+from stepscope.analysis.trace.step_breakdown import TraceSteps
+from stepscope.analysis.trace.tb_events import KERNEL, TbRoles
 from stepscope.traces.events import EventTable
 
 PLUGIN_TC_ALLOWLIST = (
@@ -73,7 +73,7 @@ def _sm_efficiency(s: np.ndarray, e: np.ndarray, value: np.ndarray, lo: float, h
     return float(np.sum(capped * (right - left)) / (hi - lo))
 
 
-def device_summaries(events: EventTable, roles: TbRoles, steps: Steps) -> tuple[DeviceSummary, ...]:
+def device_summaries(events: EventTable, roles: TbRoles, steps: TraceSteps) -> tuple[DeviceSummary, ...]:
     kernels = roles.rows(KERNEL)
     if not len(kernels) or not len(steps.start):
         return ()

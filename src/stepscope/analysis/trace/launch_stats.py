@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.hta_frame import HtaRows
+from stepscope.analysis.trace.hta_frame import HtaRows
 from stepscope.traces.events import EventTable
 
 LAUNCH_NAMES = (

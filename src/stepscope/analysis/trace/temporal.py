@@ -2,7 +2,7 @@
 
 Definitions (HTA ``BreakdownAnalysis.get_temporal_breakdown`` and
 ``CommunicationAnalysis.get_comm_comp_overlap``), over the GPU rows (``stream != -1``) of
-:func:`~stepscope.analysis.hta_frame.hta_rows`, all streams together:
+:func:`~stepscope.analysis.trace.hta_frame.hta_rows`, all streams together:
 
 - ``kernel_time`` = end of the last merged busy interval - start of the first;
 - ``idle`` = kernel_time - |union of all GPU rows|;
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepscope.analysis import intervals
-from stepscope.analysis.hta_frame import COMMUNICATION, COMPUTATION, HtaRows
+from stepscope.analysis.trace import intervals
+from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, HtaRows
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.op_tree import OpTree
+from stepscope.analysis.trace.op_tree import OpTree
 from stepscope.traces.events import EventTable, MemoryTable
 
 DEVICE_TYPES = {0: "CPU", 1: "CUDA"}

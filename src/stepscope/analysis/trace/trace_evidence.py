@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.evidence import TraceEvidence
-from stepscope.analysis.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
-from stepscope.analysis.rank_analysis import RankAnalysis, analyze_rank, rank_evidence
-from stepscope.analysis.stragglers import RankComparison, compare_ranks
+from stepscope.analysis.trace.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
+from stepscope.analysis.trace.rank_analysis import RankAnalysis, analyze_rank, rank_evidence
+from stepscope.analysis.trace.stragglers import RankComparison, compare_ranks
 from stepscope.errors import UsageError
 from stepscope.traces.load import discover_traces, load_trace
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals
-from stepscope.analysis.step_breakdown import Steps
-from stepscope.analysis.tb_events import OPERATOR, PYFUNC, RUNTIME, STEP, TbRoles
+from stepscope.analysis.trace import intervals
+from stepscope.analysis.trace.step_breakdown import TraceSteps
+from stepscope.analysis.trace.tb_events import OPERATOR, PYFUNC, RUNTIME, STEP, TbRoles
 from stepscope.traces.events import EventTable
 
 
@@ -40,7 +40,7 @@ class PythonOverhead:
         return out
 
 
-def python_overhead(events: EventTable, roles: TbRoles, steps: Steps) -> PythonOverhead | None:
+def python_overhead(events: EventTable, roles: TbRoles, steps: TraceSteps) -> PythonOverhead | None:
     py = roles.rows(PYFUNC)
     if not len(py) or not len(steps.start):
         return None

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from stepscope.record.run import PHASES, RunRecord, Steps
+from stepscope.record.run import PHASES, RunRecord, StepTable
 
 WARMUP_FACTOR = 1.5
 WARMUP_MAX_SHARE = 0.2
@@ -75,7 +75,7 @@ class StepStats:
         return asdict(self)
 
 
-def step_stats(steps: Steps) -> StepStats:
+def step_stats(steps: StepTable) -> StepStats:
     """Statistics over ``steps`` (phase shares are of the summed step time)."""
     count = len(steps)
     if count == 0:

@@ -10,7 +10,7 @@ import pytest
 
 from stepscope.errors import InputError
 from stepscope.record import layout
-from stepscope.record.io import load_record, record_to_document, save_record
+from stepscope.record.store import load_record, record_to_document, save_record
 from records import make_record
 from stepscope.record.run import SCHEMA_VERSION
 
@@ -111,7 +111,7 @@ def test_record_module_does_not_need_torch():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import stepscope, stepscope.record.io, stepscope.report.model, stepscope.report.terminal\n"
+            "import stepscope, stepscope.record.store, stepscope.report.model, stepscope.report.terminal\n"
             "print('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "ok", result.stderr

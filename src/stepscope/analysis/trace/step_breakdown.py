@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis import intervals
-from stepscope.analysis.tb_events import (
+from stepscope.analysis.trace import intervals
+from stepscope.analysis.trace.tb_events import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, TbRoles,
 )
 from stepscope.traces.events import EventTable
@@ -35,7 +35,7 @@ CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoa
 
 
 @dataclass(frozen=True)
-class Steps:
+class TraceSteps:
     names: tuple[str, ...]
     start: np.ndarray
     end: np.ndarray
@@ -82,7 +82,7 @@ def _device_links(events: EventTable, roles: TbRoles) -> tuple[np.ndarray, np.nd
     return r_rows[pos[ok]], device[ok]
 
 
-def find_steps(events: EventTable, roles: TbRoles) -> Steps:
+def find_steps(events: EventTable, roles: TbRoles) -> TraceSteps:
     ts, end = events.ts, events.ts + events.dur
     step_rows = roles.rows(STEP)
     if len(step_rows):
@@ -92,7 +92,7 @@ def find_steps(events: EventTable, roles: TbRoles) -> Steps:
     else:
         cpu = roles.rows(PYTHON, OPERATOR, STEP)
         if not len(cpu):
-            return Steps((), np.zeros(0), np.zeros(0), (), 0, True)
+            return TraceSteps((), np.zeros(0), np.zeros(0), (), 0, True)
         names, synthetic = ("0",), True
         host_s, host_e = np.array([ts[cpu].min()]), np.array([end[cpu].max()])
     rt_rows, dev_rows = _device_links(events, roles)
@@ -161,7 +161,7 @@ def find_steps(events: EventTable, roles: TbRoles) -> Steps:
                     keep = last
                 removed = n - keep
                 host_s, host_e, names = host_s[:keep], host_e[:keep], names[:keep]
-    return Steps(names, host_s, host_e, tuple(int(m) for m in matched), removed, synthetic)
+    return TraceSteps(names, host_s, host_e, tuple(int(m) for m in matched), removed, synthetic)
 
 
 def _role_ranges(events: EventTable, roles: TbRoles) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -190,7 +190,7 @@ def _role_ranges(events: EventTable, roles: TbRoles) -> dict[str, tuple[np.ndarr
     return {k: intervals.merge(ts[m], end[m]) for k, m in masks.items()}
 
 
-def step_breakdown(events: EventTable, roles: TbRoles, steps: Steps) -> StepBreakdown:
+def step_breakdown(events: EventTable, roles: TbRoles, steps: TraceSteps) -> StepBreakdown:
     ranges = _role_ranges(events, roles)
     has = {k.lower().replace(" ", "_"): bool(len(v[0])) for k, v in ranges.items()}
     if not len(steps.start):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis.tb_events import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, TbRoles
+from stepscope.analysis.trace.tb_events import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, TbRoles
 from stepscope.traces.events import EventTable
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.analysis import intervals
-from stepscope.analysis.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, HtaRows
+from stepscope.analysis.trace import intervals
+from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, HtaRows
 
 _ORDER = ((COMPUTATION, "COMPUTATION"), (COMMUNICATION, "COMMUNICATION"), (MEMORY, "MEMORY"))
 

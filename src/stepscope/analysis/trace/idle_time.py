@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.hta_frame import HtaRows
+from stepscope.analysis.trace.hta_frame import HtaRows
 from stepscope.traces.events import EventTable
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0

@@ -33,7 +33,7 @@ from stepscope.record.run import (
     ProfilerWindow,
     RunMeta,
     RunRecord,
-    Steps,
+    StepTable,
 )
 
 #: schema_version -> function upgrading a document of that version to the next one.
@@ -151,7 +151,7 @@ def _build(document: dict[str, Any]) -> RunRecord:
     columns = dict(steps_doc["columns"])
     for name in steps_doc.get("delta_encoded", ()):
         columns[name] = np.cumsum(np.asarray(columns[name], dtype=np.int64))
-    steps = Steps.from_columns(columns)
+    steps = StepTable.from_columns(columns)
     if len(steps) != int(steps_doc.get("count", len(steps))):
         raise ValueError("step count does not match the columns")
     loaders = tuple(

@@ -1,0 +1,1 @@
+"""Analyses of a run record: steady state, sampler signals, MFU."""

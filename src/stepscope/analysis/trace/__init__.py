@@ -1,0 +1,1 @@
+"""Analyses of torch.profiler (Kineto) traces: the TensorBoard plugin's and HTA's views."""
