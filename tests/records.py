@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepscope.record.store import facts_from_v1_extra
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, StepTable
 
 
@@ -28,4 +29,4 @@ def make_record(count: int = 5, rank: int = 0) -> RunRecord:
                         worker_pids=(11, 12))
     return RunRecord(meta=RunMeta(rank=rank, target="train.py", argv=("train.py", "--lr", "3e-4")),
                      steps=StepTable.from_columns(columns), loaders=(loader,), warnings=("w",),
-                     extra={"flops": {"step_index": 2, "flops": 123}})
+                     facts=facts_from_v1_extra({"flops": {"step_index": 2, "flops": 123}}))

@@ -33,7 +33,7 @@ def _has_signals(report: dict) -> bool:
 
 
 def _has_op_count(report: dict) -> bool:
-    return bool((report.get("extra", {}).get("flops") or {}).get("ops"))
+    return bool(((report.get("extra", {}).get("facts") or {}).get("compute") or {}).get("ops"))
 
 
 #: Evidence a scenario's family needs beyond the steps, and how to tell it is in the report.
@@ -41,7 +41,7 @@ NEEDS = {
     "storage-latency": ("sampler signals (loading CPU vs wait)", _has_signals),
     "memory-leak": ("sampler signals (RSS growth)", _has_signals),
     "oversubscribed": ("sampler signals (run queue, busy cores)", _has_signals),
-    "tiny-ops": ("operator count of the FLOP-counted step (record.extra['flops']['ops'])", _has_op_count),
+    "tiny-ops": ("operator count of the FLOP-counted step (record.facts.compute.ops)", _has_op_count),
 }
 
 

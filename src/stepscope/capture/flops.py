@@ -1,31 +1,75 @@
-"""FLOPs and aten operators of one training step (``FlopCounterMode`` and a dispatch-mode counter).
+"""FLOPs, operators and compute dtypes of one training step (``FlopCounterMode`` + a dispatch counter).
 
 Counting slows the step it covers, so it covers exactly one step, after warm-up, and the record
-names that step (``record.extra["flops"]["step_index"]``) so statistics can leave it out.
+names that step (``record.facts.compute.step_index``) so statistics can leave it out.
 The mode is entered when step :data:`FLOP_STEP` - 1 is committed and left at the next commit, so it
 sees that step's forward, backward and optimizer. Failures become one warning.
+
+Besides the FLOP total, the step yields :class:`~stepscope.record.run.ComputeFacts`:
+
+- ``ops``: aten operators dispatched for the model's own work; operators run while the training
+  thread is inside ``next(loader)`` (``num_workers=0`` transforms) are counted apart as
+  ``data_ops``, so data loading is never mistaken for launch overhead;
+- ``matmul_flops_by_dtype``: the step's FLOPs split by the dtype of the matmul/convolution inputs
+  as they reached the kernels (after autocast), so MFU uses the peak of the dtype that ran;
+- ``autocast``: the autocast state seen during the step (``"cpu:bf16"``, ``"cuda:fp16"``);
+- ``param_dtypes``: dtypes of the parameters handed to the optimizers (when known).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from stepscope.capture.warn import WarningSink
+from stepscope.record.run import ComputeFacts
 
 #: Index of the step whose FLOPs are counted (0-based; the first steps are warm-up).
 FLOP_STEP = 4
 
+#: Aten operators whose inputs' dtype decides which peak the FLOPs are measured against.
+_MATMUL_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_flash_attention_forward", "_efficient_attention_forward", "addbmm", "_scaled_mm",
+})
+
+_DTYPE_NAMES = {
+    "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
+    "torch.float64": "fp64", "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8",
+}
+
+
+def dtype_key(dtype: Any) -> str:
+    """Canonical short name of a torch dtype (``torch.bfloat16`` -> ``"bf16"``)."""
+    text = str(dtype)
+    return _DTYPE_NAMES.get(text, text.removeprefix("torch."))
+
 
 class FlopProbe:
-    def __init__(self, warnings: WarningSink, step: int = FLOP_STEP):
+    """Counts one step; ``result`` becomes :class:`ComputeFacts` (or ``None`` when it failed).
+
+    Args:
+        warnings: where failures go.
+        in_data_wait: tells whether the training thread is inside ``next(loader)`` right now.
+        param_dtypes: returns the dtypes of the optimizers' parameters (best effort).
+        step: index of the step to count.
+    """
+
+    def __init__(self, warnings: WarningSink, in_data_wait: Callable[[], bool] = lambda: False,
+                 param_dtypes: Callable[[], tuple[str, ...]] = tuple, step: int = FLOP_STEP):
         self.warn = warnings
+        self.in_data_wait = in_data_wait
+        self.param_dtypes = param_dtypes
         self.step = step
-        self.result: dict[str, Any] | None = None
+        self.result: ComputeFacts | None = None
+        self.done = False
         self._mode: Any = None
-        self._ops: Any = None
+        self._ops: OpCounter | None = None
 
     def on_commit(self, index: int) -> None:
-        if self.result is not None:
+        if self.done:
             return
         if self._mode is None and index == self.step - 1:
             self._enter()
@@ -39,57 +83,138 @@ class FlopProbe:
             mode = FlopCounterMode(display=False)
             mode.__enter__()
             self._mode = mode
-            self._ops = OpCounter().__enter__()
+            self._ops = OpCounter(self.in_data_wait).__enter__()
         except Exception as exc:  # noqa: BLE001
-            self.result = {}
+            self.done = True
             self.warn.once("flops", f"FLOP counting unavailable ({type(exc).__name__}: {exc}); no MFU")
 
     def _exit(self, index: int) -> None:
         mode, self._mode = self._mode, None
+        ops, self._ops = self._ops, None
+        self.done = True
         try:
-            self._ops.__exit__(None, None, None)
+            assert ops is not None
+            ops.__exit__(None, None, None)
             mode.__exit__(None, None, None)
-            self.result = {"step_index": index, "flops": int(mode.get_total_flops()), "ops": self._ops.count}
+            total = int(mode.get_total_flops())
+            self.result = ComputeFacts(
+                step_index=index, flops=total, ops=ops.count, data_ops=ops.data_count,
+                matmul_flops_by_dtype=_split_by_dtype(mode, ops.matmul_dtypes, total),
+                autocast=ops.autocast, param_dtypes=_safe(self.param_dtypes),
+            )
         except Exception as exc:  # noqa: BLE001
-            self.result = {}
             self.warn.once("flops", f"FLOP counting failed ({type(exc).__name__}: {exc}); no MFU")
 
     def close(self) -> None:
         """Leave the mode if the run ended inside the counted step (the count is discarded)."""
         if self._mode is not None:
             mode, self._mode = self._mode, None
+            ops, self._ops = self._ops, None
+            self.done = True
             try:
-                self._ops.__exit__(None, None, None)
+                if ops is not None:
+                    ops.__exit__(None, None, None)
                 mode.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 pass
 
 
+def _safe(getter: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    try:
+        return tuple(getter())
+    except Exception:  # noqa: BLE001
+        return ()
+
+
+def _split_by_dtype(mode: Any, matmul_dtypes: dict[str, str], total: int) -> dict[str, int]:
+    """FLOPs per input dtype: each counted operator's FLOPs go to the dtype its inputs had."""
+    if total <= 0:
+        return {}
+    split: dict[str, int] = {}
+    try:
+        per_op = mode.get_flop_counts().get("Global", {})
+    except Exception:  # noqa: BLE001
+        per_op = {}
+    for op, flops in per_op.items():
+        name = str(getattr(op, "__name__", op)).split(".")[0]
+        dtype = matmul_dtypes.get(name)
+        if dtype is not None and flops:
+            split[dtype] = split.get(dtype, 0) + int(flops)
+    if not split and matmul_dtypes:
+        only = set(matmul_dtypes.values())
+        if len(only) == 1:
+            split[only.pop()] = total
+    return split
+
+
 class OpCounter:
     """Counts aten operators dispatched while active (a ``TorchDispatchMode``).
 
-    Entered with ``FlopCounterMode`` around the same step; ``count`` becomes
-    ``record.extra["flops"]["ops"]`` (the launch-overhead rule's operator count).
+    Operators dispatched while ``in_data_wait()`` is true count in ``data_count``; the rest in
+    ``count``. It also notes the input dtype of matmul-like operators (``matmul_dtypes``: the last
+    dtype seen per operator name; mixed use within one name is rare) and the autocast state.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, in_data_wait: Callable[[], bool] = lambda: False) -> None:
         self.count = 0
+        self.data_count = 0
+        self.matmul_dtypes: dict[str, str] = {}
+        self.autocast: str | None = None
+        self.in_data_wait = in_data_wait
         self._mode: Any = None
 
     def __enter__(self) -> OpCounter:
+        import torch
+        from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
 
         counter = self
 
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                counter.count += 1
+        class _AutocastProbe(TorchFunctionMode):
+            """Reads the autocast state above the dispatcher (autocast hides it from kernels)."""
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if counter.autocast is None:
+                    counter.autocast = _autocast_state(torch)
                 return func(*args, **(kwargs or {}))
 
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if counter.in_data_wait():
+                    counter.data_count += 1
+                else:
+                    counter.count += 1
+                    name = func.__name__.split(".")[0]
+                    if name in _MATMUL_OPS:
+                        counter._note_matmul(name, args)
+                return func(*args, **(kwargs or {}))
+
+        self._torch = torch
+        self._function_mode = _AutocastProbe()
+        self._function_mode.__enter__()
         self._mode = _Mode()
         self._mode.__enter__()
         return self
 
+    def _note_matmul(self, name: str, args: tuple[Any, ...]) -> None:
+        torch = self._torch
+        for arg in args:
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+                self.matmul_dtypes[name] = dtype_key(arg.dtype)
+                break
+
     def __exit__(self, *exc: object) -> None:
         self._mode.__exit__(*exc)
-        self._mode = None
+        self._function_mode.__exit__(*exc)
+        self._mode = self._function_mode = None
+
+
+def _autocast_state(torch: Any) -> str | None:
+    """``"<device>:<dtype>"`` of the first enabled autocast, or None."""
+    for device in ("cuda", "cpu", "xpu", "mps"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return f"{device}:{dtype_key(torch.get_autocast_dtype(device))}"
+        except (RuntimeError, TypeError, AttributeError):
+            continue
+    return None

@@ -134,6 +134,8 @@ class TorchHooks:
         self._discovering = False
         self._fwd_depth = 0
         self._committed_at_discovery = 0
+        self._last_optimizer_id = 0
+        self._last_optimizer: Any = None  # weakref to the last optimizer that stepped
 
     # -- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -259,7 +261,10 @@ class TorchHooks:
 
         def pre(optimizer, args, kwargs):
             if hooks.live:
-                rec.optimizer_started(id(optimizer))
+                key = id(optimizer)
+                if key != hooks._last_optimizer_id:
+                    hooks._last_optimizer_id, hooks._last_optimizer = key, weakref.ref(optimizer)
+                rec.optimizer_started(key)
 
         def post(optimizer, args, kwargs):
             if hooks.live:
@@ -269,6 +274,16 @@ class TorchHooks:
         post_handle = register_optimizer_step_post_hook(post)
         self._undo.append(pre_handle.remove)
         self._undo.append(post_handle.remove)
+
+    def param_dtypes(self) -> tuple[str, ...]:
+        """Dtypes of the parameters of the last optimizer that stepped (sorted, unique)."""
+        from stepscope.capture.flops import dtype_key
+
+        optimizer = self._last_optimizer() if self._last_optimizer is not None else None
+        if optimizer is None:
+            return ()
+        return tuple(sorted({dtype_key(param.dtype) for group in optimizer.param_groups
+                             for param in group["params"]}))
 
     # -- forward -----------------------------------------------------------------------------
     def _install_forward(self, torch: Any) -> None:

@@ -115,6 +115,10 @@ class StepRecorder:
             self._notify("stop", phase)
         return now
 
+    def in_data_wait(self) -> bool:
+        """Whether the training thread is inside ``next(loader)`` right now."""
+        return self._phase == DATA_WAIT
+
     # -- boundaries reported by hooks ------------------------------------------------------
     def batch_requested(self) -> None:
         """A ``next()`` on a data loader begins: may end the previous step."""

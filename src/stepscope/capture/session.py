@@ -33,7 +33,7 @@ from stepscope.capture.warn import WarningSink
 from stepscope.errors import CaptureError, UsageError
 from stepscope.record import layout
 from stepscope.record.store import save_record
-from stepscope.record.run import LoaderInfo, RunMeta, RunRecord
+from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -81,7 +81,8 @@ class CaptureSession:
         self.profiler = profiler
         self.recorder = StepRecorder(phase_listener=_SafeListener(profiler, self.warnings) if profiler else None)
         self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank))
-        self.flops = FlopProbe(self.warnings) if count_flops else None
+        self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes)
+                      if count_flops else None)
         self.trace = TraceWindow(self.run_dir / layout.TRACES_DIR, self.rank, self.warnings) if trace else None
         self.sample_interval_s = sample_interval_s
         self.sidecar: Any = None
@@ -139,14 +140,12 @@ class CaptureSession:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
         if self.profiler is not None:
             _quietly(self.warnings, "profiler", self._stop_profiler)
-        extra: dict[str, Any] = {"trailing_ns": recorder.trailing_ns}
-        if self.flops is not None and self.flops.result:
-            extra["flops"] = self.flops.result
         torch_meta = environment.torch_meta()
+        cpu_peak = None
         if torch_meta and recorder.device is None and recorder.count:
-            peak = _measure_cpu_peak(self.warnings)
-            if peak:
-                extra["cpu_matmul_peak_flops"] = peak
+            cpu_peak = _measure_cpu_peak(self.warnings)
+        facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
+                             cpu_peak=cpu_peak, trailing_ns=recorder.trailing_ns)
         if recorder.foreign_thread_calls:
             self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
         if self.sidecar is not None:
@@ -165,7 +164,7 @@ class CaptureSession:
             self.warnings.note("no torch DataLoader was used: data loading by other means "
                                "(generators, DALI, FFCV) is invisible and counted as 'other'")
         return RunRecord(meta=meta, steps=recorder.steps(), loaders=loaders,
-                         warnings=tuple(self.warnings.messages), extra=extra,
+                         warnings=tuple(self.warnings.messages), facts=facts,
                          profiler_windows=(window,) if window is not None else ())
 
     # -- parts ---------------------------------------------------------------------------------
@@ -289,11 +288,12 @@ def _quietly(warnings: WarningSink, cause: str, action) -> None:
         warnings.once(cause, f"{cause} failed ({type(exc).__name__}: {exc})")
 
 
-def _measure_cpu_peak(warnings: WarningSink) -> float | None:
+def _measure_cpu_peak(warnings: WarningSink) -> CpuPeak | None:
     from stepscope.analysis.run.mfu import measure_cpu_matmul_peak
 
     try:
-        return float(measure_cpu_matmul_peak(0.3))
+        best = float(measure_cpu_matmul_peak(0.3))
+        return CpuPeak(flops_best=best, flops_median=best)
     except Exception as exc:  # noqa: BLE001
         warnings.once("cpu-peak", f"CPU matmul peak not measured ({exc})")
         return None

@@ -69,7 +69,7 @@ def compute_step_stats(record: Any) -> DiagnosisStats | None:
     shares = {name: float(steps.phase(name)[mask].sum()) / denominator for name in PHASES}
     init_share = float(steps.loader_init_ns[mask].sum()) / denominator
     meta = getattr(record, "meta", None)
-    flops_info = (getattr(record, "extra", None) or {}).get("flops") or {}
+    compute = record.facts.compute
     return DiagnosisStats(
         step_count=len(steps),
         steady_count=int(mask.sum()),
@@ -84,8 +84,8 @@ def compute_step_stats(record: Any) -> DiagnosisStats | None:
         fetch_wait_share=max(0.0, shares["data_wait"] - init_share),
         cpu_count=(getattr(meta, "cpu_count_logical", 0) or None) if meta is not None else None,
         intra_op_threads=getattr(meta, "intra_op_threads", None) if meta is not None else None,
-        flops_per_step=_positive(flops_info.get("flops")) if isinstance(flops_info, dict) else None,
-        ops_per_step=_positive(flops_info.get("ops")) if isinstance(flops_info, dict) else None,
+        flops_per_step=_positive(compute.flops) if compute is not None else None,
+        ops_per_step=_positive(compute.ops) if compute is not None else None,
     )
 
 

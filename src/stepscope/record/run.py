@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RECORD_KIND = "stepscope.run_record"
 
 #: Phases, in the order they are rendered. They partition each step exactly:
@@ -187,6 +187,64 @@ class ProfilerWindow:
     trace_path: str | None = None
 
 
+
+@dataclass(frozen=True)
+class CpuPeak:
+    """The float32 matmul rate this machine reaches (the CPU "peak" of MFU), with its spread.
+
+    Measured by :mod:`stepscope.capture.cpu_peak` before the script's steps, or read from the
+    per-machine cache; ``flops_best`` is the best repetition (the least disturbed), ``flops_median``
+    the median, so ``flops_median / flops_best`` says how steady the machine was.
+    """
+
+    flops_best: float
+    flops_median: float
+    repetitions: int = 0
+    threads: int | None = None
+    source: str = "measured"  # "measured" | "cache" | "record" (migrated from schema 1)
+    measured_wall_ns: int = 0
+
+    @property
+    def spread(self) -> float:
+        """Relative spread ``1 - median/best`` (0 for a perfectly steady machine)."""
+        return max(0.0, 1.0 - self.flops_median / self.flops_best) if self.flops_best > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ComputeFacts:
+    """What the FLOP-counted step ran (``FlopCounterMode`` and a dispatch counter over one step).
+
+    ``ops`` counts the aten operators of the model's own work (forward, backward, optimizer and the
+    rest of the step) and leaves out those run inside ``next(loader)`` (``data_ops``).
+    ``matmul_flops_by_dtype`` splits the step's FLOPs by the dtype of the matmul/convolution inputs
+    (``"fp32"``, ``"bf16"``, …); ``autocast`` names the autocast state seen (``"cpu:bf16"``,
+    ``"cuda:fp16"``) or None.
+    """
+
+    step_index: int
+    flops: int
+    ops: int
+    data_ops: int = 0
+    matmul_flops_by_dtype: dict[str, int] = field(default_factory=dict)
+    autocast: str | None = None
+    param_dtypes: tuple[str, ...] = ()
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype that carried most of the FLOPs, or None when unknown."""
+        if not self.matmul_flops_by_dtype:
+            return None
+        return max(self.matmul_flops_by_dtype.items(), key=lambda item: item[1])[0]
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """Typed facts capture measured besides the steps (each None when not measured)."""
+
+    compute: ComputeFacts | None = None
+    cpu_peak: CpuPeak | None = None
+    trailing_ns: int = 0  # time after the last committed step, not in any step
+
 @dataclass(frozen=True)
 class RunRecord:
     """Everything captured for one rank of one run.
@@ -201,8 +259,8 @@ class RunRecord:
     warnings: tuple[str, ...] = ()
     profiler_windows: tuple[ProfilerWindow, ...] = ()
     samples: Any = None
+    facts: CaptureFacts = field(default_factory=CaptureFacts)
     schema_version: int = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Assert the record's invariants (used by tests and after loading)."""

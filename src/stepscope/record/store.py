@@ -28,6 +28,9 @@ from stepscope.record import layout
 from stepscope.record.run import (
     RECORD_KIND,
     SCHEMA_VERSION,
+    CaptureFacts,
+    ComputeFacts,
+    CpuPeak,
     DeviceInfo,
     LoaderInfo,
     ProfilerWindow,
@@ -36,8 +39,28 @@ from stepscope.record.run import (
     StepTable,
 )
 
+def _migrate_v1(document: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 kept capture facts in an untyped ``extra`` mapping; schema 2 has ``facts``."""
+    extra = document.get("extra") or {}
+    if not isinstance(extra, dict):
+        extra = {}
+    facts: dict[str, Any] = {"trailing_ns": extra.get("trailing_ns", 0)}
+    flops = extra.get("flops")
+    if isinstance(flops, dict) and "flops" in flops:
+        facts["compute"] = {"step_index": flops.get("step_index", -1), "flops": flops["flops"],
+                            "ops": flops.get("ops", 0)}
+        if extra.get("compute_dtype"):
+            facts["compute"]["matmul_flops_by_dtype"] = {str(extra["compute_dtype"]): flops["flops"]}
+    peak = extra.get("cpu_matmul_peak_flops")
+    if isinstance(peak, (int, float)) and peak > 0:
+        facts["cpu_peak"] = {"flops_best": peak, "flops_median": peak, "source": "record"}
+    upgraded = {key: value for key, value in document.items() if key != "extra"}
+    upgraded.update(schema_version=2, facts=facts)
+    return upgraded
+
+
 #: schema_version -> function upgrading a document of that version to the next one.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_v1}
 
 _DELTA_COLUMNS = ("start_ns",)
 
@@ -57,7 +80,7 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "loaders": [asdict(loader) for loader in record.loaders],
         "profiler_windows": [asdict(window) for window in record.profiler_windows],
         "steps": {"count": len(record.steps), "delta_encoded": list(_DELTA_COLUMNS), "columns": columns},
-        "extra": record.extra,
+        "facts": asdict(record.facts),
     }
 
 
@@ -165,7 +188,27 @@ def _build(document: dict[str, Any]) -> RunRecord:
         loaders=loaders,
         warnings=tuple(str(item) for item in document.get("warnings", ())),
         profiler_windows=windows,
-        extra=dict(document.get("extra", {})),
+        facts=_facts(document.get("facts") or {}),
+    )
+
+
+def facts_from_v1_extra(extra: dict[str, Any]) -> CaptureFacts:
+    """The typed facts a schema-1 ``extra`` mapping becomes (migration, and tests' shorthand)."""
+    return _facts(_migrate_v1({"schema_version": 1, "extra": extra})["facts"])
+
+
+def _facts(data: dict[str, Any]) -> CaptureFacts:
+    compute = data.get("compute")
+    peak = data.get("cpu_peak")
+    return CaptureFacts(
+        compute=None if compute is None else ComputeFacts(**{
+            **_known(ComputeFacts, compute),
+            "matmul_flops_by_dtype": {str(key): int(value)
+                                      for key, value in dict(compute.get("matmul_flops_by_dtype") or {}).items()},
+            "param_dtypes": tuple(str(item) for item in compute.get("param_dtypes", ())),
+        }),
+        cpu_peak=None if peak is None else CpuPeak(**_known(CpuPeak, peak)),
+        trailing_ns=int(data.get("trailing_ns", 0)),
     )
 
 

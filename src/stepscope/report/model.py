@@ -137,5 +137,5 @@ def build_report(record: RunRecord, *, trace: Any = None, run_dir: str | Path | 
         findings=findings,
         signals=signals,
         warnings=(*record.warnings, *notes),
-        extra={**record.extra, "trace": trace.to_dict() if trace is not None else None},
+        extra={"facts": asdict(record.facts), "trace": trace.to_dict() if trace is not None else None},
     )

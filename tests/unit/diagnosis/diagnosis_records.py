@@ -6,6 +6,7 @@ import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence, WorkerLoad
 from stepscope.diagnosis.context import build_context
+from stepscope.record.store import facts_from_v1_extra
 from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, StepTable
 
 DEFAULT_SHARES = {"forward": 0.5, "backward": 0.35, "optimizer": 0.1}
@@ -49,7 +50,7 @@ def make_record(steps: int = 40, step_s: float = 0.01, shares: dict | None = Non
                               wait_ns=int(ns["data_wait"].sum())),)
     meta = RunMeta(cpu_count_logical=cpu_count, intra_op_threads=intra_op_threads, devices=devices, rank=rank)
     record = RunRecord(meta=meta, steps=StepTable.from_columns(step_columns), loaders=loaders,
-                       extra=dict(extra or {}))
+                       facts=facts_from_v1_extra(dict(extra or {})))
     record.check()
     return record
 

@@ -23,7 +23,7 @@ def test_round_trip(tmp_path):
     assert loaded.meta == record.meta
     assert loaded.loaders == record.loaders
     assert loaded.warnings == record.warnings
-    assert loaded.extra == record.extra
+    assert loaded.facts == record.facts
     for name, column in record.steps.columns().items():
         assert np.array_equal(getattr(loaded.steps, name), column), name
 

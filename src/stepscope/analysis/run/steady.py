@@ -35,9 +35,8 @@ def warmup_count(duration_ns: np.ndarray) -> int:
 def excluded_steps(record: RunRecord) -> list[int]:
     """Steps deliberately disturbed by measurement: the FLOP-counted step, torch.profiler windows."""
     count = len(record.steps)
-    flops = record.extra.get("flops") or {}
-    index = flops.get("step_index")
-    excluded = {int(index)} if isinstance(index, int) else set()
+    compute = record.facts.compute
+    excluded = {compute.step_index} if compute is not None else set()
     for window in record.profiler_windows:
         excluded.update(range(window.first_step, window.last_step + 1))
     return sorted(step for step in excluded if 0 <= step < count)

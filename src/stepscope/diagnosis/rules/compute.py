@@ -57,17 +57,17 @@ def measured_mfu(ctx: Any) -> dict[str, Any] | None:
     stats = ctx.stats
     if stats is None or not stats.flops_per_step or stats.step_time_s <= 0:
         return None
-    extra = getattr(ctx.record, "extra", None) or {}
+    facts = ctx.record.facts
     devices = tuple(getattr(getattr(ctx.record, "meta", None), "devices", ()) or ())
     gpu = next((device for device in devices if device.kind in ("cuda", "rocm", "gpu")), None)
     if gpu is not None:
-        dtype = str(extra.get("compute_dtype") or "fp32")
+        dtype = (facts.compute.compute_dtype if facts.compute is not None else None) or "fp32"
         peak = peak_flops(gpu.name, dtype)
         if peak is None:
             return None
         source, good = f"{gpu.name} datasheet {dtype}", GOOD_MFU_DATASHEET
     else:
-        peak = extra.get("cpu_matmul_peak_flops")
+        peak = facts.cpu_peak.flops_best if facts.cpu_peak is not None else None
         if not peak or peak <= 0:
             return None
         dtype, source, good = "fp32", "measured fp32 matmul peak of this CPU", GOOD_MFU_MEASURED
