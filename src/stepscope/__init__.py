@@ -15,7 +15,7 @@ __all__ = ["__version__", "profile", "RunRecord", "load_record"]
 
 def __getattr__(name: str):  # lazy: keep `import stepscope` light and torch-free
     if name == "profile":
-        from stepscope.capture.session import profile
+        from stepscope.api import profile
 
         return profile
     if name == "RunRecord":

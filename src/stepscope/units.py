@@ -33,6 +33,11 @@ def format_duration(seconds: float | None) -> str:
     return f"{_three_digits(seconds / 1e-9)} ns"
 
 
+def format_duration_ns(nanoseconds: int | float | None) -> str:
+    """:func:`format_duration` of a nanosecond count."""
+    return format_duration(None if nanoseconds is None else nanoseconds / 1e9)
+
+
 def format_bytes(count: float | None) -> str:
     """Format a byte count with binary prefixes (KiB, MiB, ...)."""
     if count is None:

@@ -72,6 +72,8 @@ class MacroSignals:
     gpu_util_mean: float | None = None
     gpu_util_oscillation: float | None = None  # spread of utilisation within the step period, 0..1
     gpu_memory_used_share_max: float | None = None
+    # processes outside the training tree that used the most CPU: (pid, name, share of one core)
+    foreign_processes: tuple[tuple[int, str, float], ...] = ()
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,13 +34,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def findings_by_rank(analysis: Any, rules: tuple | None = None) -> dict[int, list]:
-    """Run the diagnosis engine on each rank's trace evidence."""
-    from stepscope.diagnosis.engine import DiagnosisContext, diagnose
-
-    return {r.rank: diagnose(DiagnosisContext(trace=analysis.evidence(r.rank)), rules=rules) for r in analysis.ranks}
-
-
 def _progress(args: argparse.Namespace):
     if args.no_progress or not sys.stderr.isatty():
         return None, None
@@ -79,20 +72,21 @@ def run(args: argparse.Namespace) -> int:
             progress.stop()
     if args.rank is not None:
         analysis.rank(args.rank)  # UsageError when absent
-    findings = findings_by_rank(analysis)
-    ranks = None if args.rank is None else [args.rank]
+    from stepscope.report.model import build_trace_report
+
+    report = build_trace_report(analysis, None if args.rank is None else [args.rank])
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
         if args.format == "json":
-            out.write(_json(analysis, findings, ranks))
+            out.write(_json(report))
             out.write("\n")
         else:
             from rich.console import Console
 
-            from stepscope.report.trace_view import render_analysis
+            from stepscope.report.trace_view import render_trace_report
 
             console = Console(file=out, width=None if out is sys.stdout else 160)
-            for renderable in render_analysis(analysis, findings, top=args.top, ranks=ranks):
+            for renderable in render_trace_report(report, top=args.top):
                 console.print(renderable)
     finally:
         if out is not sys.stdout:
@@ -100,13 +94,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json(analysis: Any, findings: dict[int, list], ranks: list[int] | None) -> str:
+def _json(report: Any) -> str:
     import orjson
 
-    doc = analysis.to_dict()
-    if ranks is not None:
-        doc["ranks"] = [r for r in doc["ranks"] if r["rank"] in ranks]
-    for item in doc["ranks"]:
-        item["evidence"] = analysis.evidence(item["rank"]).to_dict()
-        item["findings"] = [f.to_dict() for f in findings.get(item["rank"], [])]
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(report.to_dict(),
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()

@@ -1,56 +1,92 @@
 """The diagnosis engine: evidence in, ranked findings out.
 
-:class:`DiagnosisContext` gathers whatever evidence exists for a run — the run record (steps,
-DataLoaders, environment), the sampler's :class:`~stepscope.analysis.evidence.MacroSignals` and a
-trace's :class:`~stepscope.analysis.evidence.TraceEvidence`, any of them possibly absent — and
-:func:`diagnose` runs every rule in :data:`RULES` over it. A rule is a plain function
-``(DiagnosisContext) -> Finding | None`` that reads no files and prints nothing.
+A rule is a plain function ``(RunEvidence) -> Finding | None`` over the evidence bundle
+(:class:`~stepscope.analysis.bundle.RunEvidence`); it reads no files, prints nothing and never
+imports another rule. :func:`diagnose` runs every rule in :data:`~stepscope.diagnosis.rules.RULES`
+and then settles, in this order:
 
-Findings are ranked by impact (share of step time lost), then severity, then confidence.
-
-After the rules, the *verdict* runs (:func:`stepscope.diagnosis.rules.healthy.verdict`): when no
-finding reaches :data:`HEALTHY_BELOW` it adds the ``healthy`` finding, which says what would still
-make the run faster, and heads the list (the minor findings follow it). It is the only rule that
-sees the other findings.
+1. **Failures.** A rule that raises is a bug in stepscope, not in the run: its name and error go
+   into :attr:`Diagnosis.failed_rules`, the report shows a warning, and the diagnosis is marked
+   incomplete — a run whose rules failed is never called healthy.
+2. **Precedence** (:data:`SUPERSEDES`): one table says which family's finding makes another's moot
+   because it names the cause of the other's symptom (oversubscribed cores look input-bound; a rank
+   that waits for others looks compute-bound). Superseded findings are kept apart, with the
+   finding that superseded them, so the report can say why they are not shown.
+3. **Costs that do not overlap.** Findings are taken most costly first; each claims parts of the
+   step (``Finding.claims``: ``data_wait``, ``compute``, ``other``, ``step``) and its measured impact
+   is capped by what is left of those parts, so the impacts of one run add up to at most the step.
+4. **A crowded machine**: when the ``foreign_load`` finding is present, CPU-based findings
+   (:data:`CPU_BASED`) lose confidence.
+5. **Ranking** by impact, then severity, then confidence; when nothing reaches :data:`HEALTHY_BELOW`
+   and the diagnosis is complete, the healthy verdict heads the list.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from stepscope.analysis.evidence import MacroSignals, TraceEvidence
-from stepscope.diagnosis.context import DiagnosisStats, build_context, compute_step_stats
-from stepscope.diagnosis.findings import Finding, Severity
+from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.findings import Finding, Severity, severity_for_impact
 
-__all__ = ["DiagnosisContext", "HEALTHY_BELOW", "Rule", "build_context", "diagnose", "rank_findings"]
+__all__ = ["Diagnosis", "HEALTHY_BELOW", "Rule", "SUPERSEDES", "diagnose", "rank_findings", "run_rules"]
 
 logger = logging.getLogger(__name__)
 
-Rule = Callable[["DiagnosisContext"], "Finding | None"]
+Rule = Callable[[RunEvidence], "Finding | None"]
+
+#: family -> the families whose findings it makes moot when both fire (cause over symptom).
+SUPERSEDES: dict[str, frozenset[str]] = {
+    # more workers would make oversubscription worse; the low MFU is the contention
+    "cpu_oversubscription": frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}),
+    # loaders idle on I/O: not a CPU-bound input pipeline, and the model waits rather than computes
+    "storage_io": frozenset({"input_pipeline", "compute"}),
+    "input_pipeline": frozenset({"compute"}),
+    # tiny operators explain the low MFU
+    "launch_overhead": frozenset({"compute"}),
+    # a rank waiting for others (in collectives) is never compute-bound
+    "straggler": frozenset({"compute"}),
+    "communication": frozenset({"compute"}),
+}
+
+#: Families whose evidence is CPU time or CPU-relative rates: other processes on the machine make
+#: them less certain (their confidence is scaled by :data:`CROWDED_CONFIDENCE`).
+CPU_BASED = frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead", "cpu_oversubscription",
+                       "periodic_stall"})
+CROWDED_CONFIDENCE = 0.7
+
+#: A run whose findings all stay below this severity gets the healthy verdict.
+HEALTHY_BELOW = Severity.MEDIUM
+
+#: The parts of the step findings claim, and the steady-state phases each is made of.
+CLAIM_PHASES: dict[str, tuple[str, ...]] = {
+    "data_wait": ("data_wait",),
+    "compute": ("forward", "backward", "optimizer"),
+    "other": ("other",),
+}
 
 
 @dataclass(frozen=True)
-class DiagnosisContext:
-    """All evidence about one run (or one trace). Every part is optional.
+class Diagnosis:
+    """What the rules concluded about one rank."""
 
-    Args:
-        record: the :class:`~stepscope.record.run.RunRecord` of the rank being diagnosed.
-        signals: the sampler's derived signals for that record.
-        trace: evidence from torch.profiler traces.
-        ranks: per-rank records when several ranks are known (stragglers, communication).
-        stats: steady-state step statistics (:func:`~stepscope.diagnosis.context.build_context`
-            fills them; :func:`diagnose` computes them when absent).
-    """
+    findings: tuple[Finding, ...]
+    superseded: tuple[tuple[Finding, str], ...] = ()  # (finding, rule_id of the one that superseded it)
+    failed_rules: tuple[str, ...] = ()  # "rule_name: ErrorType: message"
 
-    record: Any = None
-    signals: MacroSignals | None = None
-    trace: TraceEvidence | None = None
-    ranks: tuple[Any, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    stats: DiagnosisStats | None = None
+    @property
+    def complete(self) -> bool:
+        return not self.failed_rules
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "failed_rules": list(self.failed_rules),
+            "superseded": [{"rule_id": item.rule_id, "title": item.title, "superseded_by": by}
+                           for item, by in self.superseded],
+        }
 
 
 def _rules() -> tuple[Rule, ...]:
@@ -63,41 +99,91 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda item: (-item.impact, -int(item.severity), -item.confidence, item.rule_id))
 
 
-#: A run whose findings all stay below this severity gets the healthy verdict.
-HEALTHY_BELOW = Severity.MEDIUM
-
-
-def diagnose(context: DiagnosisContext, rules: tuple[Rule, ...] | None = None,
-             verdict: bool = True) -> list[Finding]:
-    """Run every rule and return the findings ranked, most costly first.
-
-    A rule that raises is a bug in stepscope, not in the user's run: it is logged and skipped so
-    one broken rule cannot hide the others' findings.
-
-    Args:
-        context: the evidence (see :func:`~stepscope.diagnosis.context.build_context`).
-        rules: the rules to run (default: :data:`stepscope.diagnosis.rules.RULES`).
-        verdict: add the healthy verdict when nothing reaches :data:`HEALTHY_BELOW`.
-    """
-    if context.stats is None and context.record is not None:
-        context = replace(context, stats=compute_step_stats(context.record))
-    findings = []
+def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True) -> Diagnosis:
+    """Run every rule, settle failures, precedence and overlapping costs (see the module docstring)."""
+    findings: list[Finding] = []
+    failed: list[str] = []
     for rule in _rules() if rules is None else rules:
         try:
-            finding = rule(context)
-        except Exception:  # noqa: BLE001 - isolate rule bugs, see docstring
-            logger.exception("diagnosis rule %s failed", getattr(rule, "__name__", rule))
+            finding = rule(evidence)
+        except Exception as exc:  # noqa: BLE001 - isolate rule bugs, see docstring
+            name = getattr(rule, "__name__", repr(rule))
+            logger.debug("diagnosis rule %s failed", name, exc_info=True)
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         if finding is not None:
             findings.append(finding)
-    if verdict and not any(item.severity >= HEALTHY_BELOW for item in findings):
-        from stepscope.diagnosis.rules.healthy import verdict as healthy_verdict
+    kept, superseded = _apply_precedence(findings)
+    kept = rank_findings(_crowded(_partition_costs(rank_findings(kept), evidence)))
+    if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
+        healthy = _healthy(evidence, tuple(kept), failed)
+        if healthy is not None:
+            kept = [healthy, *kept]  # the verdict heads a healthy run
+    return Diagnosis(tuple(kept), tuple(superseded), tuple(failed))
 
-        try:
-            finding = healthy_verdict(context, tuple(findings))
-        except Exception:  # noqa: BLE001 - same isolation as the rules
-            logger.exception("diagnosis verdict failed")
-            finding = None
-        if finding is not None:
-            return [finding, *rank_findings(findings)]  # the verdict heads a healthy run
-    return rank_findings(findings)
+
+def diagnose(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True) -> list[Finding]:
+    """The ranked findings of :func:`run_rules` (most costly first)."""
+    return list(run_rules(evidence, rules, verdict).findings)
+
+
+def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[str]) -> Finding | None:
+    from stepscope.diagnosis.rules.healthy import verdict as healthy_verdict
+
+    try:
+        return healthy_verdict(evidence, findings)
+    except Exception as exc:  # noqa: BLE001 - same isolation as the rules
+        failed.append(f"verdict: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, str]]]:
+    by_family = {item.family: item for item in findings}
+    kept, superseded = [], []
+    for item in findings:
+        winner = next((other for family, other in by_family.items()
+                       if item.family in SUPERSEDES.get(family, ()) and other is not item), None)
+        if winner is None:
+            kept.append(item)
+        else:
+            superseded.append((item, winner.rule_id))
+    return kept, superseded
+
+
+def _crowded(findings: list[Finding]) -> list[Finding]:
+    """Lower the confidence of CPU-based findings when other processes loaded the machine."""
+    if not any(item.family == "foreign_load" for item in findings):
+        return findings
+    return [replace(item, confidence=round(item.confidence * CROWDED_CONFIDENCE, 2),
+                    extra={**item.extra, "crowded_machine": True}) if item.family in CPU_BASED else item
+            for item in findings]
+
+
+def _partition_costs(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
+    """Cap measured impacts by what is left of the parts of the step they claim."""
+    steady = evidence.steady
+    left: dict[str, float] = {"step": 1.0}
+    if steady is not None:
+        for claim, phases in CLAIM_PHASES.items():
+            left[claim] = sum(steady.shares.get(phase, 0.0) for phase in phases)
+    out = []
+    for item in findings:
+        if not item.impact_measured or item.impact <= 0:
+            out.append(item)
+            continue
+        parts = [claim for claim in item.claims if claim in left and claim != "step"]
+        room = min(left["step"], sum(left[claim] for claim in parts) if parts else left["step"])
+        impact = min(item.impact, max(0.0, room))
+        spend = impact
+        for claim in parts:
+            used = min(spend, left[claim])
+            left[claim] -= used
+            spend -= used
+        left["step"] -= impact
+        if impact < item.impact - 1e-9:
+            severity = item.severity if item.severity == Severity.INFO else max(
+                Severity.INFO, min(item.severity, severity_for_impact(impact)))
+            item = replace(item, impact=round(impact, 4), severity=severity,
+                           extra={**item.extra, "impact_before_overlap": item.impact})
+        out.append(item)
+    return out

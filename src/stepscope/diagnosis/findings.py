@@ -24,6 +24,7 @@ Family = Literal[
     "periodic_stall",
     "memory_pressure",
     "cpu_oversubscription",
+    "foreign_load",
     "healthy",
 ]
 
@@ -74,20 +75,31 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Prescription:
-    """A concrete change: which knob, from what to what, and why."""
+    """A concrete change: which knob, from what to what, why, and what it costs.
+
+    ``expected_gain`` is the share of step time the change is expected to save, computed from
+    the measured times *after* what it takes away (``cost``: e.g. workers take cores from the
+    intra-op threads); None when it cannot be computed (then ``why`` says so).
+    """
 
     action: str
     why: str = ""
     setting: str | None = None
     current: Any = None
     suggested: Any = None
+    expected_gain: float | None = None
+    cost: str = ""
 
 
 @dataclass(frozen=True)
 class Finding:
     """A ranked diagnosis.
 
-    ``impact`` is the share (0..1) of step time the problem costs: the ranking key.
+    ``impact`` is the share (0..1) of step time the problem costs: the ranking key. It is a
+    measured share unless ``impact_basis`` says otherwise (``"estimate: …"`` names what the number
+    is, e.g. for memory growth, which costs nothing until memory runs out). ``claims`` names the
+    parts of the step the cost lies in (``data_wait``, ``compute``, ``other``, or ``step`` for the
+    whole step): the engine keeps the costs of one run's findings from overlapping within them.
     """
 
     rule_id: str
@@ -100,6 +112,12 @@ class Finding:
     prescriptions: tuple[Prescription, ...] = ()
     summary: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    impact_basis: str = "measured"
+    claims: tuple[str, ...] = ("step",)
+
+    @property
+    def impact_measured(self) -> bool:
+        return self.impact_basis == "measured"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -119,6 +137,8 @@ class Finding:
             prescriptions=tuple(Prescription(**item) for item in data.get("prescriptions", ())),
             summary=data.get("summary", ""),
             extra=dict(data.get("extra", {})),
+            impact_basis=str(data.get("impact_basis", "measured")),
+            claims=tuple(data.get("claims", ("step",))),
         )
 
 

@@ -1,63 +1,142 @@
-"""The Report: summary + findings of one run, computed once; renderers only format it.
+"""The Report: everything a renderer shows, computed once; renderers only format it.
 
-``report.json`` is :meth:`Report.to_dict` (schema documented in ``docs/report-json.md``). A saved
-run re-renders exactly: :func:`build_report` is a pure function of the record (and its samples).
+One :class:`Report` serves ``stepscope run``, ``stepscope report`` and ``stepscope analyze``: its
+numbers come from the evidence bundle (:class:`~stepscope.analysis.bundle.RunEvidence`, one per
+rank) and the diagnosis (:class:`~stepscope.diagnosis.engine.Diagnosis`). ``report.json`` and
+``analyze --format json`` are :meth:`Report.to_dict`: one envelope (``summary``, ``findings``,
+``diagnosis``, ``warnings``) plus the source's sections (schema in ``docs/report-json.md``).
+
+:func:`build_report` (a run record) and :func:`build_trace_report` (a trace analysis) are pure:
+the same inputs give the same report, so a saved run re-renders exactly.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-import numpy as np
-
-from stepscope.analysis.run.steady import StepStats, excluded_steps, step_stats, steady_mask, warmup_count
+from stepscope.analysis.bundle import RunEvidence, build_evidence
+from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.analysis.run.steady import StepStats, step_stats
+from stepscope.analysis.trace.trace_evidence import TraceAnalysis
+from stepscope.diagnosis.engine import Diagnosis, rank_findings, run_rules
 from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import RunRecord
+from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, StepTable
 
 REPORT_KIND = "stepscope.report"
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
 
 logger = logging.getLogger(__name__)
+
+Source = Literal["run", "trace"]
+
+_EMPTY_STATS = step_stats(StepTable.empty())
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """One rank of a multi-rank report: its evidence and its diagnosis."""
+
+    rank: int
+    evidence: RunEvidence
+    diagnosis: Diagnosis
+
+    def to_dict(self) -> dict[str, Any]:
+        steady = self.evidence.steady
+        return {"rank": self.rank, "steady_state": steady.steady.to_dict() if steady is not None else None,
+                "trace": self.evidence.trace.to_dict() if self.evidence.trace is not None else None,
+                "evidence": self.evidence.to_dict(), "diagnosis": self.diagnosis.to_dict(),
+                "findings": [item.to_dict() for item in self.diagnosis.findings]}
 
 
 @dataclass(frozen=True)
 class Report:
-    """Everything a renderer shows about one run."""
+    """Everything a renderer shows about one run (or one set of traces)."""
 
-    run: dict[str, Any]
-    total_steps: int
-    warmup_steps: int
-    excluded_steps: tuple[int, ...]
-    steady: StepStats
-    warmup: StepStats
-    loaders: tuple[dict[str, Any], ...]
-    findings: tuple[Finding, ...]
-    signals: Any = None
+    source: Source
+    evidence: RunEvidence  # the rank the summary describes
+    diagnosis: Diagnosis
+    findings: tuple[Finding, ...]  # the job's findings (all ranks' for traces, each naming its rank)
     warnings: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    trace_analysis: TraceAnalysis | None = None
+    ranks: tuple[RankReport, ...] = ()
+
+    # -- what renderers read ------------------------------------------------------------------
+    @property
+    def meta(self) -> RunMeta | None:
+        return self.evidence.record.meta if self.evidence.record is not None else None
+
+    @property
+    def loaders(self) -> tuple[LoaderInfo, ...]:
+        return self.evidence.loaders
+
+    @property
+    def signals(self) -> MacroSignals | None:
+        return self.evidence.signals
+
+    @property
+    def trace(self) -> TraceEvidence | None:
+        return self.evidence.trace
+
+    @property
+    def total_steps(self) -> int:
+        return self.evidence.steady.step_count if self.evidence.steady is not None else 0
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.evidence.steady.warmup_steps if self.evidence.steady is not None else 0
+
+    @property
+    def excluded_steps(self) -> tuple[int, ...]:
+        return self.evidence.steady.excluded if self.evidence.steady is not None else ()
+
+    @property
+    def steady(self) -> StepStats:
+        return self.evidence.steady.steady if self.evidence.steady is not None else _EMPTY_STATS
+
+    @property
+    def warmup(self) -> StepStats:
+        return self.evidence.steady.warmup if self.evidence.steady is not None else _EMPTY_STATS
 
     @property
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
     def to_dict(self) -> dict[str, Any]:
+        ev = self.evidence
         return {
             "kind": REPORT_KIND,
             "schema_version": REPORT_SCHEMA_VERSION,
-            "run": self.run,
+            "source": self.source,
+            "summary": self._summary(),
+            "verdict": _verdict(self.findings),
+            "findings": [finding.to_dict() for finding in self.findings],
+            "diagnosis": self.diagnosis.to_dict(),
+            "warnings": list(self.warnings),
+            "run": _run_info(self.meta),
+            "loaders": [asdict(loader) for loader in self.loaders],
+            "facts": asdict(ev.facts),
+            "evidence": ev.to_dict(),
+            "signals": ev.signals.to_dict() if ev.signals is not None else None,
+            "trace": ev.trace.to_dict() if ev.trace is not None else None,
+            "ranks": [item.to_dict() for item in self.ranks],
+            "trace_analysis": self.trace_analysis.to_dict() if self.trace_analysis is not None else None,
+        }
+
+    def _summary(self) -> dict[str, Any]:
+        steady = self.evidence.steady
+        return {
             "steps": {"total": self.total_steps, "warmup": self.warmup_steps,
-                      "steady": self.steady.count, "excluded": list(self.excluded_steps)},
+                      "steady": steady.steady_count if steady is not None else 0,
+                      "excluded": list(self.excluded_steps)},
             "steady_state": self.steady.to_dict(),
             "warmup": self.warmup.to_dict(),
-            "loaders": list(self.loaders),
-            "findings": [finding.to_dict() for finding in self.findings],
-            "verdict": _verdict(self.findings),
-            "signals": self.signals.to_dict() if self.signals is not None else None,
-            "warnings": list(self.warnings),
-            "extra": self.extra,
+            "fetch_wait_share": steady.fetch_wait_share if steady is not None else None,
+            "samples_per_step": steady.samples_per_step if steady is not None else None,
+            "mfu": asdict(self.evidence.mfu) if self.evidence.mfu is not None else None,
+            "mfu_note": self.evidence.mfu_note,
         }
 
 
@@ -69,73 +148,71 @@ def _verdict(findings: tuple[Finding, ...]) -> dict[str, Any] | None:
             "severity": top.severity.name.lower(), "impact": top.impact}
 
 
-def _run_info(record: RunRecord) -> dict[str, Any]:
-    meta = record.meta
+def _run_info(meta: RunMeta | None) -> dict[str, Any] | None:
+    if meta is None:
+        return None
     info = asdict(meta)
     info["wall_s"] = meta.wall_s
     return info
 
 
-def compute_signals(record: RunRecord) -> Any:
-    """The sampler's derived signals for this record, or None without samples."""
-    if record.samples is None:
-        return None
-    from stepscope.analysis.run.signals import compute_signals as derive
-
-    return derive(record.samples, record.steps)
+def _diagnosis_warnings(diagnosis: Diagnosis) -> tuple[str, ...]:
+    return tuple(f"diagnosis incomplete: rule {item}" for item in diagnosis.failed_rules)
 
 
-def run_diagnosis(record: RunRecord, signals: Any, trace: Any = None) -> list[Finding]:
-    from stepscope.diagnosis.engine import build_context, diagnose
-
-    return diagnose(build_context(record, signals, trace))
-
-
-def trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[Any, list[str]]:
+def run_trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[TraceEvidence | None, list[str]]:
     """TraceEvidence from the run's torch.profiler window (``stepscope run --trace``), with notes."""
     windows = [window for window in record.profiler_windows if window.trace_path]
     if not windows or run_dir is None:
         return None, []
-    from stepscope.analysis.trace.rank_analysis import analyze_rank, rank_evidence
+    from stepscope.analysis.trace.trace_evidence import analyze_traces
     from stepscope.errors import StepscopeError
-    from stepscope.traces.load import load_trace
 
-    path = Path(run_dir) / windows[-1].trace_path
+    path = Path(run_dir) / str(windows[-1].trace_path)
     try:
-        return rank_evidence(analyze_rank(load_trace(path))), []
+        return analyze_traces(path).evidence(), []
     except (StepscopeError, OSError) as exc:
         return None, [f"profiler window trace not analyzed: {exc}"]
 
 
-def build_report(record: RunRecord, *, trace: Any = None, run_dir: str | Path | None = None) -> Report:
-    """Compute the report of a run (pure: same record and files, same report).
+def build_report(record: RunRecord, *, trace: TraceEvidence | None = None, run_dir: str | Path | None = None,
+                 ranks: tuple[RunRecord, ...] = ()) -> Report:
+    """The report of a run (pure: same record and files, same report).
 
     Args:
-        record: the run record.
+        record: the run record (with its samples attached, when it has them).
         trace: TraceEvidence to use; by default the run's own profiler window is analyzed when
             ``run_dir`` is given.
         run_dir: the run directory (where the profiler window's trace lives).
+        ranks: every rank's record of the job, for cross-rank rules (stragglers).
     """
     notes: list[str] = []
     if trace is None:
-        trace, notes = trace_evidence(record, run_dir)
-    steps = record.steps
-    warm = warmup_count(steps.duration_ns)
-    mask = steady_mask(record)
-    warm_mask = np.zeros(len(steps), dtype=bool)
-    warm_mask[:warm] = True
-    signals = compute_signals(record)
-    findings = tuple(run_diagnosis(record, signals, trace))
-    return Report(
-        run=_run_info(record),
-        total_steps=len(steps),
-        warmup_steps=warm,
-        excluded_steps=tuple(excluded_steps(record)),
-        steady=step_stats(steps.select(mask)),
-        warmup=step_stats(steps.select(warm_mask)),
-        loaders=tuple(asdict(loader) for loader in record.loaders),
-        findings=findings,
-        signals=signals,
-        warnings=(*record.warnings, *notes),
-        extra={"facts": asdict(record.facts), "trace": trace.to_dict() if trace is not None else None},
-    )
+        trace, notes = run_trace_evidence(record, run_dir)
+    evidence = build_evidence(record, trace=trace, ranks=ranks)
+    diagnosis = run_rules(evidence)
+    return Report(source="run", evidence=evidence, diagnosis=diagnosis, findings=diagnosis.findings,
+                  warnings=(*record.warnings, *notes, *_diagnosis_warnings(diagnosis)))
+
+
+def build_trace_report(analysis: TraceAnalysis, ranks: list[int] | None = None) -> Report:
+    """The report of ``stepscope analyze``: each rank's trace evidence diagnosed; the job's findings
+    are every rank's, each naming its rank when there are several."""
+    if ranks is not None:
+        keep = [index for index, item in enumerate(analysis.ranks) if item.rank in ranks]
+        analysis = replace(analysis, ranks=tuple(analysis.ranks[i] for i in keep),
+                           evidences=tuple(analysis.evidences[i] for i in keep) if analysis.evidences else ())
+    shown = analysis.ranks
+    per_rank = []
+    for item in shown:
+        evidence = build_evidence(trace=analysis.evidence(item.rank))
+        per_rank.append(RankReport(item.rank, evidence, run_rules(evidence)))
+    several = len(per_rank) > 1
+    findings = tuple(rank_findings([
+        replace(finding, extra={**finding.extra, "rank": part.rank}) if several else finding
+        for part in per_rank for finding in part.diagnosis.findings]))
+    first = per_rank[0] if per_rank else RankReport(0, RunEvidence(), Diagnosis(()))
+    warnings = tuple(f"rank {part.rank}: {text}" if several else text
+                     for part in per_rank for text in _diagnosis_warnings(part.diagnosis))
+    return Report(source="trace", evidence=first.evidence, diagnosis=first.diagnosis, findings=findings,
+                  warnings=warnings, trace_analysis=analysis, ranks=tuple(per_rank))

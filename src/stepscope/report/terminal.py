@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.diagnosis.findings import Finding, Severity
-from stepscope.record.run import PHASES
+from stepscope.record.run import PHASES, LoaderInfo
 from stepscope.report.model import Report
-from stepscope.units import format_bytes, format_duration, format_ratio
+from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio
 
 PHASE_STYLE = {
     "data_wait": ("data wait", "red"),
@@ -31,6 +31,7 @@ SEVERITY_STYLE = {
 }
 BAR_WIDTH = 40
 MAX_FINDINGS = 3
+MAX_WARNINGS = 3
 
 
 def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
@@ -80,24 +81,25 @@ def _overview(report: Report) -> Table:
     return table
 
 
-def _loader_line(loader: dict[str, Any]) -> str:
-    dataset = loader["dataset_type"].rsplit(".", 1)[-1]
-    prefetch = loader["prefetch_factor"] if loader["prefetch_factor"] is not None else "-"
-    return (f"#{loader['loader_id']} {dataset}: batch_size={loader['batch_size']} "
-            f"num_workers={loader['num_workers']} pin_memory={loader['pin_memory']} "
-            f"prefetch_factor={prefetch} persistent_workers={loader['persistent_workers']} "
-            f"drop_last={loader['drop_last']} · {loader['batches']} batches, "
-            f"wait {format_duration(loader['wait_ns'] / 1e9)}")
+def _loader_line(loader: LoaderInfo) -> str:
+    dataset = loader.dataset_type.rsplit(".", 1)[-1]
+    prefetch = loader.prefetch_factor if loader.prefetch_factor is not None else "-"
+    return (f"#{loader.loader_id} {dataset}: batch_size={loader.batch_size} "
+            f"num_workers={loader.num_workers} pin_memory={loader.pin_memory} "
+            f"prefetch_factor={prefetch} persistent_workers={loader.persistent_workers} "
+            f"drop_last={loader.drop_last} · {loader.batches} batches, "
+            f"wait {format_duration_ns(loader.wait_ns)}")
 
 
-def _finding(finding: Finding, rank: int) -> Group:
+def finding_block(finding: Finding, rank: int) -> Group:
+    """One finding: title, cost, evidence and prescriptions (shared by every terminal view)."""
     style = SEVERITY_STYLE.get(finding.severity, "")
     head = Text()
     head.append(f"{rank}. ", style="bold")
     head.append(f"[{finding.severity.name}] ", style=style)
     head.append(finding.title, style="bold")
-    head.append(f"  costs ~{format_ratio(finding.impact)} of step time · {finding.family}"
-                f" · confidence {finding.confidence:.0%}", style="bright_black")
+    head.append(f"  {_cost(finding)} · {finding.family} · confidence {format_ratio(finding.confidence)}",
+                style="bright_black")
     body: list[Any] = []
     if finding.summary:
         body.append(Text(finding.summary))
@@ -108,10 +110,20 @@ def _finding(finding: Finding, rank: int) -> Group:
     for prescription in finding.prescriptions[:3]:
         line = Text("→ ", style="green")
         line.append(prescription.action, style="green")
+        if prescription.expected_gain is not None:
+            line.append(f" (expected to save ~{format_ratio(prescription.expected_gain)} of the step)", style="green")
         if prescription.why:
             line.append(f" — {prescription.why}", style="bright_black")
+        if prescription.cost:
+            line.append(f"; cost: {prescription.cost}", style="bright_black")
         body.append(line)
     return Group(head, Padding(Group(*body), (0, 0, 0, 3)))
+
+
+def _cost(finding: Finding) -> str:
+    if finding.impact_measured:
+        return f"costs ~{format_ratio(finding.impact)} of step time"
+    return f"ranked as ~{format_ratio(finding.impact)} ({finding.impact_basis})"
 
 
 def _value(value: Any, unit: str) -> str:
@@ -131,9 +143,11 @@ def _verdict(report: Report) -> Group:
     if not report.findings:
         message = ("no steps were captured: nothing to diagnose" if report.total_steps == 0
                    else "no bottleneck rule fired")
+        if not report.diagnosis.complete:
+            message = "diagnosis incomplete (see the warnings): no verdict"
         return Group(Text(message, style="bright_black"))
     shown = report.findings[:MAX_FINDINGS]
-    parts = [_finding(finding, index + 1) for index, finding in enumerate(shown)]
+    parts = [finding_block(finding, index + 1) for index, finding in enumerate(shown)]
     if len(report.findings) > MAX_FINDINGS:
         parts.append(Text(f"(+{len(report.findings) - MAX_FINDINGS} more in report.json)", style="bright_black"))
     return Group(*parts)
@@ -141,14 +155,16 @@ def _verdict(report: Report) -> Group:
 
 def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Panel:
     """The summary panel."""
-    run = report.run
-    title = (f"stepscope · {run.get('target') or 'run'} · {report.total_steps} steps · "
-             f"{format_duration(run.get('wall_s'))} · exit {run.get('exit_code')}")
+    meta = report.meta
+    target = (meta.target if meta is not None else "") or "run"
+    wall = meta.wall_s if meta is not None else None
+    exit_code = meta.exit_code if meta is not None else None
+    title = f"stepscope · {target} · {report.total_steps} steps · {format_duration(wall)} · exit {exit_code}"
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]
     parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
-    for message in report.warnings[:3]:
+    for message in report.warnings[:MAX_WARNINGS]:
         parts.append(Text(f"warning: {message}", style="yellow"))
     if run_dir:
         parts.append(Text(f"Run directory: {run_dir}  (report.json, record.rank*.json.gz)", style="bright_black"))

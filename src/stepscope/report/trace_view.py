@@ -1,7 +1,8 @@
 """Terminal rendering of ``stepscope analyze`` results with rich.
 
-Contract: :func:`render_analysis` turns a :class:`~stepscope.analysis.trace.trace_evidence.TraceAnalysis`
-and its ranked findings into rich renderables. It formats numbers only; every value comes from the
+Contract: :func:`render_trace_report` turns the :class:`~stepscope.report.model.Report` of a trace
+analysis (its :class:`~stepscope.analysis.trace.trace_evidence.TraceAnalysis` and each rank's
+findings) into rich renderables. It formats numbers only; every value comes from the
 analysis. Strings from traces (operator and kernel names, paths) are wrapped in ``Text`` so rich
 never interprets them as markup.
 """
@@ -17,6 +18,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from stepscope.diagnosis.findings import Finding
+from stepscope.report.model import Report
+from stepscope.report.terminal import finding_block
 from stepscope.units import format_bytes, format_duration, format_ratio
 
 _CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
@@ -112,25 +116,19 @@ def _kernels(rank: Any, top: int) -> Table | None:
     return table
 
 
-def _findings(findings: list) -> RenderableType:
+def _findings(findings: tuple[Finding, ...]) -> RenderableType:
     if not findings:
         return Text("No findings from the trace evidence.")
-    parts: list[RenderableType] = []
-    for i, f in enumerate(findings, 1):
-        text = Text()
-        text.append(f"{i}. ", style="bold")
-        text.append(f.title, style="bold")
-        text.append(f"  [{f.severity.name.lower()}, costs ~{format_ratio(f.impact)} of step time]\n")
-        for e in f.evidence:
-            text.append(f"   evidence: {e.metric} = {e.value}" + (f" (threshold {e.threshold})" if e.threshold is not None else "") + "\n")
-        for p in f.prescriptions:
-            text.append(f"   → {p.action}" + (f" ({p.why})" if p.why else "") + "\n")
-        parts.append(text)
-    return Group(*parts)
+    return Group(*(finding_block(finding, index) for index, finding in enumerate(findings, 1)))
 
 
-def render_analysis(analysis: Any, findings: dict[int, list], top: int = 10, ranks: list[int] | None = None) -> Iterator[RenderableType]:
-    shown = [r for r in analysis.ranks if ranks is None or r.rank in ranks]
+def render_trace_report(report: Report, top: int = 10) -> Iterator[RenderableType]:
+    """The views of each rank the report covers, its findings, and the rank comparison."""
+    analysis = report.trace_analysis
+    if analysis is None:
+        return
+    findings = {part.rank: part.diagnosis.findings for part in report.ranks}
+    shown = [r for r in analysis.ranks if r.rank in findings]
     for rank in shown:
         title = Text(f"rank {rank.rank} ({rank.rank_source}) — {rank.path}")
         body: list[RenderableType] = [_overview(rank)]
@@ -139,7 +137,7 @@ def render_analysis(analysis: Any, findings: dict[int, list], top: int = 10, ran
                 body.append(part)
         if rank.steps.notes or rank.warnings:
             body.append(Text("\n".join(f"note: {n}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
-        body.append(Panel(_findings(findings.get(rank.rank, [])), title="Findings", title_align="left"))
+        body.append(Panel(_findings(findings.get(rank.rank, ())), title="Findings", title_align="left"))
         yield Rule(title, align="left")
         yield Group(*body)
     if len(analysis.ranks) > 1:

@@ -11,7 +11,8 @@ import pytest
 from stepscope.analysis.evidence import TraceEvidence
 from stepscope.analysis.trace.stragglers import RankSummary, compare_ranks
 from stepscope.analysis.trace.trace_evidence import analyze_traces
-from stepscope.diagnosis.engine import DiagnosisContext, diagnose
+from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.engine import diagnose
 from stepscope.diagnosis.findings import Evidence, Finding, Severity
 from stepscope.errors import InputError, UsageError
 
@@ -65,7 +66,7 @@ def test_straggler_rule():
     assert compare_ranks(summaries[:1]).stragglers == ()
 
 
-def _dataloader_rule(context: DiagnosisContext):
+def _dataloader_rule(context: RunEvidence):
     share = context.trace.dataloader_share if context.trace else None
     if share is None or share <= 0.001:
         return None
@@ -77,6 +78,6 @@ def _dataloader_rule(context: DiagnosisContext):
 
 def test_evidence_feeds_diagnosis_engine():
     analysis = analyze_traces(DATA / "cpu_train.pt.trace.json.gz")
-    findings = diagnose(DiagnosisContext(trace=analysis.evidence()), rules=(_dataloader_rule,))
+    findings = diagnose(RunEvidence(trace=analysis.evidence()), rules=(_dataloader_rule,))
     assert [f.rule_id for f in findings] == ["test.loader"]
     assert findings[0].impact == pytest.approx(analysis.evidence().dataloader_share)

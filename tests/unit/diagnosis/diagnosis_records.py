@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence, WorkerLoad
-from stepscope.diagnosis.context import build_context
+from stepscope.analysis.bundle import build_evidence
 from stepscope.record.store import facts_from_v1_extra
 from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, StepTable
 
@@ -70,4 +70,4 @@ def ctx_of(record=None, signals: dict | MacroSignals | None = None, trace: dict 
         signals = MacroSignals(**signals)
     if isinstance(trace, dict):
         trace = TraceEvidence(**trace)
-    return build_context(record, signals, trace, ranks)
+    return build_evidence(record, signals, trace, tuple(ranks))

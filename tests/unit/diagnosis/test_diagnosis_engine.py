@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from diagnosis_records import ctx_of, make_record
-from stepscope.diagnosis.context import build_context
-from stepscope.diagnosis.engine import DiagnosisContext, diagnose
+from stepscope.analysis.bundle import RunEvidence, build_evidence
+from stepscope.diagnosis.engine import diagnose, run_rules
 from stepscope.diagnosis.findings import FAMILIES, Finding, Severity
 from stepscope.diagnosis.rules import RULES
 from stepscope.diagnosis.rules.healthy import verdict
@@ -15,22 +15,18 @@ INPUT = {"data_wait": 0.6, "forward": 0.2, "backward": 0.12, "optimizer": 0.05}
 
 def test_steady_state_excludes_warmup_and_counted_step():
     record = make_record(steps=10, extra={"flops": {"step_index": 4, "flops": 1}})
-    stats = build_context(record).stats
-    assert list(np.flatnonzero(~stats.mask)) == [0, 4]
-    assert stats.warmup_steps == 1
+    steady = build_evidence(record).steady
+    assert list(np.flatnonzero(~steady.mask)) == [0, 4]
+    assert steady.warmup_steps == 1
+    assert steady.excluded == (4,)
 
 
-def test_engine_exposes_the_builder():
-    from stepscope.diagnosis import engine
-
-    assert engine.build_context is build_context
-
-
-def test_build_context_stats():
-    ctx = build_context(make_record(steps=20, step_s=0.01, shares=INPUT))
-    assert ctx.stats.steady_count == 19
-    assert ctx.stats.data_wait_share == pytest.approx(0.6)
-    assert ctx.stats.step_time_s == pytest.approx(0.01)
+def test_build_evidence_steady_state():
+    ev = build_evidence(make_record(steps=20, step_s=0.01, shares=INPUT))
+    assert ev.steady.steady_count == 19
+    assert ev.steady.data_wait_share == pytest.approx(0.6)
+    assert ev.steady.step_time_s == pytest.approx(0.01)
+    assert ev.steady.samples_per_step == 32
 
 
 def test_diagnose_ranks_input_bound_run():
@@ -55,20 +51,66 @@ def test_no_verdict_when_a_real_finding_exists():
 
 
 def test_broken_rule_does_not_hide_others():
-    def broken(ctx):
+    def broken(ev):
         raise RuntimeError("bug")
 
-    findings = diagnose(ctx_of(make_record(shares=INPUT)), rules=(broken, *RULES))
-    assert findings[0].family == "input_pipeline"
+    diagnosis = run_rules(ctx_of(make_record(shares=INPUT)), rules=(broken, *RULES))
+    assert diagnosis.findings[0].family == "input_pipeline"
+    assert not diagnosis.complete and diagnosis.failed_rules == ("broken: RuntimeError: bug",)
 
 
-def test_diagnose_computes_stats_when_absent():
-    findings = diagnose(DiagnosisContext(record=make_record(shares=INPUT)))
-    assert findings[0].family == "input_pipeline"
+def test_a_broken_rule_is_never_a_silent_healthy():
+    def broken(ev):
+        raise RuntimeError("bug")
+
+    record = make_record(extra={"flops": {"step_index": 3, "flops": 5e8}, "cpu_matmul_peak_flops": 1e11})
+    assert diagnose(ctx_of(record))[0].family == "healthy"
+    diagnosis = run_rules(ctx_of(record), rules=(broken, *RULES))
+    assert all(item.family != "healthy" for item in diagnosis.findings)
+    assert not diagnosis.complete
 
 
-def test_empty_context_is_silent():
-    assert diagnose(DiagnosisContext()) == []
+def test_empty_evidence_is_silent():
+    assert diagnose(RunEvidence()) == []
+
+
+def test_oversubscription_supersedes_input_and_compute():
+    from diagnosis_records import workers
+
+    record = make_record(shares=INPUT, num_workers=2, cpu_count=2, intra_op_threads=2,
+                         extra={"flops": {"step_index": 3, "flops": 2e6}, "cpu_matmul_peak_flops": 1e11})
+    signals = dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=4.0,
+                   workers=workers(2, 0.9, threads=4), worker_cpu_util_mean=0.9, main_cpu_util=0.3)
+    diagnosis = run_rules(ctx_of(record, signals))
+    assert diagnosis.findings[0].family == "cpu_oversubscription"
+    superseded = {item.family for item, _ in diagnosis.superseded}
+    assert "input_pipeline" in superseded
+
+
+def test_costs_of_one_run_do_not_overlap():
+    from stepscope.diagnosis.findings import Evidence
+
+    def whole_wait(ev):
+        return Finding("a.x", "input_pipeline", "wait", severity_for(0.6), 0.6, 0.9, claims=("data_wait",))
+
+    def also_wait(ev):
+        return Finding("b.x", "periodic_stall", "wait too", severity_for(0.5), 0.5, 0.9, claims=("data_wait",))
+
+    def compute(ev):
+        return Finding("c.x", "host_device_sync", "sync", severity_for(0.5), 0.5, 0.9, claims=("compute",))
+
+    diagnosis = run_rules(ctx_of(make_record(shares=INPUT)), rules=(whole_wait, also_wait, compute), verdict=False)
+    impacts = {item.rule_id: item.impact for item in diagnosis.findings}
+    assert impacts["a.x"] == pytest.approx(0.6)
+    assert impacts["b.x"] == 0.0  # the data wait is already claimed
+    assert impacts["c.x"] == pytest.approx(0.37)  # forward + backward + optimizer share
+    assert sum(impacts.values()) <= 1.0
+
+
+def severity_for(impact):
+    from stepscope.diagnosis.findings import severity_for_impact
+
+    return severity_for_impact(impact)
 
 
 def test_verdict_names_minor_findings():

@@ -12,7 +12,7 @@ from stepscope.diagnosis.rules.healthy import verdict
     (gpu("NVIDIA H200"), "bf16", False),
 ])
 def test_verdict_levers(devices, dtype, expects_autocast):
-    extra = {"flops": {"step_index": 3, "flops": 4e10}, "cpu_matmul_peak_flops": 1e11}
+    extra = {"flops": {"step_index": 3, "flops": 4e8}, "cpu_matmul_peak_flops": 1e11}
     if dtype:
         extra["compute_dtype"] = dtype
     finding = verdict(ctx_of(make_record(devices=devices, extra=extra)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from diagnosis_records import ctx_of, make_record
-from stepscope.diagnosis.rules.storage_io import first_epoch_ratio, loader_waits_on_io
+from stepscope.diagnosis.rules.storage_io import loader_waits_on_io
 
 INPUT = {"data_wait": 0.7, "forward": 0.15, "backward": 0.1, "optimizer": 0.03}
 
@@ -37,7 +37,7 @@ def test_slow_first_epoch_without_sampler():
     added = {index: {"data_wait": 0.008} for index in range(1, 20)}
     record = make_record(steps=60, shares={"data_wait": 0.3, "forward": 0.4, "backward": 0.2}, added=added,
                          num_workers=0, loader_init={20: 0.0001, 40: 0.0001})
-    assert first_epoch_ratio(ctx_of(record)) > 2
+    assert ctx_of(record).storage.first_epoch_ratio > 2
     finding = loader_waits_on_io(ctx_of(record))
     assert finding is not None
     assert any(item.metric == "first_epoch_wait_ratio" for item in finding.evidence)

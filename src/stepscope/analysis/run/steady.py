@@ -1,4 +1,8 @@
-"""Step statistics: warm-up detection, steady state, throughput, phase shares.
+"""Step statistics: warm-up detection, steady state, throughput, phase shares — computed once.
+
+:func:`steady_state` is the only place that decides which steps are warm-up, which are excluded,
+and what the phase shares of the steady state are; the diagnosis rules and every renderer read its
+:class:`SteadyState`.
 
 Warm-up (algorithm, :func:`warmup_count`): the first step always pays for set-up (lazy
 initialisation, allocator growth, worker start-up), so with 3+ steps it is warm-up. Further
@@ -9,7 +13,8 @@ purpose (the FLOP-counted step) are left out of the steady state as well.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -99,3 +104,99 @@ def step_stats(steps: StepTable) -> StepStats:
         phase_mean_s={phase: value / count for phase, value in phase_totals.items()},
         loader_init_share=float(steps.loader_init_ns.sum()) / 1e9 / total if total > 0 else 0.0,
     )
+
+
+#: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
+FAST_PERCENTILE = 10
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """What the steady-state steps say, computed once per record.
+
+    Shares are sums over steady steps divided by their total time (the share of *time*, which is
+    what fixing the phase would save). ``fetch_wait_p10``/``p90`` are the 10th/90th percentiles of
+    the per-step fetch-wait share: the spread a threshold decision must respect.
+    """
+
+    step_count: int
+    steady_count: int
+    warmup_steps: int
+    excluded: tuple[int, ...]
+    mask: np.ndarray = field(repr=False)
+    steady: StepStats
+    warmup: StepStats
+    total_s: float
+    step_time_s: float  # median steady step
+    step_time_mean_s: float
+    step_time_fast_s: float  # FAST_PERCENTILE of steady steps: the step undisturbed
+    shares: dict[str, float]  # phase -> share of steady time (PHASES)
+    loader_init_share: float
+    fetch_wait_share: float  # data wait minus worker start-up
+    fetch_wait_p10: float
+    fetch_wait_p90: float
+    batches_per_step: float
+    samples_per_step: int | None  # the mode of samples per step (the batch size actually used)
+
+    @property
+    def data_wait_share(self) -> float:
+        return self.shares.get("data_wait", 0.0)
+
+    @property
+    def compute_share(self) -> float:
+        """forward + backward + optimizer: time the model itself runs."""
+        return sum(self.shares.get(name, 0.0) for name in ("forward", "backward", "optimizer"))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("mask")
+        data["excluded"] = list(self.excluded)
+        return data
+
+
+def steady_state(record: RunRecord) -> SteadyState | None:
+    """The :class:`SteadyState` of a record; None without steps."""
+    steps = record.steps
+    if len(steps) == 0:
+        return None
+    warm = warmup_count(steps.duration_ns)
+    mask = steady_mask(record)
+    warm_mask = np.zeros(len(steps), dtype=bool)
+    warm_mask[:warm] = True
+    durations = steps.duration_ns[mask].astype(np.float64)
+    total_ns = float(durations.sum())
+    denominator = total_ns if total_ns > 0 else 1.0
+    shares = {name: float(steps.phase(name)[mask].sum()) / denominator for name in PHASES}
+    init_share = float(steps.loader_init_ns[mask].sum()) / denominator
+    fetch = (steps.data_wait_ns[mask] - steps.loader_init_ns[mask]).astype(np.float64)
+    per_step = fetch / np.maximum(durations, 1.0)
+    batches = steps.batches[mask]
+    return SteadyState(
+        step_count=len(steps),
+        steady_count=int(mask.sum()),
+        warmup_steps=warm,
+        excluded=tuple(excluded_steps(record)),
+        mask=mask,
+        steady=step_stats(steps.select(mask)),
+        warmup=step_stats(steps.select(warm_mask)),
+        total_s=total_ns / 1e9,
+        step_time_s=float(np.median(durations)) / 1e9,
+        step_time_mean_s=float(durations.mean()) / 1e9,
+        step_time_fast_s=float(np.percentile(durations, FAST_PERCENTILE)) / 1e9,
+        shares=shares,
+        loader_init_share=init_share,
+        fetch_wait_share=max(0.0, shares["data_wait"] - init_share),
+        fetch_wait_p10=float(np.percentile(per_step, 10)),
+        fetch_wait_p90=float(np.percentile(per_step, 90)),
+        batches_per_step=float(batches.mean()) if len(batches) and batches.mean() > 0 else 1.0,
+        samples_per_step=_mode_samples(steps.samples[mask]),
+    )
+
+
+def _mode_samples(samples: np.ndarray) -> int | None:
+    """The most frequent positive samples-per-step (the batch size used, not the largest)."""
+    known = samples[samples > 0]
+    if len(known) == 0:
+        return None
+    values, counts = np.unique(known, return_counts=True)
+    return int(values[int(np.argmax(counts))])

@@ -35,6 +35,7 @@ class TraceAnalysis:
     ranks: tuple[RankAnalysis, ...]
     kernel_types: KernelTypeBreakdown
     comparison: RankComparison
+    evidences: tuple[TraceEvidence, ...] = ()  # one per rank, in the order of ``ranks``, computed once
 
     def rank(self, rank: int | None = None) -> RankAnalysis:
         if rank is None:
@@ -46,7 +47,8 @@ class TraceAnalysis:
         raise UsageError(f"no trace for rank {rank} (ranks found: {known})")
 
     def evidence(self, rank: int | None = None) -> TraceEvidence:
-        return rank_evidence(self.rank(rank))
+        item = self.rank(rank)
+        return self.evidences[self.ranks.index(item)] if self.evidences else rank_evidence(item)
 
     def to_dict(self, full: bool = True) -> dict[str, Any]:
         return {
@@ -86,4 +88,4 @@ def analyze_traces(
     results.sort(key=lambda r: r.rank)
     kinds = kernel_type_breakdown([r.kernel_type_sums for r in results])
     comparison = compare_ranks([r.summary for r in results])
-    return TraceAnalysis(tuple(results), kinds, comparison)
+    return TraceAnalysis(tuple(results), kinds, comparison, tuple(rank_evidence(item) for item in results))

@@ -7,6 +7,7 @@ communication × (1 − overlap) — is the impact.
 
 from __future__ import annotations
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -16,11 +17,11 @@ COMM_MODERATE = 0.10
 COMM_HIGH = 0.30
 
 
-def exposed_collectives(ctx) -> Finding | None:
-    share = common.field_of(ctx.trace, "communication_share")
+def exposed_collectives(ev: RunEvidence) -> Finding | None:
+    share = common.field_of(ev.trace, "communication_share")
     if share is None or share < COMM_MODERATE:
         return None
-    overlap = common.field_of(ctx.trace, "comm_overlap")
+    overlap = common.field_of(ev.trace, "comm_overlap")
     exposed = share * (1.0 - overlap) if overlap is not None else share
     evidence = [Evidence("communication_share", round(share, 4), COMM_MODERATE, "trace", "ratio", "per step")]
     if overlap is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import CPU_SATURATED
@@ -27,53 +28,44 @@ THREAD_DEMAND_PER_CORE_HIGH = 2.0
 #: Share of all cores the training tree itself must use for the run queue to be *its* doing
 #: (otherwise other processes on the machine crowd it, which is not this run's setting to fix).
 TREE_SHARE_OF_CORES = 0.75
-#: A worker above this share of one core counts as busy (idle workers compete for nothing).
-BUSY_WORKER = 0.1
 #: The share of CPU time a thread loses to contention is capped here in the impact estimate.
 CONTENTION_CAP = 0.75
 
 
-def oversubscription(ctx: Any) -> dict[str, Any] | None:
+def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     """The oversubscription evidence, or None when the CPU is not oversubscribed.
 
-    Two independent paths, both requiring all cores busy:
+    Two independent paths, both requiring all cores busy (the measurements are the bundle's
+    :class:`~stepscope.analysis.bundle.CpuDemand`):
 
     - *threads*: the sampler knows each worker's OS threads; multi-threaded busy workers plus the
       training process's intra-op threads reach :data:`THREAD_DEMAND_PER_CORE_HIGH` per core;
     - *run queue*: runnable threads reach :data:`RUNNABLE_PER_CORE_HIGH` per core while the
       training tree itself uses most of the cores and the step waits for data (so the crowd is
       this run's loaders, not a neighbour's job).
-
-    Returns a dict with ``cores``, ``runnable_per_core``, ``demand`` (threads wanted, when known),
-    ``worker_threads`` (most threads of a busy worker), ``cpu_util`` and ``tree_cores``.
     """
-    signals = ctx.signals
-    cores = common.cpu_count(ctx)
-    cpu_util = common.field_of(signals, "cpu_util_mean")
-    if signals is None or not cores or cpu_util is None or cpu_util < CPU_SATURATED:
+    demand = ev.cpu_demand
+    if demand is None or demand.cpu_util < CPU_SATURATED:
         return None
-    runnable = common.field_of(signals, "runnable_threads_per_core")
-    busy = [load for load in signals.workers if load.role == "dataloader_worker" and load.cpu_util >= BUSY_WORKER]
-    threads = [load.threads for load in busy if getattr(load, "threads", None)]
-    main_threads = (ctx.stats.intra_op_threads if ctx.stats else None) or 1
-    demand = main_threads + sum(threads) if threads and len(threads) == len(busy) else None
-    tree_cores = sum(load.cpu_util for load in signals.workers)
-    wait = ctx.stats.data_wait_share if ctx.stats is not None else 0.0
-    by_threads = demand is not None and max(threads) > 1 and demand / cores >= THREAD_DEMAND_PER_CORE_HIGH
-    by_queue = (runnable is not None and runnable >= RUNNABLE_PER_CORE_HIGH and bool(busy)
-                and tree_cores >= TREE_SHARE_OF_CORES * cores and wait >= common.INPUT_MODERATE)
+    cores = demand.cores
+    wait = ev.steady.data_wait_share if ev.steady is not None else 0.0
+    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1
+                  and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
+    by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
+                and demand.busy_workers > 0 and demand.tree_cores >= TREE_SHARE_OF_CORES * cores
+                and wait >= common.INPUT_MODERATE)
     if not (by_threads or by_queue):
         return None
-    return {"cores": cores, "runnable_per_core": runnable, "demand": demand, "cpu_util": cpu_util,
-            "worker_threads": max(threads) if threads else None, "tree_cores": tree_cores,
-            "main_threads": main_threads, "workers": len(busy)}
+    return {"cores": cores, "runnable_per_core": demand.runnable_per_core, "demand": demand.demand,
+            "cpu_util": demand.cpu_util, "worker_threads": demand.worker_threads,
+            "tree_cores": demand.tree_cores, "main_threads": demand.main_threads, "workers": demand.busy_workers}
 
 
-def oversubscribed_cpu(ctx) -> Finding | None:
-    facts = oversubscription(ctx)
-    if facts is None or ctx.stats is None:
+def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
+    facts = oversubscription(ev)
+    if facts is None or ev.steady is None:
         return None
-    stats = ctx.stats
+    stats = ev.steady
     cores = facts["cores"]
     per_core = facts["runnable_per_core"] or (facts["demand"] or cores) / cores
     contention = min(CONTENTION_CAP, max(0.0, 1.0 - 1.0 / per_core))
@@ -97,13 +89,13 @@ def oversubscribed_cpu(ctx) -> Finding | None:
                f"waits {common.pct(stats.data_wait_share)} of its time for data. This looks "
                "input-bound, but adding DataLoader workers adds threads to the queue.")
     return common.finding("cpu_oversubscription.threads_exceed_cores", "cpu_oversubscription", title,
-                          impact, 0.85, evidence, _prescriptions(ctx, facts), summary)
+                          impact, 0.85, evidence, _prescriptions(ev, facts), summary)
 
 
-def _prescriptions(ctx, facts: dict[str, Any]) -> list[Prescription]:
+def _prescriptions(ev: RunEvidence, facts: dict[str, Any]) -> list[Prescription]:
     cores = facts["cores"]
     main_threads = facts["main_threads"]
-    loader = common.main_loader(ctx)
+    loader = ev.main_loader
     workers = loader.num_workers if loader is not None else facts["workers"]
     out = []
     per_worker = facts["worker_threads"]

@@ -8,16 +8,17 @@ mixed precision on GPUs, ``torch.compile``, a larger batch.
 
 from __future__ import annotations
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
-from stepscope.diagnosis.rules.compute import measured_mfu
+from stepscope.diagnosis.rules.compute import mfu_text, precision_levers
 
 #: Below this many steady steps the verdict says the evidence is thin.
 FEW_STEPS = 5
 
 
-def verdict(ctx, findings: tuple[Finding, ...] = ()) -> Finding | None:
-    stats = ctx.stats
+def verdict(ev: RunEvidence, findings: tuple[Finding, ...] = ()) -> Finding | None:
+    stats = ev.steady
     if stats is None:
         return None
     evidence = [Evidence("compute_share", round(stats.compute_share, 4), None, "steps", "ratio",
@@ -25,14 +26,11 @@ def verdict(ctx, findings: tuple[Finding, ...] = ()) -> Finding | None:
                 Evidence("data_wait_share", round(stats.data_wait_share, 4), common.INPUT_MODERATE, "steps",
                          "ratio", "steady state"),
                 Evidence("step_time_s", round(stats.step_time_s, 6), None, "steps", "s", "median steady step")]
-    measured = measured_mfu(ctx)
+    measured = ev.mfu
     if measured is not None:
-        evidence.append(Evidence("mfu", round(measured["mfu"], 4), None, "record", "ratio", measured["source"]))
-    prescriptions = []
-    if measured is not None and measured["gpu"] and measured["dtype"] == "fp32":
-        prescriptions.append(Prescription("torch.autocast('cuda', dtype=torch.bfloat16)",
-                                          "tensor cores run bf16 many times faster than fp32", "dtype",
-                                          "fp32", "bf16"))
+        evidence.append(Evidence("mfu", round(measured.value, 4), None, "record", "ratio",
+                                 f"{measured.peak_source}; range {mfu_text(measured)}"))
+    prescriptions = precision_levers(ev, measured)
     prescriptions.append(Prescription("model = torch.compile(model)",
                                       "fuses elementwise work and removes Python overhead"))
     prescriptions.append(Prescription("A larger batch if memory allows (scale the learning rate)",
@@ -40,7 +38,7 @@ def verdict(ctx, findings: tuple[Finding, ...] = ()) -> Finding | None:
     bound = "compute-bound" if stats.compute_share >= 0.5 else "not dominated by one stage"
     title = f"Healthy: the step is {bound} ({common.pct(stats.compute_share)} in the model)"
     if measured is not None:
-        title += f", MFU {common.pct(measured['mfu'])}"
+        title += f", MFU {common.pct(measured.value)}"
     summary = "No bottleneck costs more than 5% of the step."
     if findings:
         summary += " Minor: " + "; ".join(item.title for item in findings[:3]) + "."

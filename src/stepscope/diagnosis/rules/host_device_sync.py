@@ -11,6 +11,7 @@ Thresholds follow XProf's moderate level (5 % of the step) for both.
 
 from __future__ import annotations
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -20,8 +21,8 @@ SYNC_MODERATE = 0.05
 MEMCPY_MODERATE = 0.05
 
 
-def sync_and_copies(ctx) -> Finding | None:
-    trace = ctx.trace
+def sync_and_copies(ev: RunEvidence) -> Finding | None:
+    trace = ev.trace
     if trace is None or not getattr(trace, "device", None):
         return None
     sync = common.field_of(trace, "sync_share") or 0.0
@@ -44,7 +45,7 @@ def sync_and_copies(ctx) -> Finding | None:
             ".cpu()/.numpy()/print of device tensors and data-dependent Python control flow in the step",
             f"{count:.0f} syncs per step" if count else "synchronisations inside the step"))
     if memcpy >= MEMCPY_MODERATE:
-        loader = common.main_loader(ctx)
+        loader = ev.main_loader
         if pageable or (loader is not None and not loader.pin_memory):
             prescriptions.append(Prescription(
                 "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)",

@@ -3,7 +3,7 @@ eager dispatch, autograd bookkeeping, CUDA kernel launches) dominate the math.
 
 Evidence, either:
 
-- the record: aten operators dispatched in one counted step (``record.extra["flops"]["ops"]``)
+- the record: the model's aten operators in one counted step (``record.facts.compute.ops``)
   × :data:`EAGER_OP_OVERHEAD_S` over the step time estimates the overhead share; the mean time
   per operator corroborates it;
 - a trace: the device idles waiting for the host (HTA's "host wait" idle) while most kernels are
@@ -15,14 +15,10 @@ Fires at XProf's "HIGH kernel launch" level (15 %).
 
 from __future__ import annotations
 
+from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
-#: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
-#: a few microseconds on current CPUs — measured 4.7 µs per aten op (forward + backward +
-#: optimizer) on tiny Linear layers on the reference 2-core machine; we take the lower 3 µs so the
-#: estimate stays conservative.
-EAGER_OP_OVERHEAD_S = 3e-6
 #: XProf's "HIGH" level for kernel-launch time (15 % of the step; 3 % is "moderate").
 LAUNCH_HIGH = 0.15
 #: Mean operator time below which operators are "tiny": HTA flags CPU runtime outliers above
@@ -35,36 +31,45 @@ SMALL_KERNEL_SHARE_HIGH = 0.5
 PYTHON_SHARE_HIGH = 0.15
 
 
-def overhead_estimate(ctx) -> tuple[float | None, list[Evidence]]:
-    """Estimated share of the step lost to per-operator overhead, with its evidence."""
-    stats = ctx.stats
-    trace = ctx.trace
+def overhead_estimate(ev: RunEvidence) -> tuple[float | None, list[Evidence]]:
+    """Estimated share of the step lost to per-operator overhead, with its evidence.
+
+    From a trace, the device idle time the host spent *launching* (not loading data, not
+    synchronising: the trace evidence's idle attribution) is the cost when kernels are tiny;
+    without that attribution, HTA's host-wait idle less the DataLoader share.
+    """
+    steady = ev.steady
+    trace = ev.trace
     estimates: list[float] = []
     evidence: list[Evidence] = []
-    if stats is not None and stats.ops_per_step and stats.step_time_mean_s > 0:
-        share = min(1.0, stats.ops_per_step * EAGER_OP_OVERHEAD_S / stats.step_time_mean_s)
-        mean_op_s = stats.step_time_mean_s / stats.ops_per_step
-        if mean_op_s < TINY_OP_S:
-            estimates.append(share)
+    overhead = ev.op_overhead
+    if overhead is not None:
+        if overhead.mean_op_s < TINY_OP_S:
+            estimates.append(overhead.share)
         evidence += [
-            Evidence("ops_per_step", int(stats.ops_per_step), None, "record", "count", "one counted step"),
-            Evidence("mean_op_time_s", round(mean_op_s, 7), TINY_OP_S, "record", "s", "step time / ops"),
-            Evidence("overhead_share_estimate", round(share, 4), LAUNCH_HIGH, "record", "ratio",
+            Evidence("ops_per_step", overhead.ops_per_step, None, "record", "count",
+                     "model operators of one counted step (data loading excluded)"),
+            Evidence("mean_op_time_s", round(overhead.mean_op_s, 7), TINY_OP_S, "record", "s", "step time / ops"),
+            Evidence("overhead_share_estimate", round(overhead.share, 4), LAUNCH_HIGH, "record", "ratio",
                      f"ops × {EAGER_OP_OVERHEAD_S * 1e6:g} µs / step time"),
         ]
-    host_wait = common.field_of(trace, "idle_host_wait_share")
     small = common.field_of(trace, "small_kernel_share")
-    if host_wait is not None and small is not None and small >= SMALL_KERNEL_SHARE_HIGH:
-        estimates.append(float(host_wait))
-        evidence += [Evidence("idle_host_wait_share", round(host_wait, 4), LAUNCH_HIGH, "trace", "ratio",
-                              "device idle waiting for the host"),
+    launch_idle = common.field_of(trace, "idle_launch_share")
+    host_wait = common.field_of(trace, "idle_host_wait_share")
+    if launch_idle is None and host_wait is not None:
+        # idle while the host loads data is the input pipeline's cost, not launch overhead
+        launch_idle = max(0.0, float(host_wait) - float(common.field_of(trace, "dataloader_share") or 0.0))
+    if launch_idle is not None and small is not None and small >= SMALL_KERNEL_SHARE_HIGH:
+        estimates.append(float(launch_idle))
+        evidence += [Evidence("idle_launch_share", round(launch_idle, 4), LAUNCH_HIGH, "trace", "ratio",
+                              "device idle while the host launches work (data loading and syncs excluded)"),
                      Evidence("small_kernel_share", round(small, 4), SMALL_KERNEL_SHARE_HIGH, "trace",
                               "ratio", "kernels shorter than their launch")]
     python = common.field_of(trace, "python_share")
     if python is not None:
         # Python time while loading data or outside the model (logging, checkpoints) is not
         # framework overhead: take the data-wait and "other" shares of the step out first
-        outside = (stats.data_wait_share + stats.shares.get("other", 0.0)) if stats is not None \
+        outside = (steady.data_wait_share + steady.shares.get("other", 0.0)) if steady is not None \
             else float(common.field_of(trace, "dataloader_share") or 0.0)
         model_python = max(0.0, float(python) - outside)
         if model_python >= PYTHON_SHARE_HIGH:
@@ -74,17 +79,17 @@ def overhead_estimate(ctx) -> tuple[float | None, list[Evidence]]:
     return (max(estimates) if estimates else None), evidence
 
 
-def tiny_ops_dominate(ctx) -> Finding | None:
-    share, evidence = overhead_estimate(ctx)
+def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
+    share, evidence = overhead_estimate(ev)
     if share is None or share < LAUNCH_HIGH:
         return None
-    stats = ctx.stats
-    ops = stats.ops_per_step if stats is not None else None
+    stats = ev.steady
+    ops = ev.op_overhead.ops_per_step if ev.op_overhead is not None else None
     title = (f"Framework overhead dominates: ~{common.pct(share)} of the step goes to launching "
              + (f"{int(ops)} tiny operators" if ops else "tiny operators") + " rather than computing")
     summary = ("Each operator pays a fixed host cost (Python, dispatch, autograd, kernel launch) that "
                "its tiny amount of math does not amortise. Fewer, larger operators fix it.")
-    kernels = common.field_of(ctx.trace, "kernel_count_per_step")
+    kernels = common.field_of(ev.trace, "kernel_count_per_step")
     if kernels:
         evidence.append(Evidence("kernel_count_per_step", round(kernels, 1), None, "trace", "count", "per step"))
     prescriptions = [
@@ -96,9 +101,9 @@ def tiny_ops_dominate(ctx) -> Finding | None:
         Prescription("Increase the batch size so each operator does more work per launch",
                      "the per-operator cost is fixed, the math grows with the batch"),
     ]
-    if ctx.trace is not None and getattr(ctx.trace, "device", None):
+    if ev.trace is not None and getattr(ev.trace, "device", None):
         prescriptions.insert(1, Prescription(
             "Capture the step with CUDA graphs (torch.compile(mode='reduce-overhead'))",
             "replays all launches of a step with one CPU call"))
     return common.finding("launch_overhead.tiny_ops", "launch_overhead", title, share, 0.75, evidence,
-                          prescriptions, summary)
+                          prescriptions, summary, claims=("compute", "other") if ev.steady is not None else ("step",))

@@ -12,6 +12,7 @@ the run at stake, :data:`LEAK_IMPACT_SOON` when memory would run out within
 
 from __future__ import annotations
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
@@ -34,8 +35,8 @@ NEAR_CAPACITY = 0.9
 NEAR_CAPACITY_IMPACT = 0.05
 
 
-def swapping(ctx) -> Finding | None:
-    signals = ctx.signals
+def swapping(ev: RunEvidence) -> Finding | None:
+    signals = ev.signals
     swap_in = common.field_of(signals, "swap_in_bytes_per_s")
     swap_out = common.field_of(signals, "swap_out_bytes_per_s")
     rate = max(swap_in or 0.0, swap_out or 0.0)
@@ -55,12 +56,12 @@ def swapping(ctx) -> Finding | None:
         "Pages move to and from swap while the run trains; each access to a swapped page blocks.")
 
 
-def growing_memory(ctx) -> Finding | None:
-    signals = ctx.signals
+def growing_memory(ev: RunEvidence) -> Finding | None:
+    signals = ev.signals
     growth = common.field_of(signals, "rss_growth_bytes_per_s")
     if growth is None or growth < LEAK_BYTES_PER_S:
         return None
-    span_s = ctx.stats.total_s if ctx.stats is not None else None
+    span_s = ev.steady.total_s if ev.steady is not None else None
     if span_s is not None and growth * span_s < LEAK_MIN_GROWTH_BYTES:
         return None
     total = common.field_of(signals, "memory_total_bytes")
@@ -77,6 +78,10 @@ def growing_memory(ctx) -> Finding | None:
                                  "remaining memory / growth"))
     soon = horizon is not None and horizon < LEAK_HORIZON_S
     impact = LEAK_IMPACT_SOON if soon else LEAK_IMPACT
+    basis = ("estimate: memory runs out within the hour, which ends the run" if soon
+             else "estimate: a leak ranks with a high finding although it costs no step time yet")
+    if ev.steady is None:
+        impact, basis = 0.0, "none: the run has no steps, so only the growth rate is reported"
     rate = growth / 2**20
     title = (f"Memory grows {rate:.0f} MiB/s and does not level off"
              + (f": memory runs out in ~{horizon / 60:.0f} min" if horizon is not None else ""))
@@ -90,19 +95,20 @@ def growing_memory(ctx) -> Finding | None:
          Prescription("Find the growing objects: tracemalloc snapshots a few steps apart, or "
                       "torch.cuda.memory._record_memory_history() on GPU")],
         "Resident memory keeps growing after warm-up, which is how a leak looks; the run dies when "
-        "the machine runs out.", severity=Severity.HIGH if soon else None)
+        "the machine runs out.", severity=Severity.HIGH if soon else (Severity.LOW if ev.steady is None else None),
+        impact_basis=basis)
 
 
-def near_capacity(ctx) -> Finding | None:
-    trace = ctx.trace
+def near_capacity(ev: RunEvidence) -> Finding | None:
+    trace = ev.trace
     shares = []
     peak, capacity = common.field_of(trace, "memory_peak_bytes"), common.field_of(trace, "memory_capacity_bytes")
     if peak and capacity:
         shares.append(("device_memory_peak_share", peak / capacity, "trace", "device"))
-    gpu = common.field_of(ctx.signals, "gpu_memory_used_share_max")
+    gpu = common.field_of(ev.signals, "gpu_memory_used_share_max")
     if gpu is not None:
         shares.append(("gpu_memory_used_share_max", float(gpu), "sampler", "device"))
-    host = common.field_of(ctx.signals, "memory_used_share_max")
+    host = common.field_of(ev.signals, "memory_used_share_max")
     if host is not None:
         shares.append(("memory_used_share_max", float(host), "sampler", "host"))
     over = [item for item in shares if item[1] >= NEAR_CAPACITY]
@@ -120,4 +126,5 @@ def near_capacity(ctx) -> Finding | None:
         f"{where.capitalize()} memory peaks at {share:.0%} of capacity", NEAR_CAPACITY_IMPACT, 0.8,
         [Evidence(metric, round(share, 4), NEAR_CAPACITY, source, "ratio", where)], prescriptions,
         "Close to the limit, a longer sequence or a larger batch fails with out-of-memory; "
-        "allocators also start to retry and fragment.", severity=Severity.MEDIUM)
+        "allocators also start to retry and fragment.", severity=Severity.MEDIUM,
+        impact_basis="estimate: a risk weight for a run close to out-of-memory, not step time")

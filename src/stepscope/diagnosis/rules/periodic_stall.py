@@ -27,6 +27,7 @@ from collections import Counter
 
 import numpy as np
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.record.run import PHASES
@@ -98,14 +99,14 @@ _CAUSES = {
 }
 
 
-def recurring_slow_steps(ctx) -> Finding | None:
-    stats = ctx.stats
-    steps = getattr(ctx.record, "steps", None)
+def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
+    stats = ev.steady
+    steps = getattr(ev.record, "steps", None)
     if stats is None or steps is None or stats.steady_count < MIN_STALLS * 2:
         return None
     index = np.flatnonzero(stats.mask)
     total_s = float(steps.duration_ns[index].sum()) / 1e9
-    loader = common.main_loader(ctx)
+    loader = ev.main_loader
     round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
     found = {}
     for phase, values in phase_columns(steps, stats.mask).items():

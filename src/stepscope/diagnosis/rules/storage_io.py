@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY, LOADER_CPU_IDLE
@@ -34,37 +34,20 @@ IO_WORKERS_PER_CORE = 4
 IO_PREFETCH = 4
 
 
-def first_epoch_ratio(ctx) -> float | None:
-    """First epoch's fetch wait per step over later epochs' (None without two epochs)."""
-    steps = getattr(ctx.record, "steps", None)
-    if steps is None or len(steps) < 4:
-        return None
-    starts = np.flatnonzero(steps.loader_init_ns > 0)
-    starts = starts[starts > 0]
-    if len(starts) == 0:
-        return None
-    fetch = (steps.data_wait_ns - steps.loader_init_ns).astype(np.float64)
-    first, later = fetch[1:starts[0]], fetch[starts[0]:]
-    if len(first) < 2 or len(later) < 2 or later.mean() <= 0:
-        return None
-    return float(first.mean() / later.mean())
-
-
-def io_signs(ctx) -> tuple[float | None, bool, float | None, list[bool]]:
+def io_signs(ev: RunEvidence) -> tuple[float | None, bool, float | None, list[bool]]:
     """(iowait share, page-cache warming, first-epoch ratio, which of the three point at storage)."""
-    iowait = common.field_of(ctx.signals, "iowait_share")
-    warming = bool(common.field_of(ctx.signals, "page_cache_warming"))
-    epoch_ratio = first_epoch_ratio(ctx)
+    signs = ev.storage
+    iowait, warming, epoch_ratio = signs.iowait_share, signs.page_cache_warming, signs.first_epoch_ratio
     return iowait, warming, epoch_ratio, [iowait is not None and iowait >= IOWAIT_HIGH, warming,
                                           epoch_ratio is not None and epoch_ratio >= FIRST_EPOCH_SLOWER]
 
 
-def loader_waits_on_io(ctx) -> Finding | None:
-    stats = ctx.stats
+def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
+    stats = ev.steady
     if stats is None or stats.fetch_wait_share < INPUT_MODERATE:
         return None
-    util, util_source = common.loader_cpu_util(ctx)
-    iowait, warming, epoch_ratio, signs = io_signs(ctx)
+    util, util_source = common.loader_cpu_util(ev)
+    iowait, warming, epoch_ratio, signs = io_signs(ev)
     idle = util is not None and util < LOADER_CPU_BUSY
     if not idle and not (util is None and any(signs)):
         return None
@@ -90,16 +73,16 @@ def loader_waits_on_io(ctx) -> Finding | None:
                + (f" ({util:.0%} of a core)" if util is not None else "")
                + ": they wait for reads or a slow source. More workers overlap the waiting.")
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
-                          evidence, _prescriptions(ctx, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER),
-                          summary)
+                          evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER),
+                          summary, claims=("data_wait",))
 
 
-def _prescriptions(ctx, cached_later: bool) -> list[Prescription]:
-    stats = ctx.stats
-    loader = common.main_loader(ctx)
-    cores = common.cpu_count(ctx) or 1
+def _prescriptions(ev: RunEvidence, cached_later: bool) -> list[Prescription]:
+    stats = ev.steady
+    loader = ev.main_loader
+    cores = ev.cpu_count or 1
     workers = loader.num_workers if loader is not None else 0
-    batches = common.batches_per_step(ctx)
+    batches = ev.steady.batches_per_step
     per_batch = stats.step_time_mean_s / batches
     wait_s = stats.fetch_wait_share * per_batch
     compute_s = max(per_batch - wait_s, 1e-6)

@@ -1,6 +1,6 @@
 """Stragglers: one rank is slower than the others, and every collective waits for it.
 
-Evidence: per-rank steady-state means of data wait and forward time (``ctx.ranks``, one record per
+Evidence: per-rank steady-state means of data wait and forward time (``ev.ranks``, one record per
 rank). Backward time is deliberately not used: DDP's all-reduce equalises it across ranks, which
 hides a backward straggler (TraceML issue #252). The skew score of a phase is
 ``(slowest − median) / median``; TraceML warns at 0.10 and calls 0.20 critical.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.diagnosis.context import compute_step_stats
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -22,15 +22,10 @@ SKEW_CRITICAL = 0.20
 STRAGGLER_PHASES = ("data_wait", "forward")
 
 
-def slow_rank(ctx) -> Finding | None:
-    if len(ctx.ranks) < 2:
+def slow_rank(ev: RunEvidence) -> Finding | None:
+    if len(ev.ranks) < 2:
         return None
-    per_rank = []
-    for record in ctx.ranks:
-        stats = compute_step_stats(record)
-        if stats is None:
-            return None
-        per_rank.append((getattr(record.meta, "rank", len(per_rank)), stats))
+    per_rank = [(item.rank, item.steady) for item in ev.ranks]
     best = None
     for phase in STRAGGLER_PHASES:
         seconds = np.array([stats.shares[phase] * stats.step_time_mean_s for _, stats in per_rank])

@@ -1,0 +1,389 @@
+"""The evidence bundle: everything known about one rank, computed once, the only input of the rules.
+
+:func:`build_evidence` is the one function that turns a run record (and, when present, the
+sampler's samples, a trace's evidence and the other ranks' records) into a :class:`RunEvidence`.
+``stepscope run``, ``stepscope report`` and ``stepscope analyze`` all call it; the diagnosis rules
+read nothing else, and the :class:`~stepscope.report.model.Report` takes its numbers from it.
+
+Every derived measurement that more than one rule (or a rule and a renderer) needs lives here, so
+two readers never compute the same number twice or differently:
+
+- the steady state (:class:`~stepscope.analysis.run.steady.SteadyState`): warm-up, excluded steps,
+  phase shares, percentiles;
+- the loading processes' CPU while the step waits (:class:`LoaderCpu`);
+- storage signs (:class:`StorageSigns`): iowait, page-cache warming, a slow first epoch;
+- CPU demand (:class:`CpuDemand`): runnable threads, threads the training tree wants, its cores;
+- the cores the model's compute keeps busy (``compute_cores``), which prices DataLoader workers;
+- per-operator overhead (:class:`OpOverhead`) from the counted step;
+- MFU against the peak of the dtype that ran, with its uncertainty (:class:`MfuEstimate`);
+- foreign load: processes outside the job that used the machine (:class:`ForeignLoad`).
+
+Thresholds are not applied here: rules apply them. Any part may be None (not measured); None is
+never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.analysis.run.mfu import mfu, peak_flops
+from stepscope.analysis.run.steady import SteadyState, steady_state
+from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
+
+#: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
+#: measured 4.7 µs per aten op (forward + backward + optimizer) on tiny Linear layers on the
+#: reference 2-core machine; the lower 3 µs keeps the estimate conservative.
+EAGER_OP_OVERHEAD_S = 3e-6
+#: On CPU the step is compared with a best-case peak, so the step is taken best-case too.
+GPU_KINDS = ("cuda", "rocm", "gpu")
+
+
+@dataclass(frozen=True)
+class LoaderCpu:
+    """CPU (share of one core) of the processes that load data while the step waits for them."""
+
+    util: float | None
+    source: str  # how it was measured, ending "(capture)" or "(sampler)"
+
+    @property
+    def measured_by(self) -> str:
+        return "steps" if self.source.endswith("(capture)") else "sampler"
+
+
+@dataclass(frozen=True)
+class StorageSigns:
+    """Signs that loading waits on storage."""
+
+    iowait_share: float | None
+    page_cache_warming: bool
+    first_epoch_ratio: float | None  # first epoch's fetch wait per step over later epochs'
+
+
+@dataclass(frozen=True)
+class CpuDemand:
+    """How many threads want the cores, and how much of them the training tree uses."""
+
+    cores: int
+    cpu_util: float  # all cores, 0..1
+    runnable_per_core: float | None
+    busy_workers: int
+    worker_threads: int | None  # most threads of a busy worker, when every busy worker's count is known
+    demand: int | None  # main intra-op threads + busy workers' threads
+    main_threads: int
+    tree_cores: float  # cores the training tree (main + workers) uses
+
+
+@dataclass(frozen=True)
+class OpOverhead:
+    """Per-operator overhead estimated from the FLOP-counted step's operator count."""
+
+    ops_per_step: int
+    mean_op_s: float  # step time / operators
+    share: float  # ops × EAGER_OP_OVERHEAD_S / step time
+
+
+@dataclass(frozen=True)
+class MfuEstimate:
+    """Model FLOPs utilisation of the steady state, never above 1.
+
+    ``low``/``high`` bound it from the spread of the step times (p10–p90 of steady steps) and, on
+    CPU, of the measured peak. ``peak`` is the peak of ``dtype`` — the dtype that carried most of
+    the counted step's FLOPs.
+    """
+
+    value: float
+    low: float
+    high: float
+    peak_flops: float
+    dtype: str
+    peak_source: str
+    on_gpu: bool
+    flops_per_step: float
+    step_time_s: float
+
+
+@dataclass(frozen=True)
+class ForeignProcess:
+    pid: int
+    name: str
+    cpu_util: float  # share of one core
+
+
+@dataclass(frozen=True)
+class ForeignLoad:
+    """Processes outside the job that used the machine during the run."""
+
+    cpu_share: float  # share of all cores used outside the training tree
+    processes: tuple[ForeignProcess, ...]  # the busiest ones, when the sampler named them
+
+
+@dataclass(frozen=True)
+class RankSteady:
+    """Another rank of the same job: its steady state, for cross-rank rules."""
+
+    rank: int
+    steady: SteadyState
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """All evidence about one rank (or one trace). Build it with :func:`build_evidence`."""
+
+    record: RunRecord | None = None
+    steady: SteadyState | None = None
+    signals: MacroSignals | None = None
+    trace: TraceEvidence | None = None
+    facts: CaptureFacts = field(default_factory=CaptureFacts)
+    ranks: tuple[RankSteady, ...] = ()
+    cpu_count: int | None = None
+    intra_op_threads: int | None = None
+    gpu: DeviceInfo | None = None
+    main_loader: LoaderInfo | None = None
+    loader_cpu: LoaderCpu = LoaderCpu(None, "not known without sampler evidence")
+    storage: StorageSigns = StorageSigns(None, False, None)
+    cpu_demand: CpuDemand | None = None
+    compute_cores: float | None = None
+    op_overhead: OpOverhead | None = None
+    mfu: MfuEstimate | None = None
+    mfu_note: str | None = None
+    foreign: ForeignLoad | None = None
+
+    @property
+    def loaders(self) -> tuple[LoaderInfo, ...]:
+        return self.record.loaders if self.record is not None else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The derived measurements (what ``report.json`` carries under ``evidence``)."""
+        return {
+            "cpu_count": self.cpu_count,
+            "intra_op_threads": self.intra_op_threads,
+            "loader_cpu": asdict(self.loader_cpu),
+            "storage": asdict(self.storage),
+            "cpu_demand": asdict(self.cpu_demand) if self.cpu_demand is not None else None,
+            "compute_cores": self.compute_cores,
+            "op_overhead": asdict(self.op_overhead) if self.op_overhead is not None else None,
+            "mfu": asdict(self.mfu) if self.mfu is not None else None,
+            "mfu_note": self.mfu_note,
+            "foreign": asdict(self.foreign) if self.foreign is not None else None,
+            "ranks": [item.rank for item in self.ranks],
+        }
+
+
+def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None = None,
+                   trace: TraceEvidence | None = None, ranks: tuple[RunRecord, ...] = ()) -> RunEvidence:
+    """The :class:`RunEvidence` of one rank.
+
+    Args:
+        record: the run record (None for a bare trace).
+        signals: the sampler's signals; derived from ``record.samples`` when None.
+        trace: a trace's evidence for this rank.
+        ranks: every rank's record of the same job (this one included) for cross-rank rules.
+    """
+    if record is None:
+        return RunEvidence(trace=trace, mfu_note="no run record: MFU needs capture's FLOP count")
+    if signals is None and record.samples is not None:
+        from stepscope.analysis.run.signals import compute_signals
+
+        signals = compute_signals(record.samples, record.steps)
+    steady = steady_state(record)
+    meta = record.meta
+    cpu_count = meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None
+    gpu = next((device for device in meta.devices if device.kind in GPU_KINDS), None)
+    loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
+    foreign = foreign_load(signals, cpu_count)
+    estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
+    other_ranks = tuple(RankSteady(item.meta.rank, state) for item in ranks
+                        if (state := steady_state(item)) is not None)
+    return RunEvidence(
+        record=record, steady=steady, signals=signals, trace=trace, facts=record.facts,
+        ranks=other_ranks if len(other_ranks) == len(ranks) else (),
+        cpu_count=cpu_count, intra_op_threads=meta.intra_op_threads, gpu=gpu, main_loader=loader,
+        loader_cpu=loader_cpu(record, steady, signals, loader),
+        storage=storage_signs(record, signals),
+        cpu_demand=cpu_demand(signals, cpu_count, meta.intra_op_threads),
+        compute_cores=compute_cores(steady, signals, loader, record),
+        op_overhead=op_overhead(record.facts, steady),
+        mfu=estimate, mfu_note=note, foreign=foreign,
+    )
+
+
+# -- loading -------------------------------------------------------------------------------------
+#: Cores the model's compute is taken to keep busy when no measurement says otherwise.
+COMPUTE_CORES_ASSUMED = 1.0
+
+
+def loader_cpu(record: RunRecord, steady: SteadyState | None, signals: MacroSignals | None,
+               loader: LoaderInfo | None) -> LoaderCpu:
+    """CPU of the loading processes while the step waits.
+
+    Measured values take precedence: with ``num_workers=0``, the training thread's own CPU time
+    inside ``next()`` (capture's ``data_wait_cpu_ns``: immune to other threads of the process,
+    such as spinning OpenMP workers); with workers, the sampler's ``data_wait_cpu_util``, else the
+    workers' mean. Without either, the main process's CPU less what its compute explains (compute
+    taken to keep one core busy for ``1 - data_wait`` of the time).
+    """
+    if steady is None:
+        return LoaderCpu(None, "no steps")
+    if loader is not None and loader.num_workers == 0:
+        steps = record.steps
+        cpu = steps.data_wait_cpu_ns[steady.mask]
+        wait = steps.data_wait_ns[steady.mask] - steps.loader_init_ns[steady.mask]
+        known = cpu >= 0
+        if known.any() and wait[known].sum() > 0:
+            return LoaderCpu(min(1.0, float(cpu[known].sum() / wait[known].sum())),
+                             "training thread's CPU time inside next() (capture)")
+    if signals is None:
+        return LoaderCpu(None, "not known without sampler evidence")
+    if signals.data_wait_cpu_util is not None:
+        return LoaderCpu(float(signals.data_wait_cpu_util), "loading processes while the step waited (sampler)")
+    if loader is not None and loader.num_workers > 0:
+        util = signals.worker_cpu_util_mean
+        return LoaderCpu(None if util is None else float(util), "mean of the DataLoader workers (sampler)")
+    if signals.main_cpu_util is None or steady.data_wait_share <= 0:
+        return LoaderCpu(None, "not known without sampler evidence")
+    compute = (1.0 - steady.data_wait_share) * COMPUTE_CORES_ASSUMED
+    residual = max(0.0, float(signals.main_cpu_util) - compute) / steady.data_wait_share
+    return LoaderCpu(min(residual, 1.0), "main process, less what its compute explains (sampler)")
+
+
+def compute_cores(steady: SteadyState | None, signals: MacroSignals | None, loader: LoaderInfo | None,
+                  record: RunRecord) -> float | None:
+    """Cores the training process keeps busy while it is *not* waiting for data (None unknown).
+
+    The main process's CPU over the steady state, less the CPU it spent loading (``num_workers=0``:
+    capture's ``data_wait_cpu_ns``), divided by the time it was not waiting. This is what DataLoader
+    workers would compete with: a model that already uses every core gains nothing from workers.
+    """
+    if steady is None or signals is None or signals.main_cpu_util is None:
+        return None
+    busy = 1.0 - steady.fetch_wait_share
+    if busy <= 0.05:
+        return None
+    loading = 0.0
+    if loader is None or loader.num_workers == 0:
+        # the main process also loads: only capture's own measurement of that CPU separates the two
+        steps = record.steps
+        cpu = steps.data_wait_cpu_ns[steady.mask]
+        known = cpu >= 0
+        durations = steps.duration_ns[steady.mask]
+        if steady.fetch_wait_share > 0 and (not known.any() or durations[known].sum() <= 0):
+            return None
+        loading = float(cpu[known].sum() / durations[known].sum()) if known.any() else 0.0
+    return max(0.0, (float(signals.main_cpu_util) - loading) / busy)
+
+
+def storage_signs(record: RunRecord, signals: MacroSignals | None) -> StorageSigns:
+    return StorageSigns(
+        iowait_share=signals.iowait_share if signals is not None else None,
+        page_cache_warming=bool(signals.page_cache_warming) if signals is not None else False,
+        first_epoch_ratio=first_epoch_ratio(record),
+    )
+
+
+def first_epoch_ratio(record: RunRecord) -> float | None:
+    """First epoch's fetch wait per step over later epochs' (None without two epochs)."""
+    steps = record.steps
+    if len(steps) < 4:
+        return None
+    starts = np.flatnonzero(steps.loader_init_ns > 0)
+    starts = starts[starts > 0]
+    if len(starts) == 0:
+        return None
+    fetch = (steps.data_wait_ns - steps.loader_init_ns).astype(np.float64)
+    first, later = fetch[1:starts[0]], fetch[starts[0]:]
+    if len(first) < 2 or len(later) < 2 or later.mean() <= 0:
+        return None
+    return float(first.mean() / later.mean())
+
+
+# -- CPU demand ----------------------------------------------------------------------------------
+#: A worker above this share of one core counts as busy (idle workers compete for nothing).
+BUSY_WORKER = 0.1
+
+
+def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads: int | None) -> CpuDemand | None:
+    if signals is None or not cores or signals.cpu_util_mean is None:
+        return None
+    busy = [load for load in signals.workers if load.role == "dataloader_worker" and load.cpu_util >= BUSY_WORKER]
+    threads = [load.threads for load in busy if load.threads]
+    main_threads = intra_op_threads or 1
+    known = bool(threads) and len(threads) == len(busy)
+    return CpuDemand(
+        cores=cores, cpu_util=float(signals.cpu_util_mean),
+        runnable_per_core=signals.runnable_threads_per_core, busy_workers=len(busy),
+        worker_threads=max(threads) if known else None,
+        demand=main_threads + sum(threads) if known else None,
+        main_threads=main_threads, tree_cores=sum(load.cpu_util for load in signals.workers),
+    )
+
+
+def foreign_load(signals: MacroSignals | None, cores: int | None) -> ForeignLoad | None:
+    """Share of all cores used by processes outside the training tree, and the busiest of them."""
+    if signals is None or not cores or signals.cpu_util_mean is None or not signals.workers:
+        return None
+    tree = sum(load.cpu_util for load in signals.workers) / cores
+    share = max(0.0, float(signals.cpu_util_mean) - tree)
+    processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes)
+    return ForeignLoad(round(share, 4), processes)
+
+
+# -- operators and MFU ---------------------------------------------------------------------------
+def op_overhead(facts: CaptureFacts, steady: SteadyState | None) -> OpOverhead | None:
+    """Per-operator overhead of the model's own operators (data-loading operators excluded)."""
+    compute = facts.compute
+    if compute is None or compute.ops <= 0 or steady is None or steady.step_time_mean_s <= 0:
+        return None
+    step = steady.step_time_mean_s
+    return OpOverhead(compute.ops, step / compute.ops, min(1.0, compute.ops * EAGER_OP_OVERHEAD_S / step))
+
+
+#: Share of all cores used by others above which a CPU MFU is not trusted: the steps ran on a
+#: different machine than the one the peak describes.
+FOREIGN_CPU_MAX_FOR_MFU = 0.5
+
+
+def mfu_estimate(facts: CaptureFacts, steady: SteadyState | None, gpu: DeviceInfo | None,
+                 foreign: ForeignLoad | None) -> tuple[MfuEstimate | None, str | None]:
+    """MFU against the peak of the dtype that ran, with bounds; or None and why not."""
+    compute = facts.compute
+    if compute is None or compute.flops <= 0:
+        return None, "no FLOP count (the FLOP-counted step did not run)"
+    if steady is None or steady.step_time_s <= 0:
+        return None, "no steady steps"
+    dtype = compute.compute_dtype or "fp32"
+    fast, slow = steady.step_time_fast_s, steady.steady.p90_s or steady.step_time_s
+    if gpu is not None:
+        peak = peak_flops(gpu.name, dtype)
+        if peak is None:
+            return None, f"no datasheet peak known for {gpu.name} in {dtype}"
+        step = steady.step_time_s
+        peak_low = peak_high = peak
+        source = f"{gpu.name} datasheet {dtype}"
+    else:
+        cpu_peak = facts.cpu_peak
+        if cpu_peak is None or cpu_peak.flops_best <= 0:
+            return None, "the CPU matmul peak was not measured"
+        if dtype != "fp32":
+            return None, (f"the step computes in {dtype} and only the fp32 CPU peak is measured: "
+                          "MFU against it would be meaningless")
+        if foreign is not None and foreign.cpu_share > FOREIGN_CPU_MAX_FOR_MFU:
+            return None, (f"other processes used {foreign.cpu_share:.0%} of the cores: the steps ran on a "
+                          "busier machine than the one the peak describes")
+        # the peak is the best repetition of a GEMM, so the step is taken best-case too
+        step = fast = steady.step_time_fast_s
+        peak_high, peak_low = cpu_peak.flops_best, cpu_peak.flops_median or cpu_peak.flops_best
+        peak = cpu_peak.flops_best
+        source = "measured fp32 matmul peak of this CPU"
+    value = mfu(compute.flops, step, peak)
+    if value > 1.0:
+        return None, (f"the counted FLOPs exceed the {dtype} peak ({value:.0%}): the peak does not describe "
+                      "this run")
+    return MfuEstimate(
+        value=value, low=min(value, mfu(compute.flops, slow, peak_high)),
+        high=min(1.0, max(value, mfu(compute.flops, fast, peak_low))), peak_flops=float(peak), dtype=dtype,
+        peak_source=source, on_gpu=gpu is not None, flops_per_step=float(compute.flops), step_time_s=step,
+    ), None
