@@ -13,7 +13,7 @@ from stepscope._version import __version__
 __all__ = ["__version__", "profile", "RunRecord", "load_record"]
 
 
-def __getattr__(name: str):  # lazy: keep `import stepscope` light and torch-free
+def __getattr__(name: str) -> object:  # lazy: keep `import stepscope` light and torch-free
     if name == "profile":
         from stepscope.api import profile
 

@@ -43,13 +43,16 @@ def test_text_output_with_findings(capsys, one_rule):
 def test_json_output(capsys, one_rule, tmp_path):
     assert main(["analyze", str(TRAIN), "--format", "json", "--group-by-shape"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == "stepscope.analyze/1"
+    assert (doc["kind"], doc["source"]) == ("stepscope.report", "trace")  # the envelope report.json has
+    assert doc["findings"][0]["rule_id"] == "test.cpu_exec" and doc["diagnosis"]["complete"] is True
+    assert doc["trace_analysis"]["schema"] == "stepscope.analyze/1"
+    (views,) = doc["trace_analysis"]["ranks"]
+    assert set(views["overview"]["mean_share"]) >= {"Kernel", "DataLoader", "CPU Exec", "Other"}
+    assert views["operators"]["grouped_by_shape"] is True
+    assert views["temporal"] is None and views["comm_overlap"]["overlap_share"] is None
     (rank,) = doc["ranks"]
-    assert set(rank["overview"]["mean_share"]) >= {"Kernel", "DataLoader", "CPU Exec", "Other"}
-    assert rank["operators"]["grouped_by_shape"] is True
-    assert rank["evidence"]["steps"] == 4
+    assert rank["trace"]["steps"] == 4
     assert rank["findings"][0]["rule_id"] == "test.cpu_exec"
-    assert rank["temporal"] is None and rank["comm_overlap"]["overlap_share"] is None
     out = tmp_path / "analysis.json"
     assert main(["analyze", str(TRAIN), "--format", "json", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["ranks"][0]["rank"] == 0
@@ -63,7 +66,8 @@ def test_directory_and_rank_selection(capsys, tmp_path):
     assert main(["analyze", str(tmp_path), "--format", "json", "--rank", "1"]) == 0
     parsed = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in parsed["ranks"]] == [1]
-    assert len(parsed["comparison"]["ranks"]) == 2
+    assert [r["rank"] for r in parsed["trace_analysis"]["ranks"]] == [1]
+    assert len(parsed["trace_analysis"]["comparison"]["ranks"]) == 2
     assert main(["analyze", str(tmp_path)]) == 0
     assert "Straggler candidates" in capsys.readouterr().out
     assert main(["analyze", str(tmp_path), "--rank", "7"]) == 2

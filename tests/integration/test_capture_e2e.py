@@ -236,7 +236,7 @@ def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):
     trace = orjson.loads((tmp_path / "out" / window.trace_path).read_bytes())
     assert any(event.get("name") == "aten::addmm" for event in trace["traceEvents"])
     report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
-    assert report["steps"]["excluded"] == [4, 5, 6, 7, 8]
+    assert report["summary"]["steps"]["excluded"] == [4, 5, 6, 7, 8]
     assert sorted(event["name"] for event in trace["traceEvents"] if event.get("name", "").startswith("ProfilerStep")) \
         == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
-    assert report["extra"]["trace"]["steps"] == 3  # the window's trace fed the diagnosis
+    assert report["trace"]["steps"] == 3  # the window's trace fed the diagnosis

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stepscope.capture.foreign import ForeignScan
 from stepscope.capture.gpu import GpuProbe, open_gpus
 from stepscope.capture.system import ProcessTree, SystemProbe
 from stepscope.errors import CaptureWarning, UsageError
@@ -71,6 +72,7 @@ class SystemSampler:
                 self.notes.append(note)
         self.gpu: GpuProbe | None = gpu  # type: ignore[assignment]
         self._failures: set[str] = set()
+        self.foreign = ForeignScan(self.tree.known_pids) if target_pid is not None else None
 
     def header(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -98,6 +100,12 @@ class SystemSampler:
             sample.update(self.gpu.sample())
             self.notes += self.gpu.notes
             self.gpu.notes.clear()
+        if self.foreign is not None:
+            try:
+                events += self.foreign.poll()
+            except Exception as exc:  # noqa: BLE001
+                self._fail(f"other processes could not be scanned ({type(exc).__name__}: {exc})")
+                self.foreign = None
         events += [{"type": "note", "ts_ns": ts_ns, "text": text} for text in self.notes]
         self.notes.clear()
         return sample, events

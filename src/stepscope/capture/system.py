@@ -229,6 +229,10 @@ class ProcessTree:
         self.target_alive = True
         self._target_start: int | None = None
 
+    def known_pids(self) -> set[int]:
+        """Pids of the tracked tree (and the excluded ones): not foreign to the run."""
+        return {*self.tracked, *self.exclude}
+
     @property
     def _tree_mode(self) -> bool:
         return self.target_pid is not None

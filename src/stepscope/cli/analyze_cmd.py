@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _progress(args: argparse.Namespace):
+def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.no_progress or not sys.stderr.isatty():
         return None, None
     from rich.console import Console

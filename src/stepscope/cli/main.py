@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from stepscope._version import __version__
 from stepscope.errors import EXIT_USAGE, StepscopeError
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_module(module_name: str):
+def _command_module(module_name: str) -> ModuleType:
     return importlib.import_module(f"stepscope.cli.{module_name}")
 
 

@@ -91,14 +91,19 @@ class StepTable:
 
     @property
     def end_ns(self) -> np.ndarray:
-        return self.start_ns + self.duration_ns
+        end: np.ndarray = self.start_ns + self.duration_ns
+        return end
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {item.name: getattr(self, item.name) for item in fields(self)}
+        return {item.name: self.column(item.name) for item in fields(self)}
+
+    def column(self, name: str) -> np.ndarray:
+        column: np.ndarray = getattr(self, name)
+        return column
 
     def phase(self, name: str) -> np.ndarray:
         """The ``<name>_ns`` column of a phase from :data:`PHASES`."""
-        return getattr(self, f"{name}_ns")
+        return self.column(f"{name}_ns")
 
     def select(self, index: slice | np.ndarray) -> StepTable:
         """A subset of steps (slice or boolean/int index)."""

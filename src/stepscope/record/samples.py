@@ -28,6 +28,8 @@ JSON lines, each with a ``type``:
 - ``process``: a process seen for the first time (fields of :class:`ProcessInfo`);
 - ``role``: ``{"id", "role", "loader_id", "ts_ns"}`` — a role learned after the process was seen;
 - ``exit``: ``{"id", "ts_ns"}`` — the first sample at which the process was gone;
+- ``foreign``: ``{"ts_ns", "interval_s", "procs": [[pid, name, cores], ...]}`` — the busiest processes
+  outside the training tree since the previous scan (``capture/foreign.py``);
 - ``samples``: ``{"count", "series": {column: rows}, "proc": {column: rows}, "gpu_procs": {...}}``
   for the samples since the previous member. Integer series are delta-encoded within the member
   (first row absolute, then differences), which turns large cumulative counters into small numbers.
@@ -186,6 +188,8 @@ class Samples:
     processes: tuple[ProcessInfo, ...] = ()
     notes: tuple[str, ...] = ()
     truncated: bool = False  # the file ended inside a member (the sampler was killed)
+    #: busiest processes outside the training tree, one scan each: (ts_ns, interval_s, ((pid, name, cores), ...))
+    foreign: tuple[tuple[int, float, tuple[tuple[int, str, float], ...]], ...] = ()
 
     def __len__(self) -> int:
         return int(self.series["ts_ns"].shape[0])
@@ -215,6 +219,7 @@ class SamplesBuilder:
         self._gpu_procs: dict[str, list[Any]] = {name: [] for name in GPU_PROCESS_COLUMNS}
         self._processes: dict[int, dict[str, Any]] = {}
         self.notes: list[str] = []
+        self.foreign: list[tuple[int, float, tuple[tuple[int, str, float], ...]]] = []
         self.count = 0
 
     def add(self, sample: dict[str, Any]) -> None:
@@ -225,6 +230,9 @@ class SamplesBuilder:
         kind = event.get("type")
         if kind == "note":
             self.notes.append(str(event.get("text", "")))
+        elif kind == "foreign":
+            self.foreign.append((int(event["ts_ns"]), float(event.get("interval_s", 0.0)),
+                                 tuple((int(pid), str(name), float(cores)) for pid, name, cores in event["procs"])))
         elif kind == "process":
             self._processes[int(event["id"])] = _only(ProcessInfo, event)
         elif kind == "role" and int(event["id"]) in self._processes:
@@ -241,6 +249,7 @@ class SamplesBuilder:
         for name, (axis, _) in SERIES_COLUMNS.items():
             shape = (count,) if axis == "sample" else (count, self.meta.axis_length(axis))
             rows = series.get(name)
+            array: np.ndarray
             if rows is None:
                 array = np.full(shape, -1, dtype=np.int64)
             elif name in _FLOAT_SERIES:
@@ -274,7 +283,8 @@ class SamplesBuilder:
         gpu_procs = {name: _concat(parts, np.int64) for name, parts in self._gpu_procs.items()}
         processes = tuple(ProcessInfo(**{**item, "cmdline": tuple(item.get("cmdline", ()))})
                           for _, item in sorted(self._processes.items()))
-        return Samples(self.meta, series, proc, gpu_procs, processes, tuple(self.notes), truncated)
+        return Samples(self.meta, series, proc, gpu_procs, processes, tuple(self.notes), truncated,
+                       tuple(self.foreign))
 
 
 def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import pwd
+from typing import Literal
 
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
@@ -126,7 +127,7 @@ def _gpus(frame: MonitorFrame) -> Table:
 def _processes(frame: MonitorFrame) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
     with_roles = any(row.role != "other" for row in frame.processes)  # a process tree, not the machine
-    columns = [("pid", "right", 7), ("user", "left", 8), ("role", "left", 6), ("S", "left", 1), ("CPU", "right", 6),
+    columns: list[tuple[str, Literal["left", "right"], int]] = [("pid", "right", 7), ("user", "left", 8), ("role", "left", 6), ("S", "left", 1), ("CPU", "right", 6),
                ("RSS", "right", 9), ("thr", "right", 3), ("GPU mem", "right", 9)]
     for name, justify, width in columns:
         if name != "role" or with_roles:

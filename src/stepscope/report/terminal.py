@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
@@ -147,7 +147,7 @@ def _verdict(report: Report) -> Group:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return Group(Text(message, style="bright_black"))
     shown = report.findings[:MAX_FINDINGS]
-    parts = [finding_block(finding, index + 1) for index, finding in enumerate(shown)]
+    parts: list[RenderableType] = [finding_block(finding, index + 1) for index, finding in enumerate(shown)]
     if len(report.findings) > MAX_FINDINGS:
         parts.append(Text(f"(+{len(report.findings) - MAX_FINDINGS} more in report.json)", style="bright_black"))
     return Group(*parts)

@@ -91,6 +91,14 @@ SCENARIOS: dict[str, Scenario] = {
             "multi-threaded matmuls, on top of the training process's own threads",
         ),
         Scenario(
+            name="busy-model",
+            module="stepscope.zoo.busy_model",
+            planted_family="healthy",
+            title="a model using every core beside a light num_workers=0 loader",
+            mechanism="a few percent of the step waits for a small per-sample transform while the "
+            "matmuls use all cores: workers or fewer threads would slow it down",
+        ),
+        Scenario(
             name="healthy",
             module="stepscope.zoo.healthy",
             planted_family="healthy",

@@ -75,3 +75,50 @@ def test_strings_from_scripts_are_not_interpreted_as_markup():
 ])
 def test_phase_bar_has_exact_width(shares):
     assert len(phase_bar(shares, width=40).plain) == (40 if sum(shares.values()) > 0.99 else 0)
+
+
+def sentinel_report():
+    """A report whose every number is a distinct sentinel (see test_renderer_only_formats)."""
+    from stepscope.analysis.bundle import RunEvidence
+    from stepscope.analysis.run.steady import SteadyState, StepStats
+    from stepscope.diagnosis.engine import Diagnosis
+    from stepscope.record.run import LoaderInfo
+    from stepscope.report.model import Report
+
+    import numpy as np
+
+    shares = {"data_wait": 0.1234, "forward": 0.2341, "backward": 0.3412, "optimizer": 0.0456, "other": 0.2557}
+    steady = StepStats(count=4321, total_s=1.0, mean_s=0.0101, median_s=0.0111, p90_s=0.0222, max_s=0.0333,
+                       min_s=0.001, steps_per_s=12.34, samples_per_s=5678.0, phase_shares=shares,
+                       phase_mean_s={name: 0.0 for name in shares}, loader_init_share=0.0)
+    warmup = replace(steady, count=7, total_s=0.444, mean_s=0.0555)
+    state = SteadyState(step_count=4329, steady_count=4321, warmup_steps=7, excluded=(), mask=np.ones(1, bool),
+                        steady=steady, warmup=warmup, total_s=1.0, step_time_s=0.0111, step_time_mean_s=0.0101,
+                        step_time_fast_s=0.009, shares=shares, loader_init_share=0.0, fetch_wait_share=0.1234,
+                        fetch_wait_p10=0.1, fetch_wait_p90=0.15, batches_per_step=1.0, samples_per_step=96)
+    loader = LoaderInfo(loader_id=3, cls="DataLoader", dataset_type="x.SentinelSet", iterable_dataset=False,
+                        batch_size=96, num_workers=5, pin_memory=False, prefetch_factor=None,
+                        persistent_workers=False, drop_last=False, batches=777, wait_ns=888_000_000)
+    meta = RunMeta(target="sentinel_target.py", start_ns=0, end_ns=77_700_000_000, exit_code=42)
+    record = RunRecord(meta=meta, steps=StepTable.empty(), loaders=(loader,))
+    finding = Finding("input_pipeline.loader_cpu_bound", "input_pipeline", "Sentinel title", Severity.HIGH,
+                      impact=0.4567, confidence=0.83,
+                      evidence=(Evidence("sentinel_metric", 0.6789, 0.0505, "steps", "ratio", ""),),
+                      prescriptions=(Prescription("Sentinel action", "sentinel why", expected_gain=0.1357),))
+    evidence = RunEvidence(record=record, steady=state)
+    return Report(source="run", evidence=evidence, diagnosis=Diagnosis((finding,)), findings=(finding,))
+
+
+SENTINELS = ("sentinel_target.py", "4329 steps", "1m17s", "exit 42", "12.34 steps/s", "5,678 samples/s",
+             "4321 steps)", "11.1 ms", "22.2 ms", "33.3 ms", "7 step(s)", "444 ms", "55.5 ms",
+             "data wait 12.3%", "forward 23.4%", "backward 34.1%", "optimizer 4.6%", "other 25.6%",
+             "#3 SentinelSet", "batch_size=96", "num_workers=5", "777 batches", "888 ms",
+             "Sentinel title", "45.7%", "83.0%", "sentinel_metric = 67.9%", "threshold 5.1%",
+             "Sentinel action", "13.6%", "sentinel why")
+
+
+def test_renderer_only_formats():
+    """Every number of the report appears once, formatted: the renderer computes nothing of its own."""
+    text = " ".join(render_text(sentinel_report()).replace("│", " ").split())
+    for sentinel in SENTINELS:
+        assert text.count(sentinel) == 1, (sentinel, text)

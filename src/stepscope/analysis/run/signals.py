@@ -49,8 +49,8 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         :class:`MacroSignals`; fields that cannot be measured stay ``None``.
     """
     if samples is None or len(samples) < 2:
-        notes = () if samples is None else (*samples.notes, "fewer than 2 samples: no macro signals")
-        return MacroSignals(sample_count=0 if samples is None else len(samples), notes=notes)
+        few = () if samples is None else (*samples.notes, "fewer than 2 samples: no macro signals")
+        return MacroSignals(sample_count=0 if samples is None else len(samples), notes=few)
     ts = samples.ts_ns
     start, end = analysis_window(ts, steps)
     mask = interval_mask(ts, start, end)
@@ -102,8 +102,32 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         gpu_memory_used_share_max=gpu_memory_used_share_max(samples, mask),
         data_wait_cpu_util=data_wait_cpu_util(samples, steps, mask),
         memory_total_bytes=samples.meta.mem_total_bytes or None,
+        foreign_processes=foreign_processes(samples.foreign, start, end),
         notes=tuple(notes),
     )
+
+
+#: Processes outside the training tree named in the signals.
+MAX_FOREIGN = 5
+
+
+def foreign_processes(scans: tuple[tuple[int, float, tuple[tuple[int, str, float], ...]], ...],
+                      start: int, end: int) -> tuple[tuple[int, str, float], ...]:
+    """The busiest processes outside the training tree over the window: (pid, name, mean cores).
+
+    Each scan covers ``interval_s`` before its timestamp; a process's share is its CPU time over
+    the scans that overlap the window divided by their total time (absent from a scan = idle).
+    """
+    inside = [scan for scan in scans if scan[0] > start and scan[0] - scan[1] * 1e9 < end] or list(scans)
+    total_s = sum(scan[1] for scan in inside)
+    if total_s <= 0:
+        return ()
+    busy: dict[tuple[int, str], float] = {}
+    for _, interval_s, procs in inside:
+        for pid, name, cores in procs:
+            busy[(pid, name)] = busy.get((pid, name), 0.0) + cores * interval_s
+    ranked = sorted(busy.items(), key=lambda item: -item[1])[:MAX_FOREIGN]
+    return tuple((pid, name, round(seconds / total_s, 3)) for (pid, name), seconds in ranked)
 
 
 # -- the window ------------------------------------------------------------------------------------
@@ -117,7 +141,8 @@ def analysis_window(ts_ns: np.ndarray, steps: Any = None) -> tuple[int, int]:
 def interval_mask(ts_ns: np.ndarray, start_ns: int, end_ns: int) -> np.ndarray:
     """For each interval between consecutive samples, whether its midpoint lies in the window."""
     middle = (ts_ns[:-1] + ts_ns[1:]) / 2
-    return (middle >= start_ns) & (middle <= end_ns)
+    inside: np.ndarray = (middle >= start_ns) & (middle <= end_ns)
+    return inside
 
 
 def step_period_s(steps: Any) -> float | None:
@@ -266,7 +291,8 @@ def wait_dominated_intervals(samples: Samples, steps: Any, mask: np.ndarray) -> 
     duration = np.asarray(steps.duration_ns)[index]
     inside = valid & (middle < starts[index] + duration)
     share = np.asarray(steps.data_wait_ns)[index] / np.maximum(duration, 1)
-    return mask & inside & (share >= WAIT_DOMINATED)
+    dominated: np.ndarray = mask & inside & (share >= WAIT_DOMINATED)
+    return dominated
 
 
 def data_wait_cpu_util(samples: Samples, steps: Any, mask: np.ndarray) -> float | None:

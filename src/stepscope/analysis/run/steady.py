@@ -75,7 +75,7 @@ class StepStats:
     phase_mean_s: dict[str, float]
     loader_init_share: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -16,6 +16,7 @@ core is told to make loading cheaper, never "more workers", and never to cut its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from stepscope.analysis.bundle import RunEvidence
@@ -47,7 +48,7 @@ class WorkerPlan:
 CONTENTION_PENALTY = 0.25
 
 
-def plan_workers(step_s: float, wait_s: float, load_cpu_s: float, cores: int, current: int,
+def plan_workers(step_s: float, wait_s: float, load_cpu_s: float, cores: float, current: int,
                  compute_cores: float | None, assumed_cores: float) -> WorkerPlan:
     """The best worker count and its expected effect, per batch.
 
@@ -55,12 +56,13 @@ def plan_workers(step_s: float, wait_s: float, load_cpu_s: float, cores: int, cu
     fraction, ``L / (k·T')``). While that fits in the ``N`` cores, compute keeps its time C and the
     step is ``max(C, L/k)``; beyond, compute stretches by the oversubscription
     ``(u + k·b) / N`` and by :data:`CONTENTION_PENALTY`. The fixed point is found by iteration.
+    ``cores`` is what the run can have: the machine's cores less those other processes held.
     """
     compute_s = max(step_s - wait_s, 1e-9)
     used = compute_cores if compute_cores is not None else assumed_cores
     used = min(max(used, 0.0), float(cores))
     best: WorkerPlan | None = None
-    for workers in range(max(current + 1, 1), max(cores, current + 1) + 1):
+    for workers in range(max(current + 1, 1), max(math.ceil(cores), current + 1) + 1):
         expected, crowded = max(compute_s, load_cpu_s / workers), False
         for _ in range(8):
             busy = min(1.0, load_cpu_s / (workers * expected)) if expected > 0 else 1.0
@@ -151,10 +153,14 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
     load_cpu_s = load_wall_s * (util if util is not None else 1.0)
     if cores and workers < cores:
         assumed = float(min(ev.intra_op_threads or 1, cores))
-        plan = plan_workers(per_batch, wait_s, load_cpu_s, cores, workers, ev.compute_cores, assumed)
+        foreign = ev.foreign.cpu_share if ev.foreign is not None else 0.0
+        available = max(0.5, cores * (1.0 - foreign))
+        plan = plan_workers(per_batch, wait_s, load_cpu_s, available, workers, ev.compute_cores, assumed)
         measured = "measured" if plan.compute_cores_measured else "assumed from its intra-op threads"
         cost = (f"workers take cores from the model, which uses {plan.compute_cores:.1f} of {cores} "
                 f"({measured})")
+        if foreign >= 0.1:
+            cost += f"; other processes held {foreign:.0%} of the cores, so the run had ~{available:.1f}"
         if plan.gain >= common.MIN_GAIN:
             why = (f"loading one batch takes ~{common.ms(load_cpu_s)} of CPU and the model "
                    f"~{common.ms(compute_s)}; with {plan.workers} worker(s) the step is expected to drop from "

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+from typing import Any
+
 import numpy as np
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
-from stepscope.record.run import PHASES
+from stepscope.record.run import PHASES, StepTable
 
 #: A slow step takes at least this multiple of the median step (Nsight's gpu_gaps and XProf's
 #: step-time variance views flag outliers against the typical step; 2× is clearly not noise).
@@ -51,7 +53,7 @@ COVERAGE = 0.5
 MIN_COST = 0.01
 
 
-def phase_columns(steps, mask: np.ndarray) -> dict[str, np.ndarray]:
+def phase_columns(steps: StepTable, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Steady-state phase columns in seconds, worker start-up split out of data wait."""
     columns = {name: steps.phase(name)[mask] / 1e9 for name in PHASES}
     columns["loader_init"] = steps.loader_init_ns[mask] / 1e9
@@ -59,7 +61,7 @@ def phase_columns(steps, mask: np.ndarray) -> dict[str, np.ndarray]:
     return columns
 
 
-def periodic_stall(values: np.ndarray, step_s: float) -> dict | None:
+def periodic_stall(values: np.ndarray, step_s: float) -> dict[str, Any] | None:
     """The periodic stall in one phase column (seconds), or None (see the module docstring)."""
     baseline = float(np.median(values))
     limit = max(STALL_FACTOR * baseline, baseline + STALL_MIN_EXCESS_S,
@@ -77,7 +79,8 @@ def periodic_stall(values: np.ndarray, step_s: float) -> dict | None:
             "baseline_s": baseline, "limit_s": limit}
 
 
-_CAUSES = {
+#: phase -> (likely cause, prescriptions as (action, why, setting, current, suggested))
+_CAUSES: dict[str, tuple[str, list[tuple[str, str | None, str | None, Any, Any]]]] = {
     "loader_init": ("DataLoader workers start again at every epoch",
                     [("DataLoader(persistent_workers=True)",
                       "keeps the workers (and their warmed-up state) across epochs",

@@ -79,10 +79,11 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
 
 def _prescriptions(ev: RunEvidence, cached_later: bool) -> list[Prescription]:
     stats = ev.steady
+    assert stats is not None
     loader = ev.main_loader
     cores = ev.cpu_count or 1
     workers = loader.num_workers if loader is not None else 0
-    batches = ev.steady.batches_per_step
+    batches = stats.batches_per_step
     per_batch = stats.step_time_mean_s / batches
     wait_s = stats.fetch_wait_share * per_batch
     compute_s = max(per_batch - wait_s, 1e-6)

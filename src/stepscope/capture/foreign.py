@@ -1,0 +1,103 @@
+"""Processes outside the job: who else used the CPU while the run trained.
+
+The sidecar follows the training tree closely (:class:`~stepscope.capture.system.ProcessTree`);
+this scan looks at every other process, rarely (every :data:`SCAN_EVERY_S`), so that a report can
+name the neighbours that crowded the machine by pid and share of a core. One scan reads
+``/proc/<pid>/stat`` of every process (a few ms for a few hundred processes: ~0.2 % of a core at
+the default period) and emits the busiest ones since the previous scan as one ``foreign`` event:
+``{"type": "foreign", "ts_ns", "interval_s", "procs": [[pid, name, cores], ...]}``.
+Without ``/proc`` (not Linux) it emits nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: Seconds between two scans of every process.
+SCAN_EVERY_S = 2.0
+#: Processes reported per scan (the busiest first).
+TOP = 5
+#: A process below this share of one core over a scan is not worth naming.
+MIN_CORES = 0.05
+
+
+class ForeignScan:
+    """Emits the busiest processes outside ``exclude()`` about every :data:`SCAN_EVERY_S`.
+
+    Args:
+        exclude: returns the pids not to report (the training tree, the sampler itself).
+        clock: monotonic nanoseconds (tests pass a fake one).
+        proc_root: where ``/proc`` is (tests pass a fake tree).
+    """
+
+    def __init__(self, exclude: Callable[[], Iterable[int]], clock: Callable[[], int] = time.monotonic_ns,
+                 proc_root: str = "/proc", every_s: float = SCAN_EVERY_S):
+        self.exclude = exclude
+        self.clock = clock
+        self.proc_root = proc_root
+        self.every_ns = int(every_s * 1e9)
+        self.tick_s = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+        self._last_ns: int | None = None
+        self._ticks: dict[tuple[int, str], int] = {}
+        self.enabled = os.path.isdir(proc_root)
+
+    def poll(self) -> list[dict[str, Any]]:
+        """The ``foreign`` event when a scan is due (the first scan only sets the baseline)."""
+        now = self.clock()
+        if not self.enabled or (self._last_ns is not None and now - self._last_ns < self.every_ns):
+            return []
+        ticks = self._read_all()
+        previous, last = self._ticks, self._last_ns
+        self._ticks, self._last_ns = ticks, now
+        if last is None:
+            return []
+        interval_s = (now - last) / 1e9
+        skip = set(self.exclude()) | {os.getpid()}
+        busy: list[tuple[int, str, float]] = []
+        for (pid, name), total in ticks.items():
+            before = previous.get((pid, name))
+            if before is None or pid in skip:
+                continue
+            cores = (total - before) * self.tick_s / interval_s
+            if cores >= MIN_CORES:
+                busy.append((pid, name, round(cores, 3)))
+        busy.sort(key=lambda item: -item[2])
+        procs = [list(item) for item in busy[:TOP]]
+        return [{"type": "foreign", "ts_ns": now, "interval_s": round(interval_s, 3), "procs": procs}]
+
+    def _read_all(self) -> dict[tuple[int, str], int]:
+        out: dict[tuple[int, str], int] = {}
+        try:
+            names = os.listdir(self.proc_root)
+        except OSError:
+            self.enabled = False
+            return out
+        for entry in names:
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"{self.proc_root}/{entry}/stat", "rb") as handle:
+                    raw = handle.read()
+            except OSError:
+                continue  # exited, or not ours to read
+            parsed = parse_stat(raw)
+            if parsed is not None:
+                out[(int(entry), parsed[0])] = parsed[1]
+        return out
+
+
+def parse_stat(raw: bytes) -> tuple[str, int] | None:
+    """``(comm, utime + stime)`` from a ``/proc/<pid>/stat`` line (the name may hold spaces and ')')."""
+    start, end = raw.find(b"("), raw.rfind(b")")
+    if start < 0 or end < start:
+        return None
+    fields = raw[end + 2:].split()
+    if len(fields) < 13:
+        return None
+    try:
+        return raw[start + 1:end].decode("utf-8", "replace"), int(fields[11]) + int(fields[12])
+    except ValueError:
+        return None
