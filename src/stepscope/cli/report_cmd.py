@@ -20,12 +20,12 @@ def add_parser(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     import orjson
 
-    from stepscope.record.store import load_record, resolve_record_path
+    from stepscope.record.store import load_job, load_record, resolve_record_path
     from stepscope.report.model import build_report
 
     record = load_record(args.run_dir, rank=args.rank)
     record_file = resolve_record_path(args.run_dir, args.rank)
-    report = build_report(record, run_dir=record_file.parent)
+    report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")

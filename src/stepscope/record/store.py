@@ -126,6 +126,18 @@ def load_record(path: str | Path, rank: int | None = None, *, with_samples: bool
     return record
 
 
+def load_job(run_dir: str | Path) -> tuple[RunRecord, ...]:
+    """Every rank's record in a run directory (without samples), for cross-rank rules; ``()`` when
+    the path is a single record file or the directory holds fewer than two ranks."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        return ()
+    ranks = layout.record_ranks(path)
+    if len(ranks) < 2:
+        return ()
+    return tuple(load_record(path, rank, with_samples=False) for rank in ranks)
+
+
 def _read_document(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()

@@ -47,11 +47,11 @@ def excluded_steps(record: RunRecord) -> list[int]:
     return sorted(step for step in excluded if 0 <= step < count)
 
 
-def steady_mask(record: RunRecord) -> np.ndarray:
+def steady_mask(record: RunRecord, warmup: int | None = None) -> np.ndarray:
     """Boolean mask of steady-state steps (after warm-up, without excluded steps)."""
     steps = record.steps
     mask = np.zeros(len(steps), dtype=bool)
-    mask[warmup_count(steps.duration_ns):] = True
+    mask[warmup_count(steps.duration_ns) if warmup is None else warmup:] = True
     mask[excluded_steps(record)] = False
     if len(steps) and not mask.any():  # too few steps: use what there is
         mask[:] = True
@@ -160,14 +160,14 @@ def steady_state(record: RunRecord) -> SteadyState | None:
     if len(steps) == 0:
         return None
     warm = warmup_count(steps.duration_ns)
-    mask = steady_mask(record)
+    mask = steady_mask(record, warm)
     warm_mask = np.zeros(len(steps), dtype=bool)
     warm_mask[:warm] = True
+    steady = step_stats(steps.select(mask))
     durations = steps.duration_ns[mask].astype(np.float64)
     total_ns = float(durations.sum())
-    denominator = total_ns if total_ns > 0 else 1.0
-    shares = {name: float(steps.phase(name)[mask].sum()) / denominator for name in PHASES}
-    init_share = float(steps.loader_init_ns[mask].sum()) / denominator
+    shares = steady.phase_shares
+    init_share = steady.loader_init_share
     fetch = (steps.data_wait_ns[mask] - steps.loader_init_ns[mask]).astype(np.float64)
     per_step = fetch / np.maximum(durations, 1.0)
     batches = steps.batches[mask]
@@ -177,7 +177,7 @@ def steady_state(record: RunRecord) -> SteadyState | None:
         warmup_steps=warm,
         excluded=tuple(excluded_steps(record)),
         mask=mask,
-        steady=step_stats(steps.select(mask)),
+        steady=steady,
         warmup=step_stats(steps.select(warm_mask)),
         total_s=total_ns / 1e9,
         step_time_s=float(np.median(durations)) / 1e9,

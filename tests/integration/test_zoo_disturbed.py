@@ -1,0 +1,60 @@
+"""The zoo beside other work, and the same scenario run again and again.
+
+- Beside two CPU-burning processes, a scenario keeps its planted family on top or names the
+  disturbance (``foreign_load`` with the burners' pids) — never a confident wrong verdict alone.
+- The busy-model scenario (a model using every core, a light loader) is run five times: the
+  verdict and every finding at MEDIUM or above are the same in all five runs, and no run is told to
+  add DataLoader workers or cut intra-op threads (both would slow it down).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from test_zoo import describe, run_demo
+
+BURN = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
+FOREIGN = "foreign_load"
+
+
+def _medium_or_above(findings: list[dict]) -> set[tuple[str, str]]:
+    return {(item["family"], item["severity"]) for item in findings
+            if item["severity"] not in ("info", "low") and item["family"] != FOREIGN}
+
+
+def _prescribed_settings(findings: list[dict]) -> set[str]:
+    return {p["setting"] for item in findings for p in item["prescriptions"] if p["setting"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, planted", [("input-cpu", "input_pipeline"), ("busy-model", "healthy")])
+def test_beside_two_busy_processes(tmp_path, name, planted):
+    burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(2)]
+    try:
+        report = run_demo(name, tmp_path / "run")
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    findings = report["findings"]
+    foreign = [item for item in findings if item["family"] == FOREIGN]
+    assert foreign, f"two busy processes were not reported: {describe(findings)}"
+    assert any(f"pid {burner.pid}" in foreign[0]["title"] for burner in burners), foreign[0]["title"]
+    assert findings[0]["family"] in (planted, FOREIGN), describe(findings)
+    if planted == "healthy":  # a crowded machine never turns into "add workers"
+        assert not _prescribed_settings(findings) & {"num_workers", "intra_op_threads"}, describe(findings)
+
+
+@pytest.mark.slow
+def test_busy_model_verdict_is_stable_over_five_runs(tmp_path):
+    reports = [run_demo("busy-model", tmp_path / f"run{index}") for index in range(5)]
+    quiet = [report for report in reports if not any(item["family"] == FOREIGN for item in report["findings"])]
+    for report in reports:
+        settings = _prescribed_settings(report["findings"])
+        assert not settings & {"num_workers", "intra_op_threads"}, describe(report["findings"])
+    assert len({frozenset(_medium_or_above(report["findings"])) for report in quiet}) <= 1, \
+        [describe(report["findings"]) for report in quiet]
+    assert len({report["verdict"]["family"] for report in quiet}) <= 1
