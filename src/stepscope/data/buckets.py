@@ -81,11 +81,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         rng = np.random.default_rng([self.seed, self.epoch])
         batches: list[list[int]] = []
         for members in self._members:
-            order = rng.permutation(members) if self.shuffle else members
+            order = (rng.permutation(members) if self.shuffle else members).tolist()
             stop = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
-            batches.extend(order[start:start + self.batch_size].tolist() for start in range(0, stop, self.batch_size))
+            batches.extend(order[start:start + self.batch_size] for start in range(0, stop, self.batch_size))
         if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
+            batches = [batches[i] for i in rng.permutation(len(batches)).tolist()]
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
