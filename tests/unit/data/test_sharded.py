@@ -147,3 +147,29 @@ def test_bad_arguments_are_reported(tmp_path):
         ShardedJsonl(path, shuffle_buffer=-1)
     with pytest.raises(UsageError, match="out of range"):
         iter(ShardedJsonl(path, rank=2, world_size=2))
+
+
+def test_exact_resume_across_workers_with_a_stateful_dataloader(tmp_path):
+    """torchdata's StatefulDataLoader calls state_dict/load_state_dict inside each worker."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    paths = [write_jsonl(tmp_path / "a.jsonl", range(500)),
+             write_jsonl(tmp_path / "b.jsonl.gz", range(500, 700), packed=True)]
+
+    def make_loader():
+        dataset = ShardedJsonl(paths, chunk_bytes=2000, shuffle_buffer=16, seed=3)
+        return stateful.StatefulDataLoader(dataset, batch_size=5, num_workers=2, collate_fn=ids_of)
+
+    whole = [ident for batch in make_loader() for ident in batch]
+    loader = make_loader()
+    iterator = iter(loader)
+    head = [ident for _ in range(37) for ident in next(iterator)]
+    state = loader.state_dict()
+    del iterator
+    resumed = make_loader()
+    resumed.load_state_dict(state)
+    assert head + [ident for batch in resumed for ident in batch] == whole
+    assert sorted(whole) == list(range(700))
+
+
+def ids_of(batch):
+    return [item["id"] for item in batch]
