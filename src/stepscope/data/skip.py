@@ -3,8 +3,9 @@
 The seed idiom (``except Exception: return self[(index + 1) % len(self)]``) hides data problems:
 the run looks healthy while it silently trains on fewer, and duplicated, samples. This wrapper
 does the same but counts every skip, per process (slot 0 is the main process, slot ``1 + id`` a
-DataLoader worker), in shared memory created before the workers start, so the totals add up across
-forked or spawned workers.
+DataLoader worker), in shared memory created before the workers start (a lock-free array: each
+process writes only its own slot), so the totals add up across forked or spawned workers. Two
+loaders iterating the same wrapper at the same time share worker slots and may lose a count.
 
 Capture reads the totals through :func:`skipped_samples` (torch is not imported here, and nothing
 is allocated until a wrapper exists, so calling it from a run's end costs nothing). After
@@ -15,9 +16,9 @@ is allocated until a wrapper exists, so calling it from a run's end costs nothin
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import sys
 import threading
+from multiprocessing.sharedctypes import RawArray
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from stepscope.errors import StepscopeError
 logger = logging.getLogger(__name__)
 
 #: Per-process counters: the main process and up to this many DataLoader workers (more share slots).
-WORKER_SLOTS = 64
+WORKER_SLOTS = 256
 
 #: (name, shared counters) of every wrapper made in this process; not the wrappers (no dataset is kept alive).
 _REGISTRY: list[tuple[str, Any]] = []
@@ -67,7 +68,8 @@ class SkipBadSamples:
         self.exceptions = exceptions
         self.max_consecutive = max_consecutive
         self.name = name or type(dataset).__name__
-        self._counts = multiprocessing.get_context().Array("q", WORKER_SLOTS + 1, lock=True)
+        self._counts = RawArray("q", WORKER_SLOTS + 1)
+        self._lock = threading.Lock()
         with _REGISTRY_LOCK:
             _REGISTRY.append((self.name, self._counts))
 
@@ -88,9 +90,17 @@ class SkipBadSamples:
                               f"(from index {index}); last error: {error!r}") from error
 
     def _count_one(self) -> None:
-        slot = _process_slot()
-        with self._counts.get_lock():
-            self._counts[slot] += 1
+        with self._lock:  # threads of one process; processes write only their own slot
+            self._counts[_process_slot()] += 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def skipped(self) -> int:

@@ -71,3 +71,10 @@ def test_the_counter_module_and_stepscope_stay_torch_free():
     result = subprocess.run([sys.executable, "-c", "import sys, stepscope; assert 'stepscope.data' not in sys.modules"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_counts_reach_the_parent_from_spawned_workers():
+    dataset = SkipBadSamples(Flaky(12, 3))
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    assert sum(len(batch) for batch in loader) == 12
+    assert skipped_samples() == 4
