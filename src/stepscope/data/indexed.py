@@ -189,10 +189,17 @@ class IndexedJsonl(Dataset):
         if saved is not None and len(saved["sizes"]) == len(self):
             return saved["sizes"]
         fingerprint = _fingerprint(self.path)
-        values = np.fromiter((key(self.decode(self.raw(i))) for i in range(len(self))), dtype=np.int64,
+        values = np.fromiter((key(self.decode(line)) for line in self._lines_in_order()), dtype=np.int64,
                              count=len(self))
         self.cache.save(kind, {"sizes": values}, fingerprint)
         return values
+
+    def _lines_in_order(self):
+        """Every indexed line, read sequentially (one pass, not one ``pread`` per line)."""
+        with open(self.path, "rb", buffering=1 << 20) as handle:
+            for line in handle:
+                if line.rstrip(b"\n") not in (b"", b"\r"):
+                    yield line
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -36,6 +36,7 @@ import dataclasses
 import inspect
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,7 +337,7 @@ def rebuild(loader: Any, setting: LoaderSetting):
     kwargs: dict[str, Any] = dict(
         collate_fn=loader.collate_fn, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
         multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
-        pin_memory_device=loader.pin_memory_device, num_workers=setting.num_workers,
+        pin_memory_device=getattr(loader, "pin_memory_device", ""), num_workers=setting.num_workers,
         pin_memory=setting.pin_memory, persistent_workers=setting.persistent_workers and setting.num_workers > 0)
     if setting.num_workers:
         kwargs["prefetch_factor"] = setting.prefetch_factor
@@ -359,6 +360,13 @@ def measure(factory: LoaderFactory, setting: LoaderSetting, batches: int, stage:
             min_time_s: float = 0.0) -> Trial:
     """One trial (see the module docstring); loading errors are recorded, not raised."""
     started = time.perf_counter()
+    with warnings.catch_warnings():  # trying more workers than torch suggests is the point here
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        return _measure(factory, setting, batches, stage, min_time_s, started)
+
+
+def _measure(factory: LoaderFactory, setting: LoaderSetting, batches: int, stage: str, min_time_s: float,
+             started: float) -> Trial:
     loader = factory.build(setting)
     try:
         first_s, rate, count = _first_pass(loader, setting, batches, min_time_s)
