@@ -27,6 +27,8 @@ import os
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.context import get_spawning_popen
+from multiprocessing.sharedctypes import RawValue
 from typing import Any
 
 import orjson
@@ -104,16 +106,29 @@ class ShardedJsonl(IterableDataset):
         self.decode = decode
         self.transform = transform
         self._identity = (rank, world_size, worker_id, num_workers)
-        self.epoch = 0
+        self._epoch: Any = RawValue("q", 0)  # shared: set_epoch reaches persistent workers too
+        self._pending_epoch = 0
         self._live: dict[int, _SlotState] = {}
         self._pending: dict[int, dict[str, Any]] = {}
         self._slot_count: int | None = None
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (it seeds the shuffles); a saved position for another epoch is dropped."""
-        if epoch != self.epoch:
-            self._pending.clear()
-        self.epoch = epoch
+        """Select the epoch (it seeds the shuffles); a saved position for another epoch is dropped.
+
+        The epoch lives in shared memory made before the workers start, so it reaches
+        ``persistent_workers`` too.
+        """
+        self._epoch.value = epoch
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if get_spawning_popen() is None:  # a copy (deepcopy, pickle), not a worker starting: detach
+            state["_epoch"] = _Cell(self.epoch)
+        return state
 
     def ranges_for(self, slot: int, slot_count: int, epoch: int | None = None) -> list[ByteRange]:
         """The byte ranges process ``slot`` of ``slot_count`` reads in ``epoch``, in reading order."""
@@ -128,6 +143,8 @@ class ShardedJsonl(IterableDataset):
             raise UsageError(f"the saved position is for {self._slot_count} reading processes "
                              f"(ranks × workers), this run has {slot_count}")
         self._slot_count = slot_count
+        if self._pending_epoch != self.epoch:
+            self._pending.clear()
         return self._iterate(slot, slot_count)
 
     def _iterate(self, slot: int, slot_count: int) -> Iterator[Any]:
@@ -179,7 +196,7 @@ class ShardedJsonl(IterableDataset):
         if (state["seed"], state["shuffle_buffer"]) != (self.seed, self.shuffle_buffer):
             raise UsageError("the saved position was made with another seed or shuffle_buffer; "
                              "construct the dataset with the same ones to resume")
-        self.epoch = state["epoch"]
+        self._epoch.value = self._pending_epoch = state["epoch"]
         self._slot_count = state["slot_count"]
         self._pending = {int(slot): saved for slot, saved in state["slots"].items()}
         self._live.clear()
@@ -198,6 +215,13 @@ class ShardedJsonl(IterableDataset):
                  for file, offsets in by_file.items()}
         buffer = [(file, offset, lines[file][offset]) for file, offset in saved["buffer"]]
         return _SlotState(range_index=saved["range"], offset=saved["offset"], buffer=buffer, rng=rng)
+
+
+class _Cell:
+    """A plain stand-in for the shared epoch in copies of the dataset."""
+
+    def __init__(self, value: int):
+        self.value = value
 
 
 def _take(buffer: list[tuple[int, int, bytes]], rng: random.Random) -> bytes:

@@ -173,3 +173,31 @@ def test_exact_resume_across_workers_with_a_stateful_dataloader(tmp_path):
 
 def ids_of(batch):
     return [item["id"] for item in batch]
+
+
+def test_set_epoch_reaches_persistent_workers(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", range(300))
+
+    def epoch_orders(persistent: bool) -> list[list[int]]:
+        dataset = ShardedJsonl(path, chunk_bytes=1500, shuffle_buffer=20, seed=2)
+        loader = DataLoader(dataset, batch_size=10, num_workers=2, persistent_workers=persistent, collate_fn=ids_of)
+        orders = []
+        for epoch in range(2):
+            dataset.set_epoch(epoch)
+            orders.append([ident for batch in loader for ident in batch])
+        return orders
+
+    persistent = epoch_orders(True)
+    assert persistent == epoch_orders(False) and persistent[0] != persistent[1]
+    assert sorted(persistent[1]) == list(range(300))
+
+
+def test_a_copy_of_the_dataset_is_detached(tmp_path):
+    import copy
+    import pickle
+
+    dataset = ShardedJsonl(write_jsonl(tmp_path / "a.jsonl", range(5)))
+    dataset.set_epoch(3)
+    clone = pickle.loads(pickle.dumps(copy.deepcopy(dataset)))
+    clone.set_epoch(4)
+    assert (dataset.epoch, clone.epoch, len(list(clone))) == (3, 4, 5)
