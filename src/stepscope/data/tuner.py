@@ -253,7 +253,8 @@ def _secondary_knobs(search: _Search, best: LoaderSetting, cuda: bool, progress)
 def _persistent_helps(search: _Search, candidate: LoaderSetting, best: LoaderSetting) -> bool:
     """Persistent workers trade memory for restarts: keep them when restarts halve and speed holds."""
     def restart(setting: LoaderSetting) -> float:
-        return min(t.restart_s for t in search.trials if t.setting == setting)
+        times = [t.restart_s for t in search.trials if t.setting == setting and t.error is None]
+        return min(times, default=0.0)
 
     holds = search.rate(candidate) >= search.rate(best) * (1 - search.min_gain)
     if candidate.persistent_workers:
