@@ -9,7 +9,7 @@ directory (deleted at the end), then measures, as ratios within this run:
    reads every line and keeps those with ``line_number % slots == slot``; ``ShardedJsonl`` reads only
    that process's byte ranges. Samples/s of that process and bytes it reads; both decode with orjson,
    so the ratio is the sharding alone. The file is in the page cache for both (read once before).
-2. **Bucket sampler start-up**: the seed's sampler computes every sample's length by decoding the
+2. **Bucket sampler start-up** (until the first batch of indices): the seed's sampler computes every sample's length by decoding the
    whole file at each start (measured once: it is the slow part of the run); ``IndexedJsonl`` + ``BucketBatchSampler`` load the cached line index and
    size index (``np.load``) and bucket. The one-time cost of building both caches is shown apart.
 
@@ -65,18 +65,21 @@ class SeedShardedJsonl:
                     yield orjson.loads(line)
 
 
-def seed_bucket_start(path: Path, batch_size: int) -> list[list[int]]:
-    """The seed's bucket sampler start: decode every sample for its length, then sort into batches."""
+def seed_bucket_start(path: Path, batch_size: int) -> list[int]:
+    """The seed's bucket sampler, up to its first batch: decode every sample for its length, sort, cut."""
     with open(path, "rb") as handle:
         lengths = [len(orjson.loads(line)["tokens"]) for line in handle]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    random.shuffle(batches)
+    return batches[0]
 
 
-def our_bucket_start(path: Path, batch_size: int) -> list[list[int]]:
+def our_bucket_start(path: Path, batch_size: int) -> list[int]:
+    """Open the dataset, load the cached sizes, bucket, and draw the first batch."""
     dataset = IndexedJsonl(path)
     sizes = dataset.sizes(lambda sample: len(sample["tokens"]), size_key="tokens")
-    return BucketBatchSampler(sizes, batch_size, num_buckets=16).all_batches()
+    return next(iter(BucketBatchSampler(sizes, batch_size, num_buckets=16)))
 
 
 def timed(function, *args) -> tuple[float, object]:

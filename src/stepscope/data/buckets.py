@@ -78,10 +78,14 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def all_batches(self) -> list[list[int]]:
         """Every rank's batches of this epoch, in order, before they are dealt out."""
+        return [batch.tolist() for batch in self._epoch_batches()]
+
+    def _epoch_batches(self) -> list[np.ndarray]:
+        """The epoch's batches as views into per-bucket permutations (no Python int per sample yet)."""
         rng = np.random.default_rng([self.seed, self.epoch])
-        batches: list[list[int]] = []
+        batches: list[np.ndarray] = []
         for members in self._members:
-            order = (rng.permutation(members) if self.shuffle else members).tolist()
+            order = rng.permutation(members) if self.shuffle else members
             stop = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
             batches.extend(order[start:start + self.batch_size] for start in range(0, stop, self.batch_size))
         if self.shuffle:
@@ -89,12 +93,12 @@ class BucketBatchSampler(Sampler[list[int]]):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self.all_batches()
-        share = len(self)
-        needed = share * self.world_size
+        batches = self._epoch_batches()
+        needed = len(self) * self.world_size
         if len(batches) < needed:  # pad by repeating from the start (not drop_last)
             batches += (batches * math.ceil(needed / max(1, len(batches))))[:needed - len(batches)]
-        yield from batches[:needed][self.rank::self.world_size]
+        for batch in batches[:needed][self.rank::self.world_size]:
+            yield batch.tolist()
 
 
 def _boundaries(sizes: np.ndarray, boundaries: Sequence[float] | None, num_buckets: int) -> list[float]:
