@@ -9,9 +9,10 @@ directory (deleted at the end), then measures, as ratios within this run:
    reads every line and keeps those with ``line_number % slots == slot``; ``ShardedJsonl`` reads only
    that process's byte ranges. Samples/s of that process and bytes it reads; both decode with orjson,
    so the ratio is the sharding alone. The file is in the page cache for both (read once before).
-2. **Bucket sampler start-up** (until the first batch of indices): the seed's sampler computes every sample's length by decoding the
-   whole file at each start (measured once: it is the slow part of the run); ``IndexedJsonl`` + ``BucketBatchSampler`` load the cached line index and
-   size index (``np.load``) and bucket. The one-time cost of building both caches is shown apart.
+2. **Bucket sampler start-up** (until the first batch of indices): the seed's sampler computes every
+   sample's length by decoding the whole file at each start (measured once: it is the slow part of
+   the run); ``IndexedJsonl`` + ``BucketBatchSampler`` load the cached line index and size index
+   (``np.load``) and bucket. The one-time cost of building both caches is shown apart.
 
 Medians over ``--rounds``; the machine is shared, so only ratios within one run mean anything.
 """

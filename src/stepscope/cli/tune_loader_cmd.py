@@ -22,7 +22,8 @@ from stepscope.errors import UsageError
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "tune-loader", help="measure DataLoader settings (workers, prefetch, pinning, batch size) and print the fastest",
+        "tune-loader",
+        help="measure DataLoader settings (workers, prefetch, pinning, batch size) and print the fastest",
         description="Build the DataLoader returned by FACTORY with different settings, measure samples/s for "
                     "each (no model runs) and print the table, the best setting and the speed-up.")
     parser.add_argument("target", metavar="MODULE:FACTORY",
