@@ -191,6 +191,9 @@ def tune_loader(factory: Callable[..., Any], *, budget_s: float = 60.0, batches:
     notes = []
     if not torch.cuda.is_available():
         notes.append("pin_memory not tried: no CUDA device (pinning only speeds host-to-GPU copies)")
+    if noise is not None and noise > min_gain:
+        notes.append(f"repeats of one setting differ by {noise:.0%}, more than the {min_gain:.0%} a change must "
+                     "gain: choices closer than that are noise (a busy machine?); raise --batches or rerun")
     if "batch_size" not in loader_factory.accepted:
         notes.append("batch size not tried: the factory takes no batch_size argument")
     return TuneResult(baseline=baseline, best=best, trials=tuple(search.trials), baseline_rate=search.rate(baseline),
