@@ -22,6 +22,7 @@ __all__ = [
     "pad_collate",
     "SkipBadSamples",
     "skipped_samples",
+    "skip_counts",
     "tune_loader",
 ]
 
@@ -32,6 +33,7 @@ _WHERE = {
     "pad_collate": "stepscope.data.collate",
     "SkipBadSamples": "stepscope.data.skip",
     "skipped_samples": "stepscope.data.skip",
+    "skip_counts": "stepscope.data.skip",
     "tune_loader": "stepscope.data.tuner",
 }
 

@@ -7,6 +7,10 @@ seeded, epoch-dependent order when shuffling), and a process opens, seeks and re
 ranges — it never scans lines that belong to another (the seed idiom ``if line_no % world == rank``
 makes every process read every line).
 
+Ranges are equal in bytes, not in lines, so ranks may get a few samples more or fewer: with DDP,
+run a fixed number of steps per epoch (or use a map-style dataset with a distributed sampler) so no
+rank waits in a collective for one that has finished.
+
 Gzip files are not seekable: each one is a single range, read whole by one process. Give several
 gzip files (at least as many as ranks × workers) for parallelism; a single ``.jsonl.gz`` is read by
 one process while the others get nothing from it.

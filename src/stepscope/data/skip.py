@@ -22,7 +22,7 @@ from multiprocessing.sharedctypes import RawArray
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.errors import StepscopeError
+from stepscope.errors import StepscopeError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +57,14 @@ class SkipBadSamples:
         name: how the dataset is named in :func:`skip_counts` (default: its class name).
 
     Raises:
+        UsageError: ``max_consecutive`` < 1.
         BadSamplesError: (from ``__getitem__``) ``max_consecutive`` failures in a row.
     """
 
     def __init__(self, dataset: Any, *, exceptions: type[BaseException] | tuple[type[BaseException], ...] = Exception,
                  max_consecutive: int = 10, name: str | None = None):
         if max_consecutive < 1:
-            raise StepscopeError(f"max_consecutive must be at least 1, got {max_consecutive}")
+            raise UsageError(f"max_consecutive must be at least 1, got {max_consecutive}")
         self.dataset = dataset
         self.exceptions = exceptions
         self.max_consecutive = max_consecutive

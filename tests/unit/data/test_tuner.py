@@ -72,3 +72,44 @@ def test_a_tiny_budget_stops_after_the_first_trials():
     result = tune_loader(slow_loader, budget_s=0.2, batches=4, min_time_s=0.05, max_workers=0)
     assert result.budget_exhausted and len(result.trials) <= 2
     assert result.baseline == LoaderSetting(0, None, False, False, 4)
+
+
+def scripted(rates):
+    """A stand-in for one trial: the rate is a function of the setting, no loader runs."""
+    from stepscope.data import tuner
+
+    def fake_measure(factory, setting, batches, stage, min_time_s=0.0):
+        return tuner.Trial(stage, setting, rates(setting), 0.01, 0.2 if not setting.persistent_workers else 0.01,
+                           batches, 0.001)
+
+    return fake_measure
+
+
+def test_the_search_climbs_until_flat_and_does_not_walk_the_grid(monkeypatch):
+    from stepscope.data import tuner
+
+    def rates(setting):  # flattens at 4 workers; prefetch 4 helps a little, 8 does not; larger batches help
+        rate = 100.0 * min(setting.num_workers, 4) + 50
+        rate *= 1.2 if setting.prefetch_factor == 4 else 1.0
+        return rate * (1.1 if setting.batch_size == 64 else 1.0)
+
+    monkeypatch.setattr(tuner, "measure", scripted(rates))
+    factory = lambda num_workers=0, batch_size=32, **kw: DataLoader(DATA, batch_size=batch_size,  # noqa: E731
+                                                                    num_workers=num_workers, **kw)
+    result = tune_loader(factory, budget_s=30, max_workers=64)
+    workers = [t.setting.num_workers for t in result.trials if t.stage == "workers"]
+    assert workers == [1, 2, 3, 4, 6, 8]  # two flat steps after 4, then stop: no 12…64
+    assert result.best == LoaderSetting(4, 4, False, True, 64)  # persistent kept: restart halved, speed held
+    assert [t.stage for t in result.trials][-2:] == ["repeat", "repeat"]
+    assert result.speedup == pytest.approx(450 * 1.2 * 1.1 / 50)
+    assert len(result.trials) < 15
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_the_search_walks_down_when_more_workers_do_not_help(monkeypatch):
+    from stepscope.data import tuner
+
+    monkeypatch.setattr(tuner, "measure", scripted(lambda setting: 100.0 if setting.num_workers >= 2 else 60.0))
+    factory = lambda num_workers=8, **kw: DataLoader(DATA, batch_size=4, num_workers=num_workers, **kw)  # noqa: E731
+    result = tune_loader(factory, budget_s=30, max_workers=16)
+    assert result.best.num_workers == 2 and result.oversubscribed is (2 + torch.get_num_threads() > result.cpu_count)
