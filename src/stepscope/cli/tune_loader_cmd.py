@@ -100,6 +100,8 @@ def render(result, target: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from stepscope.units import format_duration, format_ratio
+
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=max(console.width, 110))
@@ -114,9 +116,9 @@ def render(result, target: str) -> None:
         rate = f"error: {trial.error}" if trial.error else f"{trial.samples_per_s:,.0f}{mark}"
         table.add_row(str(number), trial.stage, str(setting.num_workers), str(setting.prefetch_factor or "-"),
                       _yes(setting.pin_memory), _yes(setting.persistent_workers), str(setting.batch_size or "-"),
-                      rate, f"{trial.first_batch_s * 1000:,.0f} ms", f"{trial.restart_s * 1000:,.0f} ms")
+                      rate, format_duration(trial.first_batch_s), format_duration(trial.restart_s))
     console.print(table)
-    noise = "n/a" if result.noise is None else f"{result.noise:.1%}"
+    noise = format_ratio(result.noise)
     console.print(f"current: {result.baseline.describe()} — {result.baseline_rate:,.0f} samples/s")
     console.print(f"best:    {result.best.describe()} — {result.best_rate:,.0f} samples/s")
     console.print(f"speed-up {result.speedup:.2f}× (noise between repeats: {noise}); {len(result.trials)} trials "
@@ -127,7 +129,7 @@ def render(result, target: str) -> None:
     if result.oversubscribed:
         console.print(f"warning: {result.best.num_workers} workers + {result.intra_op_threads} intra-op threads "
                       f"> {result.cpu_count} cores: the training process and the workers will compete; call "
-                      f"torch.set_num_threads({max(1, result.cpu_count - result.best.num_workers)}) in the training "
+                      f"torch.set_num_threads({result.suggested_threads}) in the training "
                       "process, or use fewer workers")
 
 

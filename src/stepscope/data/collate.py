@@ -106,5 +106,8 @@ def _as_tensor(item: Any) -> torch.Tensor:
     if isinstance(item, torch.Tensor):
         return item
     if isinstance(item, (list, tuple)):
-        return torch.tensor(item)
+        try:
+            return torch.tensor(item)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"pad_collate cannot pad {str(item)[:40]}: {exc}") from exc
     raise UsageError(f"pad_collate cannot pad a {type(item).__name__}; give tensors or lists of numbers")

@@ -114,6 +114,11 @@ class TuneResult:
         return self.best_rate / self.baseline_rate if self.baseline_rate > 0 else float("nan")
 
     @property
+    def suggested_threads(self) -> int:
+        """Intra-op threads that leave a core to each worker of the best setting."""
+        return max(1, self.cpu_count - self.best.num_workers)
+
+    @property
     def oversubscribed(self) -> bool:
         """Workers plus the training process's intra-op threads exceed the cores."""
         return self.best.num_workers + self.intra_op_threads > self.cpu_count

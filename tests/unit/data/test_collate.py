@@ -56,3 +56,5 @@ def test_bad_input():
         pad_collate([torch.ones(2)], pad_to_multiple_of=0)
     with pytest.raises(UsageError, match="cannot pad"):
         pad_collate(["ab", "c"])
+    with pytest.raises(UsageError, match="cannot pad"):
+        pad_collate([{"words": ["a", "b"]}, {"words": ["c"]}])
