@@ -4,8 +4,9 @@ A *sequence* is a tensor (or a list of numbers) whose first dimension varies bet
 Samples may be:
 - sequences: the batch is ``(padded, mask)``, ``padded`` of shape ``[batch, length, ...]``;
 - dicts: each key whose values are sequences of differing lengths — or that is listed in
-  ``sequence_keys`` — is padded; other keys go through ``default_collate``; ``attention_mask``
-  (name: ``mask_key``) is added from the first padded key;
+  ``sequence_keys`` — is padded; lists of non-numbers (words, paths) stay a list per sample; other
+  keys go through ``default_collate``; ``attention_mask`` (name: ``mask_key``) is added from the
+  first padded key;
 - tuples/lists of fields: like dicts, by position; the mask is appended as the last field.
 
 The mask is ``True`` (or 1, see ``mask_dtype``) on real positions. ``pad_to_multiple_of=8`` rounds
@@ -72,6 +73,8 @@ def _collate_fields(fields: dict[Any, list[Any]], pad_value: Any, sequence_keys:
             value = pad_value.get(key, 0) if isinstance(pad_value, Mapping) else pad_value
             out[key], key_mask = _pad([_as_tensor(item) for item in values], value, *options)
             mask = key_mask if mask is None else mask
+        elif isinstance(values[0], list) and not _numeric(values[0]):
+            out[key] = values  # words, file names …: kept as a list per sample
         else:
             out[key] = default_collate(values)
     if mask is not None:
@@ -92,8 +95,14 @@ def _pad(sequences: list[torch.Tensor], value: float, multiple: int | None, mask
 
 
 def _is_sequence(item: Any) -> bool:
-    return (isinstance(item, torch.Tensor) and item.dim() >= 1) or (isinstance(item, list) and not isinstance(
-        item, (str, bytes)))
+    """A tensor with a first dimension, or a list of numbers (lists of anything else pass through)."""
+    if isinstance(item, torch.Tensor):
+        return item.dim() >= 1
+    return isinstance(item, list) and _numeric(item)
+
+
+def _numeric(items: list) -> bool:
+    return not items or isinstance(items[0], (int, float, bool, list))
 
 
 def _varies(values: list[Any]) -> bool:

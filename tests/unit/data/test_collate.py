@@ -28,13 +28,13 @@ def test_padded_lengths_and_mask(lengths, multiple):
 
 
 def test_dict_samples_pad_varying_keys_and_collate_the_rest():
-    batch = [{"input_ids": [1, 2, 3], "labels": [4, 5, 6], "label": 0, "text": "a"},
-             {"input_ids": [7], "labels": [8], "label": 1, "text": "b"}]
+    batch = [{"input_ids": [1, 2, 3], "labels": [4, 5, 6], "label": 0, "text": "a", "words": ["x", "y"]},
+             {"input_ids": [7], "labels": [8], "label": 1, "text": "b", "words": ["z"]}]
     out = pad_collate(batch, pad_value={"labels": -100}, pad_to_multiple_of=8, mask_dtype=torch.long)
     assert out["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0], [7, 0, 0, 0, 0, 0, 0, 0]]
     assert out["labels"][1].tolist() == [8] + [-100] * 7
     assert out["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0]]
-    assert out["label"].tolist() == [0, 1] and out["text"] == ["a", "b"]
+    assert out["label"].tolist() == [0, 1] and out["text"] == ["a", "b"] and out["words"] == [["x", "y"], ["z"]]
 
 
 def test_sequence_keys_pad_even_equal_lengths_and_features_keep_their_shape():
@@ -57,4 +57,4 @@ def test_bad_input():
     with pytest.raises(UsageError, match="cannot pad"):
         pad_collate(["ab", "c"])
     with pytest.raises(UsageError, match="cannot pad"):
-        pad_collate([{"words": ["a", "b"]}, {"words": ["c"]}])
+        pad_collate([{"ids": [1, "b"]}, {"ids": [3]}])
