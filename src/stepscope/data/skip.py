@@ -7,8 +7,11 @@ DataLoader worker), in shared memory created before the workers start (a lock-fr
 process writes only its own slot), so the totals add up across forked or spawned workers. Two
 loaders iterating the same wrapper at the same time share worker slots and may lose a count.
 
-Capture reads the totals through :func:`skipped_samples` (torch is not imported here, and nothing
-is allocated until a wrapper exists, so calling it from a run's end costs nothing). After
+Capture reads the totals through :func:`skipped_samples` (total) or :func:`skip_counts` (per
+wrapped dataset and process). Torch is not imported here and nothing is allocated until a wrapper
+exists; a caller that must not import anything can look the module up first —
+``sys.modules.get("stepscope.data.skip")`` is None exactly when no wrapper was ever made, and then
+nothing was skipped. Counts are read in the process that created the wrappers (the training process). After
 ``max_consecutive`` failures in a row the last error is raised, chained, as
 :class:`BadSamplesError`.
 """
