@@ -8,12 +8,11 @@ process writes only its own slot), so the totals add up across forked or spawned
 loaders iterating the same wrapper at the same time share worker slots and may lose a count.
 
 Capture reads the totals through :func:`skipped_samples` (total) or :func:`skip_counts` (per
-wrapped dataset and process). Torch is not imported here and nothing is allocated until a wrapper
-exists; a caller that must not import anything can look the module up first —
-``sys.modules.get("stepscope.data.skip")`` is None exactly when no wrapper was ever made, and then
-nothing was skipped. Counts are read in the process that created the wrappers (the training process). After
-``max_consecutive`` failures in a row the last error is raised, chained, as
-:class:`BadSamplesError`.
+wrapped dataset and process), in the process that created the wrappers (the training process).
+Torch is not imported here and nothing is allocated until a wrapper exists; a caller that must not
+import anything can look the module up first: when ``sys.modules.get("stepscope.data.skip")`` is
+None, no wrapper exists and nothing was skipped. After ``max_consecutive`` failures in a row the
+last error is raised, chained, as :class:`BadSamplesError`.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from multiprocessing.sharedctypes import RawArray
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 from stepscope.errors import StepscopeError, UsageError
