@@ -1,15 +1,15 @@
-"""DataLoader toolkit against the seed idioms, on a generated multi-GB JSONL file.
+"""DataLoader toolkit against the usual hand-written idioms, on a generated multi-GB JSONL file.
 
     python benchmarks/bench_data.py [--gb 2] [--slots 8,32] [--rounds 3] [--dir DIR]
 
 Generates ``--gb`` GB of JSONL (``{"id": n, "tokens": [...]}``, 50–300 tokens a line) in a temporary
 directory (deleted at the end), then measures, as ratios within this run:
 
-1. **Sharded reading**, one process out of ``--slots`` (ranks × workers): the seed's iterable dataset
+1. **Sharded reading**, one process out of ``--slots`` (ranks × workers): the hand-written iterable dataset
    reads every line and keeps those with ``line_number % slots == slot``; ``ShardedJsonl`` reads only
    that process's byte ranges. Samples/s of that process and bytes it reads; both decode with orjson,
    so the ratio is the sharding alone. The file is in the page cache for both (read once before).
-2. **Bucket sampler start-up** (until the first batch of indices): the seed's sampler computes every
+2. **Bucket sampler start-up** (until the first batch of indices): the hand-written sampler computes every
    sample's length by decoding the whole file at each start (measured once: it is the slow part of
    the run); ``IndexedJsonl`` + ``BucketBatchSampler`` load the cached line index and size index
    (``np.load``) and bucket. The one-time cost of building both caches is shown apart.
@@ -53,8 +53,8 @@ def generate(path: Path, gigabytes: float, seed: int = 0) -> int:
     return lines
 
 
-class SeedShardedJsonl:
-    """The seed idiom: every process reads every line and keeps those whose number is its own."""
+class ModuloShardedJsonl:
+    """The hand-written idiom: every process reads every line and keeps those whose number is its own."""
 
     def __init__(self, path: Path, slot: int, slots: int):
         self.path, self.slot, self.slots = path, slot, slots
@@ -66,8 +66,8 @@ class SeedShardedJsonl:
                     yield orjson.loads(line)
 
 
-def seed_bucket_start(path: Path, batch_size: int) -> list[int]:
-    """The seed's bucket sampler, up to its first batch: decode every sample for its length, sort, cut."""
+def full_pass_bucket_start(path: Path, batch_size: int) -> list[int]:
+    """The hand-written bucket sampler, up to its first batch: decode every sample for its length, sort, cut."""
     with open(path, "rb") as handle:
         lengths = [len(orjson.loads(line)["tokens"]) for line in handle]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
@@ -94,21 +94,21 @@ def count(iterable) -> int:
 
 
 def compare_sharding(path: Path, size: int, slots: int, rounds: int) -> None:
-    seed_times, our_times = [], []
+    modulo_times, our_times = [], []
     ours = ShardedJsonl(path, rank=0, world_size=1, worker_id=0, num_workers=slots)
     our_bytes = sum(r.end - r.start for r in ours.ranges_for(0, slots))
     for _ in range(rounds):
-        seed_s, seed_n = timed(count, SeedShardedJsonl(path, 0, slots))
+        modulo_s, modulo_n = timed(count, ModuloShardedJsonl(path, 0, slots))
         our_s, our_n = timed(count, ours)
-        seed_times.append(seed_s)
+        modulo_times.append(modulo_s)
         our_times.append(our_s)
-    seed_s, our_s = statistics.median(seed_times), statistics.median(our_times)
+    modulo_s, our_s = statistics.median(modulo_times), statistics.median(our_times)
     print(f"\n1. sharded reading, process 0 of {slots} (median of {rounds})")
-    print(f"   seed (line_number % {slots}): {seed_n:,} samples in {seed_s:.2f} s = {seed_n / seed_s:,.0f}/s, "
+    print(f"   hand-written (line_number % {slots}): {modulo_n:,} samples in {modulo_s:.2f} s = {modulo_n / modulo_s:,.0f}/s, "
           f"reads {size / 1e9:.2f} GB")
     print(f"   ShardedJsonl (byte ranges):  {our_n:,} samples in {our_s:.2f} s = {our_n / our_s:,.0f}/s, "
           f"reads {our_bytes / 1e9:.3f} GB")
-    print(f"   → throughput ×{(our_n / our_s) / (seed_n / seed_s):.1f}, bytes read ÷{size / our_bytes:.1f}")
+    print(f"   → throughput ×{(our_n / our_s) / (modulo_n / modulo_s):.1f}, bytes read ÷{size / our_bytes:.1f}")
 
 
 def main() -> None:
@@ -135,12 +135,12 @@ def run(path: Path, args: argparse.Namespace) -> None:
         compare_sharding(path, size, slots, args.rounds)
 
     build_s, _ = timed(our_bucket_start, path, 64)  # builds and caches the line index and the sizes
-    seed_start = timed(seed_bucket_start, path, 64)[0]  # a minute per 2 GB: once
+    modulo_start = timed(full_pass_bucket_start, path, 64)[0]  # a minute per 2 GB: once
     our_start = statistics.median(timed(our_bucket_start, path, 64)[0] for _ in range(args.rounds))
-    print(f"\n2. bucket sampler start-up, {lines:,} samples (seed once, ours median of {args.rounds})")
-    print(f"   seed (decode every sample at each start): {seed_start:.2f} s")
+    print(f"\n2. bucket sampler start-up, {lines:,} samples (hand-written once, ours median of {args.rounds})")
+    print(f"   hand-written (decode every sample at each start): {modulo_start:.2f} s")
     print(f"   IndexedJsonl + BucketBatchSampler, cached index and sizes: {our_start * 1000:.0f} ms")
-    print(f"   → start-up ×{seed_start / our_start:.0f} faster; one-time build of both caches: {build_s:.2f} s")
+    print(f"   → start-up ×{modulo_start / our_start:.0f} faster; one-time build of both caches: {build_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`BucketBatchSampler`: batches of samples of similar size, from a size index read once.
 
-The seed idiom computes every sample's length by loading the whole dataset at each start. Here
+The usual hand-written sampler computes every sample's length by loading the whole dataset at each start. Here
 sizes are an array given once — typically :meth:`IndexedJsonl.sizes
 <stepscope.data.indexed.IndexedJsonl.sizes>`, cached beside the data — so start-up costs an
 ``np.load``.

@@ -4,8 +4,8 @@ Contract, per epoch: every non-empty line of every file is yielded by exactly on
 ranks × DataLoader workers. The files are cut into byte ranges aligned to line starts (see
 :mod:`stepscope.data.sharding`), the ranges are dealt out round-robin to the processes (in a
 seeded, epoch-dependent order when shuffling), and a process opens, seeks and reads only its own
-ranges — it never scans lines that belong to another (the seed idiom ``if line_no % world == rank``
-makes every process read every line).
+ranges — it never scans lines that belong to another (the hand-written idiom
+``if line_no % world == rank`` makes every process read every line).
 
 Ranges are equal in bytes, not in lines, so ranks may get a few samples more or fewer: with DDP,
 run a fixed number of steps per epoch (or use a map-style dataset with a distributed sampler) so no

@@ -1,6 +1,6 @@
 """`SkipBadSamples`: move on to the next index when a sample fails to load — and count it.
 
-The seed idiom (``except Exception: return self[(index + 1) % len(self)]``) hides data problems:
+The common idiom (``except Exception: return self[(index + 1) % len(self)]``) hides data problems:
 the run looks healthy while it silently trains on fewer, and duplicated, samples. This wrapper
 does the same but counts every skip, per process (slot 0 is the main process, slot ``1 + id`` a
 DataLoader worker), in shared memory created before the workers start (a lock-free array: each
