@@ -104,8 +104,8 @@ def compare_sharding(path: Path, size: int, slots: int, rounds: int) -> None:
         our_times.append(our_s)
     modulo_s, our_s = statistics.median(modulo_times), statistics.median(our_times)
     print(f"\n1. sharded reading, process 0 of {slots} (median of {rounds})")
-    print(f"   hand-written (line_number % {slots}): {modulo_n:,} samples in {modulo_s:.2f} s = {modulo_n / modulo_s:,.0f}/s, "
-          f"reads {size / 1e9:.2f} GB")
+    print(f"   hand-written (line_number % {slots}): {modulo_n:,} samples in {modulo_s:.2f} s = "
+          f"{modulo_n / modulo_s:,.0f}/s, reads {size / 1e9:.2f} GB")
     print(f"   ShardedJsonl (byte ranges):  {our_n:,} samples in {our_s:.2f} s = {our_n / our_s:,.0f}/s, "
           f"reads {our_bytes / 1e9:.3f} GB")
     print(f"   → throughput ×{(our_n / our_s) / (modulo_n / modulo_s):.1f}, bytes read ÷{size / our_bytes:.1f}")
