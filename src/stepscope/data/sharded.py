@@ -41,6 +41,7 @@ from torch.utils.data import IterableDataset
 from stepscope.data.sharding import (
     DEFAULT_CHUNK_BYTES,
     ByteRange,
+    distributed_rank,
     is_gzip,
     read_lines_at,
     read_range,
@@ -132,6 +133,13 @@ class ShardedJsonl(IterableDataset):
         state = dict(self.__dict__)
         if get_spawning_popen() is None:  # a copy (deepcopy, pickle), not a worker starting: detach
             state["_epoch"] = _Cell(self.epoch)
+            return state
+        # A spawned worker starts without this rank's process group: hand it the rank now.
+        rank, world_size, worker_id, num_workers = self._identity
+        if rank is None or world_size is None:
+            detected_rank, detected_world = distributed_rank()
+            state["_identity"] = (detected_rank if rank is None else rank,
+                                  detected_world if world_size is None else world_size, worker_id, num_workers)
         return state
 
     def ranges_for(self, slot: int, slot_count: int, epoch: int | None = None) -> list[ByteRange]:

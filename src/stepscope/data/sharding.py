@@ -3,7 +3,9 @@
 A *slot* is one reading process: ``slot = rank * num_workers + worker_id`` out of
 ``world_size * num_workers``. Ranks come from ``torch.distributed`` when it is initialised, workers
 from ``torch.utils.data.get_worker_info()``; either can be given explicitly (tests simulate ranks and
-workers this way).
+workers this way). A worker started by *spawn* (macOS, CUDA users, anything under
+``torch.multiprocessing.spawn``) has no process group: the dataset hands it its rank when it is
+pickled for the worker.
 
 Files are cut into byte ranges without reading them: a line belongs to the range that holds its
 first byte. A reader of ``[start, end)`` seeks to ``start - 1``, skips to the end of that line (the
@@ -51,7 +53,7 @@ def resolve_slot(rank: int | None = None, world_size: int | None = None,
         UsageError: a rank or worker id outside its count.
     """
     if rank is None or world_size is None:
-        detected_rank, detected_world = _distributed_rank()
+        detected_rank, detected_world = distributed_rank()
         rank = detected_rank if rank is None else rank
         world_size = detected_world if world_size is None else world_size
     if worker_id is None or num_workers is None:
@@ -63,7 +65,8 @@ def resolve_slot(rank: int | None = None, world_size: int | None = None,
     return rank * num_workers + worker_id, world_size * num_workers
 
 
-def _distributed_rank() -> tuple[int, int]:
+def distributed_rank() -> tuple[int, int]:
+    """``(rank, world_size)`` from ``torch.distributed``, ``(0, 1)`` when it is not initialised."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -201,3 +201,30 @@ def test_a_copy_of_the_dataset_is_detached(tmp_path):
     clone = pickle.loads(pickle.dumps(copy.deepcopy(dataset)))
     clone.set_epoch(4)
     assert (dataset.epoch, clone.epoch, len(list(clone))) == (3, 4, 5)
+
+
+def _rank_main(rank: int, world_size: int, store: str, paths: list[str], out: str, context: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    try:
+        dataset = ShardedJsonl(paths, chunk_bytes=1024, shuffle_buffer=8)  # rank and workers detected
+        loader = DataLoader(dataset, batch_size=7, num_workers=2, collate_fn=ids_of, multiprocessing_context=context)
+        ids = [ident for batch in loader for ident in batch]
+        with open(f"{out}.{rank}", "w", encoding="utf-8") as handle:
+            json.dump(ids, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_ranks_from_torch_distributed_and_workers_read_each_sample_once(tmp_path, context):
+    import torch.multiprocessing as mp
+
+    paths = [str(write_jsonl(tmp_path / "a.jsonl", range(600))),
+             str(write_jsonl(tmp_path / "b.jsonl.gz", range(600, 700), packed=True)),
+             str(write_jsonl(tmp_path / "c.jsonl.gz", range(700, 800), packed=True))]
+    out = str(tmp_path / "ids")
+    mp.spawn(_rank_main, args=(2, str(tmp_path / "store"), paths, out, context), nprocs=2, join=True)
+    per_rank = [json.loads((tmp_path / f"ids.{rank}").read_text()) for rank in range(2)]
+    assert all(per_rank) and sorted(per_rank[0] + per_rank[1]) == list(range(800))
