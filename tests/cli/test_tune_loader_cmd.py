@@ -73,9 +73,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, target,
     assert code == 2 and err.startswith("stepscope: error: ") and message in err and err.count("\n") == 1, err
 
 
-def test_a_file_path_works_as_module(tmp_path):
+def test_a_file_path_works_as_module_through_both_entry_points(tmp_path, entry):
     write_script(tmp_path, "loaders.py", FACTORY)
     result = run_cli(["tune-loader", "loaders.py:make_loader", "--budget-s", "4", "--batches", "4",
-                      "--max-workers", "1"], cwd=tmp_path, timeout=120)
+                      "--max-workers", "1"], cwd=tmp_path, timeout=120, entry=entry)
     assert result.returncode == 0, result.stderr
     assert "best:" in result.stdout
+
+
+def test_bad_input_from_the_console_script(tmp_path, entry):
+    result = run_cli(["tune-loader", "no_such_module:make"], cwd=tmp_path, timeout=120, entry=entry)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("stepscope: error: cannot import module 'no_such_module'")
+    assert result.stderr.count("\n") == 1

@@ -149,6 +149,7 @@ def test_bad_arguments_are_reported(tmp_path):
         iter(ShardedJsonl(path, rank=2, world_size=2))
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 def test_exact_resume_across_workers_with_a_stateful_dataloader(tmp_path):
     """torchdata's StatefulDataLoader calls state_dict/load_state_dict inside each worker."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
