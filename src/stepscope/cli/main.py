@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "monitor": "monitor_cmd",
     "gpu-procs": "gpu_procs_cmd",
     "analyze": "analyze_cmd",
+    "tune-loader": "tune_loader_cmd",
 }
 
 

@@ -106,6 +106,14 @@ SCENARIOS: dict[str, Scenario] = {
             mechanism="batches come from a TensorDataset (no per-sample work); large matmuls "
             "dominate the step",
         ),
+        Scenario(
+            name="jsonl-text",
+            module="stepscope.zoo.jsonl_text",
+            planted_family="healthy",
+            title="token model fed from JSONL by stepscope.data",
+            mechanism="IndexedJsonl + BucketBatchSampler + pad_collate on a generated JSONL file: "
+            "sub-millisecond batches with little padding; the per-token MLP dominates the step",
+        ),
     )
 }
 
