@@ -16,6 +16,8 @@ import re
 import time
 from pathlib import Path
 
+from stepscope.record import layout
+
 RUNS_DIR = "stepscope-runs"
 
 
@@ -175,7 +177,7 @@ def _take_lock(path: Path, rank: int, job: str, force: bool) -> RunDirLock:
 
     from stepscope.errors import CaptureError
 
-    lock_path = path / f"rank{rank}.lock"
+    lock_path = layout.lock_path(path, rank)
     deadline = time.monotonic() + _LOCK_PATIENCE_S
     while True:
         try:
