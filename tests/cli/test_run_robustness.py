@@ -14,21 +14,6 @@ import pytest
 from support import cli_env, run_cli, run_python, write_script
 from stepscope.record.store import load_record
 
-TRAIN = """
-    import os, signal, sys
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = int(os.environ.get("STEPS", "2"))
-    for step in range(steps):
-        opt.zero_grad()
-        model(torch.randn(2, 4)).sum().backward()
-        opt.step()
-    print("trained", steps)
-"""
-
 
 def _no_temp_files(directory) -> bool:
     return not [path for path in directory.rglob("*") if path.name.endswith(".tmp")]
@@ -101,7 +86,7 @@ def test_script_that_chdirs_keeps_its_run_directory(tmp_path, out):
     result = run_cli(["run", "--no-monitor", *out, "wander.py"], tmp_path)
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "out" if out else next((tmp_path / "stepscope-runs").iterdir())
-    assert len(load_record(run_dir).steps) == 2
+    assert len(load_record(run_dir).steps) == 3
     assert not (tmp_path / "elsewhere" / "out").exists()
     assert not (tmp_path / "elsewhere" / "stepscope-runs").exists()
 
@@ -109,7 +94,7 @@ def test_script_that_chdirs_keeps_its_run_directory(tmp_path, out):
 TRAIN_FLAT = """import torch
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(2):
+for step in range(3):  # not 2: that count has a regression test of its own
     opt.zero_grad()
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
@@ -259,7 +244,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))
     assert _no_temp_files(tmp_path / "out")
     assert not (tmp_path / "out" / "report.json").exists()
     if limit > 1000:  # the record fits, the report does not
-        assert len(load_record(tmp_path / "out").steps) == 2
+        assert len(load_record(tmp_path / "out").steps) == 3
         assert wrapped.stderr.count("could not write") == 1, wrapped.stderr
     else:
         assert not (tmp_path / "out" / "record.rank0.json.gz").exists()
@@ -277,7 +262,7 @@ def test_script_closing_stdout_or_stderr_keeps_the_record(tmp_path, closing):
     assert wrapped.returncode == bare.returncode, wrapped.stderr
     assert wrapped.stdout == bare.stdout
     assert "Traceback" not in wrapped.stderr
-    assert len(load_record(tmp_path / "out").steps) == 2
+    assert len(load_record(tmp_path / "out").steps) == 3
 
 
 # -- 8. writes never follow symlinks -------------------------------------------------------------
@@ -293,7 +278,7 @@ for name in ("record.rank0.json.gz", "report.json"):
     result = run_cli(["run", "--no-monitor", "-o", "out", "plant.py"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert victim.read_text() == "precious"
-    assert len(load_record(tmp_path / "out").steps) == 2
+    assert len(load_record(tmp_path / "out").steps) == 3
 
 
 def test_planted_symlink_in_the_run_directory_is_refused_or_removed(tmp_path):
@@ -364,7 +349,7 @@ def test_other_fatal_signals_save_the_record_and_die_by_them(tmp_path, name):
     assert bare.returncode == wrapped.returncode == -getattr(signal, name), wrapped.stderr
     assert wrapped.stdout == bare.stdout
     record = load_record(tmp_path / "out")
-    assert record.meta.interrupted_by == name and len(record.steps) == 2
+    assert record.meta.interrupted_by == name and len(record.steps) == 3
 
 
 def test_an_ignored_sighup_stays_ignored(tmp_path):
