@@ -206,8 +206,14 @@ class CaptureSession:
                 peak = cached_peak(threads) or peak
             except Exception:  # noqa: BLE001
                 pass
-        if peak is not None and threads is not None and peak.threads != threads:
-            self.warnings.note(f"CPU peak measured with {peak.threads} threads; the script ran with {threads}")
+        if peak is not None and threads and peak.threads and peak.threads != threads:
+            # GEMM scales about linearly with threads; say so rather than compare unlike machines
+            self.warnings.note(f"CPU peak measured with {peak.threads} threads, scaled to the {threads} "
+                               "the script ran with")
+            cores = self.meta["cpu_count_logical"] or max(threads, peak.threads)
+            scale = min(threads, cores) / min(peak.threads, cores)
+            peak = replace(peak, flops_best=peak.flops_best * scale, flops_median=peak.flops_median * scale,
+                           threads=threads)
         return peak
 
     # -- parts ---------------------------------------------------------------------------------
