@@ -195,7 +195,7 @@ def _take_lock(path: Path, rank: int, job: str, force: bool) -> RunDirLock:
             os.close(descriptor)
             if time.monotonic() > deadline:
                 raise CaptureError(f"run directory {path} is in use by another run (pid {holder.get('pid', '?')}); "
-                                   "wait for it to end or choose another with -o/--out") from None
+                                   "--force does not take a running run's directory: wait for it to end or choose another with -o/--out") from None
             time.sleep(0.02)
             continue
         if _same_file(lock_path, descriptor):
@@ -250,7 +250,7 @@ def _foreign_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[s
     busy = [other for other, owner in jobs.items() if owner is None]
     if busy:
         raise CaptureError(f"run directory {path} is in use by another run (rank{busy[0]}.lock is held); "
-                           "wait for it to end or choose another with -o/--out")
+                           "--force does not take a running run's directory: wait for it to end or choose another with -o/--out")
     previous = lock.previous.get("job")
     owners = {**jobs, rank: previous}
     foreign = set()
