@@ -46,7 +46,7 @@ def default_run_dir(name: str, base: str | Path = RUNS_DIR) -> Path:
     path = Path(base) / f"{stamp}-{stem}"
     if not in_torchrun:
         suffix = 1
-        while path.exists():
+        while os.path.lexists(path):  # a dangling symlink is taken too
             suffix += 1
             path = Path(base) / f"{stamp}-{stem}-{suffix}"
     return path

@@ -32,7 +32,7 @@ from stepscope.capture.hooks import TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
 from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
-from stepscope.errors import CaptureError, UsageError
+from stepscope.errors import UsageError
 from stepscope.record import layout
 from stepscope.record.store import save_record
 from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord
