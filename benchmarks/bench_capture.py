@@ -119,7 +119,7 @@ IN_PROCESS = textwrap.dedent("""
 
 
 def run_once(script: Path, steps: int, wrapped: bool, workdir: Path) -> float:
-    prefix = [sys.executable, "-m", "stepscope", "run", "--no-summary", "--no-monitor",
+    prefix = [sys.executable, "-m", "stepscope", "run", "--no-summary", "--no-monitor", "--force",
               "-o", str(workdir / "run")] if wrapped else [sys.executable]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run([*prefix, str(script), str(steps)], capture_output=True, text=True, env=env, check=True)

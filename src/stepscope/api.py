@@ -16,7 +16,7 @@ from stepscope.capture.session import CaptureSession
 
 @contextlib.contextmanager
 def profile(out: str | Path | None = None, *, sample_interval_s: float | None = 0.1,
-            summary: bool = True, profiler: Any = None) -> Iterator[CaptureSession]:
+            summary: bool = True, profiler: Any = None, force: bool = False) -> Iterator[CaptureSession]:
     """Capture the enclosed block like ``stepscope run`` would (library API).
 
     Args:
@@ -24,6 +24,7 @@ def profile(out: str | Path | None = None, *, sample_interval_s: float | None = 
         sample_interval_s: sidecar sampling period, or ``None`` for no sidecar.
         summary: print the terminal summary to stderr at the end.
         profiler: optional stepscope profiler driven with the captured phases.
+        force: replace another run's files in ``out`` (otherwise such a directory is refused).
 
     Yields:
         The :class:`CaptureSession` (``wrap()``, ``step()``, ``phase()``; ``.record`` after exit).
@@ -31,7 +32,8 @@ def profile(out: str | Path | None = None, *, sample_interval_s: float | None = 
     from stepscope.capture.rundir import default_run_dir
 
     session = CaptureSession(out or default_run_dir("api"), target="api", mode="api",
-                             sample_interval_s=sample_interval_s, profiler=profiler)
+                             sample_interval_s=sample_interval_s, profiler=profiler, force=force,
+                             derived=out is None)
     session.start()
     exception = None
     try:

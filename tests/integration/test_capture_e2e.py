@@ -240,3 +240,37 @@ def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):
     assert sorted(event["name"] for event in trace["traceEvents"] if event.get("name", "").startswith("ProfilerStep")) \
         == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     assert report["trace"]["steps"] == 3  # the window's trace fed the diagnosis
+
+
+def test_cpu_peak_is_measured_at_torch_import_once_then_read_from_the_cache(tmp_path):
+    write_script(tmp_path, "cpu.py", """
+        import sys
+        import torch
+
+        torch.manual_seed(0)
+        if len(sys.argv) > 1:
+            torch.set_num_threads(int(sys.argv[1]))
+        model = torch.nn.Linear(64, 64)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            opt.zero_grad()
+            model(torch.randn(32, 64)).sum().backward()
+            opt.step()
+        print(model.weight.sum().item().hex())
+    """)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "OMP_NUM_THREADS": "2"}
+    bare = run_python(["cpu.py"], tmp_path, env=env)
+    first = run_cli(["run", "--no-monitor", "-o", "first", "cpu.py"], tmp_path, env=env)
+    second = run_cli(["run", "--no-monitor", "-o", "second", "cpu.py"], tmp_path, env=env)
+    fewer = run_cli(["run", "--no-monitor", "-o", "fewer", "cpu.py", "1"], tmp_path, env=env)
+    assert first.returncode == second.returncode == fewer.returncode == 0, first.stderr + second.stderr
+    assert first.stdout == second.stdout == bare.stdout  # the measurement leaves the seeded RNG alone
+    measured = load_record(tmp_path / "first").facts.cpu_peak
+    cached = load_record(tmp_path / "second").facts.cpu_peak
+    assert measured.source == "measured" and measured.repetitions >= 3
+    assert measured.flops_median <= measured.flops_best
+    assert cached.source == "cache" and cached.flops_best == measured.flops_best
+    assert (tmp_path / "cache" / "stepscope" / "cpu_peak.json").is_file()
+    scaled = load_record(tmp_path / "fewer")
+    assert scaled.facts.cpu_peak.threads == 1
+    assert any("scaled" in text for text in scaled.warnings)

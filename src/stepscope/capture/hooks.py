@@ -29,6 +29,7 @@ from typing import Any
 
 from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
 from stepscope.capture.warn import WarningSink
+from stepscope.record.safe_write import create_exclusive
 
 #: Steps during which every module call is watched to discover the root modules.
 DISCOVERY_STEPS = 2
@@ -54,6 +55,7 @@ class LoaderRegistry:
         self.loaders: dict[int, dict[str, Any]] = {}
         self.roles_file = roles_file
         self._known_pids: set[int] = set()
+        self._roles: Any = None  # the roles file, created (exclusively) at the first worker
 
     def register(self, loader: Any) -> dict[str, Any]:
         key = id(loader)
@@ -99,8 +101,23 @@ class LoaderRegistry:
                 json.dumps({"pid": pid, "role": "dataloader_worker", "loader_id": info["loader_id"], "ts_ns": now}) + "\n"
                 for pid in new
             )
-            with open(self.roles_file, "a", encoding="utf-8") as handle:
-                handle.write(lines)
+            try:
+                if self._roles is None:
+                    self._roles = create_exclusive(self.roles_file, append=True)
+                self._roles.write(lines.encode("utf-8"))
+                self._roles.flush()
+            except OSError:
+                self.roles_file = None  # warned once by the caller; no further attempts
+                self.close()
+                raise
+
+    def close(self) -> None:
+        roles, self._roles = self._roles, None
+        if roles is not None:
+            try:
+                roles.close()
+            except OSError:
+                pass
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [{k: v for k, v in info.items() if k != "_ref"} for info in self.loaders.values()]
@@ -130,6 +147,7 @@ class TorchHooks:
         self.live = True  # False in forked children (DataLoader workers): they must record nothing
         _disable_in_forked_children(self)
         self._undo: list[Callable[[], None]] = []
+        self.installed = False
         self._root_classes: set[type] = set()
         self._discovering = False
         self._fwd_depth = 0
@@ -141,6 +159,7 @@ class TorchHooks:
     def install(self) -> None:
         import torch
 
+        self.installed = True
         for name, installer in (
             ("DataLoader", self._install_loader),
             ("backward", self._install_backward),
@@ -156,6 +175,8 @@ class TorchHooks:
                                f"{name} time is counted as 'other'")
 
     def uninstall(self) -> None:
+        self.installed = False
+        self.registry.close()
         while self._undo:
             undo = self._undo.pop()
             try:
@@ -327,6 +348,8 @@ class TorchHooks:
 
     def _after_commit(self) -> None:
         rec = self.rec
+        if not self.installed:  # a commit while capture ends: nothing left to patch or unpatch
+            return
         if self._discovering:
             if rec.count - self._committed_at_discovery >= DISCOVERY_STEPS:
                 self._finish_discovery()
@@ -336,6 +359,8 @@ class TorchHooks:
     def _finish_discovery(self) -> None:
         self._discovering = False
         undo = self._discovery_undo
+        if undo not in self._undo:  # already undone by uninstall()
+            return
         self._undo.remove(undo)
         undo()
         for cls in list(self._root_classes):

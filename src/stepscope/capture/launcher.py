@@ -164,7 +164,10 @@ def report_exception(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
         tb = tb.tb_next
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+    try:
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+    except (OSError, ValueError, AttributeError):  # the script closed stderr: Python prints nothing either
+        pass
 
 
 def report_outcome(outcome: Outcome) -> None:
@@ -174,38 +177,109 @@ def report_outcome(outcome: Outcome) -> None:
     elif outcome.system_exit is not None:
         code = outcome.system_exit.code
         if code is not None and not isinstance(code, int):
-            sys.stdout.flush()
-            print(code, file=sys.stderr)
+            flush_std_streams()
+            try:
+                print(code, file=sys.stderr)
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr if they are still there (the script may have closed either)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def finish_process(outcome: Outcome) -> None:
     """Leave the process the way the script would have (does not return)."""
     if outcome.signal_name is not None:
-        _die_by(getattr(signal, outcome.signal_name))
+        die_by(getattr(signal, outcome.signal_name))
     sys.exit(outcome.exit_code)
 
 
-def _die_by(signum: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
+def die_by(signum: int) -> None:
+    """End the process by ``signum`` with its default action (as if nothing had handled it)."""
+    flush_std_streams()
     signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
     os.kill(os.getpid(), signum)
-    sys.exit(128 + signum)  # pragma: no cover - only if the signal did not end us
+    os._exit(128 + signum)  # pragma: no cover - only if the signal did not end us
 
 
-def install_sigterm(on_terminate: Callable[[], None]) -> None:
-    """On SIGTERM: write what was captured, then die by SIGTERM as the script would have."""
-    owner = os.getpid()
+#: Signals whose default action ends the process. Where the script inherits the default, capture
+#: handles them: write what was captured, then die by the same signal. SIGINT is Python's
+#: KeyboardInterrupt and goes through the script like any exception.
+TERMINATING_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
-    def handler(signum: int, frame: Any) -> None:
-        if os.getpid() == owner:  # forked children (DataLoader workers) inherit this handler
+
+class SignalGuard:
+    """Capture's signal handling: save the record on a fatal signal, never pre-empt the script's.
+
+    - :meth:`install` takes over the signals of :data:`TERMINATING_SIGNALS` that still have their
+      default action (an ignored SIGHUP under ``nohup`` stays ignored). On such a signal,
+      ``on_signal(signum)`` runs (it writes the record), then the process dies by the signal.
+    - A script that installs its own handler replaces ours, and runs as under Python. Handlers
+      that chain to the previous one (Lightning's ``_HandlersCompose``) call ours: we see that we
+      are no longer the installed handler and return, leaving the decision to the script's handler,
+      as under Python, where it found the default action and had nothing to chain to. The record
+      is then written when the script ends, however it ends (or at exit).
+    - :meth:`hold` starts finalisation: from then on every signal that would end or interrupt the
+      process (SIGINT included) is only noted in :attr:`pending`, so a second Ctrl-C or the SIGTERM
+      of ``timeout`` cannot cut the record's writing short. The caller checks :attr:`pending`
+      once the record is saved and then dies by it (:func:`die_by`), skipping the optional rest.
+    """
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.pending: list[int] = []
+        self.holding = False
+        self._on_signal: Callable[[int], None] | None = None
+        self._handler = self._handle  # one bound method: compared by identity with getsignal()
+
+    def install(self, on_signal: Callable[[int], None]) -> None:
+        self._on_signal = on_signal
+        for name in TERMINATING_SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
             try:
-                on_terminate()
-            except Exception:  # noqa: BLE001
+                if signal.getsignal(signum) == signal.SIG_DFL:
+                    signal.signal(signum, self._handler)
+            except (ValueError, OSError):  # not the main thread, or not allowed here
                 pass
-        _die_by(signum)
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        pass
+    def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.owner:  # a forked child (DataLoader worker): the default action
+            die_by(signum)
+        if self.holding:
+            self.pending.append(signum)
+            return
+        if signal.getsignal(signum) is not self._handler:  # called by the script's own handler
+            return
+        if self._on_signal is not None:
+            self._on_signal(signum)
+        die_by(signum)
+
+    def hold(self) -> None:
+        """Finalisation begins: note signals instead of acting on them (see the class docstring)."""
+        if self.holding or os.getpid() != self.owner:
+            return
+        self.holding = True
+        names = ("SIGINT", *TERMINATING_SIGNALS)
+        for name in names:
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            try:
+                if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                    signal.signal(signum, self._handler)
+            except (ValueError, OSError):
+                pass
+
+    def die_if_pending(self) -> None:
+        """Die by the first signal that arrived during finalisation, if any (does not return then)."""
+        if self.pending:
+            die_by(self.pending[0])

@@ -4,6 +4,9 @@ Under torchrun every rank must pick the *same* directory without talking to the 
 timestamp therefore comes from the launching agent when there is one: ``TORCHELASTIC_RUN_ID`` if
 torchrun was given a real ``--rdzv-id``, else the start time of the parent process (the elastic
 agent, shared by all local ranks). On several nodes pass ``--out`` on a shared filesystem.
+
+:func:`claim_run_dir` makes a directory this run's own before anything is written into it; see its
+docstring for what it refuses and why.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import os
 import re
 import time
 from pathlib import Path
+
+from stepscope.record import layout
 
 RUNS_DIR = "stepscope-runs"
 
@@ -41,7 +46,259 @@ def default_run_dir(name: str, base: str | Path = RUNS_DIR) -> Path:
     path = Path(base) / f"{stamp}-{stem}"
     if not in_torchrun:
         suffix = 1
-        while path.exists():
+        while os.path.lexists(path):  # a dangling symlink is taken too
             suffix += 1
             path = Path(base) / f"{stamp}-{stem}-{suffix}"
     return path
+
+
+# -- claiming a run directory ------------------------------------------------------------------
+
+#: Names a run writes into its directory (and which therefore mark a directory as holding a run).
+_RUN_ENTRY_RE = re.compile(r"^(?:record\.rank\d+\.json\.gz|samples\.rank\d+\.jsonl\.gz|roles\.rank\d+\.jsonl"
+                           r"|report(?:\.rank\d+)?\.json|rank\d+\.lock|traces|profiler)$")
+_RANK_RE = re.compile(r"rank(\d+)")
+#: How long a lock held by another process may take to show our job (a sibling rank mid-claim).
+_LOCK_PATIENCE_S = 1.0
+_PREVIOUS_OWNER = " of an earlier run"
+
+
+def job_id() -> str:
+    """Who may share a run directory: the ranks of one torchrun job, else only this process."""
+    import socket
+
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id.lower() != "none":
+        return f"torchelastic:{run_id}"
+    if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ:
+        return f"agent:{socket.gethostname()}:{os.getppid()}:{_parent_start_time()}"
+    return f"process:{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
+
+
+class RunDirLock:
+    """This rank's hold on its run directory: ``rank<R>.lock``, ``flock``'ed while the process lives.
+
+    The file holds JSON ``{"job", "pid", "rank", "hostname", "start_wall_ns"}``; it stays after the
+    run as the directory's owner mark. DataLoader workers inherit the descriptor (harmless: the
+    lock is released when the last holder exits).
+    """
+
+    def __init__(self, path: Path, descriptor: int, previous: dict):
+        self.path = path
+        self.descriptor = descriptor
+        self.previous = previous  # what the file said before we took it ({} if new)
+
+    def write(self, content: dict) -> None:
+        import json
+
+        os.ftruncate(self.descriptor, 0)
+        os.pwrite(self.descriptor, json.dumps(content).encode(), 0)
+
+    def release(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)
+            self.descriptor = -1
+
+
+def claim_run_dir(run_dir: str | Path, rank: int, *, force: bool = False, derived: bool = False) -> tuple[Path, RunDirLock]:
+    """Create or take over ``run_dir`` for ``rank``; return its absolute path and the lock.
+
+    Refuses (:class:`~stepscope.errors.CaptureError`, i.e. ``stepscope: error:`` and exit 2):
+
+    - a directory in use: another process holds one of its ``rank<R>.lock`` files and belongs to
+      another job (also with ``force``);
+    - a directory holding another run — files of a run (records, samples, roles, reports, traces,
+      locks) that belong to no rank of this job — unless ``force``: then those files are removed
+      first, so nothing of the old run (its samples, say) mixes into this one;
+    - a directory owned by another user, and a derived (default) name that is a symbolic link:
+      its name is predictable, so someone else could have planted it.
+
+    Ranks of one torchrun job (same :func:`job_id`) share the directory; a rank's own files from an
+    earlier attempt of the same job are removed.
+    """
+    from stepscope.errors import CaptureError
+
+    path = Path(os.path.abspath(run_dir))
+    if derived and path.is_symlink():
+        raise CaptureError(f"run directory {path} is a symbolic link, not made by stepscope; "
+                           "remove it or choose a directory with -o/--out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        info = path.stat()
+    except OSError as exc:
+        raise CaptureError(f"cannot write the run directory {path} ({exc.strerror or exc}); "
+                           "choose another with -o/--out") from None
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        raise CaptureError(f"run directory {path} belongs to another user; choose another with -o/--out")
+    job = job_id()
+    lock = _take_lock(path, rank, job, force)
+    try:
+        foreign = _foreign_entries(path, rank, job, lock)
+        if foreign and not force:
+            shown = ", ".join(sorted(foreign)[:4]) + (", …" if len(foreign) > 4 else "")
+            raise CaptureError(f"run directory {path} holds another run ({shown}); pass --force to replace it, "
+                               "or choose another with -o/--out")
+        for name in foreign | _own_stale_entries(path, rank, job, lock):
+            _remove(path / name)
+        import socket
+
+        lock.write({"job": job, "pid": os.getpid(), "rank": rank, "hostname": socket.gethostname(),
+                    "start_wall_ns": time.time_ns()})
+        _check_writable(path)
+    except CaptureError:
+        lock.release()
+        raise
+    except OSError as exc:
+        lock.release()
+        raise CaptureError(f"cannot write the run directory {path} ({exc.strerror or exc}); "
+                           "choose another with -o/--out") from None
+    return path, lock
+
+
+def _read_lock(descriptor: int) -> dict:
+    import json
+
+    try:
+        data = os.pread(descriptor, 65536, 0)
+        content = json.loads(data) if data.strip() else {}
+    except (OSError, ValueError):
+        return {"job": "unreadable"}
+    return content if isinstance(content, dict) else {"job": "unreadable"}
+
+
+def _open_lock(lock_path: Path, create: bool) -> int:
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
+    return os.open(lock_path, flags, 0o644)
+
+
+def _take_lock(path: Path, rank: int, job: str, force: bool) -> RunDirLock:
+    """Hold ``rank<R>.lock`` (waiting briefly if a sibling rank holds it while cleaning up)."""
+    import fcntl
+
+    from stepscope.errors import CaptureError
+
+    lock_path = layout.lock_path(path, rank)
+    deadline = time.monotonic() + _LOCK_PATIENCE_S
+    while True:
+        try:
+            descriptor = _open_lock(lock_path, create=True)
+        except OSError as exc:  # a symlink or something else planted under the lock's name
+            if force and not lock_path.is_dir():
+                _remove(lock_path)
+                continue
+            raise CaptureError(f"run directory {path} holds another run ({lock_path.name}: {exc.strerror}); "
+                               "pass --force to replace it, or choose another with -o/--out") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_lock(descriptor)
+            os.close(descriptor)
+            if time.monotonic() > deadline:
+                raise CaptureError(f"run directory {path} is in use by another run (pid {holder.get('pid', '?')}); "
+                                   "--force does not take a running run's directory: wait for it to end or choose another with -o/--out") from None
+            time.sleep(0.02)
+            continue
+        if _same_file(lock_path, descriptor):
+            return RunDirLock(lock_path, descriptor, _read_lock(descriptor))
+        os.close(descriptor)  # removed under us by a sibling rank: take the new one
+
+
+def _same_file(lock_path: Path, descriptor: int) -> bool:
+    try:
+        return os.stat(lock_path, follow_symlinks=False).st_ino == os.fstat(descriptor).st_ino
+    except OSError:
+        return False
+
+
+def _lock_jobs(path: Path, own: RunDirLock, job: str) -> dict[int, str | None]:
+    """Rank -> job of every other rank's lock file (None: held by a live process of another job)."""
+    import fcntl
+
+    jobs: dict[int, str | None] = {}
+    for entry in os.scandir(path):
+        match = re.fullmatch(r"rank(\d+)\.lock", entry.name)
+        if not match or entry.name == own.path.name:
+            continue
+        try:
+            descriptor = _open_lock(Path(entry.path), create=False)
+        except OSError:
+            jobs[int(match.group(1))] = "unreadable"
+            continue
+        try:
+            deadline = time.monotonic() + _LOCK_PATIENCE_S
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    held = False
+                except OSError:
+                    held = True
+                other = _read_lock(descriptor).get("job")
+                if not held or other == job or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)  # a sibling rank may not have written its job yet
+            jobs[int(match.group(1))] = other if (not held or other == job) else None
+        finally:
+            os.close(descriptor)
+    return jobs
+
+
+def _foreign_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[str]:
+    """Entries of a run that is not this job's; raises if that run is still going."""
+    from stepscope.errors import CaptureError
+
+    jobs = _lock_jobs(path, lock, job)
+    busy = [other for other, owner in jobs.items() if owner is None]
+    if busy:
+        raise CaptureError(f"run directory {path} is in use by another run (rank{busy[0]}.lock is held); "
+                           "--force does not take a running run's directory: wait for it to end or choose another with -o/--out")
+    previous = lock.previous.get("job")
+    owners = {**jobs, rank: previous}
+    foreign = set()
+    for name in os.listdir(path):
+        if not _RUN_ENTRY_RE.match(name) or name.endswith(".lock"):
+            continue
+        match = _RANK_RE.search(name)
+        owner_rank = int(match.group(1)) if match else (0 if name == "report.json" else None)
+        if owner_rank is not None and owners.get(owner_rank) != job:
+            foreign.add(name)
+    foreign |= {f"rank{other}.lock" for other, owner in jobs.items() if owner != job}
+    if previous not in (None, job):
+        foreign.add(lock.path.name + _PREVIOUS_OWNER)
+    if foreign:  # traces/ and profiler/ hold files of every rank: they go with the old run
+        foreign |= {name for name in ("traces", "profiler") if os.path.lexists(path / name)}
+    return foreign
+
+
+def _own_stale_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[str]:
+    """This rank's files from an earlier attempt of the same job (replaced, not mixed in)."""
+    if lock.previous.get("job") != job:
+        return set()
+    names = {f"record.rank{rank}.json.gz", f"samples.rank{rank}.jsonl.gz", f"roles.rank{rank}.jsonl",
+             f"report.rank{rank}.json"} | ({"report.json"} if rank == 0 else set())
+    return {name for name in names if os.path.lexists(path / name)}
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a symlink (never its target) or a directory tree; gone already is fine."""
+    import shutil
+
+    if path.name.endswith(_PREVIOUS_OWNER):
+        return  # our own lock file: rewritten, not removed
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _check_writable(path: Path) -> None:
+    """Create and remove a file with an unpredictable name (raises OSError when the directory refuses)."""
+    import secrets
+
+    from stepscope.record.safe_write import create_exclusive
+
+    probe = path / f".write-test.{secrets.token_hex(8)}"
+    create_exclusive(probe).close()
+    probe.unlink()

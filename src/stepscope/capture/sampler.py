@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 from stepscope.capture.foreign import ForeignScan
 from stepscope.capture.gpu import GpuProbe, open_gpus
 from stepscope.capture.system import ProcessTree, SystemProbe
-from stepscope.errors import CaptureWarning, UsageError
+from stepscope.errors import UsageError
 from stepscope.record import layout
 from stepscope.record.samples import CLOCK, SamplesWriter
 
@@ -201,7 +200,9 @@ class Sidecar:
                     self._warn(f"sampler did not stop within {timeout_s:g} s and was killed; "
                                "its last second of samples may be missing")
                     return
-            if process.returncode != 0:
+            if process.returncode == -signal.SIGTERM:  # stopped before its handlers were set up
+                self.warnings.append("the run ended before the sampler took its first sample")
+            elif process.returncode != 0:
                 self._warn(f"sampler exited with code {process.returncode}: {self._stderr_tail()}")
         except Exception as exc:  # noqa: BLE001 - stopping the sampler must not break the run
             self._warn(f"could not stop the sampler cleanly ({type(exc).__name__}: {exc})")
@@ -218,8 +219,10 @@ class Sidecar:
             return "no error message"
 
     def _warn(self, text: str) -> None:
+        from stepscope.capture.warn import emit
+
         self.warnings.append(text)
-        warnings.warn(text, CaptureWarning, stacklevel=3)
+        emit(text)
 
 
 def start_sidecar(run_dir: Path, target_pid: int, rank: int, interval_s: float = DEFAULT_INTERVAL_S) -> Sidecar:
@@ -283,12 +286,21 @@ def main(argv: list[str] | None = None) -> int:
     check_interval(args.interval)
     stop = _install_stop_handlers()
     sampler = SystemSampler(args.pid, layout.roles_path(args.run_dir, args.rank), interval_s=args.interval)
-    writer = SamplesWriter(layout.samples_path(args.run_dir, args.rank),
-                           sampler.header(rank=args.rank, interval_s=args.interval))
+    writer = None
     try:
+        writer = SamplesWriter(layout.samples_path(args.run_dir, args.rank),
+                               sampler.header(rank=args.rank, interval_s=args.interval))
         run_sampler(sampler, writer, args.interval, stop, flush_every_s=args.flush_every)
-    finally:
         writer.close()
+    except OSError as exc:  # disk full, directory made read-only, a name already taken
+        print(f"could not write the samples ({exc}); the samples written before are kept", file=sys.stderr)
+        return 1
+    finally:
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
         sampler.close()
     return 0
 

@@ -17,10 +17,12 @@ called on normal exit, on exceptions, and from signal handlers.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from stepscope.capture.hooks import TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
 from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
-from stepscope.errors import CaptureError, UsageError
+from stepscope.errors import UsageError
 from stepscope.record import layout
 from stepscope.record.store import save_record
 from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord
@@ -40,18 +42,21 @@ from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, Run
 DEVICE_CHECK_EVERY = 8
 
 
-def prepare_run_dir(run_dir: str | Path) -> Path:
-    """Create the run directory (shared by all ranks) or raise a clear :class:`CaptureError`."""
-    path = Path(run_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise CaptureError(f"cannot write the run directory {path} ({exc.strerror}); "
-                           "choose another with -o/--out") from None
+def prepare_run_dir(run_dir: str | Path, rank: int = 0, *, force: bool = False, derived: bool = False) -> Path:
+    """Claim the run directory for ``rank`` (see :func:`stepscope.capture.rundir.claim_run_dir`).
+
+    Returns the absolute path (the script may ``os.chdir``); the lock is held until the process
+    ends. Raises :class:`CaptureError` (one line, exit 2) when the directory cannot be used.
+    """
+    from stepscope.capture.rundir import claim_run_dir
+
+    path, lock = claim_run_dir(run_dir, rank, force=force, derived=derived)
+    _HELD_LOCKS.append(lock)
     return path
+
+
+#: Run-directory locks held by this process (released when it exits).
+_HELD_LOCKS: list[Any] = []
 
 
 class CaptureSession:
@@ -65,16 +70,18 @@ class CaptureSession:
         sample_interval_s: sidecar sampling period; ``None`` disables the sidecar.
         profiler: optional stepscope profiler driven with the captured phases.
         count_flops: count one step's FLOPs (for MFU).
+        force: replace another run's files in ``run_dir`` instead of refusing the directory.
+        derived: ``run_dir`` is a default name (not chosen by the user): refuse a symlink there.
     """
 
     def __init__(self, run_dir: str | Path, *, target: str = "", mode: str = "api",
                  argv: tuple[str, ...] = (), sample_interval_s: float | None = 0.1,
                  profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True,
-                 trace: bool = False):
-        if sample_interval_s is not None and sample_interval_s <= 0:
-            raise UsageError(f"sampling interval must be > 0 seconds, got {sample_interval_s}")
-        self.run_dir = prepare_run_dir(run_dir)
+                 trace: bool = False, force: bool = False, derived: bool = False):
+        if sample_interval_s is not None and not (math.isfinite(sample_interval_s) and sample_interval_s > 0):
+            raise UsageError(f"sampling interval must be a positive number of seconds, got {sample_interval_s}")
         self.meta = environment.static_meta()
+        self.run_dir = prepare_run_dir(run_dir, self.meta["rank"], force=force, derived=derived)
         self.meta.update(target=target, mode=mode, argv=tuple(argv) or self.meta["argv"])
         self.rank = self.meta["rank"]
         self.warnings = WarningSink(emit=emit_warnings)
@@ -91,6 +98,10 @@ class CaptureSession:
         self._started = False
         self._torch_watcher: Any = None
         self._device_checked_at = 0
+        self.cpu_peak: CpuPeak | None = None
+        #: Polled between the steps of finalisation: True when the process should end now
+        #: (a second signal arrived); the optional steps after the record's save are then skipped.
+        self.should_hurry: Any = lambda: False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CaptureSession:
@@ -108,33 +119,54 @@ class CaptureSession:
     def _install_hooks(self) -> None:
         self.hooks.install()
         self._chain_commit_callbacks()
+        if self.flops is not None:  # CPU MFU needs this machine's matmul peak: cached, else measured now
+            from stepscope.capture.cpu_peak import peak_at_torch_import
+
+            if self.meta["local_rank"] == 0:  # other local ranks read what rank 0 cached
+                self.cpu_peak = peak_at_torch_import(self.warnings.once)
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
-        """Finish capture and write the record. Safe to call twice and from a signal handler."""
+        """Finish capture and write the record. Safe to call twice and from a signal handler.
+
+        Ordered so that an interruption loses nothing: the record is built from what is in memory
+        and saved first; only then is the sidecar stopped (its warnings saved with a second write),
+        and that is skipped when :attr:`should_hurry` says the process must end now.
+        """
         if os.getpid() != self.meta["pid"] or not self._lock.acquire(blocking=False):
             return self.record
         try:
             if self.record is not None:
                 return self.record
             self.record = self._finish(exit_code, exception, interrupted_by)
-            try:
-                save_record(self.record, layout.record_path(self.run_dir, self.rank))
-            except OSError as exc:
-                self.warnings.once("save", f"could not write the run record ({exc})")
+            self._save()
+            if self.sidecar is not None and not self.should_hurry():
+                _quietly(self.warnings, "sidecar", self.sidecar.stop)
+                notes = [str(note) for note in getattr(self.sidecar, "warnings", ()) or ()]
+                if notes:
+                    self.record = replace(self.record, warnings=(*self.record.warnings, *notes))
+                    self._save()
             return self.record
         finally:
             self._lock.release()
+
+    def _save(self) -> None:
+        assert self.record is not None
+        try:
+            save_record(self.record, layout.record_path(self.run_dir, self.rank))
+        except OSError as exc:
+            self.warnings.once("save", f"could not write the run record "
+                                       f"{layout.record_path(self.run_dir, self.rank)} ({exc.strerror or exc})")
 
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()
         recorder = self.recorder
         if self._torch_watcher is not None:
             self._torch_watcher.remove()
+        recorder.finish()  # the last commit still reaches the FLOP probe and the trace window
         self.hooks.uninstall()
         if self.flops is not None:
             self.flops.close()
-        recorder.finish()
         window = self.trace.close() if self.trace is not None else None
         if recorder.device is not None:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
@@ -143,15 +175,11 @@ class CaptureSession:
         torch_meta = environment.torch_meta()
         cpu_peak = None
         if torch_meta and recorder.device is None and recorder.count:
-            cpu_peak = _measure_cpu_peak(self.warnings)
+            cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"))
         facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
                              cpu_peak=cpu_peak, trailing_ns=recorder.trailing_ns)
         if recorder.foreign_thread_calls:
             self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
-        if self.sidecar is not None:
-            _quietly(self.warnings, "sidecar", self.sidecar.stop)
-            for note in getattr(self.sidecar, "warnings", ()) or ():
-                self.warnings.note(str(note))
         meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
                           "exit_code": exit_code, "exception": exception, "interrupted_by": interrupted_by,
                           "step_source": recorder.mode if recorder.count else "none",
@@ -166,6 +194,27 @@ class CaptureSession:
         return RunRecord(meta=meta, steps=recorder.steps(), loaders=loaders,
                          warnings=tuple(self.warnings.messages), facts=facts,
                          profiler_windows=(window,) if window is not None else ())
+
+    def _final_cpu_peak(self, threads: int | None) -> CpuPeak | None:
+        """The peak measured (or cached) at torch import; the cache's entry for the thread count
+        the script ended with when it changed them (no measurement here: the run is over)."""
+        peak = self.cpu_peak
+        if threads is not None and (peak is None or peak.threads != threads):
+            try:
+                from stepscope.capture.cpu_peak import cached_peak
+
+                peak = cached_peak(threads) or peak
+            except Exception:  # noqa: BLE001
+                pass
+        if peak is not None and threads and peak.threads and peak.threads != threads:
+            # GEMM scales about linearly with threads; say so rather than compare unlike machines
+            self.warnings.note(f"CPU peak measured with {peak.threads} threads, scaled to the {threads} "
+                               "the script ran with")
+            cores = self.meta["cpu_count_logical"] or max(threads, peak.threads)
+            scale = min(threads, cores) / min(peak.threads, cores)
+            peak = replace(peak, flops_best=peak.flops_best * scale, flops_median=peak.flops_median * scale,
+                           threads=threads)
+        return peak
 
     # -- parts ---------------------------------------------------------------------------------
     def _start_sidecar(self) -> None:
@@ -286,17 +335,6 @@ def _quietly(warnings: WarningSink, cause: str, action) -> None:
         action()
     except Exception as exc:  # noqa: BLE001
         warnings.once(cause, f"{cause} failed ({type(exc).__name__}: {exc})")
-
-
-def _measure_cpu_peak(warnings: WarningSink) -> CpuPeak | None:
-    from stepscope.analysis.run.mfu import measure_cpu_matmul_peak
-
-    try:
-        best = float(measure_cpu_matmul_peak(0.3))
-        return CpuPeak(flops_best=best, flops_median=best)
-    except Exception as exc:  # noqa: BLE001
-        warnings.once("cpu-peak", f"CPU matmul peak not measured ({exc})")
-        return None
 
 
 __all__ = ["CaptureSession", "prepare_run_dir"]

@@ -1,10 +1,25 @@
-"""Warnings of capture itself: shown once per cause, and kept for the record."""
+"""Warnings of capture itself: shown once per cause, and kept for the record.
+
+They are issued as :class:`~stepscope.errors.CaptureWarning` (so ``-W error`` and warning filters
+work), attributed to ``stepscope`` rather than to a line of our code or of the script: Python
+would otherwise print that source line under the message. Issuing one never raises, even when the
+script closed ``sys.stderr``.
+"""
 
 from __future__ import annotations
 
 import warnings
 
 from stepscope.errors import CaptureWarning
+
+
+def emit(message: str) -> None:
+    """Issue one CaptureWarning without a source line; never raises (unless filters say error)."""
+    try:
+        warnings.warn_explicit(message, CaptureWarning, filename="stepscope", lineno=0, module="stepscope",
+                               registry={})
+    except (OSError, ValueError, AttributeError):  # stderr closed or gone
+        pass
 
 
 class WarningSink:
@@ -21,7 +36,7 @@ class WarningSink:
         self._seen.add(cause)
         self.messages.append(message)
         if self.emit:
-            warnings.warn(f"stepscope: {message}", CaptureWarning, stacklevel=3)
+            emit(message)
 
     def note(self, message: str) -> None:
         """Record without emitting a Python warning (informational)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,8 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                         help="record one short torch.profiler window (3 steps after warm-up) into "
                              "RUN_DIR/traces and use it in the diagnosis")
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the files of another run in the run directory (otherwise refused)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,6 +77,7 @@ class CaptureOptions:
     fail_on: Any
     summary: bool
     trace: bool = False
+    force: bool = False
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -80,8 +85,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
 
     if args.trace and args.profiler and args.profiler.lower() == "pytorch":
         raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
-    if args.sample_hz <= 0:
-        raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
+    if not (math.isfinite(args.sample_hz) and args.sample_hz > 0):
+        raise UsageError(f"--sample-hz must be a finite number > 0, got {args.sample_hz:g}")
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -89,6 +94,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
         summary=not args.no_summary,
         trace=args.trace,
+        force=args.force,
     )
 
 
@@ -105,39 +111,62 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def run_target(target: Any, options: CaptureOptions, run_name: str | None = None) -> int:
-    """Run ``target`` under capture; exits the process the way the script would have."""
+    """Run ``target`` under capture; exits the process the way the script would have.
+
+    Finalisation is ordered and short: the record is saved first (signals arriving meanwhile are
+    held), then the sampler is stopped, then ``report.json`` and the summary follow. A signal
+    that arrives during finalisation ends the process by that signal as soon as the record is
+    saved, skipping what is left.
+    """
     from stepscope.capture import launcher
     from stepscope.capture.rundir import default_run_dir
     from stepscope.capture.session import CaptureSession
 
-    run_dir = Path(options.out) if options.out else default_run_dir(run_name or target.name)
+    derived = not options.out
+    shown_dir = Path(options.out) if options.out else default_run_dir(run_name or target.name)
+    run_dir = shown_dir.absolute()  # resolved once: the script may chdir
     profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
-                             profiler=profiler, trace=options.trace)
+                             profiler=profiler, trace=options.trace, force=options.force, derived=derived)
+    guard = launcher.SignalGuard()
+    session.should_hurry = lambda: bool(guard.pending)
     report_box: list[Any] = []
 
-    def finalize(exit_code: int, exception: str | None, interrupted_by: str | None) -> None:
-        sys.stdout.flush()
+    def finalize(exit_code: int | None, exception: str | None, interrupted_by: str | None) -> None:
+        guard.hold()
+        launcher.flush_std_streams()
         record = session.stop(exit_code=exit_code, exception=exception, interrupted_by=interrupted_by)
+        guard.die_if_pending()
         if record is None or report_box:
             return
         from stepscope.report.build import write_report
 
-        report_box.append(write_report(record, session.run_dir,
+        report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir),
                                        print_summary=options.summary and record.meta.rank == 0))
+        guard.die_if_pending()
 
-    launcher.install_sigterm(lambda: finalize(143, None, "SIGTERM"))
+    def on_signal(signum: int) -> None:
+        import signal
+
+        finalize(128 + signum, None, signal.Signals(signum).name)
+
+    guard.install(on_signal)
+    atexit.register(lambda: session.stop())  # a last resort: a no-op once the record is saved
     session.start()
     outcome = launcher.execute(target)
+    guard.hold()
     launcher.report_outcome(outcome)
     exception_name = type(outcome.exception).__name__ if outcome.exception is not None else None
     finalize(outcome.exit_code, exception_name, outcome.signal_name)
     if (options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None
             and report_box
             and any(finding.severity >= options.fail_on for finding in report_box[0].findings)):
-        print(f"stepscope: findings at or above '{options.fail_on.name.lower()}' (--fail-on): exit {EXIT_FINDINGS}",
-              file=sys.stderr)
+        try:
+            print(f"stepscope: findings at or above '{options.fail_on.name.lower()}' (--fail-on): "
+                  f"exit {EXIT_FINDINGS}", file=sys.stderr)
+        except (OSError, ValueError, AttributeError):
+            pass
         return EXIT_FINDINGS
     launcher.finish_process(outcome)
     return outcome.exit_code

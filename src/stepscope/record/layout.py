@@ -8,6 +8,11 @@
         roles.rank<R>.jsonl        pids the training process reports (DataLoader workers), for the sampler
         traces/                    torch.profiler windows (Kineto JSON)
         report.json                the machine-readable summary and findings (rank 0 / merged)
+        rank<R>.lock               the owner of rank R's files: job, pid (flock'ed while it runs)
+
+Every file is created new (``O_EXCL | O_NOFOLLOW``) or replaced atomically through
+:mod:`stepscope.record.safe_write`; see :func:`stepscope.capture.rundir.claim_run_dir` for when a
+directory is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ def samples_path(run_dir: Path, rank: int) -> Path:
 
 def roles_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / f"roles.rank{rank}.jsonl"
+
+
+def lock_path(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.lock"
 
 
 def report_path(run_dir: Path) -> Path:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stepscope.errors import InputError
+from stepscope.record.safe_write import create_exclusive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -339,7 +340,7 @@ class SamplesWriter:
 
     def __init__(self, path: str | Path, meta: dict[str, Any]):
         self.path = Path(path)
-        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._file = create_exclusive(self.path)  # a new file: never a planted one or a symlink
         self._lines: list[bytes] = []
         self._pending: list[dict[str, Any]] = []
         self.samples_written = 0

@@ -13,7 +13,6 @@ a newer version is an :class:`~stepscope.errors.InputError` telling the user to 
 from __future__ import annotations
 
 import gzip
-import os
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -25,6 +24,7 @@ import orjson
 
 from stepscope.errors import InputError
 from stepscope.record import layout
+from stepscope.record.safe_write import atomic_write, json_bytes
 from stepscope.record.run import (
     RECORD_KIND,
     SCHEMA_VERSION,
@@ -85,14 +85,17 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
 
 
 def save_record(record: RunRecord, path: str | Path) -> Path:
-    """Write ``record`` atomically (temp file + rename) and return the path."""
-    path = Path(path)
-    payload = orjson.dumps(record_to_document(record), option=orjson.OPT_SERIALIZE_NUMPY)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as raw:
-        raw.write(gzip.compress(payload, compresslevel=6, mtime=0))
-    os.replace(tmp, path)
-    return path
+    """Write ``record`` atomically and return the path.
+
+    The file is written through :func:`stepscope.record.safe_write.atomic_write` (unpredictable
+    temporary name, no symlink followed, nothing left behind on failure). Strings that are not
+    valid UTF-8 (argv or paths with undecodable bytes) are stored escaped (``\\xNN``).
+
+    Raises:
+        OSError: the file could not be written (the previous file, if any, is unchanged).
+    """
+    payload = json_bytes(record_to_document(record), orjson.OPT_SERIALIZE_NUMPY)
+    return atomic_write(path, gzip.compress(payload, compresslevel=6, mtime=0))
 
 
 def resolve_record_path(path: str | Path, rank: int | None = None) -> Path:

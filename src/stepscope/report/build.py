@@ -1,8 +1,14 @@
-"""Write a run's report: ``report.json`` beside the record, and the summary on stderr."""
+"""Write a run's report: ``report.json`` beside the record, and the summary on stderr.
+
+Neither step may end the run: a report that cannot be written (disk full, directory made
+read-only) becomes one warning line, and a summary that cannot be printed (the script closed
+``sys.stderr`` or file descriptor 2) is skipped.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,29 +16,71 @@ import orjson
 
 from stepscope.record import layout
 from stepscope.record.run import RunRecord
+from stepscope.record.safe_write import atomic_write, json_bytes
 from stepscope.report.model import Report, build_report
 
 
 def save_report_json(report: Report, path: Path) -> None:
-    payload = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                           | orjson.OPT_NON_STR_KEYS)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
+    """Write ``report.json`` atomically (see :mod:`stepscope.record.safe_write`).
+
+    Raises:
+        OSError: the file could not be written; no temporary file is left behind.
+    """
+    payload = json_bytes(report.to_dict(), orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                         | orjson.OPT_NON_STR_KEYS)
+    atomic_write(path, payload)
 
 
 def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool = True,
-                 console: Any = None) -> Report:
-    """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, maybe print it."""
+                 console: Any = None, shown_as: str | None = None) -> Report:
+    """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, maybe print it.
+
+    ``shown_as`` is how the summary names the run directory (default: ``run_dir``).
+    """
     run_dir = Path(run_dir)
     from stepscope.record.store import attach_samples
 
-    record = attach_samples(record, run_dir)
+    try:
+        record = attach_samples(record, run_dir)
+    except Exception as exc:  # noqa: BLE001 - a damaged samples file must not cost the summary
+        _warn(f"the sampler's samples could not be read ({exc}); summary without them")
     report = build_report(record, run_dir=run_dir)
-    save_report_json(report, layout.report_path(run_dir) if record.meta.rank == 0
-                     else run_dir / f"report.rank{record.meta.rank}.json")
-    if print_summary:
+    path = layout.report_path(run_dir) if record.meta.rank == 0 else run_dir / f"report.rank{record.meta.rank}.json"
+    try:
+        save_report_json(report, path)
+    except OSError as exc:
+        _warn(f"could not write {path} ({exc.strerror or exc}); the summary below is not saved")
+    if print_summary and _stream_usable(sys.stderr if console is None else None):
         from stepscope.report.terminal import print_summary as show
 
-        show(report, str(run_dir), console=console)
+        try:
+            show(report, shown_as or str(run_dir), console=console)
+        except (OSError, ValueError):  # stderr closed or unwritable under us
+            pass
     return report
+
+
+def _stream_usable(stream: Any) -> bool:
+    """False when the stream the summary goes to is closed or its file descriptor is gone."""
+    if stream is None:
+        return True
+    try:
+        if stream.closed:
+            return False
+        descriptor = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not backed by a descriptor (tests, wrappers)
+        return not getattr(stream, "closed", False)
+    try:
+        os.fstat(descriptor)
+    except OSError:
+        return False
+    return True
+
+
+def _warn(text: str) -> None:
+    """One line on stderr, if stderr can still take it."""
+    try:
+        sys.stderr.write(f"stepscope: warning: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass

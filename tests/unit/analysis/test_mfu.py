@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.analysis.run.mfu import device_key, measure_cpu_matmul_peak, mfu, normalize_dtype, peak_flops
+from stepscope.analysis.run.mfu import device_key, mfu, normalize_dtype, peak_flops
 from stepscope.errors import UsageError
 
 
@@ -60,9 +60,3 @@ def test_mfu_value():
 def test_mfu_rejects_bad_input(args):
     with pytest.raises(UsageError):
         mfu(*args)
-
-
-def test_cpu_matmul_peak_is_plausible():
-    peak = measure_cpu_matmul_peak(0.05)
-    assert 1e8 < peak < 1e14
-

@@ -117,3 +117,23 @@ def test_warning_sink_warns_once_per_cause():
         sink.once("cause", "first")
     sink.once("cause", "second")
     assert sink.messages == ["first"]
+
+
+def test_a_commit_after_uninstall_neither_raises_nor_patches():
+    # Exactly DISCOVERY_STEPS optimizer steps: the last one is committed by finish(), which used to
+    # run after uninstall() and end discovery on an empty undo list (ValueError: list.remove).
+    recorder = StepRecorder()
+    hooks = TorchHooks(recorder, WarningSink(emit=False))
+    before = originals()
+    hooks.install()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(DISCOVERY_STEPS):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    hooks.uninstall()
+    recorder.finish()
+    assert recorder.count == DISCOVERY_STEPS
+    assert originals() == before
+    assert "__call__" not in vars(torch.nn.Linear)

@@ -216,7 +216,7 @@ def test_sidecar_failure_becomes_a_warning_never_an_exception(tmp_path, children
     layout.samples_path(tmp_path, 0).mkdir()  # the sidecar cannot write its file
     sidecar = start_sidecar(tmp_path, target.pid, rank=0)
     sidecar.process.wait(timeout=20)
-    with pytest.warns(CaptureWarning, match="IsADirectoryError"):
+    with pytest.warns(CaptureWarning, match="could not write the samples"):
         sidecar.stop()
     assert len(sidecar.warnings) == 1
     with warnings.catch_warnings():
@@ -320,3 +320,21 @@ def test_roles_file_lines_are_read_when_complete(tmp_path, children):
     assert event == {"type": "role", "id": child["id"], "role": "dataloader_worker", "loader_id": 1,
                      "ts_ns": event["ts_ns"]}
     os.kill(child["pid"], signal.SIGKILL)
+
+
+def test_sidecar_that_runs_out_of_space_keeps_what_it_wrote_and_says_so_once(tmp_path, children):
+    target = subprocess.Popen(["sleep", "30"])
+    children.append(target)
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, resource.RLIM_INFINITY))  # a disk that fills up
+        from stepscope.capture.sampler import main
+        sys.exit(main(["--run-dir", {str(tmp_path)!r}, "--pid", "{target.pid}", "--interval", "0.02",
+                       "--flush-every", "0.02"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("could not write the samples")
+    assert len(load_samples(layout.samples_path(tmp_path, 0))) >= 1  # what fitted is kept

@@ -5,20 +5,19 @@
   ``"NVIDIA A100-SXM4-80GB"``, ``"Tesla T4"``, ``"AMD Instinct MI300X"`` …) and a dtype
   (``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``fp64``; torch spellings accepted).
   Values are the vendors' datasheet **dense** peaks (no 2:4 sparsity), per GPU, in FLOP/s.
-- :func:`measure_cpu_matmul_peak` measures the float32 matmul rate of this machine with torch's
-  current intra-op threads: on CPU the "peak" is what a large GEMM actually reaches here.
+- On CPU the "peak" is what a large GEMM actually reaches on this machine: capture measures it
+  (:mod:`stepscope.capture.cpu_peak`) and the record carries it (``record.facts.cpu_peak``).
 - :func:`mfu` divides FLOPs of one step (``torch.utils.flop_counter.FlopCounterMode``: forward and
   backward matmuls/convolutions/attention; elementwise ops count 0) by step time and peak.
 - :class:`OpCounter` counts the aten operators dispatched while it is active (the launch-overhead
   rule divides step time by it).
 
-Only :func:`measure_cpu_matmul_peak` and :class:`OpCounter` need torch; they import it inside.
+Only :class:`OpCounter` needs torch; it imports it inside.
 """
 
 from __future__ import annotations
 
 import re
-import time
 
 from stepscope.errors import UsageError
 
@@ -141,34 +140,3 @@ def mfu(flops_per_step: float, step_time_s: float, peak: float) -> float:
             f"(got {flops_per_step}, {step_time_s}, {peak})"
         )
     return float(flops_per_step) / float(step_time_s) / float(peak)
-
-
-#: Side of the square float32 matrices timed by :func:`measure_cpu_matmul_peak` (large enough to
-#: be compute-bound on CPUs, small enough to time several repetitions in 0.3 s on 2 cores).
-CPU_PEAK_MATRIX = 512
-
-
-def measure_cpu_matmul_peak(duration_s: float = 0.3) -> float:
-    """float32 matmul FLOP/s this machine reaches with torch's current intra-op threads.
-
-    Times repeated ``CPU_PEAK_MATRIX``² matmuls for about ``duration_s`` after one warm-up call and
-    returns the best rate of a repetition (the least disturbed by other processes).
-    """
-    import torch
-
-    size = CPU_PEAK_MATRIX
-    left = torch.randn(size, size)
-    right = torch.randn(size, size)
-    out = torch.empty(size, size)
-    torch.mm(left, right, out=out)
-    flops = 2.0 * size**3
-    best = 0.0
-    deadline = time.perf_counter() + max(duration_s, 0.0)
-    repetitions = 0
-    while repetitions < 3 or time.perf_counter() < deadline:
-        begin = time.perf_counter_ns()
-        torch.mm(left, right, out=out)
-        elapsed = max(time.perf_counter_ns() - begin, 1)
-        best = max(best, flops / (elapsed / 1e9))
-        repetitions += 1
-    return best

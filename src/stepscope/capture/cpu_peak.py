@@ -1,0 +1,155 @@
+"""The CPU "peak" of MFU: the float32 matmul rate this machine reaches, measured once and cached.
+
+On a CPU-only run, MFU divides the achieved FLOP/s by what a large GEMM reaches on this machine
+with torch's intra-op threads. Measuring that takes a fraction of a second of full-machine work, so:
+
+1. A per-machine cache (``$XDG_CACHE_HOME/stepscope/cpu_peak.json``, default
+   ``~/.cache/stepscope/``) keeps, per key — CPU model, logical cores, torch version, torch's
+   intra-op threads, ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` — the best rate ever seen, the
+   median of that measurement (its spread) and when it was taken. A cached entry costs one file read.
+2. Without an entry, :func:`measure_cpu_matmul_peak` runs once, when the script imports torch
+   (the moment capture installs its hooks, before the script's first step, so it never competes
+   with the run and never lengthens the end of a run that is being interrupted): a warm-up call
+   and then :data:`REPETITIONS` timed ``CPU_PEAK_MATRIX``² matmuls. The operands are filled
+   deterministically, without touching torch's global random generator, so seeded scripts stay
+   bit-identical.
+3. A cache that cannot be read or written is a warning at most; the measurement is still used.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from stepscope.record.run import CpuPeak
+
+#: Side of the square float32 matrices timed (large enough to be compute-bound on CPUs, small
+#: enough that a repetition takes milliseconds on 2 cores).
+CPU_PEAK_MATRIX = 512
+#: Timed repetitions after the warm-up call (the best is the peak; the median shows the spread).
+REPETITIONS = 7
+#: Stop early once the repetitions took this long (a slow or overloaded machine).
+MAX_MEASURE_S = 0.5
+CACHE_FILE = "cpu_peak.json"
+_ENV_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def cache_path() -> Path:
+    """``$XDG_CACHE_HOME/stepscope/cpu_peak.json`` (``~/.cache/stepscope/`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stepscope" / CACHE_FILE
+
+
+def machine_key(threads: int) -> str:
+    """The cache key: what the measured rate depends on."""
+    from stepscope.capture.environment import cpu_model
+
+    torch = sys.modules.get("torch")
+    parts = [cpu_model(), f"cores={os.cpu_count() or 0}",
+             f"torch={getattr(torch, '__version__', '?')}", f"threads={threads}"]
+    parts += [f"{name}={os.environ.get(name, '')}" for name in _ENV_KEYS]
+    return "|".join(parts)
+
+
+def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S) -> CpuPeak:
+    """Time float32 matmuls with torch's current intra-op threads (see the module docstring).
+
+    The operands come from a deterministic fill, so the global RNG state is untouched.
+    """
+    import torch
+
+    size = CPU_PEAK_MATRIX
+    with torch.no_grad():
+        values = torch.arange(size * size, dtype=torch.float32).reshape(size, size)
+        left = torch.sin(values)
+        right = torch.cos(values)
+        out = torch.empty(size, size)
+        torch.mm(left, right, out=out)  # warm-up: thread pool, caches
+        flops = 2.0 * size**3
+        rates = []
+        deadline = time.perf_counter() + max_s
+        while len(rates) < max(repetitions, 1):
+            begin = time.perf_counter_ns()
+            torch.mm(left, right, out=out)
+            rates.append(flops / (max(time.perf_counter_ns() - begin, 1) / 1e9))
+            if len(rates) >= 3 and time.perf_counter() > deadline:
+                break
+    return CpuPeak(flops_best=max(rates), flops_median=float(statistics.median(rates)), repetitions=len(rates),
+                   threads=int(torch.get_num_threads()), source="measured", measured_wall_ns=time.time_ns())
+
+
+def read_cache(path: Path | None = None) -> dict[str, Any]:
+    """The cache's entries (empty when missing or unreadable)."""
+    try:
+        data = orjson.loads((path or cache_path()).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    entries = data.get("entries") if isinstance(data, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def cached_peak(threads: int, path: Path | None = None) -> CpuPeak | None:
+    """The cached peak for this machine with ``threads`` intra-op threads, or None."""
+    entry = read_cache(path).get(machine_key(threads))
+    try:
+        return CpuPeak(flops_best=float(entry["flops_best"]), flops_median=float(entry["flops_median"]),
+                       repetitions=int(entry.get("repetitions", 0)), threads=threads, source="cache",
+                       measured_wall_ns=int(entry.get("measured_wall_ns", 0)))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
+    """Merge ``peak`` into the cache: the best rate ever seen wins (with that measurement's median).
+
+    Raises:
+        OSError: the cache could not be written.
+    """
+    from stepscope.record.safe_write import atomic_write
+
+    path = path or cache_path()
+    key = machine_key(peak.threads or 0)
+    entries = read_cache(path)
+    old = entries.get(key)
+    if isinstance(old, dict) and float(old.get("flops_best", 0) or 0) >= peak.flops_best:
+        return
+    entries[key] = {"flops_best": peak.flops_best, "flops_median": peak.flops_median,
+                    "spread": peak.spread, "repetitions": peak.repetitions, "threads": peak.threads,
+                    "measured_wall_ns": peak.measured_wall_ns}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, orjson.dumps({"kind": "stepscope.cpu_peak_cache", "entries": entries},
+                                    option=orjson.OPT_INDENT_2))
+
+
+def current_threads() -> int:
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else 0
+
+
+def peak_at_torch_import(warn: Any) -> CpuPeak | None:
+    """The cached peak, else a measurement (stored in the cache). ``warn(cause, text)`` on trouble."""
+    threads = current_threads()
+    cached = cached_peak(threads)
+    if cached is not None:
+        return cached
+    try:
+        peak = measure_cpu_matmul_peak()
+    except Exception as exc:  # noqa: BLE001 - a missing peak only costs MFU
+        warn("cpu-peak", f"CPU matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
+        return None
+    try:
+        store_peak(peak)
+    except OSError as exc:
+        warn("cpu-peak-cache", f"CPU peak cache {cache_path()} not written ({exc.strerror or exc}); "
+                               "the peak will be measured again next run")
+    return peak
+
+
+__all__ = ["CPU_PEAK_MATRIX", "cache_path", "cached_peak", "machine_key", "measure_cpu_matmul_peak",
+           "peak_at_torch_import", "read_cache", "store_peak"]

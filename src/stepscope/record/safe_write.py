@@ -1,0 +1,92 @@
+"""Safe file creation for everything stepscope writes into a run directory (and its caches).
+
+Two operations, used by every writer:
+
+- :func:`atomic_write` — write a whole file: the bytes go to a temporary file with an
+  unpredictable name in the same directory, created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a
+  planted file or symlink is never opened), then ``os.replace`` puts it in place (a rename
+  replaces a symlink at the destination instead of following it). On any error the temporary file
+  is removed and the ``OSError`` is raised: the destination is either the old file or the new one.
+- :func:`create_exclusive` — create a new file for streaming (samples, roles): fails if anything,
+  a symlink included, already has the name.
+
+:func:`json_bytes` encodes with orjson and, when a string cannot be encoded as UTF-8 (argv, a
+script path or a cwd with non-UTF-8 bytes arrive as lone surrogates), retries with every such
+string escaped: ``surrogateescape`` bytes become ``\\xNN``, other lone surrogates ``\\udNNN``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+
+
+def create_exclusive(path: str | Path, *, append: bool = False, mode: int = 0o666) -> BinaryIO:
+    """Open a *new* file for writing (binary); ``FileExistsError`` if the name is taken.
+
+    ``mode`` is filtered by the umask as usual.
+    """
+    flags = _CREATE_FLAGS | (os.O_APPEND if append else 0)
+    descriptor = os.open(path, flags, mode)
+    return os.fdopen(descriptor, "ab" if append else "wb")
+
+
+def atomic_write(path: str | Path, payload: bytes) -> Path:
+    """Replace ``path`` with ``payload`` atomically, never following a symlink; see the module doc."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        with create_exclusive(tmp) as handle:
+            handle.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def escape_text(text: str) -> str:
+    """``text`` with lone surrogates escaped (UTF-8 safe); unchanged when it already is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def escape_strings(value: Any) -> Any:
+    """A copy of a JSON-like value with every string (and mapping key) passed through :func:`escape_text`."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_strings(key): escape_strings(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escape_strings(item) for item in value]
+    return value
+
+
+def json_bytes(document: Any, option: int = 0) -> bytes:
+    """orjson-encode ``document``; strings that are not valid UTF-8 are escaped instead of failing."""
+    try:
+        return orjson.dumps(document, option=option)
+    except TypeError:
+        return orjson.dumps(escape_strings(document), option=option)
+
+
+__all__ = ["atomic_write", "create_exclusive", "escape_strings", "escape_text", "json_bytes"]

@@ -1,0 +1,370 @@
+"""`stepscope run` never loses the run: whatever the script does, the record is written, the exit
+status and output are Python's, and capture's own trouble is one warning at most."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support import cli_env, run_cli, run_python, write_script
+from stepscope.record.store import load_record
+
+
+def _no_temp_files(directory) -> bool:
+    return not [path for path in directory.rglob("*") if path.name.endswith(".tmp")]
+
+
+# -- 1. exactly two optimizer steps --------------------------------------------------------------
+
+@pytest.mark.parametrize("ending", ["two-steps", "crash-in-third"])
+def test_two_optimizer_steps_keep_the_record(tmp_path, ending):
+    write_script(tmp_path, "two.py", """
+        import sys
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3 if sys.argv[1] == "crash-in-third" else 2):
+            if step == 2:
+                raise RuntimeError("third iteration fails")
+            opt.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        print("done")
+    """)
+    bare = run_python(["two.py", ending], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "two.py", ending], tmp_path)
+    assert wrapped.returncode == bare.returncode, wrapped.stderr
+    assert wrapped.stdout == bare.stdout
+    assert wrapped.stderr.startswith(bare.stderr)
+    assert "list.remove" not in wrapped.stderr
+    record = load_record(tmp_path / "out")
+    assert len(record.steps) == 2
+    assert (record.steps.forward_ns > 0).all()
+
+
+def test_lightning_max_steps_two_keeps_the_record(tmp_path):
+    pytest.importorskip("lightning")
+    write_script(tmp_path, "lit2.py", LIGHTNING.replace("MAX_STEPS", "2").replace("SIGTERM_AT", "-1"))
+    result = run_cli(["run", "--no-monitor", "-o", "out", "lit2.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "global_step 2" in result.stdout
+    assert len(load_record(tmp_path / "out").steps) == 2
+
+
+# -- 2. non-UTF-8 bytes in argv, the script path and the cwd -------------------------------------
+
+def test_non_utf8_argv_script_path_and_cwd(tmp_path):
+    odd = os.fsdecode(b"caf\xe9")
+    work = tmp_path / os.fsdecode(b"w\xe9rk")
+    write_script(work / os.fsdecode(b"scr\xefpts"), "s.py", """
+        import sys
+        print(ascii(sys.argv[1:]))
+    """)
+    script = os.path.join(os.fsdecode(b"scr\xefpts"), "s.py")
+    bare = run_python([script, odd], work)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", script, odd], work)
+    assert bare.returncode == wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.stdout == bare.stdout == "['caf\\udce9']\n"
+    record = load_record(work / "out")
+    assert record.meta.argv[1] == "caf\\xe9"
+    assert "\\xe9" in record.meta.cwd and "\\xef" in record.meta.target
+    assert (work / "out" / "report.json").is_file()
+
+
+# -- 3. the script changes directory -------------------------------------------------------------
+
+@pytest.mark.parametrize("out", [["-o", "out"], []])
+def test_script_that_chdirs_keeps_its_run_directory(tmp_path, out):
+    (tmp_path / "elsewhere").mkdir()
+    write_script(tmp_path, "wander.py", "import os\nos.chdir('elsewhere')\n" + TRAIN_FLAT)
+    result = run_cli(["run", "--no-monitor", *out, "wander.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "out" if out else next((tmp_path / "stepscope-runs").iterdir())
+    assert len(load_record(run_dir).steps) == 3
+    assert not (tmp_path / "elsewhere" / "out").exists()
+    assert not (tmp_path / "elsewhere" / "stepscope-runs").exists()
+
+
+TRAIN_FLAT = """import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):  # not 2: that count has a regression test of its own
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+print("trained")
+"""
+
+
+# -- 4. a second signal during finalisation ------------------------------------------------------
+
+WAITER = """
+    import sys, time
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def _start_in_group(args, cwd, env=None):
+    return subprocess.Popen([sys.executable, "-m", "stepscope", *args], cwd=cwd, env=cli_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_second_signal_during_finalisation_keeps_the_record(tmp_path, signum):
+    write_script(tmp_path, "wait.py", WAITER)
+    process = _start_in_group(["run", "-o", "out", "wait.py"], tmp_path,
+                              env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert process.stdout.readline() == "ready\n"
+    os.killpg(process.pid, signum)
+    time.sleep(0.1)
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == -signum, stderr
+    assert "stepscope/" not in stderr and "mfu.py" not in stderr
+    assert stderr.count("Traceback") == (1 if signum == signal.SIGINT else 0), stderr
+    record = load_record(tmp_path / "out")
+    assert record.meta.interrupted_by == signal.Signals(signum).name
+    assert len(record.steps) >= 4
+    assert _no_temp_files(tmp_path / "out")
+
+
+# -- 5. the script's own SIGTERM handlers run --------------------------------------------------
+
+LIGHTNING = """
+    import os, signal
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == SIGTERM_AT:
+                os.kill(os.getpid(), signal.SIGTERM)
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+    if __name__ == "__main__":
+        data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+        trainer = L.Trainer(max_epochs=1, max_steps=MAX_STEPS, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        trainer.fit(Tiny(), DataLoader(data, batch_size=8))
+        print("global_step", trainer.global_step)
+"""
+
+
+def test_lightning_sigterm_stops_gracefully_as_under_python(tmp_path):
+    pytest.importorskip("lightning")
+    write_script(tmp_path, "litterm.py", LIGHTNING.replace("MAX_STEPS", "-1").replace("SIGTERM_AT", "5"))
+    bare = run_python(["litterm.py"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "litterm.py"], tmp_path)
+    assert wrapped.returncode == bare.returncode, (bare.stderr[-2000:], wrapped.stderr[-2000:])
+    assert wrapped.stdout == bare.stdout
+    record = load_record(tmp_path / "out")
+    assert record.meta.exit_code == bare.returncode
+    assert len(record.steps) >= 4
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_scripts_own_sigterm_handler_runs(tmp_path, chain):
+    write_script(tmp_path, "graceful.py", f"""
+        import os, signal
+        import torch
+
+        stop = []
+        previous = None
+
+
+        def on_term(signum, frame):
+            stop.append(signum)
+            if {chain} and callable(previous):
+                previous(signum, frame)
+
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(50):
+            opt.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if stop:
+                break
+        print("stopped gracefully after", step)
+    """)
+    bare = run_python(["graceful.py"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "graceful.py"], tmp_path)
+    assert bare.returncode == wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.stdout == bare.stdout == "stopped gracefully after 5\n"
+    assert load_record(tmp_path / "out").meta.exit_code == 0
+
+
+# -- 6. write errors -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("limit", [2000, 200])
+def test_write_errors_are_one_warning_and_keep_the_exit_status(tmp_path, limit):
+    # RLIMIT_FSIZE makes every larger write fail with EFBIG, like a full disk (root ignores chmod).
+    write_script(tmp_path, "full.py", TRAIN_FLAT + f"""
+import resource
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))
+""")
+    bare = run_python(["full.py"], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "full.py"], tmp_path)
+    assert bare.returncode == wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.stdout == bare.stdout
+    assert "Traceback" not in wrapped.stderr
+    assert _no_temp_files(tmp_path / "out")
+    assert not (tmp_path / "out" / "report.json").exists()
+    if limit > 1000:  # the record fits, the report does not
+        assert len(load_record(tmp_path / "out").steps) == 3
+        assert wrapped.stderr.count("could not write") == 1, wrapped.stderr
+    else:
+        assert not (tmp_path / "out" / "record.rank0.json.gz").exists()
+        assert "could not write the run record" in wrapped.stderr
+
+
+# -- 7. the script closes its standard streams ---------------------------------------------------
+
+@pytest.mark.parametrize("closing", ["sys.stdout.close()", "sys.stderr.close()", "os.close(2)",
+                                     "sys.stderr.close(); os.close(2); sys.stdout.close(); os.close(1)"])
+def test_script_closing_stdout_or_stderr_keeps_the_record(tmp_path, closing):
+    write_script(tmp_path, "closer.py", "import os, sys\n" + TRAIN_FLAT + closing + "\n")
+    bare = run_python(["closer.py"], tmp_path)
+    wrapped = run_cli(["run", "-o", "out", "closer.py"], tmp_path)
+    assert wrapped.returncode == bare.returncode, wrapped.stderr
+    assert wrapped.stdout == bare.stdout
+    assert "Traceback" not in wrapped.stderr
+    assert len(load_record(tmp_path / "out").steps) == 3
+
+
+# -- 8. writes never follow symlinks -------------------------------------------------------------
+
+def test_symlinks_at_predictable_temp_names_are_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    write_script(tmp_path, "plant.py", TRAIN_FLAT + f"""
+import os
+for name in ("record.rank0.json.gz", "report.json"):
+    os.symlink({str(victim)!r}, os.path.join("out", f".{{name}}.{{os.getpid()}}.tmp"))
+""")
+    result = run_cli(["run", "--no-monitor", "-o", "out", "plant.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == "precious"
+    assert len(load_record(tmp_path / "out").steps) == 3
+
+
+def test_planted_symlink_in_the_run_directory_is_refused_or_removed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    write_script(tmp_path, "ok.py", TRAIN_FLAT)
+    (tmp_path / "out").mkdir()
+    os.symlink(victim, tmp_path / "out" / "samples.rank0.jsonl.gz")
+    refused = run_cli(["run", "-o", "out", "ok.py"], tmp_path)
+    assert refused.returncode == 2
+    assert "holds another run" in refused.stderr and "--force" in refused.stderr
+    forced = run_cli(["run", "--force", "-o", "out", "ok.py"], tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "out" / "samples.rank0.jsonl.gz").is_symlink()
+
+
+def test_predictable_torchrun_directory_planted_as_symlink_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "stepscope-runs").mkdir()
+    os.symlink(elsewhere, tmp_path / "stepscope-runs" / "job42-ok")
+    write_script(tmp_path, "ok.py", TRAIN_FLAT)
+    result = run_cli(["run", "--no-monitor", "ok.py"], tmp_path, env={"TORCHELASTIC_RUN_ID": "job42"})
+    assert result.returncode == 2
+    assert "symbolic link" in result.stderr.strip().splitlines()[-1]
+    assert list(elsewhere.iterdir()) == []
+
+
+# -- 11. one run per directory -------------------------------------------------------------------
+
+def test_a_directory_in_use_or_holding_another_run_is_refused_unless_forced(tmp_path):
+    write_script(tmp_path, "slow.py", """
+        import os, time
+        print("started", flush=True)
+        while not os.path.exists("go"):
+            time.sleep(0.05)
+    """)
+    write_script(tmp_path, "ok.py", TRAIN_FLAT)
+    first = _start_in_group(["run", "-o", "out", "slow.py"], tmp_path)
+    assert first.stdout.readline() == "started\n"
+    busy = run_cli(["run", "--no-monitor", "-o", "out", "ok.py"], tmp_path)
+    assert busy.returncode == 2
+    assert busy.stderr.strip().splitlines()[-1].startswith("stepscope: error: run directory")
+    assert "in use" in busy.stderr
+    (tmp_path / "go").write_text("")
+    first.communicate(timeout=120)
+    assert first.returncode == 0
+    assert (tmp_path / "out" / "samples.rank0.jsonl.gz").exists()
+    again = run_cli(["run", "--no-monitor", "-o", "out", "ok.py"], tmp_path)
+    assert again.returncode == 2
+    line = again.stderr.strip().splitlines()[-1]
+    assert "holds another run" in line and "--force" in line and "out" in line
+    forced = run_cli(["run", "--no-monitor", "--force", "-o", "out", "ok.py"], tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    record = load_record(tmp_path / "out")
+    assert record.meta.target == "ok.py" and record.samples is None  # no samples of the old run
+
+
+# -- 14. other fatal signals, and noise ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGQUIT", "SIGUSR1"])
+def test_other_fatal_signals_save_the_record_and_die_by_them(tmp_path, name):
+    write_script(tmp_path, "sig.py", TRAIN_FLAT + f"import os, signal\nos.kill(os.getpid(), signal.{name})\n")
+    no_core = {"preexec_fn": lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0))}
+    bare = run_python(["sig.py"], tmp_path, **no_core)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "sig.py"], tmp_path, **no_core)
+    assert bare.returncode == wrapped.returncode == -getattr(signal, name), wrapped.stderr
+    assert wrapped.stdout == bare.stdout
+    record = load_record(tmp_path / "out")
+    assert record.meta.interrupted_by == name and len(record.steps) == 3
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path):
+    write_script(tmp_path, "hup.py", TRAIN_FLAT + "import os, signal\nos.kill(os.getpid(), signal.SIGHUP)\n"
+                 "print('survived')\n")
+    ignore = {"preexec_fn": lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)}  # what nohup does
+    bare = run_python(["hup.py"], tmp_path, **ignore)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "hup.py"], tmp_path, **ignore)
+    assert bare.returncode == wrapped.returncode == 0
+    assert wrapped.stdout == bare.stdout == "trained\nsurvived\n"
+
+
+def test_short_script_prints_no_capture_noise(tmp_path):
+    write_script(tmp_path, "short.py", "print('hi')\n")
+    result = run_cli(["run", "--no-summary", "-o", "out", "short.py"], tmp_path)
+    assert result.returncode == 0
+    assert result.stdout == "hi\n"
+    assert result.stderr == "", result.stderr

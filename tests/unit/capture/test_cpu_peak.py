@@ -1,0 +1,92 @@
+"""The CPU matmul peak: measured without touching the RNG, cached per machine, never fatal."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stepscope.capture import cpu_peak  # noqa: E402
+from stepscope.record.run import CpuPeak  # noqa: E402
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_measurement_is_plausible_and_leaves_the_global_rng_alone():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    peak = cpu_peak.measure_cpu_matmul_peak(repetitions=3, max_s=0.05)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert 1e8 < peak.flops_median <= peak.flops_best < 1e14
+    assert peak.repetitions >= 3 and peak.threads == torch.get_num_threads()
+    assert peak.source == "measured" and peak.measured_wall_ns > 0
+
+
+def test_cache_path_follows_xdg_cache_home(cache_home, monkeypatch):
+    assert cpu_peak.cache_path() == cache_home / "stepscope" / "cpu_peak.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cpu_peak.cache_path() == cpu_peak.Path(os.path.expanduser("~")) / ".cache" / "stepscope" / "cpu_peak.json"
+
+
+def test_first_call_measures_and_caches_then_the_cache_answers(cache_home, monkeypatch):
+    calls = []
+    real = cpu_peak.measure_cpu_matmul_peak
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(repetitions=3, max_s=0.05)
+
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", counting)
+    first = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
+    second = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
+    assert len(calls) == 1
+    assert first.source == "measured" and second.source == "cache"
+    assert second.flops_best == first.flops_best and second.flops_median == first.flops_median
+    document = orjson.loads(cpu_peak.cache_path().read_bytes())
+    (entry,) = document["entries"].values()
+    assert entry["spread"] == pytest.approx(first.spread)
+
+
+def test_the_best_rate_ever_seen_wins(cache_home):
+    threads = torch.get_num_threads()
+    cpu_peak.store_peak(CpuPeak(flops_best=2e9, flops_median=1e9, threads=threads))
+    cpu_peak.store_peak(CpuPeak(flops_best=1e9, flops_median=1e9, threads=threads))  # worse: ignored
+    assert cpu_peak.cached_peak(threads).flops_best == 2e9
+    cpu_peak.store_peak(CpuPeak(flops_best=3e9, flops_median=2.5e9, threads=threads))
+    assert cpu_peak.cached_peak(threads).flops_median == 2.5e9
+
+
+def test_key_depends_on_threads_and_thread_environment(cache_home, monkeypatch):
+    cpu_peak.store_peak(CpuPeak(flops_best=2e9, flops_median=1e9, threads=2))
+    assert cpu_peak.cached_peak(2) is not None
+    assert cpu_peak.cached_peak(1) is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert cpu_peak.cached_peak(2) is None
+
+
+def test_unwritable_cache_is_one_warning_and_the_measurement_is_kept(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
+                        lambda: CpuPeak(flops_best=2e9, flops_median=1e9, threads=1))
+    warned = []
+    peak = cpu_peak.peak_at_torch_import(lambda cause, text: warned.append((cause, text)))
+    assert peak is not None and peak.flops_best == 2e9
+    assert [cause for cause, _ in warned] == ["cpu-peak-cache"]
+
+
+def test_damaged_cache_reads_as_empty(cache_home):
+    path = cpu_peak.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"{not json")
+    assert cpu_peak.cached_peak(1) is None
+    cpu_peak.store_peak(CpuPeak(flops_best=2e9, flops_median=1e9, threads=1))
+    assert cpu_peak.cached_peak(1).flops_best == 2e9
