@@ -11,7 +11,7 @@ from typing import Any
 from stepscope.errors import UsageError
 
 #: Options that take a value (needed to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on"}
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -51,6 +51,8 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                         help="record one short torch.profiler window (3 steps after warm-up) into "
                              "RUN_DIR/traces and use it in the diagnosis")
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
+    parser.add_argument("--html", action="store_true", help="also write RUN_DIR/report.html (self-contained)")
+    parser.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars into DIR")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,6 +75,8 @@ class CaptureOptions:
     fail_on: Any
     summary: bool
     trace: bool = False
+    html: bool = False
+    tensorboard: str | None = None
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -82,6 +86,10 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
     if args.sample_hz <= 0:
         raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
+    if args.tensorboard:
+        from stepscope.report.exports import check_tensorboard
+
+        check_tensorboard(args.tensorboard)
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -89,6 +97,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
         summary=not args.no_summary,
         trace=args.trace,
+        html=args.html,
+        tensorboard=args.tensorboard,
     )
 
 
@@ -126,6 +136,10 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
 
         report_box.append(write_report(record, session.run_dir,
                                        print_summary=options.summary and record.meta.rank == 0))
+        if (options.html or options.tensorboard) and record.meta.rank == 0:
+            from stepscope.report.exports import export_after_run
+
+            export_after_run(report_box[0], session.run_dir, html=options.html, tensorboard=options.tensorboard)
 
     launcher.install_sigterm(lambda: finalize(143, None, "SIGTERM"))
     session.start()
