@@ -118,20 +118,25 @@
     if (spec) tables[holder.getAttribute("data-table")] = new Table(holder, spec);
   });
 
-  // "#sort=TABLE:COLUMN:asc|desc[&filter=TABLE:TEXT]" sorts (and filters) on load: links and tests use it.
-  var hash = decodeURIComponent(window.location.hash.replace(/^#/, ""));
-  hash.split("&").forEach(function (part) {
-    var pieces = part.split("=");
-    var args = (pieces[1] || "").split(":");
-    var table = tables[args[0]];
-    if (!table) return;
-    if (pieces[0] === "sort") {
-      var column = table.spec.columns.findIndex(function (c) { return c.key === args[1]; });
-      if (column >= 0) table.sortBy(column, args[2] || "desc");
-    } else if (pieces[0] === "filter") {
-      table.filter = args.slice(1).join(":").toLowerCase();
-      table.render();
-    }
-  });
+  // "#sort=TABLE:COLUMN:asc|desc[&filter=TABLE:TEXT]" sorts (and filters) on load and when the hash
+  // changes: links into the report and tests use it.
+  function applyHash() {
+    var hash = decodeURIComponent(window.location.hash.replace(/^#/, ""));
+    hash.split("&").forEach(function (part) {
+      var pieces = part.split("=");
+      var args = (pieces[1] || "").split(":");
+      var table = tables[args[0]];
+      if (!table) return;
+      if (pieces[0] === "sort") {
+        var column = table.spec.columns.findIndex(function (c) { return c.key === args[1]; });
+        if (column >= 0) table.sortBy(column, args[2] || "desc");
+      } else if (pieces[0] === "filter") {
+        table.filter = args.slice(1).join(":").toLowerCase();
+        table.render();
+      }
+    });
+  }
+  applyHash();
+  window.addEventListener("hashchange", applyHash);
   document.documentElement.setAttribute("data-ready", "1");
 })();
