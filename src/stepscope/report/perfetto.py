@@ -18,9 +18,9 @@ the earliest first step of the job (``otherData.origin_monotonic_ns``). Kineto w
 time: an event's absolute time is ``baseTimeNanoseconds + ts × 1000`` ns (older traces: absolute
 epoch µs, base 0). Capture reads the wall and the monotonic clock together at start
 (``meta.start_wall_ns``, ``meta.start_ns``), which maps one onto the other; then the trace's
-``ProfilerStep#N`` ranges are matched to the window's steps (each to the step that starts nearest
-to it) and the median residual is removed, so clock steps (NTP) between the start and the window
-do not show. The residual applied is reported in ``otherData.kineto_alignment``.
+``ProfilerStep#N`` ranges are matched to the window's steps (in order, the last range to the
+window's last step) and the median residual is removed, so a clock step (NTP) between the start
+and the window does not show. The residual applied is reported in ``otherData.kineto_alignment``.
 
 Kineto's own pids are kept (CPU: the OS pid; GPU: the device index). Where a device index equals
 a rank, the rank's tracks share that process in the viewer; stepscope's tracks are named
@@ -45,8 +45,8 @@ TID_BASE = 900_000_000
 TRACKS = ("step", *PHASES)
 TRACK_NAMES = {"step": "step", "data_wait": "data wait", "forward": "forward", "backward": "backward",
                "optimizer": "optimizer", "other": "other"}
-#: A ProfilerStep residual larger than this is not trusted (the match went wrong): wall mapping only.
-MAX_RESIDUAL_NS = 1_000_000_000
+#: A ProfilerStep residual larger than this is not trusted (the wrong window): wall mapping only.
+MAX_RESIDUAL_NS = 60_000_000_000
 
 
 def perfetto_trace(records: Sequence[RunRecord], run_dir: str | Path | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -217,18 +217,25 @@ def _kineto_events(record: RunRecord, run_dir: str | Path | None, origin: int,
 
 def _step_residual(events: list[dict[str, Any]], record: RunRecord, window_steps: tuple[int, int],
                    shift_ns: int, origin: int) -> int | None:
-    """Median gap between the ``ProfilerStep#N`` starts (mapped) and the nearest window step's start."""
+    """Median gap between the ``ProfilerStep#N`` starts (mapped) and the starts of the steps they record.
+
+    The ranges are matched in order from the end: the last N ranges are the last N steps of the
+    window (the window's first step is the profiler's warm-up, which may have no range), so a clock
+    error of any size is found. None when nothing can be matched or the gaps disagree by more than
+    a step (then the wall-clock mapping alone is used).
+    """
     first, last = window_steps
     marks = sorted(float(event["ts"]) for event in events
                    if str(event.get("name", "")).startswith("ProfilerStep#") and isinstance(event.get("ts"), (int, float)))
     steps = record.steps
-    if not marks or not len(steps):
-        return None
     window = np.arange(max(first, 0), min(last, len(steps) - 1) + 1)
-    if not len(window):
+    count = min(len(marks), len(window))
+    if not count:
         return None
-    starts = (steps.start_ns[window] - origin).astype(np.float64)
-    mapped = np.array(marks) * 1000.0 + shift_ns  # ns relative to the origin
-    residuals = [float(mark - starts[np.argmin(np.abs(starts - mark))]) for mark in mapped]
+    starts = (steps.start_ns[window[-count:]] - origin).astype(np.float64)
+    mapped = np.array(marks[-count:]) * 1000.0 + shift_ns  # ns relative to the origin
+    residuals = mapped - starts
     median = float(np.median(residuals))
-    return int(round(median)) if abs(median) <= MAX_RESIDUAL_NS else None
+    if np.ptp(residuals) > float(np.median(steps.duration_ns[window[-count:]])) or abs(median) > MAX_RESIDUAL_NS:
+        return None
+    return int(round(median))
