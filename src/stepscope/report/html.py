@@ -253,7 +253,7 @@ def _steps(report: Report, page: HtmlPage, max_bars: int) -> str:
     chart = charts.step_chart(bars, axis, marks)
     shares = report.steady.phase_shares
     legend = _legend({**{charts.PHASE_LABELS[name]: charts.PHASE_COLORS[name] for name in PHASES},
-                      "warm-up": "#d7dbe0", "excluded (measured)": "#d3c9ea"},
+                      "warm-up": "#9aa5b1", "excluded (measured)": "#6c4bb4"},
                      {charts.PHASE_LABELS[name]: f"{shares.get(name, 0.0):.1%}" for name in PHASES})
     split = charts.share_bar(shares, charts.PHASE_COLORS, charts.PHASE_LABELS)
     means = report.steady.phase_mean_s

@@ -125,8 +125,9 @@ def step_bars(start_ns: np.ndarray, duration_ns: np.ndarray, phases: dict[str, n
 
 def step_chart(bars: StepBars, axis: TimeAxis, marks: Sequence[tuple[int, int, str, str]] = (),
                height: int = 220) -> str:
-    """Stacked phase bars on the time axis; ``marks`` are ``(start_ns, end_ns, css, label)`` bands."""
-    top = 8
+    """Stacked phase bars on the time axis; ``marks`` are ``(start_ns, end_ns, css, label)`` bands,
+    drawn behind the bars and as a strip above them (a marked step may be the tallest bar)."""
+    top = 14
     plot = height - top - 4
     ymax = float(bars.slowest_ns.max()) if len(bars.slowest_ns) else 1.0
     ymax = ymax if ymax > 0 else 1.0
@@ -152,7 +153,9 @@ def step_chart(bars: StepBars, axis: TimeAxis, marks: Sequence[tuple[int, int, s
     for start, end, css, label in marks:
         x1, x2 = float(axis.x(start)), float(axis.x(end))
         bands.append(f'<rect x="{x1:.1f}" y="{top}" width="{max(x2 - x1, 1.5):.1f}" height="{plot}" '
-                     f'class="band {css}"><title>{escape(label)}</title></rect>')
+                     f'class="band {css}"><title>{escape(label)}</title></rect>'
+                     f'<rect x="{x1:.1f}" y="{top - 9}" width="{max(x2 - x1, 2.5):.1f}" height="6" '
+                     f'class="mark {css}"><title>{escape(label)}</title></rect>')
     labels = [(top + plot - frac * plot, _ms(ymax * frac)) for frac in (0.0, 0.5, 1.0)]
     return _frame(height, "".join(bands) + "".join(paths), "step time by phase over the run", labels, "steps")
 
