@@ -76,7 +76,7 @@ def json_for_script(data: Any) -> str:
 
 
 def _asset(name: str) -> str:
-    return resources.files("stepscope.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("stepscope.report").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -238,8 +238,13 @@ def _steps(report: Report, page: HtmlPage, max_bars: int) -> str:
     record = report.evidence.record
     axis = time_axis(report)
     if record is None or not len(record.steps) or axis is None:
-        return '<section id="steps"><h2>Steps</h2><p class="sub">no steps were captured</p></section>'
-    steps = record.steps
+        chart = '<p class="sub">no steps were captured</p>'
+    else:
+        chart = _step_chart(report, record.steps, axis, page, max_bars)
+    return f'<section id="steps"><h2>Step time over the run</h2>{chart}{_phase_split(report)}</section>'
+
+
+def _step_chart(report: Report, steps: Any, axis: charts.TimeAxis, page: HtmlPage, max_bars: int) -> str:
     bars = charts.step_bars(steps.start_ns, steps.duration_ns, {name: steps.phase(name) for name in PHASES},
                             max_bars)
     if bars.per_bar > 1:
@@ -250,24 +255,28 @@ def _steps(report: Report, page: HtmlPage, max_bars: int) -> str:
         marks.append((int(steps.start_ns[0]), int(steps.end_ns[report.warmup_steps - 1]), "warmup", "warm-up"))
     for index in report.excluded_steps:
         marks.append((int(steps.start_ns[index]), int(steps.end_ns[index]), "excluded", f"excluded step {index}"))
-    chart = charts.step_chart(bars, axis, marks)
     shares = report.steady.phase_shares
     legend = _legend({**{charts.PHASE_LABELS[name]: charts.PHASE_COLORS[name] for name in PHASES},
                       "warm-up": "#9aa5b1", "excluded (measured)": "#6c4bb4"},
                      {charts.PHASE_LABELS[name]: f"{shares.get(name, 0.0):.1%}" for name in PHASES})
-    split = charts.share_bar(shares, charts.PHASE_COLORS, charts.PHASE_LABELS)
-    means = report.steady.phase_mean_s
-    rows = "".join(f"<tr><td>{charts.PHASE_LABELS[name]}</td><td class=\"num\">{format_ratio(shares.get(name))}</td>"
-                   f"<td class=\"num\">{format_duration(means.get(name))}</td></tr>" for name in PHASES)
     excluded = (f"; excluded steps {', '.join(str(i) for i in report.excluded_steps[:12])}"
                 if report.excluded_steps else "")
-    return (f'<section id="steps"><h2>Step time over the run</h2>'
-            f'<p class="sub">Each bar is a step at its place in time, stacked by phase; the shaded bands are '
+    return (f'<p class="sub">Each bar is a step at its place in time, stacked by phase; the shaded bands are '
             f"warm-up ({report.warmup_steps} step(s)) and steps left out of the statistics{text(excluded)}.</p>"
-            f"{legend}{chart}{charts.axis_svg(axis)}"
-            f'<h3>Phase split of the steady state ({report.steady.count:,} steps)</h3>{split}'
-            f'<table class="plain" style="max-width:420px"><tr><th>phase</th><th class="num">share</th>'
-            f'<th class="num">mean per step</th></tr>{rows}</table></section>')
+            f"{legend}{charts.step_chart(bars, axis, marks)}{charts.axis_svg(axis)}")
+
+
+def _phase_split(report: Report) -> str:
+    if not report.steady.count:
+        return ""
+    shares = report.steady.phase_shares
+    means = report.steady.phase_mean_s
+    rows = "".join(f"<tr><td>{charts.PHASE_LABELS[name]} {format_ratio(shares.get(name))}</td>"
+                   f"<td class=\"num\">{format_duration(means.get(name))}</td></tr>" for name in PHASES)
+    return (f"<h3>Phase split of the steady state ({report.steady.count:,} steps)</h3>"
+            f"{charts.share_bar(shares, charts.PHASE_COLORS, charts.PHASE_LABELS)}"
+            f'<table class="plain" style="max-width:420px"><tr><th>phase · share</th>'
+            f'<th class="num">mean per step</th></tr>{rows}</table>')
 
 
 def _legend(colors: dict[str, str], values: dict[str, str] | None = None) -> str:

@@ -49,8 +49,10 @@ class TimeAxis:
     def span_ns(self) -> float:
         return float(max(self.end_ns - self.start_ns, 1))
 
-    def x(self, t_ns: np.ndarray | float) -> np.ndarray | float:
-        return LEFT + (np.asarray(t_ns, dtype=np.float64) - self.start_ns) / self.span_ns * WIDTH
+    def x(self, t_ns: np.ndarray | float) -> np.ndarray:
+        """Plot x of each time (a 0-d array for one time: ``float(axis.x(t))``)."""
+        out: np.ndarray = LEFT + (np.asarray(t_ns, dtype=np.float64) - self.start_ns) / self.span_ns * WIDTH
+        return out
 
     def ticks(self) -> str:
         """Tick labels in seconds from the axis start (bottom of a chart)."""
@@ -288,7 +290,8 @@ def _ramp(grid: np.ndarray) -> np.ndarray:
     frac = (position - low)[..., None]
     rgb = stops[low] * (1 - frac) + stops[low + 1] * frac
     rgb[np.isnan(grid)] = (225, 225, 225)
-    return rgb.astype(np.uint8)
+    out: np.ndarray = rgb.astype(np.uint8)
+    return out
 
 
 def _png(rgb: np.ndarray) -> str:

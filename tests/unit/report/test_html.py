@@ -162,3 +162,16 @@ def test_heatmap_is_an_embedded_png():
                          [f"cpu{i}" for i in range(64)])
     assert 'href="data:image/png;base64,' in svg
     assert len(svg) < 60_000
+
+
+def test_html_only_formats_the_report():
+    """The numbers of a report of sentinel values appear, formatted as the report holds them."""
+    from test_terminal import sentinel_report
+
+    page = render_html(sentinel_report()).text
+    for sentinel in ("sentinel_target.py", "12.34 steps/s", "5,678 samples/s", "median 11.1 ms", "p90 22.2 ms",
+                     "max 33.3 ms", "7 step(s)", "Sentinel title", "costs ~45.7% of step time", "confidence 83.0%",
+                     "sentinel_metric = 67.9%", "threshold 5.1%", "Sentinel action", "~13.6% of the step",
+                     "sentinel why", "data wait 12.3%", "forward 23.4%", "backward 34.1%", "optimizer 4.6%",
+                     "other 25.6%", "batch_size=96", "num_workers=5"):
+        assert sentinel in page, sentinel
