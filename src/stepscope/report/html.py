@@ -457,7 +457,7 @@ def _memory(view: Any) -> str:
         lines = [charts.Line("allocated", ts, np.asarray(device.curve_allocated_bytes, dtype=np.float64),
                              charts.SERIES_COLORS[0])]
         reserved = np.array([np.nan if v is None else v for v in device.curve_reserved_bytes], dtype=np.float64)
-        if len(reserved) == len(ts) and np.isfinite(reserved).any():
+        if len(reserved) == len(ts) and (np.nan_to_num(reserved) > 0).any():
             lines.append(charts.Line("reserved", ts, reserved, charts.SERIES_COLORS[1]))
         parts.append(f"<h3>Memory: {text(device.device)} (peak {format_bytes(device.peak_allocated_bytes)} "
                      f"at {format_duration_ns(device.peak_at_us * 1000)})</h3>"

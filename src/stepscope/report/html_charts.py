@@ -247,7 +247,7 @@ def line_chart(lines: Sequence[Line], axis: TimeAxis, fmt: Callable[[float], str
             path = path + f"V{top + plot}H{xs[0]:.1f}Z" if not np.isnan(ys).any() else path
         paths.append(f'<path d="{path}" stroke="{line.color}"{fill} class="line">'
                      f"<title>{escape(line.label)}</title></path>")
-    labels = [(top + plot, fmt(0.0)), (top + plot / 2, fmt(peak / 2)), (top, fmt(peak))]
+    labels = [(top + plot, "0"), (top + plot / 2, fmt(peak / 2)), (top, fmt(peak))]
     return _frame(height, "".join(paths), label, labels, "lines")
 
 
@@ -332,7 +332,7 @@ def stacked_columns(names: Sequence[str], parts: Sequence[dict[str, float]], col
         if count <= 40 or index % max(1, count // 20) == 0:
             body.append(f'<text x="{x + width / 2:.1f}" y="{height - 8}" class="tick" text-anchor="middle">'
                         f"{escape(_short(name, 18))}</text>")
-    labels = [(top + plot, fmt(0.0)), (top + plot / 2, fmt(peak / 2)), (top, fmt(peak))]
+    labels = [(top + plot, "0"), (top + plot / 2, fmt(peak / 2)), (top, fmt(peak))]
     return _frame(height, "".join(body), label, labels, "columns")
 
 
