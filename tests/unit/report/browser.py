@@ -32,7 +32,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--mute-audio")
+         "--hide-scrollbars", "--mute-audio", "--disable-dev-shm-usage")
 
 
 class WebSocket:

@@ -127,3 +127,9 @@ def test_injected_markup_does_not_run(browser, pages):
     cells = column(browser, "ops-r0", 0)
     assert any(cell.startswith("</script><img") for cell in cells)
     assert only_local(browser.requests(), pages["hostile"]) == []
+
+
+def test_a_malformed_hash_is_ignored(browser, pages):
+    browser.open(pages["trace"], "#sort=%E0%A4%A")
+    assert browser.errors() == []
+    assert browser.evaluate("document.querySelectorAll('[data-table=\"ops-r0\"] tbody tr').length") > 5

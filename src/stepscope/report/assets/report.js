@@ -121,7 +121,12 @@
   // "#sort=TABLE:COLUMN:asc|desc[&filter=TABLE:TEXT]" sorts (and filters) on load and when the hash
   // changes: links into the report and tests use it.
   function applyHash() {
-    var hash = decodeURIComponent(window.location.hash.replace(/^#/, ""));
+    var hash;
+    try {
+      hash = decodeURIComponent(window.location.hash.replace(/^#/, ""));
+    } catch (error) {
+      return;  // a malformed hash is ignored, not an error
+    }
     hash.split("&").forEach(function (part) {
       var pieces = part.split("=");
       var args = (pieces[1] || "").split(":");
