@@ -24,9 +24,8 @@ def handle(args: argparse.Namespace) -> int:
     import orjson
 
     from stepscope.record.store import load_job, load_record, resolve_record_path
-    from stepscope.report.model import build_report
-
     from stepscope.report.exports import export_report, plan_exports
+    from stepscope.report.model import build_report
 
     record_file = resolve_record_path(args.run_dir, args.rank)
     exports = plan_exports(args, record_file.parent)  # checks the outputs before any work
