@@ -26,3 +26,10 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) stepscope-runs
+
+# Headless Chromium for the HTML report's browser tests (they skip, saying why, without it).
+.PHONY: browser
+test: browser
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+		|| echo "chromium could not be installed: the HTML report's browser tests will be skipped"

@@ -31,6 +31,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--top", type=int, default=10, help="rows in the operator and kernel tables (default: 10)")
     parser.add_argument("--output", "-o", default=None, help="write the output to this file instead of stdout")
     parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
+    parser.add_argument("--html", action="store_true",
+                        help="write a self-contained HTML report (to -o FILE, default TRACE.html)")
     parser.set_defaults(handler=run)
 
 
@@ -64,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise UsageError("--top must be >= 0")
+    html_path = None
+    if args.html:
+        from stepscope.report.exports import plan_trace_html
+
+        html_path = plan_trace_html(args.trace, args.output)
     progress, callback = _progress(args)
     try:
         analysis = analyze_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
@@ -75,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     from stepscope.report.model import build_trace_report
 
     report = build_trace_report(analysis, None if args.rank is None else [args.rank])
+    if html_path is not None:
+        from stepscope.report.exports import export_report
+
+        export_report(report, run_dir=None, html=html_path)
+        return 0
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
         if args.format == "json":

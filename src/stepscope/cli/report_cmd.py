@@ -14,6 +14,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a record file")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    from stepscope.report.exports import add_export_options
+
+    add_export_options(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -21,11 +24,16 @@ def handle(args: argparse.Namespace) -> int:
     import orjson
 
     from stepscope.record.store import load_job, load_record, resolve_record_path
+    from stepscope.report.exports import export_report, plan_exports
     from stepscope.report.model import build_report
 
-    record = load_record(args.run_dir, rank=args.rank)
     record_file = resolve_record_path(args.run_dir, args.rank)
+    exports = plan_exports(args, record_file.parent)  # checks the outputs before any work
+    record = load_record(args.run_dir, rank=args.rank)
     report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
+    if exports:
+        export_report(report, run_dir=record_file.parent, **exports)
+        return 0
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")

@@ -13,7 +13,7 @@ from typing import Any
 from stepscope.errors import UsageError
 
 #: Options that take a value (needed to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on"}
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -55,6 +55,8 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
     parser.add_argument("--force", action="store_true",
                         help="replace the files of another run in the run directory (otherwise refused)")
+    parser.add_argument("--html", action="store_true", help="also write RUN_DIR/report.html (self-contained)")
+    parser.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars into DIR")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -78,6 +80,8 @@ class CaptureOptions:
     summary: bool
     trace: bool = False
     force: bool = False
+    html: bool = False
+    tensorboard: str | None = None
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -87,6 +91,10 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
     if not (math.isfinite(args.sample_hz) and args.sample_hz > 0):
         raise UsageError(f"--sample-hz must be a finite number > 0, got {args.sample_hz:g}")
+    if args.tensorboard:
+        from stepscope.report.exports import check_tensorboard
+
+        check_tensorboard(args.tensorboard)
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -95,6 +103,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         summary=not args.no_summary,
         trace=args.trace,
         force=args.force,
+        html=args.html,
+        tensorboard=args.tensorboard,
     )
 
 
@@ -144,6 +154,10 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
 
         report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir),
                                        print_summary=options.summary and record.meta.rank == 0))
+        if (options.html or options.tensorboard) and record.meta.rank == 0:
+            from stepscope.report.exports import export_after_run
+
+            export_after_run(report_box[0], session.run_dir, html=options.html, tensorboard=options.tensorboard)
         guard.die_if_pending()
 
     def on_signal(signum: int) -> None:

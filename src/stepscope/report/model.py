@@ -13,13 +13,15 @@ the same inputs give the same report, so a saved run re-renders exactly.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from stepscope.analysis.bundle import RunEvidence, build_evidence
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
 from stepscope.analysis.run.steady import StepStats, step_stats
+from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 from stepscope.diagnosis.engine import Diagnosis, rank_findings, run_rules
 from stepscope.diagnosis.findings import Finding
@@ -62,6 +64,8 @@ class Report:
     warnings: tuple[str, ...] = ()
     trace_analysis: TraceAnalysis | None = None
     ranks: tuple[RankReport, ...] = ()
+    #: the views of a run's own torch.profiler window (``stepscope run --trace``); not in to_dict()
+    window_analysis: TraceAnalysis | None = field(default=None, compare=False)
 
     # -- what renderers read ------------------------------------------------------------------
     @property
@@ -103,6 +107,17 @@ class Report:
     @property
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
+
+    @property
+    def trace_views(self) -> TraceAnalysis | None:
+        """The trace views to show: the analyzed traces, or a run's own profiler window."""
+        return self.trace_analysis if self.trace_analysis is not None else self.window_analysis
+
+    @cached_property
+    def timelines(self) -> SystemTimelines | None:
+        """The sampler's per-interval machine series (None without samples), computed on first use."""
+        record = self.evidence.record
+        return system_timelines(record.samples) if record is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence
@@ -162,6 +177,12 @@ def _diagnosis_warnings(diagnosis: Diagnosis) -> tuple[str, ...]:
 
 def run_trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[TraceEvidence | None, list[str]]:
     """TraceEvidence from the run's torch.profiler window (``stepscope run --trace``), with notes."""
+    analysis, notes = run_trace_window(record, run_dir)
+    return (analysis.evidence() if analysis is not None else None), notes
+
+
+def run_trace_window(record: RunRecord, run_dir: str | Path | None) -> tuple[TraceAnalysis | None, list[str]]:
+    """The trace views of the run's torch.profiler window (``stepscope run --trace``), with notes."""
     windows = [window for window in record.profiler_windows if window.trace_path]
     if not windows or run_dir is None:
         return None, []
@@ -170,7 +191,7 @@ def run_trace_evidence(record: RunRecord, run_dir: str | Path | None) -> tuple[T
 
     path = Path(run_dir) / str(windows[-1].trace_path)
     try:
-        return analyze_traces(path).evidence(), []
+        return analyze_traces(path), []
     except (StepscopeError, OSError) as exc:
         return None, [f"profiler window trace not analyzed: {exc}"]
 
@@ -187,12 +208,14 @@ def build_report(record: RunRecord, *, trace: TraceEvidence | None = None, run_d
         ranks: every rank's record of the job, for cross-rank rules (stragglers).
     """
     notes: list[str] = []
+    window: TraceAnalysis | None = None
     if trace is None:
-        trace, notes = run_trace_evidence(record, run_dir)
+        window, notes = run_trace_window(record, run_dir)
+        trace = window.evidence() if window is not None else None
     evidence = build_evidence(record, trace=trace, ranks=ranks)
     diagnosis = run_rules(evidence)
     return Report(source="run", evidence=evidence, diagnosis=diagnosis, findings=diagnosis.findings,
-                  warnings=(*record.warnings, *notes, *_diagnosis_warnings(diagnosis)))
+                  warnings=(*record.warnings, *notes, *_diagnosis_warnings(diagnosis)), window_analysis=window)
 
 
 def build_trace_report(analysis: TraceAnalysis, ranks: list[int] | None = None) -> Report:
