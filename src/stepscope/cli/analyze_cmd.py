@@ -17,6 +17,26 @@ from typing import Any
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 
+def add_max_bytes_option(parser: argparse.ArgumentParser) -> None:
+    """``--max-bytes SIZE``: see :mod:`stepscope.limits` (shared by ``analyze`` and ``report``)."""
+    from stepscope.limits import DEFAULT_MAX_BYTES, ENV_VAR, describe
+
+    parser.add_argument(
+        "--max-bytes", metavar="SIZE", default=None,
+        help=f"most decompressed JSON held at once: one trace event, a record, a samples line; and the size past "
+             f"which a gzip may not inflate more than 200:1 (default {describe(DEFAULT_MAX_BYTES)}, or {ENV_VAR}; "
+             "e.g. 512M, 2G). Files past it are refused as damaged")
+
+
+def apply_max_bytes(args: argparse.Namespace) -> None:
+    from stepscope import limits
+
+    if getattr(args, "max_bytes", None) is not None:
+        limits.configure(limits.parse_size(args.max_bytes))
+    else:
+        limits.max_bytes()  # a malformed STEPSCOPE_MAX_BYTES is a usage error before any work
+
+
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "analyze",
@@ -31,6 +51,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--top", type=int, default=10, help="rows in the operator and kernel tables (default: 10)")
     parser.add_argument("--output", "-o", default=None, help="write the output to this file instead of stdout")
     parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
+    add_max_bytes_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -71,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise UsageError("--top must be >= 0")
+    apply_max_bytes(args)
+    if args.output:
+        _check_output(args.output, args.trace)
     progress, callback = _progress(args)
     try:
         analysis = analyze_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
@@ -81,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
         analysis.rank(args.rank)  # UsageError when absent
     findings = findings_by_rank(analysis)
     ranks = None if args.rank is None else [args.rank]
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"cannot write the output file {args.output} ({exc.strerror}); "
+                         "choose a writable path for -o/--output") from None
     try:
         if args.format == "json":
             out.write(_json(analysis, findings, ranks))
@@ -98,6 +126,27 @@ def run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def _check_output(output: str, trace: str) -> None:
+    """Refuse an output path that is one of the input traces (it would be replaced) or a directory."""
+    from stepscope.errors import UsageError
+
+    if os.path.isdir(output):
+        raise UsageError(f"-o/--output {output} is a directory; name a file to write")
+    inputs = [trace]
+    if os.path.isdir(trace):
+        inputs = [os.path.join(trace, name) for name in os.listdir(trace)]
+    target = os.path.realpath(output)
+    for path in inputs:
+        same = os.path.realpath(path) == target
+        try:
+            same = same or os.path.samefile(path, output)
+        except OSError:
+            pass
+        if same:
+            raise UsageError(f"-o/--output {output} is the input trace {path}: it would be overwritten; "
+                             "write the output to another file")
 
 
 def _json(analysis: Any, findings: dict[int, list], ranks: list[int] | None) -> str:

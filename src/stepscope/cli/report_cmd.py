@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from stepscope.cli.analyze_cmd import add_max_bytes_option, apply_max_bytes
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -14,6 +16,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a record file")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    add_max_bytes_option(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -23,6 +26,7 @@ def handle(args: argparse.Namespace) -> int:
     from stepscope.record.store import load_record, resolve_record_path
     from stepscope.report.model import build_report
 
+    apply_max_bytes(args)
     record = load_record(args.run_dir, rank=args.rank)
     record_file = resolve_record_path(args.run_dir, args.rank)
     report = build_report(record, run_dir=record_file.parent)
