@@ -28,6 +28,7 @@ from rich.text import Text
 
 from stepscope.capture import gpu as gpu_layer
 from stepscope.errors import UsageError
+from stepscope.text import printable
 from stepscope.report.monitor_view import user_name
 from stepscope.units import format_bytes, format_duration
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     probe, note = gpu_layer.open_gpus(all_gpus=True, slow_every=1)
     if probe is None:
         reason = (note or "").removeprefix("GPU metrics unavailable: ")
-        print(f"No NVIDIA GPU is visible here: {reason}. No process holds GPU memory.")
+        print(f"No NVIDIA GPU is visible here: {printable(reason)}. No process holds GPU memory.")
         return 0
     try:
         found = probe.all_processes()
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(console, views, len(probe.devices))
     for text in notes:
-        console.print(f"note: {text}", style="dim", highlight=False)
+        console.print(Text(f"note: {printable(text)}", style="dim"))
     if args.kill:
         return _kill(console, views, assume_yes=args.yes)
     return 0
@@ -236,7 +237,7 @@ def _print_table(console: Console, views: list[GpuProcessView], gpu_count: int) 
         cells = (str(view.pid), "-" if view.ppid is None else str(view.ppid), view.user,
                  ",".join(map(str, view.gpus)) or "-", format_bytes(view.gpu_memory_bytes),
                  format_duration(view.age_s), view.state, view.stale or "no", view.command)
-        table.add_row(*(Text(cell) for cell in cells), style="yellow" if view.stale else None)  # no markup
+        table.add_row(*(Text(printable(cell)) for cell in cells), style="yellow" if view.stale else None)  # no markup
     console.print(table)
 
 
@@ -248,7 +249,7 @@ def _kill(console: Console, views: list[GpuProcessView], *, assume_yes: bool) ->
             if view.uid == uid and view.pid != os.getpid() and view.state != psutil.STATUS_ZOMBIE]
     for view in stale:
         if view.uid != uid:
-            console.print(f"left alone: pid {view.pid} belongs to {view.user}, not to you", highlight=False)
+            console.print(Text(f"left alone: pid {view.pid} belongs to {printable(view.user)}, not to you"))
         elif view.state == psutil.STATUS_ZOMBIE:
             console.print(f"left alone: pid {view.pid} is a zombie; only its parent (pid {view.ppid}) can reap it",
                           highlight=False)

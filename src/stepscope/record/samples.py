@@ -252,6 +252,7 @@ class SamplesBuilder:
         if count * max(widest, 1) > MAX_CHUNK_SAMPLES * 64:
             raise ValueError(f"{count} samples of {widest} items: more than one line can hold")
         series = chunk.get("series", {})
+        added: dict[str, np.ndarray] = {}  # built whole, then appended: a bad line adds nothing
         for name, (axis, _) in SERIES_COLUMNS.items():
             shape = (count,) if axis == "sample" else (count, self.meta.axis_length(axis))
             rows = series.get(name)
@@ -263,16 +264,32 @@ class SamplesBuilder:
                 array = np.asarray(rows, dtype=np.int64).reshape(shape)
                 if chunk.get("delta"):
                     array = np.cumsum(array, axis=0)
-            self._series[name].append(array)
+            added[name] = array
+        tables = []
         for target, source, columns in ((self._proc, chunk.get("proc", {}), PROCESS_COLUMNS),
                                         (self._gpu_procs, chunk.get("gpu_procs", {}), GPU_PROCESS_COLUMNS)):
             length = len(source.get("sample", ()))
+            arrays = {}
             for name in columns:
                 values = source.get(name)
                 if values is None or len(values) != length:
                     values = [-1] * length
-                array = np.asarray(values, dtype="<U1" if name == "state" else np.int64)
-                target[name].append(array + self.count if name == "sample" else array)
+                array = np.asarray(values, dtype="<U1" if name == "state" else np.int64).reshape(length)
+                if name == "sample":
+                    if length and (array.min() < 0 or array.max() >= count):
+                        raise ValueError("a process row refers to a sample outside its line")
+                    array = array + self.count
+                elif name == "id" and length and array.min() < 0:
+                    raise ValueError("a process row without a valid process id")
+                elif name == "gpu" and length and (array.min() < 0 or array.max() >= max(len(self.meta.gpus), 1)):
+                    raise ValueError("a GPU process row refers to a GPU the header does not list")
+                arrays[name] = array
+            tables.append((target, arrays))
+        for name, array in added.items():
+            self._series[name].append(array)
+        for target, arrays in tables:
+            for name, array in arrays.items():
+                target[name].append(array)
         self.count += count
 
     def freeze(self, *, truncated: bool = False) -> Samples:

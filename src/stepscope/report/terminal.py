@@ -13,6 +13,7 @@ from rich.text import Text
 from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES
 from stepscope.report.model import Report
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio
 
 PHASE_STYLE = {
@@ -81,7 +82,7 @@ def _overview(report: Report) -> Table:
 
 
 def _loader_line(loader: dict[str, Any]) -> str:
-    dataset = loader["dataset_type"].rsplit(".", 1)[-1]
+    dataset = printable(str(loader["dataset_type"]).rsplit(".", 1)[-1])
     prefetch = loader["prefetch_factor"] if loader["prefetch_factor"] is not None else "-"
     return (f"#{loader['loader_id']} {dataset}: batch_size={loader['batch_size']} "
             f"num_workers={loader['num_workers']} pin_memory={loader['pin_memory']} "
@@ -95,21 +96,21 @@ def _finding(finding: Finding, rank: int) -> Group:
     head = Text()
     head.append(f"{rank}. ", style="bold")
     head.append(f"[{finding.severity.name}] ", style=style)
-    head.append(finding.title, style="bold")
+    head.append(printable(finding.title), style="bold")
     head.append(f"  costs ~{format_ratio(finding.impact)} of step time · {finding.family}"
                 f" · confidence {finding.confidence:.0%}", style="bright_black")
     body: list[Any] = []
     if finding.summary:
-        body.append(Text(finding.summary))
+        body.append(Text(printable(finding.summary)))
     for item in finding.evidence[:4]:
-        body.append(Text(f"• {item.metric} = {_value(item.value, item.unit)}"
-                          + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
-                          + (f" [{item.source}]" if item.source else ""), style="bright_black"))
+        body.append(Text(printable(f"• {item.metric} = {_value(item.value, item.unit)}"
+                                   + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
+                                   + (f" [{item.source}]" if item.source else "")), style="bright_black"))
     for prescription in finding.prescriptions[:3]:
         line = Text("→ ", style="green")
-        line.append(prescription.action, style="green")
+        line.append(printable(prescription.action), style="green")
         if prescription.why:
-            line.append(f" — {prescription.why}", style="bright_black")
+            line.append(f" — {printable(prescription.why)}", style="bright_black")
         body.append(line)
     return Group(head, Padding(Group(*body), (0, 0, 0, 3)))
 
@@ -142,16 +143,16 @@ def _verdict(report: Report) -> Group:
 def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Panel:
     """The summary panel."""
     run = report.run
-    title = (f"stepscope · {run.get('target') or 'run'} · {report.total_steps} steps · "
-             f"{format_duration(run.get('wall_s'))} · exit {run.get('exit_code')}")
+    title = (f"stepscope · {printable(run.get('target') or 'run')} · {report.total_steps} steps · "
+             f"{format_duration(run.get('wall_s'))} · exit {printable(str(run.get('exit_code')))}")
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]
     parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
     for message in report.warnings[:3]:
-        parts.append(Text(f"warning: {message}", style="yellow"))
+        parts.append(Text(f"warning: {printable(message)}", style="yellow"))
     if run_dir:
-        parts.append(Text(f"Run directory: {run_dir}  (report.json, record.rank*.json.gz)", style="bright_black"))
+        parts.append(Text(f"Run directory: {printable(run_dir)}  (report.json, record.rank*.json.gz)", style="bright_black"))
     return Panel(Group(*parts), title=Text(title), title_align="left", expand=False)
 
 

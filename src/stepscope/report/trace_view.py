@@ -17,6 +17,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio
 
 _CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
@@ -27,6 +28,7 @@ def _us(value: float | None) -> str:
 
 
 def _short(name: str, width: int = 70) -> Text:
+    name = printable(name)
     return Text(name if len(name) <= width else name[: width - 1] + "…")
 
 
@@ -77,7 +79,7 @@ def _gpu(rank: Any) -> RenderableType | None:
         )
     for d in rank.memory.devices:
         lines.append(f"Memory {d.device}: peak allocated {format_bytes(d.peak_allocated_bytes)} at {_us(d.peak_at_us)}")
-    return Text("\n".join(lines)) if lines else None
+    return Text("\n".join(printable(line) for line in lines)) if lines else None
 
 
 def _operators(rank: Any, top: int) -> Table | None:
@@ -119,12 +121,12 @@ def _findings(findings: list) -> RenderableType:
     for i, f in enumerate(findings, 1):
         text = Text()
         text.append(f"{i}. ", style="bold")
-        text.append(f.title, style="bold")
+        text.append(printable(f.title), style="bold")
         text.append(f"  [{f.severity.name.lower()}, costs ~{format_ratio(f.impact)} of step time]\n")
         for e in f.evidence:
-            text.append(f"   evidence: {e.metric} = {e.value}" + (f" (threshold {e.threshold})" if e.threshold is not None else "") + "\n")
+            text.append(printable(f"   evidence: {e.metric} = {e.value}" + (f" (threshold {e.threshold})" if e.threshold is not None else "")) + "\n")
         for p in f.prescriptions:
-            text.append(f"   → {p.action}" + (f" ({p.why})" if p.why else "") + "\n")
+            text.append(printable(f"   → {p.action}" + (f" ({p.why})" if p.why else "")) + "\n")
         parts.append(text)
     return Group(*parts)
 
@@ -132,13 +134,13 @@ def _findings(findings: list) -> RenderableType:
 def render_analysis(analysis: Any, findings: dict[int, list], top: int = 10, ranks: list[int] | None = None) -> Iterator[RenderableType]:
     shown = [r for r in analysis.ranks if ranks is None or r.rank in ranks]
     for rank in shown:
-        title = Text(f"rank {rank.rank} ({rank.rank_source}) — {rank.path}")
+        title = Text(f"rank {rank.rank} ({rank.rank_source}) — {printable(rank.path)}")
         body: list[RenderableType] = [_overview(rank)]
         for part in (_gpu(rank), _operators(rank, top), _kernels(rank, top)):
             if part is not None:
                 body.append(part)
         if rank.steps.notes or rank.warnings:
-            body.append(Text("\n".join(f"note: {n}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
+            body.append(Text("\n".join(f"note: {printable(n)}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
         body.append(Panel(_findings(findings.get(rank.rank, [])), title="Findings", title_align="left"))
         yield Rule(title, align="left")
         yield Group(*body)
