@@ -477,7 +477,7 @@ class _lines:
         first = True
         total = 0
         while True:
-            pending = self.raw.read(1 << 16)
+            pending = self.raw.read(1 << 14)
             self._compressed += len(pending)
             if first and pending and pending[:2] != b"\x1f\x8b":
                 raise InputError(self.path, "not a gzip file; expected samples written by the stepscope sampler")
