@@ -89,10 +89,9 @@ def test_gzip_damage(pos, value):
     _check(bytes(packed), ".json.gz")
 
 
-SHARED_GPU = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "hta" / "critical_path" / "cuda_event_sync" / "event_sync_trace.json.gz"
+SHARED_GPU = DATA / "reference" / "hta" / "critical_path" / "cuda_event_sync" / "event_sync_trace.json.gz"
 
 
-@pytest.mark.skipif(not SHARED_GPU.is_file(), reason=f"reference GPU trace not found at {SHARED_GPU}")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_gpu_trace_mutations(data):
