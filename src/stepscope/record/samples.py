@@ -232,6 +232,7 @@ class SamplesBuilder:
                 self.notes.append(text)
         elif kind == "process":
             process = checked_fields(ProcessInfo, event)
+            ProcessInfo(**{**process, "cmdline": tuple(process.get("cmdline", ()))})  # every required field
             if process["id"] not in self._processes and len(self._processes) >= MAX_PROCESSES:
                 raise ValueError(f"more than {MAX_PROCESSES} processes")
             self._processes[process["id"]] = process
