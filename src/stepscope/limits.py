@@ -19,9 +19,11 @@ the largest reference trace), samples files less; filler compresses up to 1000:1
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from stepscope.errors import InputError, UsageError
@@ -46,6 +48,18 @@ def configure(limit: int | None) -> None:
     """Set the limit for this process (the CLI's ``--max-bytes``); ``None`` goes back to the default."""
     global _override
     _override = limit
+
+
+@contextlib.contextmanager
+def configured(limit: int | None) -> Iterator[None]:
+    """:func:`configure` for the duration of a ``with`` block (``None``: leave the limit as it is)."""
+    previous = _override
+    if limit is not None:
+        configure(limit)
+    try:
+        yield
+    finally:
+        configure(previous)
 
 
 def max_bytes() -> int:

@@ -28,13 +28,14 @@ def add_max_bytes_option(parser: argparse.ArgumentParser) -> None:
              "e.g. 512M, 2G). Files past it are refused as damaged")
 
 
-def apply_max_bytes(args: argparse.Namespace) -> None:
+def max_bytes_limit(args: argparse.Namespace):
+    """A context in which ``--max-bytes`` is the limit (a malformed value is a usage error at once)."""
     from stepscope import limits
 
     if getattr(args, "max_bytes", None) is not None:
-        limits.configure(limits.parse_size(args.max_bytes))
-    else:
-        limits.max_bytes()  # a malformed STEPSCOPE_MAX_BYTES is a usage error before any work
+        return limits.configured(limits.parse_size(args.max_bytes))
+    limits.max_bytes()  # a malformed STEPSCOPE_MAX_BYTES is a usage error before any work
+    return limits.configured(None)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -87,12 +88,16 @@ def _progress(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    with max_bytes_limit(args):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from stepscope.analysis.trace.trace_evidence import analyze_traces
     from stepscope.errors import UsageError
 
     if args.top < 0:
         raise UsageError("--top must be >= 0")
-    apply_max_bytes(args)
     if args.output:
         _check_output(args.output, args.trace)
     progress, callback = _progress(args)

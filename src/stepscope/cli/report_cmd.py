@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from stepscope.cli.analyze_cmd import add_max_bytes_option, apply_max_bytes
+from stepscope.cli.analyze_cmd import add_max_bytes_option, max_bytes_limit
 
 
 def add_parser(subparsers: Any) -> None:
@@ -21,12 +21,16 @@ def add_parser(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    with max_bytes_limit(args):
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     import orjson
 
     from stepscope.record.store import load_record, resolve_record_path
     from stepscope.report.model import build_report
 
-    apply_max_bytes(args)
     record = load_record(args.run_dir, rank=args.rank)
     record_file = resolve_record_path(args.run_dir, args.rank)
     report = build_report(record, run_dir=record_file.parent)

@@ -59,6 +59,13 @@ def test_valid_run_reports(capsys):
     assert code == 0, err
 
 
+def test_max_bytes_option_sets_the_limit_for_that_command_only(capsys):
+    code, _, err = _run(capsys, "report", str(HOSTILE / "valid_run"), "--max-bytes", "1K")
+    _one_line_error(code, err, "exceeds the limit of 1 KiB")
+    code, _, err = _run(capsys, "report", str(HOSTILE / "valid_run"))  # back to the default
+    assert code == 0, err
+
+
 def test_special_files_are_refused_not_read(capsys, tmp_path):
     fifo = tmp_path / "trace.json"
     os.mkfifo(fifo)
@@ -120,6 +127,7 @@ def _generated():
         yield name, (lambda out, make=make, name=name: ["report", str(make(out / name, record).parent)])
 
 
+@pytest.mark.slow  # a subprocess per bomb; test_trace_limits.py covers the same limits in-process, fast
 @pytest.mark.parametrize("name, build", list(_generated()), ids=[name for name, _ in _generated()])
 def test_generated_bombs_with_the_default_limits(tmp_path, name, build):
     """5 GiB behind a few MB of gzip: refused within a minute, in well under 1 GiB (it was minutes, or MemoryError)."""
