@@ -181,7 +181,7 @@ def iter_event_batches(
         cut = _cut(buffer, stats, consumed)
         if cut is None:
             if len(buffer) > max_bytes:
-                raise LimitExceeded("one trace event (or a run of whitespace between events)", max_bytes, consumed)
+                raise _overflow(buffer, stats, consumed, max_bytes)
             # no event ends here yet (a very large event): try again only once the buffer has doubled,
             # so the decode attempts add up to a constant times the bytes read, however large it grows
             attempt_at = 2 * len(buffer)
@@ -211,6 +211,19 @@ def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list, int]
         if isinstance(events, list):
             return events, found.end() - 1
     return None
+
+
+def _overflow(buffer: bytearray, stats: DecodeStats, offset: int, limit: int) -> DecodeFailure:
+    """Why no event ends within ``limit`` bytes: damage earlier in the buffer, or a huge event/whitespace."""
+    brace = buffer.rfind(b"}")
+    if brace > 0:
+        try:
+            _loads(b"[" + buffer[: brace + 1] + b"]", stats, offset - 1)
+        except DecodeFailure as exc:
+            # an error well before the end is damage; at the end, the decoder only ran out of input
+            if exc.position is not None and exc.position < offset + brace - 64:
+                return DecodeFailure(f"the traceEvents array is damaged ({exc})", exc.position)
+    return LimitExceeded("one trace event (or a run of whitespace between events)", limit, offset)
 
 
 def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, bytes]:

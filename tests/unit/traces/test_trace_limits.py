@@ -144,3 +144,13 @@ def test_gzip_members_and_plain_records_read_whole(tmp_path):
     assert limits.read_gzip_or_plain(path, MIB, "record") == b'{"a": 1}'
     with pytest.raises(InputError, match="exceeds the limit"):
         limits.read_gzip_or_plain(path, 4, "record")
+
+
+def test_damage_early_in_a_trace_larger_than_the_limit_is_named_as_damage(tmp_path):
+    event = '{"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "name": "a%d"}'
+    events = [event % index for index in range(30_000)]
+    events[100] = events[100].replace('"ts"', '"ts" "x"')
+    path = tmp_path / "damaged.json"
+    path.write_text('{"traceEvents": [' + ",".join(events) + "]}")
+    with pytest.raises(InputError, match=r"\(at \d+\): not valid trace JSON: the traceEvents array is damaged"):
+        load_trace(path, max_bytes=MIB)
