@@ -33,7 +33,7 @@ SHORT = {
     "bench_sampler.py": ["--seconds", "4", "--rounds", "4", "--steps", "30"],
     "bench_analyze.py": ["--traces", str(REFERENCE), "--only", RESNET],
 }
-RATIO = re.compile(r"ratio|⇒|\d+(\.\d+)?×|\bx\d", re.IGNORECASE)
+RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$)", re.IGNORECASE)
 
 
 def _analyze_ratios(out: Path) -> list[str]:
@@ -84,7 +84,8 @@ def main() -> int:
             summary.append(f"{name}: FAILED (exit {result.returncode})")
             continue
         found = _analyze_ratios(out) if out is not None and out.exists() else \
-            [line.strip() for line in result.stdout.splitlines() if RATIO.search(line)]
+            [line.strip() for line in result.stdout.splitlines()
+             if RATIO.search(line) and line.strip().lower() not in ("ratio", "ratios")]
         summary += [f"{name}: {line}" for line in found] or [f"{name}: done (no ratio printed)"]
         print(f"   ({time.monotonic() - started:.0f} s)\n", flush=True)
     print("== ratios")
