@@ -425,6 +425,8 @@ def load_samples(path: str | Path, max_bytes: int | None = None) -> Samples:
         with open(path, "rb") as raw:
             lines = _lines(raw, path, limit)
             for number, line, last in lines:
+                if last and not line.strip():
+                    break  # a blank last line (no newline after it) carries nothing
                 if builder is None:
                     header = _parse_header(line, path)
                     try:
@@ -455,6 +457,9 @@ def load_samples(path: str | Path, max_bytes: int | None = None) -> Samples:
         builder.notes.append("samples file ends early (the sampler was stopped abruptly); "
                              "the samples before that are kept")
     return builder.freeze(truncated=truncated)
+
+
+_MAX_TRAILING_BLANKS = 16
 
 
 class _lines:
@@ -521,8 +526,9 @@ class _lines:
 
     def __iter__(self):
         partial = bytearray()
-        number = 0
+        number = previous_number = 0
         previous: bytes | None = None
+        blanks: list[int] = []
         for piece in self._pieces():
             partial += piece
             if b"\n" not in piece:
@@ -533,25 +539,34 @@ class _lines:
             *complete, rest = bytes(partial).split(b"\n")
             partial = bytearray(rest)
             for line in complete:
+                number += 1
                 if len(line) > self.limit:
                     raise self._limits.too_large(self.path, "one line of the samples file", self.limit,
-                                                 position=f"line {number + 1}")
+                                                 position=f"line {number}")
+                if not line.strip():
+                    # blank lines are dropped at the very end (as rstrip would); anywhere else, or
+                    # more than a few, they are damage: the blank line itself fails to decode
+                    blanks.append(number)
+                    if len(blanks) <= _MAX_TRAILING_BLANKS:
+                        continue
                 if previous is not None:
-                    yield number, previous, False
-                number += 1
-                previous = line
+                    yield previous_number, previous, False
+                if blanks:
+                    yield blanks[0], b"", False
+                previous, previous_number = line, number
             if len(partial) > self.limit:
                 raise self._limits.too_large(self.path, "one line of the samples file", self.limit,
                                              position=f"line {number + 1}")
         if partial and not self.truncated:
             if previous is not None:
-                yield number, previous, False
-            number += 1
-            previous = bytes(partial)  # a last line without its newline
+                yield previous_number, previous, False
+            if blanks and partial.strip():
+                yield blanks[0], b"", False
+            previous, previous_number = bytes(partial), number + 1  # a last line without its newline
         elif partial:
             self.truncated = True  # the half-written line at a broken end is dropped
         if previous is not None:
-            yield number, previous, True
+            yield previous_number, previous, True
 
 
 def _parse_header(line: bytes, path: Path) -> dict[str, Any]:
