@@ -34,8 +34,8 @@ from rich.text import Text
 
 from stepscope.capture import gpu as gpu_layer
 from stepscope.errors import UsageError
-from stepscope.text import printable
 from stepscope.report.monitor_view import user_name
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration
 
 #: Processes that adopt orphans: a child of one of these whose job is gone was left behind.

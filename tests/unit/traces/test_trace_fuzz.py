@@ -20,7 +20,6 @@ import tempfile
 import tracemalloc
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
