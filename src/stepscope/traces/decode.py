@@ -193,6 +193,16 @@ def iter_event_batches(
         attempt_at = len(buffer) + CHUNK_BYTES
 
 
+def _bracketed(buffer: bytes | bytearray, stop: int) -> bytearray:
+    """``[`` + ``buffer[:stop]`` + ``]`` with one copy of the slice (it may be hundreds of MB)."""
+    piece = bytearray()
+    with memoryview(buffer) as view:
+        piece += b"["
+        piece += view[:stop]
+        piece += b"]"
+    return piece
+
+
 def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list, int] | None:
     """Decode the longest prefix of whole events, trying the last few candidate boundaries."""
     start = len(buffer)
@@ -205,7 +215,7 @@ def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list, int]
         if found is None:
             continue
         try:
-            events = _loads(b"[" + buffer[: brace + 1] + b"]", stats, offset - 1)
+            events = _loads(_bracketed(buffer, brace + 1), stats, offset - 1)
         except DecodeFailure:
             continue
         if isinstance(events, list):
@@ -218,7 +228,7 @@ def _overflow(buffer: bytearray, stats: DecodeStats, offset: int, limit: int) ->
     brace = buffer.rfind(b"}")
     if brace > 0:
         try:
-            _loads(b"[" + buffer[: brace + 1] + b"]", stats, offset - 1)
+            _loads(_bracketed(buffer, brace + 1), stats, offset - 1)
         except DecodeFailure as exc:
             # an error well before the end is damage; at the end, the decoder only ran out of input
             if exc.position is not None and exc.position < offset + brace - 64:
@@ -248,7 +258,7 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, by
             if budget < 0:
                 break
             try:
-                events = _loads(b"[" + buffer[:stop] + b"]", stats, offset - 1)
+                events = _loads(_bracketed(buffer, stop), stats, offset - 1)
             except DecodeFailure as exc:
                 last_error = last_error or exc
                 continue
