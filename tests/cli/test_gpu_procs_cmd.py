@@ -268,3 +268,20 @@ def test_module_is_registered():
 
     assert COMMANDS["gpu-procs"] == "gpu_procs_cmd" and COMMANDS["monitor"] == "monitor_cmd"
     assert gpu_procs_cmd.add_parser
+
+
+def test_command_lines_reach_the_terminal_escaped(capsys, monkeypatch):
+    hostile = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "\x1b]0;pwned\x07\x1b[2J"])
+    try:
+        monkeypatch.setattr(gpu_layer, "load_nvml", lambda: FakeNvml([FakeGpu(compute=[(hostile.pid, 1 << 20)])]))
+        for _ in range(200):  # until the child has exec'd python with its arguments
+            if "pwned" in " ".join(psutil.Process(hostile.pid).cmdline()):
+                break
+            time.sleep(0.01)
+        code, out, _ = run_main(capsys, "gpu-procs")
+        assert code == 0 and "\x1b" not in out and "\\x1b]0;pwned\\x07" in "".join(out.split())  # folded cells
+        code, out, _ = run_main(capsys, "gpu-procs", "--json")
+        assert json.loads(out)[0]["command"].endswith("\x1b]0;pwned\x07\x1b[2J")  # raw in JSON
+    finally:
+        hostile.kill()
+        hostile.wait()
