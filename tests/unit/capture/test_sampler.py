@@ -135,6 +135,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # real torch DataLoader workers, ~15 s
 def test_dataloader_workers_show_up_with_their_cpu(tmp_path, children):
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
