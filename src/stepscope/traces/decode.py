@@ -11,13 +11,18 @@ Algorithm (streaming fast path):
 3. Cut the buffer at the last candidate boundary ``} , {`` and decode ``[`` + slice + ``]`` with
    orjson. A candidate inside a string or a nested object cannot decode (unbalanced brackets or
    an open string), so a successful decode proves the cut was between two top-level events; on
-   failure the previous candidate is tried, then the next chunk is appended.
+   failure the previous candidate is tried, then more chunks are appended and the next attempt
+   waits until the buffer has doubled. The buffer is a ``bytearray`` appended to and cut from the
+   front in place, so every byte is copied a constant number of times: decoding is linear in the
+   file's size however large one event, or one run of whitespace, is. A buffer that grows past
+   ``max_bytes`` without a cut is an error (:class:`LimitExceeded`), or the damage that prevents
+   the cut when there is one.
 4. At end of file the array's closing ``]`` is located the same way, and the metadata object is
    decoded from head + ``[]`` + tail.
 
 When the layout is not the usual one (a top-level array, ``traceEvents`` not near the start) or a
-decode fails for good, the whole document is decoded at once (``whole-document`` path), which
-also produces the exact error position. orjson refuses integers beyond 64 bits (Kineto's
+decode fails for good, the whole document is decoded at once (``whole-document`` path, at most
+``max_bytes``), which also produces the exact error position. orjson refuses integers beyond 64 bits (Kineto's
 ``Comms Id``); such pieces are decoded again with the standard library, which accepts them.
 Invalid UTF-8 is replaced by U+FFFD and counted, so one damaged name does not lose the trace.
 """
