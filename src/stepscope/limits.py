@@ -78,7 +78,7 @@ def max_bytes() -> int:
 def describe(limit: int) -> str:
     for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if limit >= size:
-            return f"{limit / size:g} {unit}"
+            return f"{limit / size:.4g} {unit}"
     return f"{limit} bytes"
 
 
