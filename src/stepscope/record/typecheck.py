@@ -3,7 +3,7 @@
 Contract: :func:`checked_fields` keeps the keys of ``data`` that ``cls`` declares and raises one
 ``ValueError`` naming the field when a value does not match its annotation (ints must fit in
 int64, floats must be finite). A damaged or hand-edited file then fails where it is loaded, as a
-one-line error, never later inside a renderer.
+one-line error, never later inside a renderer. Integral floats pass for ints, as they did before.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def _matches(value: Any, hint: Any) -> bool:
         return value is None
     if hint is bool:
         return type(value) is bool
-    if hint is int:
+    if hint is int:  # a float with an integral value is accepted as before (schema-1 counts were floats)
+        if type(value) is float:
+            return value.is_integer() and -_INT64 <= value < _INT64
         return type(value) is int and -_INT64 <= value < _INT64
     if hint is float:
         return (type(value) is int and abs(value) < 2**1023) or (type(value) is float and math.isfinite(value))
