@@ -3,7 +3,8 @@
 Contract: :func:`checked_fields` keeps the keys of ``data`` that ``cls`` declares and raises one
 ``ValueError`` naming the field when a value does not match its annotation (ints must fit in
 int64, floats must be finite). A damaged or hand-edited file then fails where it is loaded, as a
-one-line error, never later inside a renderer. Integral floats pass for ints, as they did before.
+one-line error, never later inside a renderer. Integral floats pass for ints, as they did before, and
+become ints.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def checked_fields(cls: type, data: Any) -> dict[str, Any]:
         if key in hints:
             if not _matches(value, hints[key]):
                 raise ValueError(f"{cls.__name__}.{key}: expected {_type_name(hints[key])}, got {_show(value)}")
-            out[key] = value
+            out[key] = _as_int(value, hints[key])
     return out
 
 
@@ -64,6 +65,15 @@ def _matches(value: Any, hint: Any) -> bool:
     if dataclasses.is_dataclass(hint):
         return isinstance(value, (dict, hint))
     return True
+
+
+def _as_int(value: Any, hint: Any) -> Any:
+    """An integral float where the field is an int (or a tuple of ints) becomes that int."""
+    if type(value) is float and (hint is int or int in typing.get_args(hint)):
+        return int(value)
+    if isinstance(value, (list, tuple)) and typing.get_origin(hint) is tuple and typing.get_args(hint)[:1] == (int,):
+        return [int(item) if type(item) is float else item for item in value]
+    return value
 
 
 def _type_name(hint: Any) -> str:
