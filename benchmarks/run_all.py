@@ -33,7 +33,7 @@ SHORT = {
     "bench_sampler.py": ["--seconds", "4", "--rounds", "4", "--steps", "30"],
     "bench_analyze.py": ["--traces", str(REFERENCE), "--only", RESNET],
 }
-RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$)", re.IGNORECASE)
+RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 
 
 def _analyze_ratios(out: Path) -> list[str]:
