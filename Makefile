@@ -1,11 +1,11 @@
-# One command each on a fresh machine: `make demo` and `make test`.
+# One command each on a fresh machine: `make demo` and `make test` (`make test-fast` skips the slow end-to-end tests).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # torch is pinned for development and CI; the package itself accepts a range.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test test-fast venv bench clean
 
 $(BIN)/stepscope: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -30,13 +32,25 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def orphan(uid: int | None = None) -> int:
-    """A ``sleep`` whose parent and job leader have exited (what a dead job's worker looks like)."""
-    shell = subprocess.Popen(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], stdout=subprocess.PIPE,
+def orphan(uid: int | None = None, device: str | None = None) -> int:
+    """A ``sleep`` whose parent and job leader have exited (what a dead job's worker looks like).
+
+    With ``device``, the sleep holds that file open, as a CUDA process holds /dev/nvidia*.
+    """
+    stdin = f"<{device}" if device else "</dev/null"
+    shell = subprocess.Popen(["sh", "-c", f"sleep 60 {stdin} >/dev/null 2>&1 & echo $!"], stdout=subprocess.PIPE,
                              start_new_session=True, preexec_fn=(lambda: os.setuid(uid)) if uid is not None else None)
     pid = int(shell.stdout.readline())
     shell.wait()
     shell.stdout.close()
+    for _ in range(500):  # until the forked shell has redirected and exec'd sleep
+        try:
+            if psutil.Process(pid).cmdline()[:1] == ["sleep"] and (
+                    device is None or os.readlink(f"/proc/{pid}/fd/0") == device):
+                break
+        except (psutil.Error, OSError):
+            pass
+        time.sleep(0.01)
     return pid
 
 
@@ -48,11 +62,27 @@ def free_pid() -> int:
 
 
 @pytest.fixture
-def scene(monkeypatch):
+def device(monkeypatch):
+    """A file standing for /dev/nvidia0 (readable by every user), and this pid namespace taken as the host's."""
+    folder = tempfile.mkdtemp(prefix="stepscope-dev-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "nvidia0")
+    with open(path, "wb"):
+        pass
+    os.chmod(path, 0o644)
+    monkeypatch.setattr(gpu_layer, "GPU_DEVICE_PREFIXES", (os.path.join(folder, "nvidia"),))
+    monkeypatch.setattr(gpu_layer, "HOST_PID_NAMESPACE", os.readlink("/proc/self/ns/pid"))
+    yield path
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def scene(monkeypatch, device):
     """An active child, an orphan, a zombie and a pid from another namespace, all "on the GPU"."""
-    active = subprocess.Popen(["sleep", "60"])
+    with open(device, "rb") as held:
+        active = subprocess.Popen(["sleep", "60"], stdin=held)
     zombie = subprocess.Popen(["true"])
-    lost = orphan()
+    lost = orphan(device=device)
     for _ in range(100):  # until `true` has exited and waits to be reaped
         if psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE:
             break
@@ -111,9 +141,53 @@ def test_kill_ends_only_your_stale_processes(capsys, scene):
     assert f"left alone: pid {scene['zombie']} is a zombie" in out
 
 
+def test_kill_leaves_alone_a_process_nvml_lists_that_holds_no_gpu_device(capsys, monkeypatch, device):
+    idle = orphan()  # stale-looking, but never opened a GPU: NVML's list was wrong (or the pid reused)
+    try:
+        monkeypatch.setattr(gpu_layer, "load_nvml", lambda: FakeNvml([FakeGpu(compute=[(idle, 1 << 30)])]))
+        code, out, _ = run_main(capsys, "gpu-procs", "--kill", "--yes")
+        assert code == 0
+        assert f"left alone: pid {idle}: holds no GPU device file" in out.replace("\n", " ")
+        assert psutil.Process(idle).is_running() and psutil.Process(idle).status() != psutil.STATUS_ZOMBIE
+    finally:
+        os.kill(idle, signal.SIGKILL)
+
+
+def test_kill_refuses_host_pids_it_cannot_match_from_a_container(capsys, monkeypatch, scene):
+    monkeypatch.setattr(gpu_layer, "HOST_PID_NAMESPACE", "pid:[1]")  # as if this ran in a container
+    code, out, _ = run_main(capsys, "gpu-procs", "--kill", "--yes")
+    assert code == 0 and "Nothing to end" in out
+    assert "pid namespace other than the host's" in out.replace("\n", " ")
+    assert psutil.Process(scene["orphan"]).is_running()
+
+
+def test_gpu_device_and_pid_namespace_checks_on_real_processes(device):
+    with open(device, "rb") as held:
+        holder = subprocess.Popen(["sleep", "60"], stdin=held)
+    plain = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
+    try:
+        assert gpu_layer.holds_gpu_device(holder.pid) is True
+        assert gpu_layer.holds_gpu_device(plain.pid) is False
+        assert gpu_layer.holds_gpu_device(free_pid()) is None
+        assert gpu_layer.nvml_pid_problem(holder.pid) is None
+        assert "NSpid" in gpu_layer.nvml_pid_problem(free_pid())
+    finally:
+        for process in (holder, plain):
+            process.kill()
+            process.wait()
+
+
+def test_json_without_a_gpu_is_json():
+    result = subprocess.run([sys.executable, "-m", "stepscope", "gpu-procs", "--json"], capture_output=True,
+                            text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if "No NVIDIA GPU" not in result.stderr and "no NVIDIA GPU" not in result.stderr:
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert result.returncode == 0 and json.loads(result.stdout) == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
-def test_kill_never_touches_another_users_process(capsys, monkeypatch):
-    theirs = orphan(uid=65534)
+def test_kill_never_touches_another_users_process(capsys, monkeypatch, device):
+    theirs = orphan(uid=65534, device=device)
     try:
         nvml = FakeNvml([FakeGpu(compute=[(theirs, 1 << 30)])])
         monkeypatch.setattr(gpu_layer, "load_nvml", lambda: nvml)
@@ -174,13 +248,15 @@ FACTS = {"state": "sleeping", "parent_alive": True, "parent_name": "bash", "pare
 @pytest.mark.parametrize("change, expected", [
     ({}, None),
     ({"state": "zombie"}, "zombie"),
-    ({"parent_alive": False}, "parent gone; idle"),
-    ({"parent_name": "systemd"}, "parent gone"),
+    ({"parent_alive": False, "group_leader_alive": False}, "parent gone; idle"),
+    ({"parent_name": "systemd", "group_leader_alive": False}, "parent gone"),
+    ({"parent_name": "init"}, None),  # a child of pid 1 whose job leader lives: a service, a container's workload
+    ({"parent_name": "systemd", "parent_orphaned": True}, None),
     ({"parent_state": "zombie"}, "parent exited"),
     ({"group_leader_alive": False}, "job leader gone"),
     ({"group_leader_alive": False, "parent_orphaned": False}, None),  # parent has a live launcher
     ({"group_leader_alive": False, "cpu_util": 0.9}, None),  # busy: a nohup job, not a leftover
-    ({"parent_name": "tini", "cpu_util": 0.01}, "parent gone"),
+    ({"parent_name": "tini", "cpu_util": 0.01, "group_leader_alive": False}, "parent gone"),
 ])
 def test_stale_reason(change, expected):
     reason = stale_reason(**{**FACTS, **change})
@@ -192,3 +268,20 @@ def test_module_is_registered():
 
     assert COMMANDS["gpu-procs"] == "gpu_procs_cmd" and COMMANDS["monitor"] == "monitor_cmd"
     assert gpu_procs_cmd.add_parser
+
+
+def test_command_lines_reach_the_terminal_escaped(capsys, monkeypatch):
+    hostile = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "\x1b]0;pwned\x07\x1b[2J"])
+    try:
+        monkeypatch.setattr(gpu_layer, "load_nvml", lambda: FakeNvml([FakeGpu(compute=[(hostile.pid, 1 << 20)])]))
+        for _ in range(200):  # until the child has exec'd python with its arguments
+            if "pwned" in " ".join(psutil.Process(hostile.pid).cmdline()):
+                break
+            time.sleep(0.01)
+        code, out, _ = run_main(capsys, "gpu-procs")
+        assert code == 0 and "\x1b" not in out and "\\x1b]0;pwned\\x07" in "".join(out.split())  # folded cells
+        code, out, _ = run_main(capsys, "gpu-procs", "--json")
+        assert json.loads(out)[0]["command"].endswith("\x1b]0;pwned\x07\x1b[2J")  # raw in JSON
+    finally:
+        hostile.kill()
+        hostile.wait()

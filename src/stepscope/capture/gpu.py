@@ -178,6 +178,75 @@ class GpuProbe:
             return None
 
 
+# -- is an NVML pid really a GPU process here? (gpu-procs --kill) --------------------------------
+#: Device files a process using an NVIDIA GPU holds open or mapped (/dev/nvidiactl, /dev/nvidia<N>,
+#: /dev/nvidia-uvm, /dev/nvidia-caps/...).
+GPU_DEVICE_PREFIXES: tuple[str, ...] = ("/dev/nvidia",)
+#: ``readlink /proc/self/ns/pid`` in the initial (host) pid namespace: PROC_PID_INIT_INO, fixed by the kernel.
+HOST_PID_NAMESPACE = "pid:[4026531836]"
+
+
+def holds_gpu_device(pid: int, proc: str = "/proc") -> bool | None:
+    """Whether the process has a GPU device file open (``/proc/<pid>/fd``) or mapped (``maps``).
+
+    ``None`` when /proc cannot tell (the process is gone, or belongs to someone else without root).
+    """
+    fd_dir = f"{proc}/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        names = None
+    for name in names or ():
+        try:
+            if os.readlink(f"{fd_dir}/{name}").startswith(GPU_DEVICE_PREFIXES):
+                return True
+        except OSError:
+            continue
+    try:
+        with open(f"{proc}/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and fields[5].strip().startswith(GPU_DEVICE_PREFIXES):
+                    return True
+    except OSError:
+        return None if names is None else False
+    return False if names is not None else None
+
+
+def nvml_pid_problem(pid: int, proc: str = "/proc") -> str | None:
+    """Why NVML's ``pid`` cannot be confirmed to name the same process here, or None when it can.
+
+    NVML reports pids of the host's pid namespace. They name the same processes here only when this
+    process runs in the host's namespace and reads the host's /proc: ``/proc/self/ns/pid`` is the
+    initial namespace, and the ``NSpid`` of ``/proc/self`` (leftmost: the pid in the namespace of
+    that /proc) is our own pid. Inside a container, a host pid may name another process, or none.
+    """
+    try:
+        namespace = os.readlink(f"{proc}/self/ns/pid")
+    except OSError:
+        return "cannot read this process's pid namespace, so NVML's (host) pids cannot be matched"
+    if namespace != HOST_PID_NAMESPACE:
+        return ("stepscope runs in a pid namespace other than the host's (a container): NVML reports host "
+                "pids, which cannot be matched to processes here; end it from the host")
+    own, target = _nspid(proc, "self"), _nspid(proc, str(pid))
+    if own is None or own[0] != os.getpid():
+        return "this /proc belongs to another pid namespace, so NVML's (host) pids cannot be matched"
+    if target is None or target[0] != pid:
+        return "its pid namespace entry (NSpid) cannot be read or does not match NVML's pid"
+    return None
+
+
+def _nspid(proc: str, name: str) -> list[int] | None:
+    try:
+        with open(f"{proc}/{name}/status", encoding="utf-8", errors="replace") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return [int(item) for item in line.split()[1:]] or None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _device(nvml: Any, index: int, handle: Any) -> GpuDevice:
     return GpuDevice(index=index, name=_text(nvml.nvmlDeviceGetName(handle)),
                      uuid=_text(nvml.nvmlDeviceGetUUID(handle)),

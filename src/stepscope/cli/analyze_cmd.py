@@ -17,6 +17,27 @@ from typing import Any
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 
+def add_max_bytes_option(parser: argparse.ArgumentParser) -> None:
+    """``--max-bytes SIZE``: see :mod:`stepscope.limits` (shared by ``analyze`` and ``report``)."""
+    from stepscope.limits import DEFAULT_MAX_BYTES, ENV_VAR, describe
+
+    parser.add_argument(
+        "--max-bytes", metavar="SIZE", default=None,
+        help=f"most decompressed JSON held at once: one trace event, a record, a samples line; and the size past "
+             f"which a gzip may not inflate more than 200:1 (default {describe(DEFAULT_MAX_BYTES)}, or {ENV_VAR}; "
+             "e.g. 512M, 2G). Files past it are refused as damaged")
+
+
+def max_bytes_limit(args: argparse.Namespace):
+    """A context in which ``--max-bytes`` is the limit (a malformed value is a usage error at once)."""
+    from stepscope import limits
+
+    if getattr(args, "max_bytes", None) is not None:
+        return limits.configured(limits.parse_size(args.max_bytes))
+    limits.max_bytes()  # a malformed STEPSCOPE_MAX_BYTES is a usage error before any work
+    return limits.configured(None)
+
+
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "analyze",
@@ -33,6 +54,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
     parser.add_argument("--html", action="store_true",
                         help="write a self-contained HTML report (to -o FILE, default TRACE.html)")
+    add_max_bytes_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -61,11 +83,18 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    with max_bytes_limit(args):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from stepscope.analysis.trace.trace_evidence import analyze_traces
     from stepscope.errors import UsageError
 
     if args.top < 0:
         raise UsageError("--top must be >= 0")
+    if args.output:
+        _check_output(args.output, args.trace)
     html_path = None
     if args.html:
         from stepscope.report.exports import plan_trace_html
@@ -87,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
         export_report(report, run_dir=None, html=html_path)
         return 0
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"cannot write the output file {args.output} ({exc.strerror}); "
+                         "choose a writable path for -o/--output") from None
     try:
         if args.format == "json":
             out.write(_json(report))
@@ -104,6 +137,27 @@ def run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def _check_output(output: str, trace: str) -> None:
+    """Refuse an output path that is one of the input traces (it would be replaced) or a directory."""
+    from stepscope.errors import UsageError
+
+    if os.path.isdir(output):
+        raise UsageError(f"-o/--output {output} is a directory; name a file to write")
+    inputs = [trace]
+    if os.path.isdir(trace):
+        inputs = [os.path.join(trace, name) for name in os.listdir(trace)]
+    target = os.path.realpath(output)
+    for path in inputs:
+        same = os.path.realpath(path) == target
+        try:
+            same = same or os.path.samefile(path, output)
+        except OSError:
+            pass
+        if same:
+            raise UsageError(f"-o/--output {output} is the input trace {path}: it would be overwritten; "
+                             "write the output to another file")
 
 
 def _json(report: Any) -> str:

@@ -8,7 +8,13 @@ there after a grace period. A pid is re-checked (same start time) right before i
 A process looks stale when it is a zombie, or when the job it belonged to is gone — its parent is
 gone (it was handed to init) or its process group's leader is gone while its parent was itself
 orphaned, as with a DataLoader worker whose rank outlived torchrun's agent — and it is idle. An orphan that is still busy is left alone: it is
-more likely a job started with nohup than a leftover.
+more likely a job started with nohup than a leftover. A child of pid 1 whose job leader is alive is
+not an orphan (init also starts services, and is a container's entry point).
+
+NVML's pid list alone never justifies a signal: ``--kill`` also requires /proc to show the process
+holding a ``/dev/nvidia*`` file, and NVML's (host) pid to be confirmed as this process (stepscope
+in the host's pid namespace, reading the host's /proc); otherwise the process is left alone, with
+the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from rich.text import Text
 from stepscope.capture import gpu as gpu_layer
 from stepscope.errors import UsageError
 from stepscope.report.monitor_view import user_name
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration
 
 #: Processes that adopt orphans: a child of one of these whose job is gone was left behind.
@@ -54,6 +61,8 @@ class GpuProcessView:
     stale: str | None  # why it looks stale, None when it does not
     create_time: float | None  # to re-check the pid right before signalling it
     visible: bool = True  # False: NVML reports a pid this namespace cannot see (containers)
+    holds_gpu_device: bool | None = None  # a /dev/nvidia* file open or mapped (None: /proc cannot tell)
+    pid_problem: str | None = None  # why NVML's (host) pid cannot be matched to this process, if it cannot
 
 
 def add_parser(subparsers: Any) -> None:
@@ -74,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
     probe, note = gpu_layer.open_gpus(all_gpus=True, slow_every=1)
     if probe is None:
         reason = (note or "").removeprefix("GPU metrics unavailable: ")
-        print(f"No NVIDIA GPU is visible here: {reason}. No process holds GPU memory.")
+        if args.json:  # JSON on stdout whatever happens; the reason for scripts' logs on stderr
+            sys.stdout.write("[]\n")
+            print(f"note: no NVIDIA GPU is visible here: {printable(reason)}", file=sys.stderr)
+        else:
+            print(f"No NVIDIA GPU is visible here: {printable(reason)}. No process holds GPU memory.")
         return 0
     try:
         found = probe.all_processes()
@@ -87,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(console, views, len(probe.devices))
     for text in notes:
-        console.print(f"note: {text}", style="dim", highlight=False)
+        console.print(Text(f"note: {printable(text)}", style="dim"))
     if args.kill:
         return _kill(console, views, assume_yes=args.yes)
     return 0
@@ -106,7 +119,9 @@ def stale_reason(*, state: str, parent_alive: bool, parent_name: str, parent_sta
         return "zombie: exited, not reaped"
     if parent_alive and parent_state == psutil.STATUS_ZOMBIE:
         orphan = "parent exited"
-    elif not parent_alive or parent_name in INIT_NAMES:
+    elif (not parent_alive or parent_name in INIT_NAMES) and not group_leader_alive:
+        # a child of init whose job leader lives is a service or a container's workload, not a leftover:
+        # pid 1 adopts orphans but also starts processes, so its being the parent proves nothing alone
         orphan = "parent gone"
     elif not group_leader_alive and parent_orphaned:
         orphan = "job leader gone"
@@ -155,7 +170,8 @@ def _view(pid: int, gpus: tuple[int, ...], memory: int | None, cpu_before: float
                           group_leader_alive=_group_leader_alive(pid), cpu_util=cpu_util,
                           parent_orphaned=parent_orphaned)
     return GpuProcessView(pid, ppid, uid, user_name(uid), command, gpus, memory, time.time() - created, state,
-                          reason, created)
+                          reason, created, holds_gpu_device=gpu_layer.holds_gpu_device(pid),
+                          pid_problem=gpu_layer.nvml_pid_problem(pid))
 
 
 def _zombie_children(views: list[GpuProcessView]) -> list[GpuProcessView]:
@@ -196,14 +212,19 @@ def _parent(ppid: int) -> tuple[bool, str, str]:
 
 
 def _parent_orphaned(ppid: int) -> bool:
-    """Whether the parent was itself re-parented to init (its launcher is gone)."""
+    """Whether the parent was itself re-parented to init (its launcher is gone).
+
+    A child of init counts only when its own job leader is gone too: init (a container's entry point,
+    systemd) also starts processes on purpose.
+    """
     if ppid <= 1:
         return False
     try:
         grandparent = psutil.Process(ppid).ppid()
-        return grandparent <= 1 or psutil.Process(grandparent).name() in INIT_NAMES
+        adopted = grandparent <= 1 or psutil.Process(grandparent).name() in INIT_NAMES
     except psutil.Error:
         return False
+    return adopted and not _group_leader_alive(ppid)
 
 
 def _group_leader_alive(pid: int) -> bool:
@@ -236,7 +257,7 @@ def _print_table(console: Console, views: list[GpuProcessView], gpu_count: int) 
         cells = (str(view.pid), "-" if view.ppid is None else str(view.ppid), view.user,
                  ",".join(map(str, view.gpus)) or "-", format_bytes(view.gpu_memory_bytes),
                  format_duration(view.age_s), view.state, view.stale or "no", view.command)
-        table.add_row(*(Text(cell) for cell in cells), style="yellow" if view.stale else None)  # no markup
+        table.add_row(*(Text(printable(cell)) for cell in cells), style="yellow" if view.stale else None)  # no markup
     console.print(table)
 
 
@@ -245,13 +266,16 @@ def _kill(console: Console, views: list[GpuProcessView], *, assume_yes: bool) ->
     uid = os.getuid()
     stale = [view for view in views if view.stale and view.visible]
     mine = [view for view in stale
-            if view.uid == uid and view.pid != os.getpid() and view.state != psutil.STATUS_ZOMBIE]
+            if view.uid == uid and view.pid != os.getpid() and view.state != psutil.STATUS_ZOMBIE
+            and _unconfirmed(view) is None]
     for view in stale:
         if view.uid != uid:
-            console.print(f"left alone: pid {view.pid} belongs to {view.user}, not to you", highlight=False)
+            console.print(Text(f"left alone: pid {view.pid} belongs to {printable(view.user)}, not to you"))
         elif view.state == psutil.STATUS_ZOMBIE:
             console.print(f"left alone: pid {view.pid} is a zombie; only its parent (pid {view.ppid}) can reap it",
                           highlight=False)
+        elif view.pid != os.getpid() and _unconfirmed(view):
+            console.print(Text(f"left alone: pid {view.pid}: {_unconfirmed(view)}"))
     if not mine:
         console.print("Nothing to end: none of your GPU processes looks stale.")
         return 0
@@ -264,6 +288,22 @@ def _kill(console: Console, views: list[GpuProcessView], *, assume_yes: bool) ->
     for line in end_processes(mine):
         console.print(line, highlight=False)
     return 0
+
+
+def _unconfirmed(view: GpuProcessView) -> str | None:
+    """Why NVML's word that ``view`` is a GPU process is not enough to end it, or None.
+
+    NVML's pid list is not proof: it reports host pids (another process, or none, inside a
+    container) and may lag behind pid reuse. A process is ended only when /proc shows it holding a
+    GPU device file and its pid is confirmed to be the one NVML means.
+    """
+    if view.pid_problem:
+        return view.pid_problem
+    if view.holds_gpu_device is None:
+        return "cannot confirm from /proc that it holds a GPU device (/dev/nvidia*); not ended"
+    if not view.holds_gpu_device:
+        return "holds no GPU device file (/dev/nvidia*) although NVML lists it; not ended"
+    return None
 
 
 def _confirm(question: str) -> bool:
@@ -284,6 +324,9 @@ def end_processes(views: list[GpuProcessView], grace_s: float = TERMINATE_GRACE_
             process = psutil.Process(view.pid)
             if view.create_time is not None and abs(process.create_time() - view.create_time) > 0.01:
                 lines.append(f"pid {view.pid}: now a different process; left alone")
+                continue
+            if gpu_layer.holds_gpu_device(view.pid) is not True:
+                lines.append(f"pid {view.pid}: no longer holds a GPU device file; left alone")
                 continue
             process.terminate()
             if process.status() == psutil.STATUS_STOPPED:

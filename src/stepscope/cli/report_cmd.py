@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from stepscope.cli.analyze_cmd import add_max_bytes_option, max_bytes_limit
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -17,10 +19,16 @@ def add_parser(subparsers: Any) -> None:
     from stepscope.report.exports import add_export_options
 
     add_export_options(parser)
+    add_max_bytes_option(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    with max_bytes_limit(args):
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     import orjson
 
     from stepscope.record.store import load_job, load_record, resolve_record_path

@@ -51,6 +51,7 @@ import orjson
 
 from stepscope.errors import InputError
 from stepscope.record.safe_write import create_exclusive
+from stepscope.record.typecheck import checked_fields
 
 if TYPE_CHECKING:
     import numpy as np
@@ -149,11 +150,10 @@ class SamplesMeta:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplesMeta:
-        known = {item.name for item in fields(cls)}
-        values = {key: value for key, value in data.items() if key in known}
+        values = checked_fields(cls, data)
         for name in ("cpus", "disks", "nics"):
             values[name] = tuple(values.get(name, ()))
-        values["gpus"] = tuple(GpuInfo(**_only(GpuInfo, item)) for item in values.get("gpus", ()))
+        values["gpus"] = tuple(GpuInfo(**checked_fields(GpuInfo, item)) for item in values.get("gpus", ()))
         return cls(**values)
 
     def axis_length(self, axis: str) -> int:
@@ -215,6 +215,9 @@ class SamplesBuilder:
 
     def __init__(self, meta: SamplesMeta | dict[str, Any]):
         self.meta = meta if isinstance(meta, SamplesMeta) else SamplesMeta.from_dict(meta)
+        for axis in ("cpu", "disk", "nic", "gpu"):
+            if self.meta.axis_length(axis) > MAX_AXIS_ITEMS:
+                raise ValueError(f"more than {MAX_AXIS_ITEMS} items on the {axis} axis")
         self._series: dict[str, list[Any]] = {name: [] for name in SERIES_COLUMNS}
         self._proc: dict[str, list[Any]] = {name: [] for name in PROCESS_COLUMNS}
         self._gpu_procs: dict[str, list[Any]] = {name: [] for name in GPU_PROCESS_COLUMNS}
@@ -230,23 +233,38 @@ class SamplesBuilder:
     def add_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "note":
-            self.notes.append(str(event.get("text", "")))
+            text = str(event.get("text", ""))
+            if text not in self.notes and len(self.notes) < MAX_NOTES:  # said once; a flood is damage
+                self.notes.append(text)
         elif kind == "foreign":
-            self.foreign.append((int(event["ts_ns"]), float(event.get("interval_s", 0.0)),
-                                 tuple((int(pid), str(name), float(cores)) for pid, name, cores in event["procs"])))
+            if len(self.foreign) >= MAX_FOREIGN_SCANS:
+                raise ValueError(f"more than {MAX_FOREIGN_SCANS} scans of other processes")
+            procs = tuple((int(pid), str(name)[:256], float(cores)) for pid, name, cores in event["procs"][:16])
+            self.foreign.append((int(event["ts_ns"]), float(event.get("interval_s", 0.0)), procs))
         elif kind == "process":
-            self._processes[int(event["id"])] = _only(ProcessInfo, event)
+            process = checked_fields(ProcessInfo, event)
+            ProcessInfo(**{**process, "cmdline": tuple(process.get("cmdline", ()))})  # every required field
+            if process["id"] not in self._processes and len(self._processes) >= MAX_PROCESSES:
+                raise ValueError(f"more than {MAX_PROCESSES} processes")
+            self._processes[process["id"]] = process
         elif kind == "role" and int(event["id"]) in self._processes:
-            self._processes[int(event["id"])].update(role=event["role"], loader_id=event.get("loader_id"))
+            update = checked_fields(ProcessInfo, {"role": event["role"], "loader_id": event.get("loader_id")})
+            self._processes[int(event["id"])].update(update)
         elif kind == "exit" and int(event["id"]) in self._processes:
-            self._processes[int(event["id"])]["end_ns"] = int(event["ts_ns"])
+            self._processes[int(event["id"])].update(checked_fields(ProcessInfo, {"end_ns": event["ts_ns"]}))
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
         """Add the samples of one ``samples`` line (delta-encoded series are decoded here)."""
         import numpy as np
 
-        count = int(chunk["count"])
+        count = chunk["count"]
+        if type(count) is not int or not 0 <= count <= MAX_CHUNK_SAMPLES:
+            raise ValueError(f"sample count {count!r} out of range")
+        widest = max(self.meta.axis_length(axis) for axis in ("cpu", "disk", "nic", "gpu"))
+        if count * max(widest, 1) > MAX_CHUNK_SAMPLES * 64:
+            raise ValueError(f"{count} samples of {widest} items: more than one line can hold")
         series = chunk.get("series", {})
+        added: dict[str, np.ndarray] = {}  # built whole, then appended: a bad line adds nothing
         for name, (axis, _) in SERIES_COLUMNS.items():
             shape = (count,) if axis == "sample" else (count, self.meta.axis_length(axis))
             rows = series.get(name)
@@ -259,16 +277,32 @@ class SamplesBuilder:
                 array = np.asarray(rows, dtype=np.int64).reshape(shape)
                 if chunk.get("delta"):
                     array = np.cumsum(array, axis=0)
-            self._series[name].append(array)
+            added[name] = array
+        tables = []
         for target, source, columns in ((self._proc, chunk.get("proc", {}), PROCESS_COLUMNS),
                                         (self._gpu_procs, chunk.get("gpu_procs", {}), GPU_PROCESS_COLUMNS)):
             length = len(source.get("sample", ()))
+            arrays = {}
             for name in columns:
                 values = source.get(name)
                 if values is None or len(values) != length:
                     values = [-1] * length
-                array = np.asarray(values, dtype="<U1" if name == "state" else np.int64)
-                target[name].append(array + self.count if name == "sample" else array)
+                array = np.asarray(values, dtype="<U1" if name == "state" else np.int64).reshape(length)
+                if name == "sample":
+                    if length and (array.min() < 0 or array.max() >= count):
+                        raise ValueError("a process row refers to a sample outside its line")
+                    array = array + self.count
+                elif name == "id" and length and array.min() < 0:
+                    raise ValueError("a process row without a valid process id")
+                elif name == "gpu" and length and (array.min() < 0 or array.max() >= max(len(self.meta.gpus), 1)):
+                    raise ValueError("a GPU process row refers to a GPU the header does not list")
+                arrays[name] = array
+            tables.append((target, arrays))
+        for name, array in added.items():
+            self._series[name].append(array)
+        for target, arrays in tables:
+            for name, array in arrays.items():
+                target[name].append(array)
         self.count += count
 
     def freeze(self, *, truncated: bool = False) -> Samples:
@@ -374,76 +408,180 @@ class SamplesWriter:
             self._file.close()
 
 
-def load_samples(path: str | Path) -> Samples:
+#: Bounds on what one samples file may describe (a real run is far below; see load_samples).
+MAX_CHUNK_SAMPLES = 1_000_000
+MAX_AXIS_ITEMS = 65_536
+MAX_PROCESSES = 1_000_000
+MAX_NOTES = 1_000
+#: Scans of other processes kept (one every 2 s: more than a week of samples).
+MAX_FOREIGN_SCANS = 400_000
+
+
+def load_samples(path: str | Path, max_bytes: int | None = None) -> Samples:
     """Read a samples file; a damaged last member (killed sampler) is dropped with a note.
 
+    Decoded line by line, streaming the decompression: memory is what the arrays need plus one line.
+    A line longer than ``max_bytes`` (default :func:`stepscope.limits.max_bytes`), a file that past
+    that size inflates more than :data:`~stepscope.limits.MAX_RATIO`:1, or counts beyond the
+    ``MAX_*`` bounds above are refused as damaged.
+
     Raises:
-        InputError: missing file, not a samples file, or written by a newer stepscope.
+        InputError: missing file, not a samples file, damaged, too large, or written by a newer stepscope.
     """
+    from stepscope import limits
+
     path = Path(path)
+    limit = limits.max_bytes() if max_bytes is None else max_bytes
+    limits.regular_file(path, "samples")
+    builder: SamplesBuilder | None = None
+    number = 0
+    truncated = False
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as raw:
+            lines = _lines(raw, path, limit)
+            for number, line, last in lines:
+                if last and not line.strip():
+                    break  # a blank last line (no newline after it) carries nothing
+                if builder is None:
+                    header = _parse_header(line, path)
+                    try:
+                        builder = SamplesBuilder(header)
+                    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                        raise InputError(path, f"damaged samples header ({type(exc).__name__}: {str(exc)[:200]})",
+                                         position="line 1") from None
+                    continue
+                try:
+                    item = orjson.loads(line)
+                    if item.get("type") == "samples":
+                        builder.add_chunk(item)
+                    else:
+                        builder.add_event(item)
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
+                        OverflowError) as exc:
+                    if last:  # the last line: cut off when the sampler was killed
+                        truncated = True
+                        break
+                    raise InputError(path, f"damaged samples ({type(exc).__name__}: {str(exc)[:200]})",
+                                     position=f"line {number}") from None
+            truncated = truncated or lines.truncated
     except OSError as exc:
         raise InputError(path, f"cannot read samples: {exc.strerror}") from None
-    data, truncated = _decompress_prefix(raw, path)
-    if not data:
+    if builder is None:
         return _empty(path)
-    lines = data.rstrip(b"\n").split(b"\n")
-    builder = SamplesBuilder(_parse_header(lines[0], path))
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            item = orjson.loads(line)
-            if item.get("type") == "samples":
-                builder.add_chunk(item)
-            else:
-                builder.add_event(item)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            if number == len(lines):  # the last line: cut off when the sampler was killed
-                truncated = True
-                break
-            raise InputError(path, f"damaged samples ({type(exc).__name__}: {exc})",
-                             position=f"line {number}") from None
     if truncated:
         builder.notes.append("samples file ends early (the sampler was stopped abruptly); "
                              "the samples before that are kept")
     return builder.freeze(truncated=truncated)
 
 
-def _decompress_prefix(raw: bytes, path: Path) -> tuple[bytes, bool]:
-    """Decompress gzip members one after another, keeping everything before a broken tail.
+_MAX_TRAILING_BLANKS = 16
 
-    Streams the file in blocks (each byte is copied a constant number of times, however many
-    members there are) and starts a new decompressor at each member boundary. A member that is cut
-    short still yields what it holds; the half-written line at its end is dropped.
+
+class _lines:
+    """``(number, line, is_last)`` of a multi-member gzip file, streamed; ``truncated`` once done.
+
+    Each byte is copied a constant number of times however many members there are; a new
+    decompressor starts at each member boundary. A member cut short still yields what it holds; the
+    half-written line at its end is dropped. Raises InputError past the limits.
     """
-    if raw and raw[:2] != b"\x1f\x8b":
-        raise InputError(path, "not a gzip file; expected samples written by the stepscope sampler")
-    parts: list[bytes] = []
-    truncated = False
-    view = memoryview(raw)
-    decoder = zlib.decompressobj(wbits=31)
-    fed = False  # the current member has received input
-    for offset in range(0, len(raw), 1 << 16):
-        pending = bytes(view[offset : offset + (1 << 16)])
-        while pending:
-            try:
-                parts.append(decoder.decompress(pending))
-            except zlib.error:
-                truncated = True
+
+    def __init__(self, raw: Any, path: Path, limit: int):
+        from stepscope import limits
+
+        self.raw, self.path, self.limit, self.truncated = raw, path, limit, False
+        self._limits = limits
+        self._compressed = 0
+
+    def _pieces(self):
+        decoder = zlib.decompressobj(wbits=31)
+        fed = False  # the current member has received input
+        first = True
+        total = 0
+        while True:
+            pending = self.raw.read(1 << 14)
+            self._compressed += len(pending)
+            if first and pending and pending[:2] != b"\x1f\x8b":
+                raise InputError(self.path, "not a gzip file; expected samples written by the stepscope sampler")
+            first = False
+            if not pending:
                 break
-            fed = True
-            if not decoder.eof:
-                break
-            pending = decoder.unused_data
-            decoder, fed = zlib.decompressobj(wbits=31), False
-        if truncated:
-            break
-    if fed and not decoder.eof:
-        truncated = True
-    data = b"".join(parts)
-    if truncated and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-    return data, truncated
+            while pending:
+                try:
+                    piece = decoder.decompress(pending, 1 << 20)
+                except zlib.error:
+                    self.truncated = True
+                    return
+                fed = True
+                total += len(piece)
+                self._limits.check_ratio(self.path, "the samples file", total, self._compressed, self.limit)
+                if piece:
+                    yield piece
+                if decoder.eof:
+                    pending = decoder.unused_data
+                    decoder, fed = zlib.decompressobj(wbits=31), False
+                elif decoder.unconsumed_tail:
+                    pending = decoder.unconsumed_tail
+                elif piece:
+                    pending = b""
+                    while not decoder.eof:  # drain what zlib still holds
+                        more = decoder.decompress(b"", 1 << 20)
+                        if not more:
+                            break
+                        total += len(more)
+                        self._limits.check_ratio(self.path, "the samples file", total, self._compressed,
+                                                 self.limit)
+                        yield more
+                    if decoder.eof:
+                        pending = decoder.unused_data
+                        decoder, fed = zlib.decompressobj(wbits=31), False
+                else:
+                    pending = b""
+        if fed and not decoder.eof:
+            self.truncated = True
+
+    def __iter__(self):
+        partial = bytearray()
+        number = previous_number = 0
+        previous: bytes | None = None
+        blanks: list[int] = []
+        for piece in self._pieces():
+            partial += piece
+            if b"\n" not in piece:
+                if len(partial) > self.limit:
+                    raise self._limits.too_large(self.path, "one line of the samples file", self.limit,
+                                                 position=f"line {number + 1}")
+                continue
+            *complete, rest = bytes(partial).split(b"\n")
+            partial = bytearray(rest)
+            for line in complete:
+                number += 1
+                if len(line) > self.limit:
+                    raise self._limits.too_large(self.path, "one line of the samples file", self.limit,
+                                                 position=f"line {number}")
+                if not line.strip():
+                    # blank lines are dropped at the very end (as rstrip would); anywhere else, or
+                    # more than a few, they are damage: the blank line itself fails to decode
+                    blanks.append(number)
+                    if len(blanks) <= _MAX_TRAILING_BLANKS:
+                        continue
+                if previous is not None:
+                    yield previous_number, previous, False
+                if blanks:
+                    yield blanks[0], b"", False
+                previous, previous_number = line, number
+            if len(partial) > self.limit:
+                raise self._limits.too_large(self.path, "one line of the samples file", self.limit,
+                                             position=f"line {number + 1}")
+        if partial and not self.truncated:
+            if previous is not None:
+                yield previous_number, previous, False
+            if blanks and partial.strip():
+                yield blanks[0], b"", False
+            previous, previous_number = bytes(partial), number + 1  # a last line without its newline
+        elif partial:
+            self.truncated = True  # the half-written line at a broken end is dropped
+        if previous is not None:
+            yield previous_number, previous, True
 
 
 def _parse_header(line: bytes, path: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ a newer version is an :class:`~stepscope.errors.InputError` telling the user to 
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -22,9 +23,11 @@ from typing import Any
 import numpy as np
 import orjson
 
+from stepscope import limits
 from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.safe_write import atomic_write, json_bytes
+from stepscope.record.typecheck import checked_fields
 from stepscope.record.run import (
     RECORD_KIND,
     SCHEMA_VERSION,
@@ -142,14 +145,8 @@ def load_job(run_dir: str | Path) -> tuple[RunRecord, ...]:
 
 
 def _read_document(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    try:
-        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    except (OSError, EOFError, zlib.error):
-        raise InputError(path, "damaged gzip data (truncated or corrupt); re-run to get a new record") from None
+    """The record's JSON document; bounded by :func:`stepscope.limits.max_bytes` decompressed."""
+    data = limits.read_gzip_or_plain(path, limits.max_bytes(), "run record")
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -169,20 +166,20 @@ def document_to_record(document: dict[str, Any], path: str | Path = "<record>") 
             f"written with record schema {version}, newer than this stepscope understands "
             f"({SCHEMA_VERSION}); upgrade stepscope (pip install -U stepscope)",
         )
-    while version < SCHEMA_VERSION:
-        document = MIGRATIONS[version](document)
-        version = document["schema_version"]
     try:
+        while version < SCHEMA_VERSION:
+            document = MIGRATIONS[version](document)
+            version = document["schema_version"]
         record = _build(document)
         record.check()
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise InputError(path, f"malformed run record ({type(exc).__name__}: {exc})") from None
     return record
 
 
 def _build(document: dict[str, Any]) -> RunRecord:
-    meta_data = dict(document["meta"])
-    meta_data["devices"] = tuple(DeviceInfo(**item) for item in meta_data.get("devices", ()))
+    meta_data = dict(_known(RunMeta, document["meta"]))
+    meta_data["devices"] = tuple(DeviceInfo(**_known(DeviceInfo, item)) for item in meta_data.get("devices", ()))
     meta_data["argv"] = tuple(meta_data.get("argv", ()))
     meta = RunMeta(**_known(RunMeta, meta_data))
     steps_doc = document["steps"]
@@ -228,9 +225,8 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """Keep only the fields ``cls`` declares (forward compatibility within one schema version)."""
-    names = {item.name for item in fields(cls)}
-    return {key: value for key, value in data.items() if key in names}
+    """The fields ``cls`` declares (forward compatibility within one schema version), type-checked."""
+    return checked_fields(cls, data)
 
 
 def attach_samples(record: RunRecord, run_dir: Path) -> RunRecord:

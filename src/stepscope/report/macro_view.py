@@ -12,6 +12,7 @@ from rich.text import Text
 
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.run.signals import SATURATED
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
 
 _GPU_LOW = 0.3  # TraceML calls GPU utilization under 30% "LOW" (shared/reference)
@@ -30,7 +31,7 @@ def render_macro(signals: MacroSignals) -> Group:
         grid.add_row("disk", _disk(signals))
         grid.add_row("memory", _memory(signals))
         grid.add_row("GPU", _gpu(signals))
-    notes = [Text(f"note: {note}", style="dim") for note in signals.notes]
+    notes = [Text(f"note: {printable(note)}", style="dim") for note in signals.notes]
     return Group(grid, *notes)
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.run.live import DeviceRates, MonitorFrame
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
 
 _CORES_PER_COLUMN = 16
@@ -30,7 +31,7 @@ def render_monitor(frame: MonitorFrame, *, title: str = "", footer: str = "") ->
     if frame.gpus:
         parts.append(_gpus(frame))
     parts.append(_processes(frame))
-    parts += [Text(f"note: {note}", style="dim") for note in frame.notes]
+    parts += [Text(f"note: {printable(note)}", style="dim") for note in frame.notes]
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
@@ -98,7 +99,7 @@ def _io(frame: MonitorFrame) -> Table:
     table.add_column("write / sent", justify="right")
     for kind, devices in (("disk", frame.disks), ("net", frame.nics)):
         for device in devices:
-            table.add_row(f"{kind} {device.name}", *_pair(device))
+            table.add_row(Text(f"{kind} {printable(device.name)}"), *_pair(device))
     return table
 
 
@@ -116,7 +117,7 @@ def _gpus(frame: MonitorFrame) -> Table:
         pcie = "-" if gpu.pcie_tx_bytes_per_s is None else (
             f"{_rate(gpu.pcie_tx_bytes_per_s)} / {_rate(gpu.pcie_rx_bytes_per_s)}")
         table.add_row(
-            str(gpu.index), gpu.name, format_ratio(gpu.util), _bar(gpu.util, 16), memory,
+            str(gpu.index), Text(printable(gpu.name)), format_ratio(gpu.util), _bar(gpu.util, 16), memory,
             "-" if gpu.sm_clock_mhz is None else f"{gpu.sm_clock_mhz} MHz",
             "-" if gpu.power_w is None else f"{gpu.power_w:.0f} W",
             "-" if gpu.temperature_c is None else f"{gpu.temperature_c} °C", pcie,
@@ -139,7 +140,7 @@ def _processes(frame: MonitorFrame) -> Table:
                  format_bytes(row.gpu_memory_bytes) if row.gpu_memory_bytes else ""]
         if not with_roles:
             del cells[2]
-        table.add_row(*(Text(cell) for cell in cells), Text(row.command))  # Text: no markup in commands
+        table.add_row(*(Text(printable(cell)) for cell in cells), Text(printable(row.command)))  # Text: no markup
     return table
 
 

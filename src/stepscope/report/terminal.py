@@ -13,6 +13,7 @@ from rich.text import Text
 from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
 from stepscope.report.model import Report
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio
 
 PHASE_STYLE = {
@@ -82,7 +83,7 @@ def _overview(report: Report) -> Table:
 
 
 def _loader_line(loader: LoaderInfo) -> str:
-    dataset = loader.dataset_type.rsplit(".", 1)[-1]
+    dataset = printable(loader.dataset_type.rsplit(".", 1)[-1])
     prefetch = loader.prefetch_factor if loader.prefetch_factor is not None else "-"
     return (f"#{loader.loader_id} {dataset}: batch_size={loader.batch_size} "
             f"num_workers={loader.num_workers} pin_memory={loader.pin_memory} "
@@ -97,25 +98,25 @@ def finding_block(finding: Finding, rank: int) -> Group:
     head = Text()
     head.append(f"{rank}. ", style="bold")
     head.append(f"[{finding.severity.name}] ", style=style)
-    head.append(finding.title, style="bold")
+    head.append(printable(finding.title), style="bold")
     head.append(f"  {_cost(finding)} · {finding.family} · confidence {format_ratio(finding.confidence)}",
                 style="bright_black")
     body: list[Any] = []
     if finding.summary:
-        body.append(Text(finding.summary))
+        body.append(Text(printable(finding.summary)))
     for item in finding.evidence[:4]:
-        body.append(Text(f"• {item.metric} = {_value(item.value, item.unit)}"
-                          + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
-                          + (f" [{item.source}]" if item.source else ""), style="bright_black"))
+        body.append(Text(printable(f"• {item.metric} = {_value(item.value, item.unit)}"
+                                   + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
+                                   + (f" [{item.source}]" if item.source else "")), style="bright_black"))
     for prescription in finding.prescriptions[:3]:
         line = Text("→ ", style="green")
-        line.append(prescription.action, style="green")
+        line.append(printable(prescription.action), style="green")
         if prescription.expected_gain is not None:
             line.append(f" (expected to save ~{format_ratio(prescription.expected_gain)} of the step)", style="green")
         if prescription.why:
-            line.append(f" — {prescription.why}", style="bright_black")
+            line.append(f" — {printable(prescription.why)}", style="bright_black")
         if prescription.cost:
-            line.append(f"; cost: {prescription.cost}", style="bright_black")
+            line.append(f"; cost: {printable(prescription.cost)}", style="bright_black")
         body.append(line)
     return Group(head, Padding(Group(*body), (0, 0, 0, 3)))
 
@@ -159,15 +160,15 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
     target = (meta.target if meta is not None else "") or "run"
     wall = meta.wall_s if meta is not None else None
     exit_code = meta.exit_code if meta is not None else None
-    title = f"stepscope · {target} · {report.total_steps} steps · {format_duration(wall)} · exit {exit_code}"
+    title = f"stepscope · {printable(target)} · {report.total_steps} steps · {format_duration(wall)} · exit {exit_code}"
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]
     parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
     for message in report.warnings[:MAX_WARNINGS]:
-        parts.append(Text(f"warning: {message}", style="yellow"))
+        parts.append(Text(f"warning: {printable(message)}", style="yellow"))
     if run_dir:
-        parts.append(Text(f"Run directory: {run_dir}  (report.json, record.rank*.json.gz)", style="bright_black"))
+        parts.append(Text(f"Run directory: {printable(run_dir)}  (report.json, record.rank*.json.gz)", style="bright_black"))
     return Panel(Group(*parts), title=Text(title), title_align="left", expand=False)
 
 

@@ -21,6 +21,7 @@ from rich.text import Text
 from stepscope.diagnosis.findings import Finding
 from stepscope.report.model import Report
 from stepscope.report.terminal import finding_block
+from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio
 
 _CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
@@ -31,6 +32,7 @@ def _us(value: float | None) -> str:
 
 
 def _short(name: str, width: int = 70) -> Text:
+    name = printable(name)
     return Text(name if len(name) <= width else name[: width - 1] + "…")
 
 
@@ -81,7 +83,7 @@ def _gpu(rank: Any) -> RenderableType | None:
         )
     for d in rank.memory.devices:
         lines.append(f"Memory {d.device}: peak allocated {format_bytes(d.peak_allocated_bytes)} at {_us(d.peak_at_us)}")
-    return Text("\n".join(lines)) if lines else None
+    return Text("\n".join(printable(line) for line in lines)) if lines else None
 
 
 def _operators(rank: Any, top: int) -> Table | None:
@@ -130,13 +132,13 @@ def render_trace_report(report: Report, top: int = 10) -> Iterator[RenderableTyp
     findings = {part.rank: part.diagnosis.findings for part in report.ranks}
     shown = [r for r in analysis.ranks if r.rank in findings]
     for rank in shown:
-        title = Text(f"rank {rank.rank} ({rank.rank_source}) — {rank.path}")
+        title = Text(f"rank {rank.rank} ({rank.rank_source}) — {printable(rank.path)}")
         body: list[RenderableType] = [_overview(rank)]
         for part in (_gpu(rank), _operators(rank, top), _kernels(rank, top)):
             if part is not None:
                 body.append(part)
         if rank.steps.notes or rank.warnings:
-            body.append(Text("\n".join(f"note: {n}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
+            body.append(Text("\n".join(f"note: {printable(n)}" for n in (*rank.steps.notes, *rank.warnings)), style="yellow"))
         body.append(Panel(_findings(findings.get(rank.rank, ())), title="Findings", title_align="left"))
         yield Rule(title, align="left")
         yield Group(*body)

@@ -11,13 +11,18 @@ Algorithm (streaming fast path):
 3. Cut the buffer at the last candidate boundary ``} , {`` and decode ``[`` + slice + ``]`` with
    orjson. A candidate inside a string or a nested object cannot decode (unbalanced brackets or
    an open string), so a successful decode proves the cut was between two top-level events; on
-   failure the previous candidate is tried, then the next chunk is appended.
+   failure the previous candidate is tried, then more chunks are appended and the next attempt
+   waits until the buffer has doubled. The buffer is a ``bytearray`` appended to and cut from the
+   front in place, so every byte is copied a constant number of times: decoding is linear in the
+   file's size however large one event, or one run of whitespace, is. A buffer that grows past
+   ``max_bytes`` without a cut is an error (:class:`LimitExceeded`), or the damage that prevents
+   the cut when there is one.
 4. At end of file the array's closing ``]`` is located the same way, and the metadata object is
    decoded from head + ``[]`` + tail.
 
 When the layout is not the usual one (a top-level array, ``traceEvents`` not near the start) or a
-decode fails for good, the whole document is decoded at once (``whole-document`` path), which
-also produces the exact error position. orjson refuses integers beyond 64 bits (Kineto's
+decode fails for good, the whole document is decoded at once (``whole-document`` path, at most
+``max_bytes``), which also produces the exact error position. orjson refuses integers beyond 64 bits (Kineto's
 ``Comms Id``); such pieces are decoded again with the standard library, which accepts them.
 Invalid UTF-8 is replaced by U+FFFD and counted, so one damaged name does not lose the trace.
 """
@@ -39,6 +44,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _CLOSE = re.compile(rb"\}\s*\]")
 _ANY_CLOSE = re.compile(rb"\]")
+_KEY_OVERLAP = 4096  # "traceEvents" : [ split across two reads, with some whitespace
 
 
 class DecodeFailure(Exception):
@@ -92,12 +98,26 @@ def _loads(data: bytes, stats: DecodeStats, offset: int) -> Any:
     return value
 
 
-def _read_all(stream: BinaryIO, progress: Callable[[int], None] | None) -> bytes:
+class LimitExceeded(DecodeFailure):
+    """A piece of the document is larger than the caller's limit (see :mod:`stepscope.limits`)."""
+
+    def __init__(self, what: str, limit: int, position: int | None = None):
+        super().__init__(what, position)
+        self.what, self.limit = what, limit
+
+
+def _read_all(stream: BinaryIO, progress: Callable[[int], None] | None, limit: int, have: int) -> bytes:
+    """The rest of the stream, refusing more than ``limit`` bytes in all (``have`` already read)."""
     parts = []
+    total = have
     while True:
         block = _read(stream)
         if not block:
             break
+        total += len(block)
+        if total > limit:
+            raise LimitExceeded("a trace that is not laid out as {\"traceEvents\": [...]} and is decoded as a "
+                                "whole document", limit)
         parts.append(block)
         if progress:
             progress(len(block))
@@ -112,72 +132,113 @@ def _read(stream: BinaryIO) -> bytes:
 
 
 def iter_event_batches(
-    stream: BinaryIO, stats: DecodeStats, progress: Callable[[int], None] | None = None
+    stream: BinaryIO, stats: DecodeStats, progress: Callable[[int], None] | None = None,
+    max_bytes: int | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """Yield ``("events", list)`` batches and finally one ``("meta", dict)`` item.
 
+    Linear in the size of the document, and holds at most about ``max_bytes`` of it at once
+    (default :func:`stepscope.limits.max_bytes`): the undecoded rest — one event, or a run of
+    whitespace — longer than that raises :class:`LimitExceeded`, as does a document decoded whole
+    (not laid out as ``{"traceEvents": [...]}``) longer than that.
+
     Raises :class:`DecodeFailure` for bytes that are not JSON.
     """
-    head = b""
-    while not _EVENTS_KEY.search(head) and len(head) < HEAD_SEARCH_BYTES:
+    if max_bytes is None:
+        from stepscope.limits import max_bytes as default_limit
+
+        max_bytes = default_limit()
+    head = bytearray()
+    searched = 0  # the key was not found before this offset of head
+    match = None
+    while len(head) < min(HEAD_SEARCH_BYTES, max_bytes):
         block = _read(stream)
         if not block:
             break
         if progress:
             progress(len(block))
         head += block
-    match = _EVENTS_KEY.search(head)
+        match = _EVENTS_KEY.search(head, max(0, searched - _KEY_OVERLAP))
+        if match is not None:
+            break
+        searched = len(head)
     if match is None or not head.lstrip().startswith(b"{"):
-        yield from _whole_document(head + _read_all(stream, progress), stats)
+        yield from _whole_document(bytes(head) + _read_all(stream, progress, max_bytes, len(head)), stats)
         return
-    meta_head = head[: match.end() - 1]  # keeps '"traceEvents":'
-    buffer = head[match.end() :]
+    meta_head = bytes(head[: match.end() - 1])  # keeps '"traceEvents":'
+    buffer = head
+    del buffer[: match.end()]
     consumed = match.end()  # byte offset of buffer[0]
-    eof = False
+    attempt_at = CHUNK_BYTES  # try a cut once the buffer holds this much
     while True:
-        if not eof:
-            block = _read(stream)
-            if progress and block:
-                progress(len(block))
-            if block:
-                buffer += block
-            else:
-                eof = True
-        if eof:
-            events, tail = _split_end(buffer, stats, consumed)
+        block = _read(stream)
+        if progress and block:
+            progress(len(block))
+        if not block:
+            events, tail = _split_end(bytes(buffer), stats, consumed)
             if events:
                 yield "events", events
             yield "meta", _meta(meta_head, tail, stats, consumed)
             return
-        if len(buffer) < CHUNK_BYTES and not eof:
+        buffer += block
+        if len(buffer) < attempt_at and len(buffer) <= max_bytes:
             continue
         cut = _cut(buffer, stats, consumed)
         if cut is None:
+            if len(buffer) > max_bytes:
+                raise _overflow(buffer, stats, consumed, max_bytes)
+            # no event ends here yet (a very large event): try again only once the buffer has doubled,
+            # so the decode attempts add up to a constant times the bytes read, however large it grows
+            attempt_at = 2 * len(buffer)
             continue
         events, used = cut
         yield "events", events
-        buffer = buffer[used:]
+        del buffer[:used]
         consumed += used
+        attempt_at = len(buffer) + CHUNK_BYTES
 
 
-def _cut(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, int] | None:
+def _bracketed(buffer: bytes | bytearray, stop: int) -> bytearray:
+    """``[`` + ``buffer[:stop]`` + ``]`` with one copy of the slice (it may be hundreds of MB)."""
+    piece = bytearray()
+    with memoryview(buffer) as view:
+        piece += b"["
+        piece += view[:stop]
+        piece += b"]"
+    return piece
+
+
+def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list, int] | None:
     """Decode the longest prefix of whole events, trying the last few candidate boundaries."""
     start = len(buffer)
     for _attempt in range(8):
         brace = buffer.rfind(b"}", 0, start)
         if brace < 0:
             return None
-        found = _BOUNDARY.match(buffer, brace) if brace >= 0 else None
+        found = _BOUNDARY.match(buffer, brace)
         start = brace
         if found is None:
             continue
         try:
-            events = _loads(b"[" + buffer[: brace + 1] + b"]", stats, offset - 1)
+            events = _loads(_bracketed(buffer, brace + 1), stats, offset - 1)
         except DecodeFailure:
             continue
         if isinstance(events, list):
             return events, found.end() - 1
     return None
+
+
+def _overflow(buffer: bytearray, stats: DecodeStats, offset: int, limit: int) -> DecodeFailure:
+    """Why no event ends within ``limit`` bytes: damage earlier in the buffer, or a huge event/whitespace."""
+    brace = buffer.rfind(b"}")
+    if brace > 0:
+        try:
+            _loads(_bracketed(buffer, brace + 1), stats, offset - 1)
+        except DecodeFailure as exc:
+            # an error well before the end is damage; at the end, the decoder only ran out of input
+            if exc.position is not None and exc.position < offset + brace - 64:
+                return DecodeFailure(f"the traceEvents array is damaged ({exc})", exc.position)
+    return LimitExceeded("one trace event (or a run of whitespace between events)", limit, offset)
 
 
 def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, bytes]:
@@ -186,6 +247,7 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, by
     if stripped.startswith(b"]"):
         return [], stripped[1:]
     last_error: DecodeFailure | None = None
+    budget = 8 * len(buffer) + CHUNK_BYTES  # bytes decoded in failed attempts: keeps this linear
     # usual case: the last event is an object ("} ]"); else any "]" (a damaged last element)
     for closer, attempts in ((_CLOSE, 64), (_ANY_CLOSE, 16)):
         end = len(buffer)
@@ -197,8 +259,11 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, by
             if close is None:
                 continue
             stop = end + 1 if closer is _CLOSE else end
+            budget -= stop
+            if budget < 0:
+                break
             try:
-                events = _loads(b"[" + buffer[:stop] + b"]", stats, offset - 1)
+                events = _loads(_bracketed(buffer, stop), stats, offset - 1)
             except DecodeFailure as exc:
                 last_error = last_error or exc
                 continue

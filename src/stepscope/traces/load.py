@@ -10,8 +10,13 @@ Rank of a file: ``distributedInfo.rank`` when present (source ``"distributedInfo
 in the sorted listing (``"order"``). :func:`discover_traces` resolves a directory; two files
 claiming the same rank is an error (mismatched ranks), as is an empty directory.
 
-Size guard: files whose JSON exceeds ``max_json_bytes`` (default 32 GiB) are refused before
-decoding, with the size in the message.
+Size guards: decoding stops with an error once the JSON exceeds ``max_json_bytes`` (default
+32 GiB), once one piece held in memory — an event, a run of whitespace, a document that must
+be decoded whole — exceeds ``max_bytes`` (default :func:`stepscope.limits.max_bytes`, 64 MiB;
+``--max-bytes`` / ``STEPSCOPE_MAX_BYTES``), and once a gzip file past ``max_bytes`` inflates more
+than :data:`stepscope.limits.MAX_RATIO`:1. Decoding is linear in the file's size, so a gzip
+"bomb" is refused in the time it takes to inflate ``max_bytes``. Only regular files are read (a
+FIFO would block, a device never ends).
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepscope import limits
 from stepscope.errors import InputError
-from stepscope.traces.decode import DecodeFailure, DecodeStats, iter_event_batches, open_binary
+from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, iter_event_batches, open_binary
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
 
 MAX_JSON_BYTES = 32 * 1024**3
@@ -83,10 +89,9 @@ class _Progress:
 
 
 def _file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot read the file ({exc.strerror}); check the path") from None
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory; use discover_traces() / pass the directory to analyze")
+    return limits.regular_file(path, "trace file")
 
 
 def load_trace(
@@ -95,12 +100,16 @@ def load_trace(
     rank: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     max_json_bytes: int = MAX_JSON_BYTES,
+    max_bytes: int | None = None,
 ) -> LoadedTrace:
-    """Decode one trace file. ``progress(done_bytes, total_bytes)`` is called per chunk."""
+    """Decode one trace file. ``progress(done_bytes, total_bytes)`` is called per chunk.
+
+    ``max_bytes``: the most JSON held at once (see the module docstring); ``None`` reads
+    :func:`stepscope.limits.max_bytes`.
+    """
     path = str(path)
     size = _file_size(path)
-    if os.path.isdir(path):
-        raise InputError(path, "is a directory; use discover_traces() / pass the directory to analyze")
+    limit = limits.max_bytes() if max_bytes is None else max_bytes
     if size == 0:
         raise InputError(path, "the file is empty (a crashed profiler leaves 0-byte traces); re-record it")
     stats = DecodeStats()
@@ -111,8 +120,8 @@ def load_trace(
     try:
         with open_binary(path) as stream:
             tracker.raw = getattr(stream, "fileobj", None) or stream
-            guard = _GuardedStream(stream, max_json_bytes, path)
-            for kind, payload in iter_event_batches(guard, stats, tracker):
+            guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
+            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):
                 if kind == "events":
                     if not isinstance(payload, list):
                         raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
@@ -121,6 +130,8 @@ def load_trace(
                 else:
                     meta = payload
             json_bytes = guard.total
+    except LimitExceeded as exc:
+        raise limits.too_large(path, exc.what, exc.limit, exc.position) from None
     except DecodeFailure as exc:
         raise InputError(path, f"not valid trace JSON: {exc}", position=exc.position) from None
     except (OSError, EOFError, zlib.error) as exc:
@@ -128,6 +139,7 @@ def load_trace(
     if not saw_events and "traceEvents" not in meta:
         raise InputError(path, "JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
     events, memory = builder.build()
+    _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
     found_rank, source = _rank_of(meta, path)
     if found_rank is None:  # neither distributedInfo nor the file name: the caller's order
@@ -148,12 +160,15 @@ def load_trace(
 class _GuardedStream:
     """Counts decompressed bytes and refuses documents above the size guard."""
 
-    def __init__(self, stream, limit: int, path: str):
+    def __init__(self, stream, limit: int, path: str, max_bytes: int = limits.DEFAULT_MAX_BYTES, raw=None):
         self.stream, self.limit, self.path, self.total = stream, limit, path, 0
+        self.max_bytes, self.raw = max_bytes, raw  # raw: the compressed file, for the ratio guard
 
     def read(self, size: int) -> bytes:
         block = self.stream.read(size)
         self.total += len(block)
+        if self.raw is not None and self.total > self.max_bytes:
+            limits.check_ratio(self.path, "the trace", self.total, self.raw.tell(), self.max_bytes)
         if self.total > self.limit:
             raise InputError(
                 self.path,
@@ -161,6 +176,20 @@ class _GuardedStream:
                 "record fewer steps (torch.profiler schedule active=1) or split it",
             )
         return block
+
+
+def _check_step_numbers(events: EventTable, path: str) -> None:
+    """Step numbers (``ProfilerStep#N``) must fit in int64: the analyses index arrays with them."""
+    symbols = events.symbols
+    for ident in symbols.ids_where(lambda text: text.startswith("ProfilerStep#")):
+        suffix = symbols.strings[ident].split("#", 1)[1]
+        try:
+            number = int(suffix)
+        except ValueError:
+            continue
+        if abs(number) >= 2**62:
+            raise InputError(path, f"step number {suffix[:30]}{'…' if len(suffix) > 30 else ''} in "
+                             f"'ProfilerStep#' is beyond 2^62: the trace is damaged")
 
 
 def _warnings(builder: TableBuilder, stats: DecodeStats) -> tuple[str, ...]:

@@ -1,46 +1,72 @@
-"""Access to the shared reference traces and their expected numbers (HTA / plugin runs).
+"""Access to the reference traces and their expected numbers (HTA / plugin runs).
 
-The traces live next to the repository in ``../shared/traces`` (with ``expected/``); tests that
-use them skip with a clear reason when that folder is absent. Loaded traces and analyses are
-cached per process so each file is decoded once per test run.
+Two sets, one API:
+
+- the vendored subset in ``tests/data/traces/reference`` (with ``expected/``), always present, so
+  every correctness test runs from a plain clone;
+- optionally, the larger shared set in ``../shared/traces`` next to the repository (or the folder
+  named by ``STEPSCOPE_REFERENCE_TRACES``): its other files are added to the same parametrized
+  tests, marked ``reference_shared`` (``pytest -m reference_shared`` runs only them). Without it
+  they are not collected — nothing is skipped.
+
+Loaded traces and analyses are cached per process so each file is decoded once per test run.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TRACES = REPO_ROOT.parent / "shared" / "traces"
-EXPECTED = TRACES / "expected"
+VENDORED = REPO_ROOT / "tests" / "data" / "traces" / "reference"
+SHARED = Path(os.environ.get("STEPSCOPE_REFERENCE_TRACES") or REPO_ROOT.parent / "shared" / "traces")
+TRACES = VENDORED  # the vendored set's root (kept for callers that name one folder)
+EXPECTED = VENDORED / "expected"
 NOT_TRACES = {  # files in the set that are not Kineto traces: loading must fail cleanly
     "hta/execution_trace/benchmark_simple_add_et.json.gz",
     "hta/memory_analysis/memory_timeline.raw.gz",
 }
-SKIP = pytest.mark.skipif(not EXPECTED.is_dir(), reason=f"reference traces not found at {TRACES}")
+SKIP = pytest.mark.skipif(not EXPECTED.is_dir(), reason=f"vendored reference traces missing from {VENDORED}")
 
 
-def trace_names() -> list[str]:
-    if not EXPECTED.is_dir():
-        return ["<reference traces absent>"]
+def _names(root: Path) -> list[str]:
+    expected = root / "expected"
+    if not expected.is_dir():
+        return []
     names = []
-    for path in sorted(EXPECTED.rglob("*.hta.json")):
-        rel = path.relative_to(EXPECTED).as_posix()[: -len(".hta.json")]
-        if (TRACES / rel).is_file():
+    for path in sorted(expected.rglob("*.hta.json")):
+        rel = path.relative_to(expected).as_posix()[: -len(".hta.json")]
+        if (root / rel).is_file():
             names.append(rel)
     return names
 
 
-def kineto_trace_names() -> list[str]:
-    return [n for n in trace_names() if n not in NOT_TRACES]
+def _root(rel: str) -> Path:
+    return VENDORED if (VENDORED / rel).is_file() else SHARED
+
+
+def trace_names() -> list:
+    """Vendored names, then the shared set's other names as params marked ``reference_shared``."""
+    vendored = _names(VENDORED)
+    shared = [name for name in _names(SHARED) if name not in vendored] if SHARED.resolve() != VENDORED else []
+    return vendored + [pytest.param(name, marks=pytest.mark.reference_shared, id=name) for name in shared]
+
+
+def _rel(item) -> str:
+    return item.values[0] if hasattr(item, "values") else item
+
+
+def kineto_trace_names() -> list:
+    return [n for n in trace_names() if _rel(n) not in NOT_TRACES]
 
 
 @functools.lru_cache(maxsize=None)
 def expected(rel: str) -> dict:
-    return json.loads((EXPECTED / (rel + ".hta.json")).read_text())
+    return json.loads((_root(rel) / "expected" / (rel + ".hta.json")).read_text())
 
 
 def hta_results(rel: str, engine: str = "hta_head") -> tuple[dict, dict]:
@@ -58,7 +84,7 @@ def tb_overview(rel: str) -> dict | None:
 def loaded(rel: str):
     from stepscope.traces.load import load_trace
 
-    return load_trace(TRACES / rel)
+    return load_trace(_root(rel) / rel)
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,7 +56,9 @@ def test_durations_match_sleep():
         time.sleep(0.05)
     stats = pstats.Stats(profiler.profiled_actions["sleep"])
     inline = sum(entry[2] for entry in stats.stats.values())
-    assert inline == pytest.approx(0.05, rel=0.5)
+    # a lower bound only: a loaded machine may overrun a sleep by any amount, never cut it short
+    # (cProfile's timer may round a little below the requested time)
+    assert inline >= 0.045
 
 
 def test_summary_layout_with_rank_header_and_line_limit():

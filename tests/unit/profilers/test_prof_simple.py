@@ -85,15 +85,22 @@ def test_empty_report_says_nothing_was_recorded(fake_clock):
         assert profiler.summary() == "TEST Profiler Report\n\nNo actions were recorded.\n"
 
 
-def test_durations_are_measured_with_perf_counter():
+def test_durations_are_measured_with_perf_counter(fake_clock):
+    profiler = SimpleProfiler()
+    for seconds in (0.02, 0.01):
+        with profiler.profile("sleep"):
+            fake_clock.advance(seconds)
+    assert profiler.recorded_durations["sleep"] == [pytest.approx(0.02), pytest.approx(0.01)]
+
+
+def test_real_durations_are_never_shorter_than_the_work():
+    # only a lower bound: a loaded machine may overrun a sleep by any amount, never cut it short
     profiler = SimpleProfiler()
     for seconds in (0.02, 0.01):
         with profiler.profile("sleep"):
             time.sleep(seconds)
     measured = profiler.recorded_durations["sleep"]
-    assert len(measured) == 2
-    assert measured[0] == pytest.approx(0.02, rel=0.5) and measured[1] == pytest.approx(0.01, rel=0.9)
-    assert measured[0] >= 0.02 and measured[1] >= 0.01
+    assert len(measured) == 2 and measured[0] >= 0.02 and measured[1] >= 0.01
 
 
 def test_start_stop_api_matches_profile(fake_clock):

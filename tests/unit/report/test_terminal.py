@@ -57,7 +57,18 @@ def test_typical_report_shows_rates_phases_and_loaders():
     assert "steps/s" in text and "samples/s" in text
     assert "data wait 40.0%" in text
     assert "num_workers=2" in text and "pin_memory=True" in text
-    assert "Warm-up" not in text or "shown apart" in text
+
+
+def test_warm_up_is_shown_apart_from_the_steady_state():
+    record = make_record(40)
+    columns = {name: column.copy() for name, column in record.steps.columns().items()}
+    columns["duration_ns"][0] += 49_000  # a slow first step: 50 µs instead of 1 µs
+    columns["other_ns"][0] += 49_000
+    columns["start_ns"][1:] += 49_000
+    text = render_text(build_report(replace(record, steps=StepTable.from_columns(columns))))
+    assert "Warm-up     1 step(s), 50.0 µs (mean 50.0 µs) — shown apart" in text
+    assert "(steady state: 38 steps)" in text  # 40 less the warm-up step and the FLOP-counted step
+    assert "max 1.00 µs" in text  # the slow step is not in the steady statistics
 
 
 def test_strings_from_scripts_are_not_interpreted_as_markup():
