@@ -14,6 +14,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a record file")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    parser.add_argument("--flame", metavar="PHASE", default=None,  # code attribution
+                        help="print the folded stacks of PHASE (data_wait, forward, backward, optimizer, "
+                             "other, or workers) as collapsed-stack text for flamegraph.pl / speedscope")
     parser.set_defaults(handler=handle)
 
 
@@ -24,6 +27,8 @@ def handle(args: argparse.Namespace) -> int:
     from stepscope.report.model import build_report
 
     record = load_record(args.run_dir, rank=args.rank)
+    if getattr(args, "flame", None) is not None:
+        return _print_flame(record, args.flame)
     record_file = resolve_record_path(args.run_dir, args.rank)
     report = build_report(record, run_dir=record_file.parent)
     if args.format == "json":
@@ -35,4 +40,19 @@ def handle(args: argparse.Namespace) -> int:
     from stepscope.report.terminal import print_summary
 
     print_summary(report, str(record_file.parent), console=Console())
+    return 0
+
+
+def _print_flame(record: Any, phase: str) -> int:
+    """``--flame PHASE``: the phase's folded stacks on stdout (code attribution)."""
+    from stepscope.analysis.run.code_locations import collapse_stacks, format_collapsed
+    from stepscope.errors import UsageError
+
+    try:
+        stacks = collapse_stacks(record, phase)
+    except ValueError as exc:
+        raise UsageError(f"--flame: {exc}") from None
+    if not stacks:
+        print(f"stepscope: no stack samples for phase {phase!r} in this run", file=sys.stderr)
+    sys.stdout.write(format_collapsed(stacks))
     return 0

@@ -10,8 +10,10 @@ from typing import Any
 
 from stepscope.errors import UsageError
 
+DEFAULT_STACKS_HZ = 100.0  # = stepscope.capture.stacks.DEFAULT_RATE_HZ (not imported: keeps the CLI light)
+
 #: Options that take a value (needed to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on"}
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--stacks-hz"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -51,6 +53,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                         help="record one short torch.profiler window (3 steps after warm-up) into "
                              "RUN_DIR/traces and use it in the diagnosis")
     parser.add_argument("--no-summary", action="store_true", help="do not print the summary")
+    parser.add_argument("--stacks-hz", type=float, default=DEFAULT_STACKS_HZ, metavar="HZ",  # code attribution
+                        help=f"Python stack sampling rate, also of DataLoader workers, plus GC pause timing "
+                             f"(default {DEFAULT_STACKS_HZ:g}; 0 disables)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,6 +78,7 @@ class CaptureOptions:
     fail_on: Any
     summary: bool
     trace: bool = False
+    stacks_hz: float = DEFAULT_STACKS_HZ
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -82,6 +88,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         raise UsageError("--trace and --profiler pytorch both drive torch.profiler; choose one")
     if args.sample_hz <= 0:
         raise UsageError(f"--sample-hz must be > 0, got {args.sample_hz}")
+    if not args.stacks_hz >= 0:
+        raise UsageError(f"--stacks-hz must be >= 0 (0 disables), got {args.stacks_hz}")
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -89,6 +97,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         fail_on=Severity.parse(args.fail_on) if args.fail_on else None,
         summary=not args.no_summary,
         trace=args.trace,
+        stacks_hz=args.stacks_hz,
     )
 
 
@@ -114,7 +123,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
-                             profiler=profiler, trace=options.trace)
+                             profiler=profiler, trace=options.trace, stacks_hz=options.stacks_hz)
     report_box: list[Any] = []
 
     def finalize(exit_code: int, exception: str | None, interrupted_by: str | None) -> None:
