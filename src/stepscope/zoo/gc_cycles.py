@@ -14,7 +14,7 @@ import torch
 from stepscope.zoo._common import in_memory_loader, mlp, parse_args
 
 FEATURES = 64
-NODES_PER_STEP = 4000
+NODES_PER_STEP = 1500
 
 
 class Node:

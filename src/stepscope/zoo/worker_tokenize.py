@@ -37,6 +37,7 @@ class TextDataset(SeededDataset):
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], steps=60, batch_size=8)
     torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # the two workers get the cores: no oversubscription planted here
     workers = 2 if args.num_workers is None else args.num_workers
     loader = DataLoader(TextDataset(args.steps * args.batch_size, args.seed), batch_size=args.batch_size,
                         shuffle=True, num_workers=workers)

@@ -12,7 +12,8 @@ Algorithm (:func:`attribute_code`):
    ``user_paths``, or when it is synthetic (``<frozen …>``, ``<string>``); otherwise *user*.
 3. Fold: a sample's *location* is its innermost user frame — library frames below it are the
    work that line asked for, so their time is the line's. A stack without any user frame keeps its
-   innermost frame, marked ``library``.
+   innermost frame, marked ``library``. A location is ``(file, line, function)``, where
+   comprehensions fold into the function that holds them (:func:`function_name`).
 4. Count per (phase, location). ``share_of_phase`` is the location's samples over the phase's;
    ``share_of_step`` its samples over all main-thread samples of the steps (sampling is uniform in
    time, so counts are time shares); ``estimated_s`` is ``share_of_phase`` × the phase's measured
@@ -42,6 +43,7 @@ TOP_LOCATIONS = 5
 WORKERS = "workers"
 _SYNTHETIC_PREFIXES = ("<frozen ", "<string>", "<stdin>", "<built-in")
 _MAIN, _WORKER = STACK_ROLES.index("main"), STACK_ROLES.index("worker")
+_COMPREHENSIONS = (".<listcomp>", ".<dictcomp>", ".<setcomp>", ".<genexpr>", ".<lambda>")
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,17 @@ def _looks_like_library(path: str) -> bool:
     return f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
 
 
+def function_name(qualname: str) -> str:
+    """The function a location is reported under: comprehensions and generator expressions
+    (their own code objects, on the line of the function that holds them) fold into it, so
+    ``tokenize.<locals>.<listcomp>`` is reported as ``tokenize``."""
+    while qualname.endswith(_COMPREHENSIONS):
+        qualname = qualname.rsplit(".<locals>.", 1)[0] if ".<locals>." in qualname else qualname
+        if qualname.startswith("<") and qualname.endswith(">"):
+            break
+    return qualname
+
+
 def stack_locations(samples: StackSamples, library: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per stack id: the folded location (innermost user frame id, else innermost frame) and
     whether that location is library code."""
@@ -143,6 +156,11 @@ def stack_locations(samples: StackSamples, library: np.ndarray | None = None) ->
         elif stack:
             locations[index], is_library[index] = stack[-1], True
     return locations, is_library
+
+
+def _location_keys(samples: StackSamples) -> list[tuple[str, int, str]]:
+    """Per frame id: the reported location ``(file, line, function)``."""
+    return [(frame.file, frame.line, function_name(frame.function)) for frame in samples.frames]
 
 
 def _selected(record: RunRecord, step_mask: np.ndarray | None) -> np.ndarray:
@@ -213,14 +231,17 @@ def _phase_code(samples: StackSamples, phase: str, role: str, selected: np.ndarr
                 top: int) -> PhaseCode:
     stack_ids = samples.stack[selected]
     count = len(stack_ids)
-    counts = Counter(locations[stack_ids].tolist())
-    library_of = dict(zip(locations[stack_ids].tolist(), is_library[stack_ids].tolist()))
+    keys = _location_keys(samples)
+    counts: Counter[tuple[str, int, str]] = Counter()
+    library_of: dict[tuple[str, int, str], bool] = {}
+    for frame_id, library in zip(locations[stack_ids].tolist(), is_library[stack_ids].tolist()):
+        counts[keys[frame_id]] += 1
+        library_of[keys[frame_id]] = bool(library)
     items = []
-    for frame_id, hits in counts.most_common(top):
-        frame = samples.frames[frame_id]
+    for key, hits in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]:
         share = hits / count
         items.append(CodeLocation(
-            file=frame.file, line=frame.line, function=frame.function, library=bool(library_of[frame_id]),
+            file=key[0], line=key[1], function=key[2], library=library_of[key],
             samples=hits, share_of_phase=share,
             share_of_step=(hits / denominator) * scale if role == "main" else share * scale,
             estimated_s=share * phase_s if phase_s is not None else None))
@@ -286,4 +307,5 @@ def format_collapsed(stacks: tuple[FoldedStack, ...]) -> str:
 
 
 __all__ = ["CodeAttribution", "CodeLocation", "FoldedStack", "PhaseCode", "TOP_LOCATIONS", "WORKERS",
-           "attribute_code", "collapse_stacks", "format_collapsed", "library_frames", "stack_locations"]
+           "attribute_code", "collapse_stacks", "format_collapsed", "function_name", "library_frames",
+           "stack_locations"]
