@@ -148,6 +148,48 @@ def sampler_ratios(args: argparse.Namespace, workdir: Path) -> None:
               f"sampler {cost}", flush=True)
 
 
+def gil_held_cost(args: argparse.Namespace) -> None:
+    """CPU the sampler spends per sample while holding the GIL (``sys._current_frames()`` and the
+    walk): the most a sample can take from a training thread that needs the GIL all the time."""
+    import types
+
+    from stepscope.capture import stacks
+
+    epoch = make_loop(args.block)
+    epoch()
+    spent = [0, 0]
+    original_add, original_sys = stacks.StackTable.add, stacks.sys
+    cpu = time.thread_time_ns
+
+    def current_frames():
+        started = cpu()
+        frames = sys._current_frames()
+        spent[0] += cpu() - started
+        return frames
+
+    def add(table, *values):
+        started = cpu()
+        original_add(table, *values)
+        spent[0] += cpu() - started
+        spent[1] += 1
+
+    stacks.sys, stacks.StackTable.add = types.SimpleNamespace(_current_frames=current_frames), add
+    try:
+        for rate in args.rates:
+            spent[:] = [0, 0]
+            sampler = StackSampler(StepRecorder(), rate).start()
+            for _ in range(3):
+                epoch()
+            sampler.stop()
+            held = spent[0] / max(1, spent[1]) / 1e3
+            total = sampler._thread.cpu_ns / max(1, spent[1]) / 1e3
+            print(f"thread@{rate:g}: {held:.1f} µs CPU per sample holding the GIL ({held * rate / 1e4:.2f}% of the "
+                  f"training thread at most); {total:.1f} µs per sample in all, wake-up included "
+                  f"({total * rate / 1e4:.2f}% of one core)", flush=True)
+    finally:
+        stacks.sys, stacks.StackTable.add = original_sys, original_add
+
+
 def session_ratios(args: argparse.Namespace, workdir: Path) -> None:
     from stepscope.capture.session import CaptureSession
 
@@ -182,6 +224,7 @@ def main() -> None:
         print("py-spy not installed (pip install py-spy): measuring the thread sampler only")
         args.py_spy = False
     with tempfile.TemporaryDirectory() as tmp:
+        gil_held_cost(args)
         sampler_ratios(args, Path(tmp))
         if args.session:
             session_ratios(args, Path(tmp))

@@ -18,8 +18,10 @@ HIDDEN = 256
 
 def step_metrics(model: torch.nn.Module, loss: float) -> dict[str, float]:
     """Per-parameter sums of squares, in pure Python: the planted hot line."""
-    norms = {name: sum(value * value for value in param.detach().flatten().tolist()) for name, param in model.named_parameters()}  # HOT  # noqa: E501
-    return {"loss": loss, **norms}
+    metrics = {"loss": loss}
+    for name, param in model.named_parameters():
+        metrics[name] = sum(value * value for value in param.detach().flatten().tolist())  # HOT
+    return metrics
 
 
 def main() -> None:
