@@ -190,6 +190,37 @@ def gil_held_cost(args: argparse.Namespace) -> None:
         stacks.sys, stacks.StackTable.add = original_sys, original_add
 
 
+def _pure_python(count: int) -> int:
+    return sum(value * value for value in range(count))  # the pure-Python line
+
+
+def gil_bias(seconds: float = 3.0) -> None:
+    """How far the thread sampler's shares are from the truth on a loop that alternates a
+    pure-Python call (~2 ms) with GIL-releasing torch matmuls, at two GIL switch intervals."""
+    import collections
+
+    matrix = torch.randn(200, 200)
+    previous = sys.getswitchinterval()
+    for interval in (previous, 0.0002):
+        sys.setswitchinterval(interval)
+        sampler = StackSampler(StepRecorder(), 100).start()
+        pure = other = 0.0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            _pure_python(20_000)
+            middle = time.perf_counter()
+            (matrix @ matrix) @ matrix
+            pure, other = pure + middle - started, other + time.perf_counter() - middle
+        sampler.stop()
+        sys.setswitchinterval(previous)
+        table = sampler.table
+        counts = collections.Counter(table.frames[table.stacks[stack][-1]][2] for stack in table.stack)
+        sampled = counts["_pure_python.<locals>.<genexpr>"] + counts["_pure_python"]
+        print(f"GIL bias at switch interval {interval * 1e3:g} ms: pure Python {pure / (pure + other):.0%} of the "
+              f"time, {sampled / max(1, sum(counts.values())):.0%} of the samples", flush=True)
+
+
 def session_ratios(args: argparse.Namespace, workdir: Path) -> None:
     from stepscope.capture.session import CaptureSession
 
@@ -225,6 +256,7 @@ def main() -> None:
         args.py_spy = False
     with tempfile.TemporaryDirectory() as tmp:
         gil_held_cost(args)
+        gil_bias()
         sampler_ratios(args, Path(tmp))
         if args.session:
             session_ratios(args, Path(tmp))

@@ -15,14 +15,20 @@ or re-opens steps.
 read while the sampler holds the GIL, so the training thread cannot move in between — unless the
 interpreter hands the GIL back to it between those few bytecodes, which it only does once the
 training thread has waited a whole switch interval (5 ms) for it. Then the phase may be the one
-after the sampled frame's: at most one boundary off, for at most one sample. Reading a Python
-int attribute is atomic, so the value is always a valid phase.
+after the sampled frame's: at most one boundary off, for at most one sample. The same holds for
+the walk itself, which reads live frames (their line and caller as they are when read). Reading a
+Python int attribute is atomic, so the value is always a valid phase.
 
-**Bias.** The thread needs the GIL: while the training thread runs pure Python it gets it only at
-a switch interval, while a torch operator runs (operators release the GIL) it gets it at once. A
-sample therefore lands at the next GIL release point of the training thread, which is inside the
-same Python line in nearly every case; time inside long pure-Python stretches is still sampled,
-only later by up to one switch interval.
+**Bias.** The thread needs the GIL. While the training thread runs pure Python the sampler gets
+it only after a switch interval (5 ms by default); while a torch operator runs (operators release
+the GIL) it gets it at once. A sample therefore lands at the training thread's next GIL release
+within a switch interval of its tick: pure-Python stretches of a few ms are under-sampled in favour
+of the lines that call operators (measured in ``benchmarks/bench_stacks.py``). Long pure-Python
+work is still found. Inside DataLoader workers, where the sampler is the only other thread, the
+switch interval is lowered (:data:`WORKER_SWITCH_INTERVAL_S`), which removes most of the bias; in
+the training process it is left alone, as it would change how the script's own threads share the
+GIL. A collection of the garbage collector holds the GIL: its time is not sampled (the GC pause
+overlay, :mod:`stepscope.capture.gc_pauses`, measures it exactly).
 
 **DataLoader workers.** Every multi-process DataLoader iterator gets a chained ``worker_init_fn``
 (:class:`WorkerStackStart`, picklable, so ``spawn`` works too) that starts the same kind of sampler
@@ -44,9 +50,11 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from stepscope.capture.warn import WarningSink
+from stepscope.errors import UsageError
 from stepscope.record.run import PHASES, STACK_ROLES, StackFrame, StackSamples, StepTable, steps_of
 
 #: Default rate; 100 Hz costs well under 1% of the benchmark step (BENCHMARKS.md).
@@ -187,8 +195,8 @@ class StackSampler:
 
     def __init__(self, recorder: Any, rate_hz: float = DEFAULT_RATE_HZ, *, worker_dir: Path | None = None,
                  warnings: WarningSink | None = None, thread_id: int | None = None):
-        if rate_hz <= 0:
-            raise ValueError(f"stack sampling rate must be > 0 Hz, got {rate_hz}")
+        if not rate_hz > 0:
+            raise UsageError(f"stack sampling rate must be > 0 Hz, got {rate_hz}")
         self.recorder = recorder
         self.rate_hz = float(rate_hz)
         self.worker_dir = Path(worker_dir) if worker_dir is not None else None
@@ -272,9 +280,7 @@ class StackSampler:
             missed=thread.missed if thread is not None else 0)
 
 
-def _column(values: Any) -> Any:
-    import numpy as np
-
+def _column(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
