@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from stepscope.capture import stacks
 from stepscope.capture.recorder import FORWARD, StepRecorder
@@ -98,3 +99,19 @@ def test_worker_samples_merge_only_during_main_data_waits(tmp_path):
     assert not (tmp_path / "w").exists()  # worker files are consumed
     leaf = samples.frames[samples.stacks[samples.stack[workers][0]][-1]]
     assert leaf.function.endswith("test_worker_samples_merge_only_during_main_data_waits")
+
+
+def test_switch_interval_is_lowered_while_sampling_and_restored():
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(stacks.PYTHON_SWITCH_INTERVAL_S)
+    try:
+        sampler = StackSampler(None, 100).start()
+        assert sys.getswitchinterval() == pytest.approx(stacks.SWITCH_INTERVAL_S)
+        sampler.stop()
+        assert sys.getswitchinterval() == pytest.approx(stacks.PYTHON_SWITCH_INTERVAL_S)
+        sys.setswitchinterval(0.002)  # the script's own choice is left alone
+        sampler = StackSampler(None, 100).start()
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+        sampler.stop()
+    finally:
+        sys.setswitchinterval(previous)
