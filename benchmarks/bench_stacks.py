@@ -173,7 +173,11 @@ def gil_held_cost(args: argparse.Namespace) -> None:
         spent[0] += cpu() - started
         spent[1] += 1
 
-    stacks.sys, stacks.StackTable.add = types.SimpleNamespace(_current_frames=current_frames), add
+    class TimedSys(types.SimpleNamespace):  # sys, with a timed _current_frames
+        def __getattr__(self, name):
+            return getattr(sys, name)
+
+    stacks.sys, stacks.StackTable.add = TimedSys(_current_frames=current_frames), add
     try:
         for rate in args.rates:
             spent[:] = [0, 0]
