@@ -9,7 +9,7 @@ ratios sampled/bare and the sampler's own CPU per sample:
 - ``py-spy@HZ``: py-spy attached from outside (``py-spy record --pid``; needs ptrace rights),
   ``--nonblocking`` (reads memory while the target runs) and default (pauses the target per sample).
 
-    python benchmarks/bench_stacks.py [--rounds 9] [--block 300] [--rates 100,200] [--no-py-spy]
+    python benchmarks/bench_stacks.py [--rounds 24] [--block 150] [--rates 100,50] [--no-py-spy]
 
 A second part runs the same loop with stepscope's capture on and ``--stacks-hz`` off vs on in
 alternating blocks of one CaptureSession each (everything the option wires: sampler + GC callbacks).
@@ -122,28 +122,31 @@ def sampler_ratios(args: argparse.Namespace, workdir: Path) -> None:
     epoch()
     modes: list = [ThreadMode(rate) for rate in args.rates]
     if args.py_spy:
-        modes += [PySpyMode(rate, blocking, workdir) for rate in args.rates for blocking in (False, True)]
+        modes += [PySpyMode(args.rates[0], blocking, workdir) for blocking in (False, True)]
     ratios: dict[str, list[float]] = {mode.name: [] for mode in modes}
     sampled_steps: dict[str, list[float]] = {mode.name: [] for mode in modes}
     bare_steps: list[float] = []
+    bare_by_mode: dict[str, list[float]] = {mode.name: [] for mode in modes}
     for round_index in range(args.rounds):
         order = modes[round_index % len(modes):] + modes[:round_index % len(modes)]
         for mode in order:
-            bare = epoch()
+            first_bare = round_index % 2 == 0  # ABBA: bare first in even rounds, sampled first in odd
+            bare = epoch() if first_bare else None
             with mode:
                 sampled = epoch()
-            bare_after = epoch()
-            reference = (bare + bare_after) / 2
-            ratios[mode.name].append(sampled / reference)
+            if bare is None:
+                bare = epoch()
+            bare_steps.append(bare)
+            bare_by_mode[mode.name].append(bare)
+            ratios[mode.name].append(sampled / bare)
             sampled_steps[mode.name].append(sampled)
-            bare_steps += [bare, bare_after]
     print(f"benchmark step: median {statistics.median(bare_steps) * 1e3:.2f} ms bare "
-          f"({args.rounds} rounds × blocks of {args.block} steps, bare before and after each sampled block)")
+          f"({args.rounds} rounds × blocks of {args.block} steps, each sampled block next to a bare one, ABBA)")
     for mode in modes:
         values = sorted(ratios[mode.name])
         quart = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
         cost = f"{statistics.median(mode.cost):.1f} µs CPU per sample" if mode.cost else "-"
-        print(f"{mode.name:<26} ratio of fastest blocks {min(sampled_steps[mode.name]) / min(bare_steps):.4f}; "
+        print(f"{mode.name:<26} ratio of fastest blocks {min(sampled_steps[mode.name]) / min(bare_by_mode[mode.name]):.4f}; "
               f"median ratio {statistics.median(values):.4f} (quartiles {quart[0]:.4f}–{quart[2]:.4f}); "
               f"sampler {cost}", flush=True)
 
@@ -249,9 +252,10 @@ def session_ratios(args: argparse.Namespace, workdir: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--block", type=int, default=300, help="steps per block")
-    parser.add_argument("--rates", default="100,200", help="comma-separated sampling rates (Hz)")
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--block", type=int, default=150, help="steps per block")
+    parser.add_argument("--rates", default="100,50", help="comma-separated sampling rates (Hz); py-spy "
+                        "is measured at the first")
     parser.add_argument("--no-py-spy", dest="py_spy", action="store_false")
     parser.add_argument("--no-session", dest="session", action="store_false")
     args = parser.parse_args()
