@@ -163,13 +163,18 @@ def _location_keys(samples: StackSamples) -> list[tuple[str, int, str]]:
     return [(frame.file, frame.line, function_name(frame.function)) for frame in samples.frames]
 
 
-def _selected(record: RunRecord, step_mask: np.ndarray | None) -> np.ndarray:
-    """Boolean per sample: inside a selected step."""
-    samples = record.stack_samples
+def _step_mask(record: RunRecord, step_mask: np.ndarray | None) -> np.ndarray:
+    """The steps to use: ``step_mask``, or the steady state."""
     if step_mask is None:
         from stepscope.analysis.run.steady import steady_mask
 
-        step_mask = steady_mask(record)
+        return steady_mask(record)
+    return np.asarray(step_mask, dtype=bool)
+
+
+def _selected(record: RunRecord, step_mask: np.ndarray) -> np.ndarray:
+    """Boolean per sample: inside a selected step."""
+    samples = record.stack_samples
     inside = samples.step >= 0
     chosen = np.zeros(len(samples), dtype=bool)
     if len(step_mask):
@@ -190,8 +195,8 @@ def attribute_code(record: RunRecord, step_mask: np.ndarray | None = None,
         A :class:`CodeAttribution` (see the module docstring for the algorithm).
     """
     samples = record.stack_samples
-    chosen = _selected(record, step_mask)
-    mask = step_mask if step_mask is not None else _steady(record)
+    mask = _step_mask(record, step_mask)
+    chosen = _selected(record, mask)
     steps = record.steps.select(mask) if len(record.steps) else record.steps
     if not len(samples) or not chosen.any():
         note = ("no stack samples (sampling off: --stacks-hz 0, or a record from an older stepscope)"
@@ -218,12 +223,6 @@ def attribute_code(record: RunRecord, step_mask: np.ndarray | None = None,
                               int(worker_rows.sum()), wait_share, None, top)
     return CodeAttribution(samples.rate_hz, samples.mechanism, len(steps), int(chosen.sum()),
                            tuple(phases), workers)
-
-
-def _steady(record: RunRecord) -> np.ndarray:
-    from stepscope.analysis.run.steady import steady_mask
-
-    return steady_mask(record)
 
 
 def _phase_code(samples: StackSamples, phase: str, role: str, selected: np.ndarray, locations: np.ndarray,
@@ -278,7 +277,7 @@ def collapse_stacks(record: RunRecord, phase: str, step_mask: np.ndarray | None 
     samples = record.stack_samples
     if not len(samples):
         return ()
-    chosen = _selected(record, step_mask)
+    chosen = _selected(record, _step_mask(record, step_mask))
     if phase == WORKERS:
         chosen &= samples.role == _WORKER
     else:
