@@ -27,10 +27,10 @@ from typing import Any
 from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
 from stepscope.capture.gc_pauses import GcPauseRecorder
-from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
-from stepscope.capture.stacks import StackSampler
 from stepscope.capture.hooks import TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
+from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
+from stepscope.capture.stacks import StackSampler
 from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
 from stepscope.errors import CaptureError, UsageError

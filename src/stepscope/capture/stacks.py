@@ -152,8 +152,15 @@ class _SamplerThread(threading.Thread):
         self.stopping = False
         self.cpu_ns = 0  # CPU time of this thread, set by stop()
         self.missed = 0
+        self.error: str | None = None  # why sampling ended early, if it did
 
     def run(self) -> None:
+        try:
+            self._sample_until_stopped()
+        except Exception as exc:  # noqa: BLE001 - never a traceback on the script's stderr
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _sample_until_stopped(self) -> None:
         frames_now, clock, sleep = sys._current_frames, _now, time.sleep
         table, target, phase_of, root = self.table, self.target_id, self.phase_of, self.root
         interval_ns = self.interval_ns
@@ -287,6 +294,8 @@ class StackSampler:
             pid.append(row[1])
             stack.append(row[2])
         thread = self._thread
+        if thread is not None and thread.error:
+            self.warnings.once("stacks-failed", f"stack sampling stopped early ({thread.error})")
         return StackSamples(
             rate_hz=self.rate_hz, mechanism=MECHANISM,
             frames=tuple(StackFrame(*frame) for frame in frames),
@@ -336,7 +345,7 @@ class _WorkerFile:
 
     def maybe_flush(self) -> None:
         if len(self.table) - self.written >= WORKER_CHUNK:
-            self.flush()
+            self.flush()  # an OSError ends the worker's sampling quietly (see _SamplerThread.run)
 
     def flush(self) -> None:
         with self.lock:

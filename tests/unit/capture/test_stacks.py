@@ -115,3 +115,19 @@ def test_switch_interval_is_lowered_while_sampling_and_restored():
         sampler.stop()
     finally:
         sys.setswitchinterval(previous)
+
+
+def test_a_failing_sampler_ends_quietly_and_says_why(capsys):
+    class Broken(StackTable):
+        def add(self, *args):
+            raise OSError("disk full")
+
+    sampler = StackSampler(None, 500)
+    sampler.table = Broken()
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler._thread.error == "OSError: disk full"
+    assert capsys.readouterr().err == ""
+    sampler.freeze(StepTable.empty())
+    assert any("stack sampling stopped early" in message for message in sampler.warnings.messages)
