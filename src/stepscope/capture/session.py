@@ -28,8 +28,11 @@ from typing import Any
 
 from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
+from stepscope.capture.gc_pauses import GcPauseRecorder
 from stepscope.capture.hooks import TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
+from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
+from stepscope.capture.stacks import StackSampler
 from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
 from stepscope.errors import UsageError
@@ -77,7 +80,8 @@ class CaptureSession:
     def __init__(self, run_dir: str | Path, *, target: str = "", mode: str = "api",
                  argv: tuple[str, ...] = (), sample_interval_s: float | None = 0.1,
                  profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True,
-                 trace: bool = False, force: bool = False, derived: bool = False):
+                 trace: bool = False, force: bool = False, derived: bool = False,
+                 stacks_hz: float = DEFAULT_STACKS_HZ):
         if sample_interval_s is not None and not (math.isfinite(sample_interval_s) and sample_interval_s > 0):
             raise UsageError(f"sampling interval must be a positive number of seconds, got {sample_interval_s}")
         self.meta = environment.static_meta()
@@ -91,6 +95,10 @@ class CaptureSession:
         self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes)
                       if count_flops else None)
         self.trace = TraceWindow(self.run_dir / layout.TRACES_DIR, self.rank, self.warnings) if trace else None
+        # code attribution: stack samples and GC pauses (stacks_hz=0 disables both)
+        self.stacks = (StackSampler(self.recorder, stacks_hz, warnings=self.warnings,
+                                    worker_dir=self.run_dir / f".stacks.rank{self.rank}") if stacks_hz else None)
+        self.gc_pauses = GcPauseRecorder(self.recorder) if stacks_hz else None
         self.sample_interval_s = sample_interval_s
         self.sidecar: Any = None
         self.record: RunRecord | None = None
@@ -108,6 +116,9 @@ class CaptureSession:
         self.meta["start_wall_ns"] = time.time_ns()
         self.meta["start_ns"] = time.perf_counter_ns()
         self._start_sidecar()
+        for part in (self.gc_pauses, self.stacks):  # code attribution
+            if part is not None:
+                _quietly(self.warnings, "stacks", part.start)
         if self.profiler is not None:
             self._start_profiler()
         from stepscope.capture.torch_import import when_torch_imported
@@ -167,6 +178,9 @@ class CaptureSession:
         self.hooks.uninstall()
         if self.flops is not None:
             self.flops.close()
+        for part in (self.stacks, self.gc_pauses):  # code attribution
+            if part is not None:
+                _quietly(self.warnings, "stacks", part.stop)
         window = self.trace.close() if self.trace is not None else None
         if recorder.device is not None:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
@@ -191,9 +205,11 @@ class CaptureSession:
         if not loaders and recorder.count:
             self.warnings.note("no torch DataLoader was used: data loading by other means "
                                "(generators, DALI, FFCV) is invisible and counted as 'other'")
-        return RunRecord(meta=meta, steps=recorder.steps(), loaders=loaders,
+        steps = recorder.steps()
+        code = _code_attribution(self.stacks, self.gc_pauses, steps, self.warnings)
+        return RunRecord(meta=meta, steps=steps, loaders=loaders,
                          warnings=tuple(self.warnings.messages), facts=facts,
-                         profiler_windows=(window,) if window is not None else ())
+                         profiler_windows=(window,) if window is not None else (), **code)
 
     def _final_cpu_peak(self, threads: int | None) -> CpuPeak | None:
         """The peak measured (or cached) at torch import; the cache's entry for the thread count
@@ -335,6 +351,18 @@ def _quietly(warnings: WarningSink, cause: str, action) -> None:
         action()
     except Exception as exc:  # noqa: BLE001
         warnings.once(cause, f"{cause} failed ({type(exc).__name__}: {exc})")
+
+
+def _code_attribution(stacks: Any, gc_pauses: Any, steps: Any, warnings: WarningSink) -> dict[str, Any]:
+    """The record fields of code attribution (stack samples, GC pauses) that were captured."""
+    fields: dict[str, Any] = {}
+    for name, part in (("stack_samples", stacks), ("gc_pauses", gc_pauses)):
+        if part is not None:
+            try:
+                fields[name] = part.freeze(steps)
+            except Exception as exc:  # noqa: BLE001
+                warnings.once(name, f"{name} not recorded ({type(exc).__name__}: {exc})")
+    return fields
 
 
 __all__ = ["CaptureSession", "prepare_run_dir"]

@@ -26,7 +26,7 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
             return None
         self._searching = True
         try:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            spec = _find_after(self, fullname, path, target)
         finally:
             self._searching = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -38,7 +38,7 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             original(module)
-            del loader.exec_module  # back to the class's method
+            loader.__dict__.pop("exec_module", None)  # back to the class's method
             watcher.callback()
 
         loader.exec_module = exec_module
@@ -49,6 +49,18 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
         except ValueError:
             pass
+
+
+def _find_after(watcher: TorchImportWatcher, fullname: str, path: Any, target: Any) -> Any:
+    """The spec the finders after ``watcher`` give (other watchers then wrap the loader too)."""
+    finders = sys.meta_path
+    start = finders.index(watcher) + 1 if watcher in finders else 0
+    for finder in list(finders[start:]):
+        find = getattr(finder, "find_spec", None)
+        spec = find(fullname, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return importlib.machinery.PathFinder.find_spec(fullname, path)
 
 
 def when_torch_imported(callback: Callable[[], None]) -> TorchImportWatcher | None:

@@ -20,6 +20,9 @@ def add_parser(subparsers: Any) -> None:
 
     add_export_options(parser)
     add_max_bytes_option(parser)
+    parser.add_argument("--flame", metavar="PHASE", default=None,  # code attribution
+                        help="print the folded stacks of PHASE (data_wait, forward, backward, optimizer, "
+                             "other, or workers) as collapsed-stack text for flamegraph.pl / speedscope")
     parser.set_defaults(handler=handle)
 
 
@@ -35,9 +38,11 @@ def _handle(args: argparse.Namespace) -> int:
     from stepscope.report.exports import export_report, plan_exports
     from stepscope.report.model import build_report
 
+    record = load_record(args.run_dir, rank=args.rank)
+    if getattr(args, "flame", None) is not None:
+        return _print_flame(record, args.flame)
     record_file = resolve_record_path(args.run_dir, args.rank)
     exports = plan_exports(args, record_file.parent)  # checks the outputs before any work
-    record = load_record(args.run_dir, rank=args.rank)
     report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
     if exports:
         export_report(report, run_dir=record_file.parent, **exports)
@@ -51,4 +56,19 @@ def _handle(args: argparse.Namespace) -> int:
     from stepscope.report.terminal import print_summary
 
     print_summary(report, str(record_file.parent), console=Console())
+    return 0
+
+
+def _print_flame(record: Any, phase: str) -> int:
+    """``--flame PHASE``: the phase's folded stacks on stdout (code attribution)."""
+    from stepscope.analysis.run.code_locations import collapse_stacks, format_collapsed
+    from stepscope.errors import UsageError
+
+    try:
+        stacks = collapse_stacks(record, phase)
+    except ValueError as exc:
+        raise UsageError(f"--flame: {exc}") from None
+    if not stacks:
+        print(f"stepscope: no stack samples for phase {phase!r} in this run", file=sys.stderr)
+    sys.stdout.write(format_collapsed(stacks))
     return 0

@@ -12,8 +12,10 @@ from typing import Any
 
 from stepscope.errors import UsageError
 
+DEFAULT_STACKS_HZ = 100.0  # = stepscope.capture.stacks.DEFAULT_RATE_HZ (not imported: keeps the CLI light)
+
 #: Options that take a value (needed to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard"}
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard", "--stacks-hz"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -57,6 +59,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                         help="replace the files of another run in the run directory (otherwise refused)")
     parser.add_argument("--html", action="store_true", help="also write RUN_DIR/report.html (self-contained)")
     parser.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars into DIR")
+    parser.add_argument("--stacks-hz", type=float, default=DEFAULT_STACKS_HZ, metavar="HZ",  # code attribution
+                        help=f"Python stack sampling rate, also of DataLoader workers, plus GC pause timing "
+                             f"(default {DEFAULT_STACKS_HZ:g}; 0 disables)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -82,6 +87,7 @@ class CaptureOptions:
     force: bool = False
     html: bool = False
     tensorboard: str | None = None
+    stacks_hz: float = DEFAULT_STACKS_HZ
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -95,6 +101,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         from stepscope.report.exports import check_tensorboard
 
         check_tensorboard(args.tensorboard)
+    if not args.stacks_hz >= 0:
+        raise UsageError(f"--stacks-hz must be >= 0 (0 disables), got {args.stacks_hz}")
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -105,6 +113,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         force=args.force,
         html=args.html,
         tensorboard=args.tensorboard,
+        stacks_hz=args.stacks_hz,
     )
 
 
@@ -138,7 +147,8 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     profiler = _make_profiler(options.profiler, run_dir) if options.profiler else None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
-                             profiler=profiler, trace=options.trace, force=options.force, derived=derived)
+                             profiler=profiler, trace=options.trace, force=options.force, derived=derived,
+                             stacks_hz=options.stacks_hz)
     guard = launcher.SignalGuard()
     session.should_hurry = lambda: bool(guard.pending)
     report_box: list[Any] = []

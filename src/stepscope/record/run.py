@@ -250,6 +250,110 @@ class CaptureFacts:
     cpu_peak: CpuPeak | None = None
     trailing_ns: int = 0  # time after the last committed step, not in any step
 
+
+
+#: Process roles of stack samples (the ``role`` column of :class:`StackSamples`).
+STACK_ROLES: tuple[str, ...] = ("main", "worker")
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    """One interned code location: file, line and function."""
+
+    file: str
+    line: int
+    function: str
+
+
+def _int_column(values: Any = ()) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+@dataclass(frozen=True)
+class StackSamples:
+    """Python stacks sampled during the run (see :mod:`stepscope.capture.stacks`).
+
+    Frames and stacks are interned: ``frames[i]`` is a :class:`StackFrame`, ``stacks[j]`` a tuple
+    of frame ids from the outermost frame to the innermost. One entry per sample in each column:
+    ``ts_ns`` (monotonic clock), ``step`` (committed step index, -1 outside steps), ``phase``
+    (index into :data:`PHASES`, -1 unknown; a worker sample takes the main thread's phase at that
+    moment), ``role`` (index into :data:`STACK_ROLES`), ``pid``, ``stack`` (index into ``stacks``).
+    ``library_paths`` are the path prefixes of library code at capture time (stdlib,
+    site-packages, torch, stepscope) and ``user_paths`` those that win over them (stepscope's zoo).
+    """
+
+    rate_hz: float = 0.0
+    mechanism: str = ""
+    frames: tuple[StackFrame, ...] = ()
+    stacks: tuple[tuple[int, ...], ...] = ()
+    ts_ns: np.ndarray = field(default_factory=_int_column)
+    step: np.ndarray = field(default_factory=_int_column)
+    phase: np.ndarray = field(default_factory=_int_column)
+    role: np.ndarray = field(default_factory=_int_column)
+    pid: np.ndarray = field(default_factory=_int_column)
+    stack: np.ndarray = field(default_factory=_int_column)
+    library_paths: tuple[str, ...] = ()
+    user_paths: tuple[str, ...] = ()
+    sampler_cpu_ns: int = 0  # time the main process's sampler thread spent taking samples
+    missed: int = 0  # ticks that found no frame of the sampled thread
+
+    COLUMNS = ("ts_ns", "step", "phase", "role", "pid", "stack")
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    def check(self) -> None:
+        lengths = {len(getattr(self, name)) for name in self.COLUMNS}
+        if len(lengths) > 1:
+            raise ValueError(f"stack sample columns differ in length: {sorted(lengths)}")
+        if len(self) and (int(self.stack.max()) >= len(self.stacks) or int(self.stack.min()) < 0):
+            raise ValueError("stack sample refers to an unknown stack")
+        if any(frame_id >= len(self.frames) or frame_id < 0 for stack in self.stacks for frame_id in stack):
+            raise ValueError("stack refers to an unknown frame")
+
+
+@dataclass(frozen=True)
+class GcPauses:
+    """Garbage-collector pauses, timed exactly with ``gc.callbacks`` (one entry per collection).
+
+    Columns: ``start_ns`` (monotonic clock), ``duration_ns``, ``generation`` (0-2), ``collected``,
+    ``uncollectable``, ``step`` (committed step index, -1 outside steps) and ``phase`` (index into
+    :data:`PHASES` of the phase it interrupted, -1 unknown). ``enabled`` says whether pauses were
+    measured at all (an empty table is then "no collection happened").
+    """
+
+    enabled: bool = False
+    start_ns: np.ndarray = field(default_factory=_int_column)
+    duration_ns: np.ndarray = field(default_factory=_int_column)
+    generation: np.ndarray = field(default_factory=_int_column)
+    collected: np.ndarray = field(default_factory=_int_column)
+    uncollectable: np.ndarray = field(default_factory=_int_column)
+    step: np.ndarray = field(default_factory=_int_column)
+    phase: np.ndarray = field(default_factory=_int_column)
+
+    COLUMNS = ("start_ns", "duration_ns", "generation", "collected", "uncollectable", "step", "phase")
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+    def check(self) -> None:
+        lengths = {len(getattr(self, name)) for name in self.COLUMNS}
+        if len(lengths) > 1:
+            raise ValueError(f"GC pause columns differ in length: {sorted(lengths)}")
+        if len(self) and (self.duration_ns < 0).any():
+            raise ValueError("negative GC pause duration")
+
+
+def steps_of(ts_ns: np.ndarray, steps: StepTable) -> np.ndarray:
+    """The committed step index each timestamp falls in (``start <= ts < end``), -1 outside steps."""
+    ts_ns = _int_column(ts_ns)
+    if not len(steps) or not len(ts_ns):
+        return np.full(len(ts_ns), -1, dtype=np.int64)
+    index = np.searchsorted(steps.start_ns, ts_ns, side="right") - 1
+    inside = (index >= 0) & (ts_ns < steps.end_ns[np.clip(index, 0, None)])
+    return np.where(inside, index, -1).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """Everything captured for one rank of one run.
@@ -266,6 +370,8 @@ class RunRecord:
     samples: Any = None
     facts: CaptureFacts = field(default_factory=CaptureFacts)
     schema_version: int = SCHEMA_VERSION
+    stack_samples: StackSamples = field(default_factory=StackSamples)
+    gc_pauses: GcPauses = field(default_factory=GcPauses)
 
     def check(self) -> None:
         """Assert the record's invariants (used by tests and after loading)."""
@@ -273,6 +379,8 @@ class RunRecord:
         lengths = {len(column) for column in steps.columns().values()}
         if len(lengths) > 1:
             raise ValueError(f"step columns differ in length: {sorted(lengths)}")
+        self.stack_samples.check()
+        self.gc_pauses.check()
         if len(steps) == 0:
             return
         total = sum(steps.phase(name) for name in PHASES)

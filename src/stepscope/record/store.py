@@ -28,6 +28,7 @@ from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.safe_write import atomic_write, json_bytes
 from stepscope.record.typecheck import checked_fields
+from stepscope.record import code_fields
 from stepscope.record.run import (
     RECORD_KIND,
     SCHEMA_VERSION,
@@ -75,7 +76,7 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         if name in _DELTA_COLUMNS and len(values):
             values = np.concatenate(([values[0]], np.diff(values)))
         columns[name] = values.tolist()
-    return {
+    document = {
         "kind": RECORD_KIND,
         "schema_version": SCHEMA_VERSION,
         "meta": asdict(record.meta),
@@ -85,6 +86,11 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
         "steps": {"count": len(record.steps), "delta_encoded": list(_DELTA_COLUMNS), "columns": columns},
         "facts": asdict(record.facts),
     }
+    for key, value in (("stack_samples", code_fields.stack_samples_to_document(record.stack_samples)),
+                       ("gc_pauses", code_fields.gc_pauses_to_document(record.gc_pauses))):
+        if value is not None:  # optional keys: absent when not captured
+            document[key] = value
+    return document
 
 
 def save_record(record: RunRecord, path: str | Path) -> Path:
@@ -201,6 +207,8 @@ def _build(document: dict[str, Any]) -> RunRecord:
         warnings=tuple(str(item) for item in document.get("warnings", ())),
         profiler_windows=windows,
         facts=_facts(document.get("facts") or {}),
+        stack_samples=code_fields.stack_samples_from_document(document.get("stack_samples")),
+        gc_pauses=code_fields.gc_pauses_from_document(document.get("gc_pauses")),
     )
 
 

@@ -99,6 +99,30 @@ SCENARIOS: dict[str, Scenario] = {
             "matmuls use all cores: workers or fewer threads would slow it down",
         ),
         Scenario(
+            name="worker-tokenize",
+            module="stepscope.zoo.worker_tokenize",
+            planted_family="input_pipeline",
+            title="slow pure-Python tokenize() in __getitem__, num_workers=2",
+            mechanism="each sample runs a pure-Python comprehension over 12,000 characters in the "
+            "DataLoader workers; code attribution names worker_tokenize.py tokenize() in the workers",
+        ),
+        Scenario(
+            name="loop-bookkeeping",
+            module="stepscope.zoo.loop_bookkeeping",
+            planted_family="python_code",
+            title="per-step metric dict built in pure Python outside the model",
+            mechanism="after each optimizer step every parameter goes through .tolist() and a Python "
+            "sum of squares: the 'other' phase dominates, on step_metrics()'s one line",
+        ),
+        Scenario(
+            name="gc-cycles",
+            module="stepscope.zoo.gc_cycles",
+            planted_family="gc_pauses",
+            title="growing cache of small cyclic objects: garbage-collector pauses",
+            mechanism="every step keeps a tree of parent<->child cycles and drops another; full "
+            "collections walk the ever larger cache (GC pauses measured with gc.callbacks)",
+        ),
+        Scenario(
             name="healthy",
             module="stepscope.zoo.healthy",
             planted_family="healthy",

@@ -1,0 +1,133 @@
+"""The in-process stack sampler: samples, phases, interning, worker files and their merge."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from stepscope.capture import stacks
+from stepscope.capture.recorder import FORWARD, StepRecorder
+from stepscope.capture.stacks import StackSampler, StackTable, WorkerStackStart, _WorkerFile
+from stepscope.record.run import PHASES, STACK_ROLES, StepTable
+
+
+def busy_target(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(2000))  # the sampled line
+
+
+def test_samples_name_the_running_function_and_the_recorder_phase():
+    recorder = StepRecorder()
+    recorder._phase = FORWARD
+    stop = threading.Event()
+    worker = threading.Thread(target=busy_target, args=(stop,))
+    worker.start()
+    try:
+        sampler = StackSampler(recorder, 200, thread_id=worker.ident).start()
+        time.sleep(0.3)
+        sampler.stop()
+    finally:
+        stop.set()
+        worker.join()
+    samples = sampler.freeze(StepTable.empty())
+    samples.check()
+    assert len(samples) >= 10
+    functions = {samples.frames[stack[-1]].function for stack in samples.stacks}
+    assert any(name.startswith("busy_target") for name in functions), functions
+    assert set(samples.phase.tolist()) == {PHASES.index("forward")}
+    assert set(samples.role.tolist()) == {STACK_ROLES.index("main")}
+    assert (samples.step == -1).all()  # no committed steps
+    assert samples.mechanism == stacks.MECHANISM and samples.rate_hz == 200
+    assert samples.sampler_cpu_ns > 0
+
+
+def test_stop_is_idempotent_and_ends_the_thread():
+    sampler = StackSampler(None, 100).start()
+    sampler.stop()
+    sampler.stop()
+    assert not sampler._thread.is_alive()
+
+
+def test_table_interns_frames_and_stacks():
+    table = StackTable()
+    frame = sys._getframe()
+    for _ in range(3):
+        table.add(1, 0, frame)
+    assert len(table) == 3 and len(table.stacks) == 1
+    assert table.frames[table.stacks[0][-1]][2].endswith("test_table_interns_frames_and_stacks")
+
+
+def test_steps_are_assigned_from_timestamps():
+    from stepscope.record.run import steps_of
+
+    steps = StepTable.from_columns({"start_ns": [100, 200, 400], "duration_ns": [100, 100, 50]})
+    assert steps_of(np.array([50, 100, 199, 200, 350, 420, 450]), steps).tolist() == [-1, 0, 0, 1, -1, 2, -1]
+
+
+def test_worker_start_is_picklable_and_calls_the_user_function(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(stacks, "start_worker_sampler", lambda *args, **kwargs: seen.append("sampler"))
+    start = WorkerStackStart(seen.append, str(tmp_path), 50.0)
+    pickle.loads(pickle.dumps(WorkerStackStart(None, str(tmp_path), 50.0)))
+    start(3)
+    assert seen == ["sampler", 3]
+
+
+def test_worker_samples_merge_only_during_main_data_waits(tmp_path):
+    table = StackTable()
+    frame = sys._getframe()
+    for ts in (1_000, 2_000, 3_000):
+        table.add(ts, -1, frame)
+    writer = _WorkerFile(table, str(tmp_path / "w"))
+    writer.flush()
+    sampler = StackSampler(None, 1000.0, worker_dir=tmp_path / "w")
+    data_wait = PHASES.index("data_wait")
+    sampler.table.ts_ns.extend([900, 1_900, 2_900])
+    sampler.table.phase.extend([data_wait, PHASES.index("forward"), data_wait])
+    sampler.table.stack.extend([0, 0, 0])
+    sampler.table.stacks.append((0,))
+    sampler.table.frames.append(("main.py", 1, "main"))
+    samples = sampler.freeze(StepTable.empty())
+    samples.check()
+    workers = samples.role == STACK_ROLES.index("worker")
+    assert samples.ts_ns[workers].tolist() == [1_000, 3_000]
+    assert not (tmp_path / "w").exists()  # worker files are consumed
+    leaf = samples.frames[samples.stacks[samples.stack[workers][0]][-1]]
+    assert leaf.function.endswith("test_worker_samples_merge_only_during_main_data_waits")
+
+
+def test_switch_interval_is_lowered_while_sampling_and_restored():
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(stacks.PYTHON_SWITCH_INTERVAL_S)
+    try:
+        sampler = StackSampler(None, 100).start()
+        assert sys.getswitchinterval() == pytest.approx(stacks.SWITCH_INTERVAL_S)
+        sampler.stop()
+        assert sys.getswitchinterval() == pytest.approx(stacks.PYTHON_SWITCH_INTERVAL_S)
+        sys.setswitchinterval(0.002)  # the script's own choice is left alone
+        sampler = StackSampler(None, 100).start()
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+        sampler.stop()
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def test_a_failing_sampler_ends_quietly_and_says_why(capsys):
+    class Broken(StackTable):
+        def add(self, *args):
+            raise OSError("disk full")
+
+    sampler = StackSampler(None, 500)
+    sampler.table = Broken()
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    assert sampler._thread.error == "OSError: disk full"
+    assert capsys.readouterr().err == ""
+    sampler.freeze(StepTable.empty())
+    assert any("stack sampling stopped early" in message for message in sampler.warnings.messages)
