@@ -16,7 +16,10 @@ two readers never compute the same number twice or differently:
 - the cores the model's compute keeps busy (``compute_cores``), which prices DataLoader workers;
 - per-operator overhead (:class:`OpOverhead`) from the counted step;
 - MFU against the peak of the dtype that ran, with its uncertainty (:class:`MfuEstimate`);
-- foreign load: processes outside the job that used the machine (:class:`ForeignLoad`).
+- foreign load: processes outside the job that used the machine (:class:`ForeignLoad`);
+- the code that owns each phase (:class:`~stepscope.analysis.run.code_locations.CodeAttribution`,
+  from the stack samples) and the garbage collector's pauses
+  (:class:`~stepscope.analysis.run.gc_pauses.GcPauseSummary`), over the steady state.
 
 Thresholds are not applied here: rules apply them. Any part may be None (not measured); None is
 never zero.
@@ -30,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.analysis.run.code_locations import CodeAttribution, attribute_code
+from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
@@ -151,6 +156,8 @@ class RunEvidence:
     mfu: MfuEstimate | None = None
     mfu_note: str | None = None
     foreign: ForeignLoad | None = None
+    code: CodeAttribution | None = None
+    gc: GcPauseSummary | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -169,6 +176,8 @@ class RunEvidence:
             "mfu": asdict(self.mfu) if self.mfu is not None else None,
             "mfu_note": self.mfu_note,
             "foreign": asdict(self.foreign) if self.foreign is not None else None,
+            "code": self.code.to_dict() if self.code is not None else None,
+            "gc": self.gc.to_dict() if self.gc is not None else None,
             "ranks": [item.rank for item in self.ranks],
         }
 
@@ -208,7 +217,23 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         compute_cores=compute_cores(steady, signals, loader, record),
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign,
+        code=code_attribution(record, steady), gc=gc_summary(record, steady),
     )
+
+
+def code_attribution(record: RunRecord, steady: SteadyState | None) -> CodeAttribution | None:
+    """Top code locations per phase over the steady state; None without stack samples."""
+    if steady is None or not len(record.stack_samples):
+        return None
+    return attribute_code(record, steady.mask)
+
+
+def gc_summary(record: RunRecord, steady: SteadyState | None) -> GcPauseSummary | None:
+    """Collector pauses over the steady state; None when they were not measured."""
+    if steady is None:
+        return None
+    summary = summarize_gc_pauses(record, steady.mask)
+    return summary if summary.measured else None
 
 
 # -- loading -------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ SUPERSEDES: dict[str, frozenset[str]] = {
     # a rank waiting for others (in collectives) is never compute-bound
     "straggler": frozenset({"compute"}),
     "communication": frozenset({"compute"}),
+    # a checkpoint or evaluation every N steps lands in "other": the stall names it better
+    "periodic_stall": frozenset({"outside_model"}),
 }
 
 #: Families whose evidence is CPU time or CPU-relative rates: other processes on the machine make

@@ -25,6 +25,8 @@ Family = Literal[
     "memory_pressure",
     "cpu_oversubscription",
     "foreign_load",
+    "garbage_collection",
+    "outside_model",
     "healthy",
 ]
 

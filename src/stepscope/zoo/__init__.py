@@ -109,7 +109,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="loop-bookkeeping",
             module="stepscope.zoo.loop_bookkeeping",
-            planted_family="python_code",
+            planted_family="outside_model",
             title="per-step metric dict built in pure Python outside the model",
             mechanism="after each optimizer step every parameter goes through .tolist() and a Python "
             "sum of squares: the 'other' phase dominates, on step_metrics()'s one line",
@@ -117,7 +117,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="gc-cycles",
             module="stepscope.zoo.gc_cycles",
-            planted_family="gc_pauses",
+            planted_family="garbage_collection",
             title="growing cache of small cyclic objects: garbage-collector pauses",
             mechanism="every step keeps a tree of parent<->child cycles and drops another; full "
             "collections walk the ever larger cache (GC pauses measured with gc.callbacks)",

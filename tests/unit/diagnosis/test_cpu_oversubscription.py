@@ -13,6 +13,9 @@ INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
     (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), True),
     # thread counts known: 2 intra-op + 4 workers × 4 threads on 2 cores
     (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(4, 0.5, threads=4)), True),
+    # 4 threads per worker, but the run queue says they do not run (helper threads sleep)
+    (dict(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=1.1, workers=workers(2, 0.95, threads=4)),
+     False),
     # one single-threaded worker: 3 threads
     (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),
     # crowded, but by other processes: this run uses 0.4 cores

@@ -17,10 +17,12 @@ from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.compute import low_mfu
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
 from stepscope.diagnosis.rules.foreign_load import others_on_the_machine
+from stepscope.diagnosis.rules.garbage_collection import collector_pauses
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
+from stepscope.diagnosis.rules.outside_model import other_dominates
 from stepscope.diagnosis.rules.periodic_stall import recurring_slow_steps
 from stepscope.diagnosis.rules.storage_io import loader_waits_on_io
 from stepscope.diagnosis.rules.straggler import slow_rank
@@ -39,4 +41,6 @@ RULES: tuple[Rule, ...] = (
     near_capacity,
     oversubscribed_cpu,
     others_on_the_machine,
+    collector_pauses,
+    other_dominates,
 )

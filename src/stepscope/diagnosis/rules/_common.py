@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.code_locations import CodeLocation
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 
 #: XProf's "MODERATELY input-bound" level (kModeratelyInfeedBoundThresholdInPercent = 5), which is
@@ -72,6 +73,35 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
     if util is not None and util < LOADER_CPU_BUSY and machine is not None and machine >= CPU_SATURATED:
         return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
     return util, source
+
+
+def code_locations(ev: RunEvidence, phase: str, role: str = "main") -> tuple[CodeLocation, ...]:
+    """The top user-code locations of a phase (``role="worker"``: the DataLoader workers')."""
+    if ev.code is None:
+        return ()
+    part = ev.code.workers if role == "worker" else ev.code.phase(phase)
+    return part.locations if part is not None else ()
+
+
+def code_summary(ev: RunEvidence, phase: str, role: str = "main") -> str:
+    """``"train.py:41 tokenize() 72%, collate() 11%"``: where a phase's time goes, or ``""``."""
+    return ", ".join(f"{item.label} {pct(item.share_of_phase)}" for item in code_locations(ev, phase, role)[:3])
+
+
+def loading_code(ev: RunEvidence, evidence: list[Evidence]) -> str:
+    """Where loading spends its time (stack samples), as a sentence; adds the locations as evidence."""
+    loader = ev.main_loader
+    role = "worker" if loader is not None and loader.num_workers > 0 else "main"
+    locations = code_locations(ev, "data_wait", role)
+    for location in locations[:3]:
+        evidence.append(Evidence("code_location", location.label, None, "stacks", "code",
+                                 f"{pct(location.share_of_phase)} of data wait"
+                                 + (" (worker processes)" if role == "worker" else "")))
+    if not locations:
+        return ""
+    where = "in worker processes" if role == "worker" else "in the training process"
+    return f" Data wait {pct(ev.steady.data_wait_share if ev.steady else 0.0)} — {where}: " \
+           f"{code_summary(ev, 'data_wait', role)}."
 
 
 def evidence_source(description: str) -> str:

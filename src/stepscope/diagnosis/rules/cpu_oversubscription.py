@@ -23,6 +23,8 @@ from stepscope.diagnosis.rules._common import CPU_SATURATED
 #: method calls any run queue longer than the CPU count saturation; twice the cores means each
 #: runnable thread gets at most half a core.
 RUNNABLE_PER_CORE_HIGH = 2.0
+#: A run queue that corroborates a thread count (more runnable threads than cores, by half).
+RUNNABLE_CORROBORATES = 1.5
 #: Threads the training tree wants to run (intra-op threads + busy workers' threads) per core.
 THREAD_DEMAND_PER_CORE_HIGH = 2.0
 #: Share of all cores the training tree itself must use for the run queue to be *its* doing
@@ -49,7 +51,10 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
         return None
     cores = demand.cores
     wait = ev.steady.data_wait_share if ev.steady is not None else 0.0
-    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1
+    # threads that exist are not threads that run: when the run queue was measured it must
+    # corroborate (idle helper threads of single-threaded workers crowd nothing)
+    queue_agrees = demand.runnable_per_core is None or demand.runnable_per_core >= RUNNABLE_CORROBORATES
+    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees
                   and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
     by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
                 and demand.busy_workers > 0 and demand.tree_cores >= TREE_SHARE_OF_CORES * cores

@@ -116,6 +116,7 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                 " (storage or latency would look the same).")
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
+    summary += common.loading_code(ev, evidence)
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, wait, confidence,
                           evidence, _prescriptions(ev, util), summary,
                           severity=Severity.LOW if near else None, claims=("data_wait",))

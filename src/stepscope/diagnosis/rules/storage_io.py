@@ -72,6 +72,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                "producing batches are not busy on CPU"
                + (f" ({util:.0%} of a core)" if util is not None else "")
                + ": they wait for reads or a slow source. More workers overlap the waiting.")
+    summary += common.loading_code(ev, evidence)
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER),
                           summary, claims=("data_wait",))
