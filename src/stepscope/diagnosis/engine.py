@@ -116,7 +116,9 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
         if finding is not None:
             findings.append(finding)
     kept, superseded = _apply_precedence(findings)
-    kept = rank_findings(_crowded(_partition_costs(rank_findings(kept), evidence)))
+    kept, absorbed = _partition_costs(rank_findings(kept), evidence)
+    superseded += absorbed
+    kept = rank_findings(_crowded(kept))
     if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
         healthy = _healthy(evidence, tuple(kept), failed)
         if healthy is not None:
@@ -161,14 +163,22 @@ def _crowded(findings: list[Finding]) -> list[Finding]:
             for item in findings]
 
 
-def _partition_costs(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
+#: A finding whose whole cost is already counted by costlier ones (what is left of it is below
+#: this share of the step) is listed as superseded by them rather than shown at ~0 %.
+ABSORBED_BELOW = 0.005
+
+
+def _partition_costs(findings: list[Finding],
+                     evidence: RunEvidence) -> tuple[list[Finding], list[tuple[Finding, str]]]:
     """Cap measured impacts by what is left of the parts of the step they claim."""
     steady = evidence.steady
     left: dict[str, float] = {"step": 1.0}
     if steady is not None:
         for claim, phases in CLAIM_PHASES.items():
             left[claim] = sum(steady.shares.get(phase, 0.0) for phase in phases)
-    out = []
+    out: list[Finding] = []
+    absorbed: list[tuple[Finding, str]] = []
+    spent_by: dict[str, str] = {}
     for item in findings:
         if not item.impact_measured or item.impact <= 0:
             out.append(item)
@@ -181,11 +191,17 @@ def _partition_costs(findings: list[Finding], evidence: RunEvidence) -> list[Fin
             used = min(spend, left[claim])
             left[claim] -= used
             spend -= used
+            if used > 0:
+                spent_by.setdefault(claim, item.rule_id)
         left["step"] -= impact
+        if impact < ABSORBED_BELOW <= item.impact:
+            owner = next((spent_by[claim] for claim in parts if claim in spent_by), "the costlier findings")
+            absorbed.append((item, owner))
+            continue
         if impact < item.impact - 1e-9:
             severity = item.severity if item.severity == Severity.INFO else max(
                 Severity.INFO, min(item.severity, severity_for_impact(impact)))
             item = replace(item, impact=round(impact, 4), severity=severity,
                            extra={**item.extra, "impact_before_overlap": item.impact})
         out.append(item)
-    return out
+    return out, absorbed

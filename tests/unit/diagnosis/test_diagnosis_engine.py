@@ -102,7 +102,8 @@ def test_costs_of_one_run_do_not_overlap():
     diagnosis = run_rules(ctx_of(make_record(shares=INPUT)), rules=(whole_wait, also_wait, compute), verdict=False)
     impacts = {item.rule_id: item.impact for item in diagnosis.findings}
     assert impacts["a.x"] == pytest.approx(0.6)
-    assert impacts["b.x"] == 0.0  # the data wait is already claimed
+    assert "b.x" not in impacts  # the data wait is already claimed: listed as absorbed by a.x
+    assert [(item.rule_id, by) for item, by in diagnosis.superseded] == [("b.x", "a.x")]
     assert impacts["c.x"] == pytest.approx(0.37)  # forward + backward + optimizer share
     assert sum(impacts.values()) <= 1.0
 
