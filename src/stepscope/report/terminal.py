@@ -77,6 +77,16 @@ def _overview(report: Report) -> Table:
         table.add_row("Warm-up", Text(f"{report.warmup_steps} step(s), {format_duration(warm.total_s)} "
                                       f"(mean {format_duration(warm.mean_s)}) — shown apart"))
     table.add_row("Phases", Group(phase_bar(steady.phase_shares), _phase_legend(steady.phase_shares)))
+    mfu = report.evidence.mfu
+    if mfu is not None:
+        table.add_row("MFU", Text(f"{format_ratio(mfu.value)} (range {format_ratio(mfu.low)}–{format_ratio(mfu.high)}) "
+                                  f"of the {printable(mfu.peak_source)}"))
+    gc = report.evidence.gc
+    if gc is not None and gc.count:
+        largest = f", largest {format_duration(gc.largest.duration_s)}" if gc.largest is not None else ""
+        per_step = f"{gc.pauses_per_step:.1f}" if gc.pauses_per_step is not None else "-"
+        table.add_row("GC pauses", Text(f"{format_ratio(gc.share_of_step_time)} of step time · "
+                                        f"{per_step} per step{largest}"))
     for loader in report.loaders:
         table.add_row("DataLoader", Text(_loader_line(loader)))
     return table

@@ -116,7 +116,11 @@ def sentinel_report():
                       impact=0.4567, confidence=0.83,
                       evidence=(Evidence("sentinel_metric", 0.6789, 0.0505, "steps", "ratio", ""),),
                       prescriptions=(Prescription("Sentinel action", "sentinel why", expected_gain=0.1357),))
-    evidence = RunEvidence(record=record, steady=state)
+    from stepscope.analysis.bundle import MfuEstimate
+
+    mfu = MfuEstimate(value=0.1919, low=0.1717, high=0.2121, peak_flops=1e12, dtype="bf16",
+                      peak_source="sentinel peak", on_gpu=True, flops_per_step=1e9, step_time_s=0.0111)
+    evidence = RunEvidence(record=record, steady=state, mfu=mfu)
     return Report(source="run", evidence=evidence, diagnosis=Diagnosis((finding,)), findings=(finding,))
 
 
@@ -125,7 +129,7 @@ SENTINELS = ("sentinel_target.py", "4329 steps", "1m17s", "exit 42", "12.34 step
              "data wait 12.3%", "forward 23.4%", "backward 34.1%", "optimizer 4.6%", "other 25.6%",
              "#3 SentinelSet", "batch_size=96", "num_workers=5", "777 batches", "888 ms",
              "Sentinel title", "45.7%", "83.0%", "sentinel_metric = 67.9%", "threshold 5.1%",
-             "Sentinel action", "13.6%", "sentinel why")
+             "Sentinel action", "13.6%", "sentinel why", "MFU 19.2% (range 17.2%–21.2%) of the sentinel peak")
 
 
 def test_renderer_only_formats():
