@@ -275,3 +275,37 @@ def test_cpu_peak_is_measured_at_torch_import_once_then_read_from_the_cache(tmp_
     scaled = load_record(tmp_path / "fewer")
     assert scaled.facts.cpu_peak.threads == 1
     assert any("scaled" in text for text in scaled.warnings)
+
+
+def test_autocast_and_fp32_runs_get_mfu_against_different_peaks(tmp_path):
+    write_script(tmp_path, "amp.py", """
+        import sys
+        import torch
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(12):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=sys.argv[1] == "bf16"):
+                out = model(torch.randn(64, 256))
+            out.float().pow(2).mean().backward()
+            opt.step()
+    """)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for dtype in ("bf16", "fp32"):
+        result = run_cli(["run", "--no-monitor", "--no-summary", "-o", dtype, "amp.py", dtype], tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+    import orjson
+
+    reports = {dtype: orjson.loads((tmp_path / dtype / "report.json").read_bytes()) for dtype in ("bf16", "fp32")}
+    for dtype, report in reports.items():
+        assert report["facts"]["compute"]["matmul_flops_by_dtype"].keys() == {dtype}
+        mfu = report["summary"]["mfu"]
+        assert mfu is not None, report["summary"]["mfu_note"]
+        assert mfu["dtype"] == dtype and dtype in mfu["peak_source"] and 0 < mfu["value"] <= 1
+    bf16 = reports["bf16"]
+    assert bf16["facts"]["compute"]["autocast"] == "cpu:bf16"
+    assert bf16["facts"]["cpu_peak_bf16"]["flops_best"] != bf16["facts"]["cpu_peak"]["flops_best"]
+    actions = " ".join(p["action"] for f in bf16["findings"] for p in f["prescriptions"])
+    assert "autocast" not in actions  # never told to turn on what it uses

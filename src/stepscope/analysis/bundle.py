@@ -389,12 +389,10 @@ def mfu_estimate(facts: CaptureFacts, steady: SteadyState | None, gpu: DeviceInf
         peak_low = peak_high = peak
         source = f"{gpu.name} datasheet {dtype}"
     else:
-        cpu_peak = facts.cpu_peak
+        cpu_peak = {"fp32": facts.cpu_peak, "bf16": facts.cpu_peak_bf16}.get(dtype)
         if cpu_peak is None or cpu_peak.flops_best <= 0:
-            return None, "the CPU matmul peak was not measured"
-        if dtype != "fp32":
-            return None, (f"the step computes in {dtype} and only the fp32 CPU peak is measured: "
-                          "MFU against it would be meaningless")
+            known = "no" if dtype not in ("fp32", "bf16") else "no measured"
+            return None, f"{known} CPU matmul peak for {dtype}, the dtype the step computes in"
         if foreign is not None and foreign.cpu_share > FOREIGN_CPU_MAX_FOR_MFU:
             return None, (f"other processes used {foreign.cpu_share:.0%} of the cores: the steps ran on a "
                           "busier machine than the one the peak describes")
@@ -402,7 +400,7 @@ def mfu_estimate(facts: CaptureFacts, steady: SteadyState | None, gpu: DeviceInf
         step = fast = steady.step_time_fast_s
         peak_high, peak_low = cpu_peak.flops_best, cpu_peak.flops_median or cpu_peak.flops_best
         peak = cpu_peak.flops_best
-        source = "measured fp32 matmul peak of this CPU"
+        source = f"measured {dtype} matmul peak of this CPU"
     value = mfu(compute.flops, step, peak)
     if value > 1.0:
         return None, (f"the counted FLOPs exceed the {dtype} peak ({value:.0%}): the peak does not describe "

@@ -46,30 +46,34 @@ def cache_path() -> Path:
     return Path(base) / "stepscope" / CACHE_FILE
 
 
-def machine_key(threads: int) -> str:
-    """The cache key: what the measured rate depends on."""
+def machine_key(threads: int, dtype: str = "fp32") -> str:
+    """The cache key: what the measured rate depends on (and the dtype, when not float32)."""
     from stepscope.capture.environment import cpu_model
 
     torch = sys.modules.get("torch")
     parts = [cpu_model(), f"cores={os.cpu_count() or 0}",
              f"torch={getattr(torch, '__version__', '?')}", f"threads={threads}"]
     parts += [f"{name}={os.environ.get(name, '')}" for name in _ENV_KEYS]
+    if dtype != "fp32":
+        parts.append(f"dtype={dtype}")
     return "|".join(parts)
 
 
-def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S) -> CpuPeak:
-    """Time float32 matmuls with torch's current intra-op threads (see the module docstring).
-
-    The operands come from a deterministic fill, so the global RNG state is untouched.
+def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S,
+                            dtype: str = "fp32") -> CpuPeak:
+    """Time ``dtype`` (``"fp32"`` or ``"bf16"``) matmuls with torch's current intra-op threads (see
+    the module docstring). The operands come from a deterministic fill, so the global RNG state is
+    untouched.
     """
     import torch
 
     size = CPU_PEAK_MATRIX
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     with torch.no_grad():
         values = torch.arange(size * size, dtype=torch.float32).reshape(size, size)
-        left = torch.sin(values)
-        right = torch.cos(values)
-        out = torch.empty(size, size)
+        left = torch.sin(values).to(kind)
+        right = torch.cos(values).to(kind)
+        out = torch.empty(size, size, dtype=kind)
         torch.mm(left, right, out=out)  # warm-up: thread pool, caches
         flops = 2.0 * size**3
         rates = []
@@ -81,7 +85,8 @@ def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_M
             if len(rates) >= 3 and time.perf_counter() > deadline:
                 break
     return CpuPeak(flops_best=max(rates), flops_median=float(statistics.median(rates)), repetitions=len(rates),
-                   threads=int(torch.get_num_threads()), source="measured", measured_wall_ns=time.time_ns())
+                   threads=int(torch.get_num_threads()), source="measured", measured_wall_ns=time.time_ns(),
+                   dtype=dtype)
 
 
 def read_cache(path: Path | None = None) -> dict[str, Any]:
@@ -94,13 +99,13 @@ def read_cache(path: Path | None = None) -> dict[str, Any]:
     return entries if isinstance(entries, dict) else {}
 
 
-def cached_peak(threads: int, path: Path | None = None) -> CpuPeak | None:
+def cached_peak(threads: int, path: Path | None = None, dtype: str = "fp32") -> CpuPeak | None:
     """The cached peak for this machine with ``threads`` intra-op threads, or None."""
-    entry = read_cache(path).get(machine_key(threads))
+    entry = read_cache(path).get(machine_key(threads, dtype))
     try:
         return CpuPeak(flops_best=float(entry["flops_best"]), flops_median=float(entry["flops_median"]),
                        repetitions=int(entry.get("repetitions", 0)), threads=threads, source="cache",
-                       measured_wall_ns=int(entry.get("measured_wall_ns", 0)))
+                       measured_wall_ns=int(entry.get("measured_wall_ns", 0)), dtype=dtype)
     except (TypeError, KeyError, ValueError):
         return None
 
@@ -114,7 +119,7 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     from stepscope.record.safe_write import atomic_write
 
     path = path or cache_path()
-    key = machine_key(peak.threads or 0)
+    key = machine_key(peak.threads or 0, peak.dtype)
     entries = read_cache(path)
     old = entries.get(key)
     if isinstance(old, dict) and float(old.get("flops_best", 0) or 0) >= peak.flops_best:
@@ -132,16 +137,21 @@ def current_threads() -> int:
     return int(torch.get_num_threads()) if torch is not None else 0
 
 
-def peak_at_torch_import(warn: Any) -> CpuPeak | None:
+#: Matmul dtypes whose CPU peak is kept: float32, and bfloat16 for CPU autocast runs (MFU is
+#: measured against the peak of the dtype that ran).
+PEAK_DTYPES = ("fp32", "bf16")
+
+
+def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
     """The cached peak, else a measurement (stored in the cache). ``warn(cause, text)`` on trouble."""
     threads = current_threads()
-    cached = cached_peak(threads)
+    cached = cached_peak(threads, dtype=dtype)
     if cached is not None:
         return cached
     try:
-        peak = measure_cpu_matmul_peak()
+        peak = measure_cpu_matmul_peak(dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - a missing peak only costs MFU
-        warn("cpu-peak", f"CPU matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
+        warn(f"cpu-peak-{dtype}", f"CPU {dtype} matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
         return None
     try:
         store_peak(peak)
@@ -151,5 +161,5 @@ def peak_at_torch_import(warn: Any) -> CpuPeak | None:
     return peak
 
 
-__all__ = ["CPU_PEAK_MATRIX", "cache_path", "cached_peak", "machine_key", "measure_cpu_matmul_peak",
+__all__ = ["CPU_PEAK_MATRIX", "PEAK_DTYPES", "cache_path", "cached_peak", "machine_key", "measure_cpu_matmul_peak",
            "peak_at_torch_import", "read_cache", "store_peak"]

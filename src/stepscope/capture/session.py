@@ -106,7 +106,7 @@ class CaptureSession:
         self._started = False
         self._torch_watcher: Any = None
         self._device_checked_at = 0
-        self.cpu_peak: CpuPeak | None = None
+        self.cpu_peaks: dict[str, CpuPeak | None] = {}  # matmul dtype -> this machine's peak
         #: Polled between the steps of finalisation: True when the process should end now
         #: (a second signal arrived); the optional steps after the record's save are then skipped.
         self.should_hurry: Any = lambda: False
@@ -131,10 +131,10 @@ class CaptureSession:
         self.hooks.install()
         self._chain_commit_callbacks()
         if self.flops is not None:  # CPU MFU needs this machine's matmul peak: cached, else measured now
-            from stepscope.capture.cpu_peak import peak_at_torch_import
+            from stepscope.capture.cpu_peak import PEAK_DTYPES, peak_at_torch_import
 
             if self.meta["local_rank"] == 0:  # other local ranks read what rank 0 cached
-                self.cpu_peak = peak_at_torch_import(self.warnings.once)
+                self.cpu_peaks = {dtype: peak_at_torch_import(self.warnings.once, dtype) for dtype in PEAK_DTYPES}
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
@@ -187,11 +187,12 @@ class CaptureSession:
         if self.profiler is not None:
             _quietly(self.warnings, "profiler", self._stop_profiler)
         torch_meta = environment.torch_meta()
-        cpu_peak = None
+        cpu_peak = cpu_peak_bf16 = None
         if torch_meta and recorder.device is None and recorder.count:
-            cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"))
+            cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "fp32")
+            cpu_peak_bf16 = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "bf16")
         facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
-                             cpu_peak=cpu_peak, trailing_ns=recorder.trailing_ns)
+                             cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns)
         if recorder.foreign_thread_calls:
             self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
         meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
@@ -211,20 +212,20 @@ class CaptureSession:
                          warnings=tuple(self.warnings.messages), facts=facts,
                          profiler_windows=(window,) if window is not None else (), **code)
 
-    def _final_cpu_peak(self, threads: int | None) -> CpuPeak | None:
+    def _final_cpu_peak(self, threads: int | None, dtype: str) -> CpuPeak | None:
         """The peak measured (or cached) at torch import; the cache's entry for the thread count
         the script ended with when it changed them (no measurement here: the run is over)."""
-        peak = self.cpu_peak
+        peak = self.cpu_peaks.get(dtype)
         if threads is not None and (peak is None or peak.threads != threads):
             try:
                 from stepscope.capture.cpu_peak import cached_peak
 
-                peak = cached_peak(threads) or peak
+                peak = cached_peak(threads, dtype=dtype) or peak
             except Exception:  # noqa: BLE001
                 pass
         if peak is not None and threads and peak.threads and peak.threads != threads:
             # GEMM scales about linearly with threads; say so rather than compare unlike machines
-            self.warnings.note(f"CPU peak measured with {peak.threads} threads, scaled to the {threads} "
+            self.warnings.note(f"CPU {dtype} peak measured with {peak.threads} threads, scaled to the {threads} "
                                "the script ran with")
             cores = self.meta["cpu_count_logical"] or max(threads, peak.threads)
             scale = min(threads, cores) / min(peak.threads, cores)

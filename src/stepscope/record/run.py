@@ -208,6 +208,7 @@ class CpuPeak:
     threads: int | None = None
     source: str = "measured"  # "measured" | "cache" | "record" (migrated from schema 1)
     measured_wall_ns: int = 0
+    dtype: str = "fp32"  # the matmul dtype measured: "fp32" or "bf16"
 
     @property
     def spread(self) -> float:
@@ -248,6 +249,7 @@ class CaptureFacts:
 
     compute: ComputeFacts | None = None
     cpu_peak: CpuPeak | None = None
+    cpu_peak_bf16: CpuPeak | None = None  # the same machine's bf16 matmul rate (CPU autocast runs)
     trailing_ns: int = 0  # time after the last committed step, not in any step
 
 

@@ -220,6 +220,7 @@ def facts_from_v1_extra(extra: dict[str, Any]) -> CaptureFacts:
 def _facts(data: dict[str, Any]) -> CaptureFacts:
     compute = data.get("compute")
     peak = data.get("cpu_peak")
+    peak_bf16 = data.get("cpu_peak_bf16")
     return CaptureFacts(
         compute=None if compute is None else ComputeFacts(**{
             **_known(ComputeFacts, compute),
@@ -228,6 +229,7 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
             "param_dtypes": tuple(str(item) for item in compute.get("param_dtypes", ())),
         }),
         cpu_peak=None if peak is None else CpuPeak(**_known(CpuPeak, peak)),
+        cpu_peak_bf16=None if peak_bf16 is None else CpuPeak(**_known(CpuPeak, peak_bf16)),
         trailing_ns=int(data.get("trailing_ns", 0)),
     )
 

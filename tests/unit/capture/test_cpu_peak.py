@@ -76,7 +76,7 @@ def test_unwritable_cache_is_one_warning_and_the_measurement_is_kept(tmp_path, m
     blocker.write_text("a file where the cache directory should be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
-                        lambda: CpuPeak(flops_best=2e9, flops_median=1e9, threads=1))
+                        lambda dtype="fp32": CpuPeak(flops_best=2e9, flops_median=1e9, threads=1, dtype=dtype))
     warned = []
     peak = cpu_peak.peak_at_torch_import(lambda cause, text: warned.append((cause, text)))
     assert peak is not None and peak.flops_best == 2e9

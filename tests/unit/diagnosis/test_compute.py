@@ -62,6 +62,18 @@ def test_no_mfu_above_the_peak():
     assert ev.mfu is None and "exceed" in ev.mfu_note
 
 
+def test_cpu_bf16_run_is_measured_against_the_bf16_peak():
+    from dataclasses import replace
+
+    from stepscope.record.run import CpuPeak
+
+    record = make_record(step_s=0.01, shares=COMPUTE, extra={"flops": {"step_index": 3, "flops": 1e8},
+                                                             "compute_dtype": "bf16", "cpu_matmul_peak_flops": PEAK})
+    record = replace(record, facts=replace(record.facts, cpu_peak_bf16=CpuPeak(PEAK / 2, PEAK / 2, dtype="bf16")))
+    ev = ctx_of(record)
+    assert ev.mfu.dtype == "bf16" and ev.mfu.peak_flops == PEAK / 2 and "bf16" in ev.mfu.peak_source
+
+
 def test_cpu_run_in_bf16_has_no_mfu_against_the_fp32_peak():
     record = make_record(step_s=0.01, shares=COMPUTE, extra={"flops": {"step_index": 3, "flops": 1e8},
                                                              "compute_dtype": "bf16", "cpu_matmul_peak_flops": PEAK})
