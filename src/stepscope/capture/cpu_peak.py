@@ -76,7 +76,7 @@ def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_M
         out = torch.empty(size, size, dtype=kind)
         torch.mm(left, right, out=out)  # warm-up: thread pool, caches
         flops = 2.0 * size**3
-        rates = []
+        rates: list[float] = []
         deadline = time.perf_counter() + max_s
         while len(rates) < max(repetitions, 1):
             begin = time.perf_counter_ns()
@@ -102,6 +102,8 @@ def read_cache(path: Path | None = None) -> dict[str, Any]:
 def cached_peak(threads: int, path: Path | None = None, dtype: str = "fp32") -> CpuPeak | None:
     """The cached peak for this machine with ``threads`` intra-op threads, or None."""
     entry = read_cache(path).get(machine_key(threads, dtype))
+    if not isinstance(entry, dict):
+        return None
     try:
         return CpuPeak(flops_best=float(entry["flops_best"]), flops_median=float(entry["flops_median"]),
                        repetitions=int(entry.get("repetitions", 0)), threads=threads, source="cache",

@@ -190,7 +190,7 @@ class OpCounter:
                 return func(*args, **(kwargs or {}))
 
         self._torch = torch
-        self._function_mode = _AutocastProbe()
+        self._function_mode: Any = _AutocastProbe()
         self._function_mode.__enter__()
         self._mode = _Mode()
         self._mode.__enter__()
@@ -206,7 +206,8 @@ class OpCounter:
     def __exit__(self, *exc: object) -> None:
         self._mode.__exit__(*exc)
         self._function_mode.__exit__(*exc)
-        self._mode = self._function_mode = None
+        self._mode = None
+        self._function_mode = None
 
 
 def _autocast_state(torch: Any) -> str | None:

@@ -111,7 +111,7 @@ class StackTable:
         """Record one sample: ``frame`` is the innermost frame of the sampled thread; the walk
         stops at ``root`` when given (a worker's ``_worker_loop``: the frames above it are the
         parent's, inherited through fork)."""
-        ids = []
+        ids: list[int] = []
         code_ids = self._code_ids
         append = ids.append
         while frame is not None:
@@ -271,7 +271,7 @@ class StackSampler:
                 finally:
                     loader.worker_init_fn = user_fn
 
-            iterator_cls.__init__ = __init__
+            iterator_cls.__init__ = __init__  # type: ignore[method-assign,assignment]
             self._undo.append(lambda: setattr(iterator_cls, "__init__", original))
         except Exception as exc:  # noqa: BLE001 - degrade, never break the run
             self.warnings.once("stacks-workers", f"DataLoader workers' stacks not sampled ({exc})")
@@ -286,7 +286,7 @@ class StackSampler:
         role = [_MAIN] * len(ts)
         pid = [os.getpid()] * len(ts)
         stack = list(table.stack)
-        worker_rows = _read_worker_files(self.worker_dir, frames, stacks, ts, phase, 2 * 10**9 // self.rate_hz)
+        worker_rows = _read_worker_files(self.worker_dir, frames, stacks, ts, phase, int(2 * 10**9 // self.rate_hz))
         for row in worker_rows:
             ts.append(row[0])
             phase.append(_DATA_WAIT)
@@ -442,8 +442,9 @@ def library_paths() -> tuple[str, ...]:
     except AttributeError:  # virtualenvs of old
         pass
     torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        paths.add(os.path.dirname(torch.__file__))
+    torch_file = getattr(torch, "__file__", None) if torch is not None else None
+    if torch_file:
+        paths.add(os.path.dirname(torch_file))
     paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the stepscope package
     return tuple(sorted(path + os.sep for path in paths if path))
 

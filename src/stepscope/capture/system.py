@@ -80,7 +80,7 @@ class SystemProbe:
         out: dict[str, Any] = self._cpu()
         out["load1"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
         if self._tick % self.slow_every == 0:
-            slow = self._memory()
+            slow: dict[str, Any] = dict(self._memory())
             del slow["mem_total_bytes"], slow["swap_total_bytes"]
             slow["swap_in_bytes"], slow["swap_out_bytes"] = self._swap_io()
             slow.update(self._disks())
@@ -299,7 +299,8 @@ class ProcessTree:
             stat = self._stat(pid)
             if stat is not None:
                 parents.setdefault(stat.ppid, []).append(pid)
-        found, stack = [], [self.target_pid]
+        found: list[int] = []
+        stack: list[int] = [self.target_pid] if self.target_pid is not None else []
         while stack:
             for child in parents.get(stack.pop(), ()):
                 if child not in self.exclude:

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import psutil
@@ -249,9 +249,10 @@ def _print_table(console: Console, views: list[GpuProcessView], gpu_count: int) 
         console.print(f"No process holds memory on the {gpu_count} GPU{'s' if gpu_count != 1 else ''}.")
         return
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name, justify in (("pid", "right"), ("ppid", "right"), ("user", "left"), ("GPU", "left"),
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("pid", "right"), ("ppid", "right"), ("user", "left"), ("GPU", "left"),
                           ("GPU mem", "right"), ("age", "right"), ("state", "left"), ("stale?", "left"),
-                          ("command", "left")):
+                          ("command", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold" if name == "command" else "ellipsis")
     for view in views:
         cells = (str(view.pid), "-" if view.ppid is None else str(view.ppid), view.user,

@@ -188,7 +188,7 @@ def _interrupt_on_termination() -> dict[int, Any]:
     def interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = {}
+    previous: dict[int, Any] = {}
     for signum in (signal.SIGTERM, signal.SIGHUP):
         previous[signum] = signal.signal(signum, interrupt)
     return previous

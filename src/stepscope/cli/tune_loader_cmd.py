@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from stepscope.errors import UsageError
 
@@ -76,6 +76,8 @@ def _import(module_name: str):
                 raise UsageError(f"no such file: {module_name}")
             spec = importlib.util.spec_from_file_location(os.path.basename(module_name)[:-3] or "factory",
                                                           module_name)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"cannot load {module_name} as a Python module")
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
@@ -106,9 +108,10 @@ def render(result, target: str) -> None:
     if not console.is_terminal:
         console = Console(highlight=False, width=max(console.width, 110))
     table = Table(title=f"stepscope tune-loader · {target}", title_justify="left")
-    for column, justify in (("#", "right"), ("stage", "left"), ("workers", "right"), ("prefetch", "right"),
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("#", "right"), ("stage", "left"), ("workers", "right"), ("prefetch", "right"),
                             ("pin", "left"), ("persist", "left"), ("batch", "right"),
-                            ("samples/s", "right"), ("1st batch", "right"), ("restart", "right")):
+                            ("samples/s", "right"), ("1st batch", "right"), ("restart", "right"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for number, trial in enumerate(result.trials, 1):
         setting = trial.setting

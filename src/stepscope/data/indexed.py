@@ -105,7 +105,7 @@ class IndexCache:
             location.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(dir=location.parent, suffix=".npz.tmp")
             with os.fdopen(handle, "wb") as out:
-                np.savez(out, fingerprint=fingerprint, **arrays)
+                np.savez(out, fingerprint=fingerprint, **arrays)  # type: ignore[arg-type]
             os.replace(temporary, location)
         except OSError:
             return
@@ -207,8 +207,9 @@ class IndexedJsonl(Dataset):
         return state
 
     def __del__(self) -> None:
-        if getattr(self, "_fd", None) is not None and self._fd_pid == os.getpid():
+        fd = getattr(self, "_fd", None)
+        if fd is not None and self._fd_pid == os.getpid():
             try:
-                os.close(self._fd)
+                os.close(fd)
             except OSError:
                 pass

@@ -145,7 +145,7 @@ class Profiler(ABC):
         # `profile` is not overridden by a subclass.
         if type(self).profile is Profiler.profile:
             self._scopes = _ScopeCache(self._make_scope)
-            self.profile = self._scopes.__getitem__  # type: ignore[method-assign]
+            self.profile = self._scopes.__getitem__  # type: ignore[method-assign,assignment]
 
     # -- lifecycle -----------------------------------------------------------------------------
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | Path | None = None) -> None:

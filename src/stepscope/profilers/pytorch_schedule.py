@@ -124,6 +124,8 @@ class StageSchedule:
 
     def _advance(self) -> None:
         stage = self.current_stage
+        if stage is None:
+            return
         if stage == "validate" and (self.first_action or "").endswith("on_fit_start") and self.counts["train"] == 0:
             return  # sanity-check validation before any training step
         self.counts[stage] += 1

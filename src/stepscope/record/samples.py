@@ -45,6 +45,7 @@ import os
 import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -492,7 +493,7 @@ class _lines:
         self._limits = limits
         self._compressed = 0
 
-    def _pieces(self):
+    def _pieces(self) -> Iterator[bytes]:
         decoder = zlib.decompressobj(wbits=31)
         fed = False  # the current member has received input
         first = True
@@ -539,7 +540,7 @@ class _lines:
         if fed and not decoder.eof:
             self.truncated = True
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
         partial = bytearray()
         number = previous_number = 0
         previous: bytes | None = None

@@ -63,7 +63,7 @@ def _matches(value: Any, hint: Any) -> bool:
     if origin is dict:
         return isinstance(value, dict) and all(_matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
     if dataclasses.is_dataclass(hint):
-        return isinstance(value, (dict, hint))
+        return isinstance(value, dict) or (isinstance(hint, type) and isinstance(value, hint))
     return True
 
 
