@@ -25,11 +25,16 @@ import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 
 from stepscope.traces.fastpath import complete_columns
+
+if TYPE_CHECKING:
+    from stepscope.traces.links import EventLinks
 
 FAR_TS_US = 1e17
 _BIG = 1 << 62
@@ -86,6 +91,13 @@ class EventTable:
     @property
     def end(self) -> np.ndarray:
         return self.ts + self.dur
+
+    @cached_property
+    def links(self) -> EventLinks:
+        """The linked-events table (:mod:`~stepscope.traces.links`), computed on first use, once."""
+        from stepscope.traces.links import link_events
+
+        return link_events(self)
 
     def cat_mask(self, *names: str) -> np.ndarray:
         ids = [self.symbols.get(n) for n in names]

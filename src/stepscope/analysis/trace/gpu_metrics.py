@@ -25,8 +25,7 @@ import numpy as np
 
 from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.step_breakdown import TraceSteps
-from stepscope.analysis.trace.tb_events import KERNEL, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import KERNEL, EventLinks, unique_ints
 
 PLUGIN_TC_ALLOWLIST = (
     "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
@@ -73,19 +72,22 @@ def _sm_efficiency(s: np.ndarray, e: np.ndarray, value: np.ndarray, lo: float, h
     return float(np.sum(capped * (right - left)) / (hi - lo))
 
 
-def device_summaries(events: EventTable, roles: TbRoles, steps: TraceSteps) -> tuple[DeviceSummary, ...]:
-    kernels = roles.rows(KERNEL)
+def device_summaries(links: EventLinks, steps: TraceSteps) -> tuple[DeviceSummary, ...]:
+    events = links.events
+    kernels = links.rows(KERNEL)
     if not len(kernels) or not len(steps.start):
         return ()
     lo, hi = float(steps.start[0]), float(steps.end[-1])
     symbols = events.symbols
     names = events.name[kernels]
-    uniq = np.unique(names)
-    tc_mod = dict(zip(uniq.tolist(), (uses_tensor_cores(symbols.strings[i]) for i in uniq)))
-    tc_plug = dict(zip(uniq.tolist(), (uses_tensor_cores_plugin(symbols.strings[i]) for i in uniq)))
+    tc_mod = np.zeros(len(symbols.strings), dtype=bool)
+    tc_plug = np.zeros(len(symbols.strings), dtype=bool)
+    for ident in unique_ints(names).tolist():
+        tc_mod[ident] = uses_tensor_cores(symbols.strings[ident])
+        tc_plug[ident] = uses_tensor_cores_plugin(symbols.strings[ident])
     out = []
     pids = events.pid[kernels]
-    for pid in np.unique(pids):
+    for pid in unique_ints(pids).tolist():
         rows = kernels[pids == pid]
         s, e = events.ts[rows], events.ts[rows] + events.dur[rows]
         device = _device_number(symbols.strings[pid], events.device[rows])
@@ -103,8 +105,8 @@ def device_summaries(events: EventTable, roles: TbRoles, steps: TraceSteps) -> t
             occ = float((occ_v[ok] * overlap[ok]).sum() / weight / 100.0) if weight > 0 else None
         dur = events.dur[rows]
         total = float(dur.sum())
-        mod = np.array([tc_mod[n] for n in events.name[rows].tolist()], dtype=bool)
-        plug = np.array([tc_plug[n] for n in events.name[rows].tolist()], dtype=bool)
+        mod = tc_mod[events.name[rows]]
+        plug = tc_plug[events.name[rows]]
         out.append(
             DeviceSummary(
                 device=device,

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis.trace.tb_events import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,12 @@ class OpTree:
     runtime_dropped: np.ndarray  # bool: this row's own runtime calls are discarded by a fold
 
 
-def build_op_tree(events: EventTable, roles: TbRoles) -> OpTree:
-    comm = events.symbols.ids_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
-    node = np.isin(roles.kind, (OPERATOR, STEP, PYTHON)) | ((roles.kind == ANNOTATION) & np.isin(events.name, comm))
+def build_op_tree(links: EventLinks) -> OpTree:
+    events, role = links.events, links.role
+    comm = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
+    node = (role == OPERATOR) | (role == STEP) | (role == PYTHON)
+    if len(comm):
+        node |= (role == ANNOTATION) & np.isin(events.name, comm)
     rows = np.flatnonzero(node)
     n = len(rows)
     ts, end = events.ts[rows], events.ts[rows] + events.dur[rows]
@@ -60,7 +62,7 @@ def build_op_tree(events: EventTable, roles: TbRoles) -> OpTree:
         placed[pos] = True
         stack.append(pos)
     del starts, ends, threads
-    alias, dropped = _fold_same_name(events.name[rows], roles.kind[rows] == OPERATOR, parent, placed)
+    alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n))
     return OpTree(rows, parent, alias, kept, dropped)
 

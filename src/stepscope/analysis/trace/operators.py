@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
-from stepscope.analysis.trace.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, EventLinks
 
 TC_ELIGIBLE_OPS = frozenset(
     f"aten::{name}"
@@ -65,9 +64,10 @@ class OperatorTable:
 MAX_FRAMES = 8
 
 
-def _python_stacks(events: EventTable, roles: TbRoles, op_rows: np.ndarray) -> dict[int, str]:
+def _python_stacks(links: EventLinks, op_rows: np.ndarray) -> dict[int, str]:
     """Innermost-first ``python_function`` frames enclosing each given op (same thread), ";"-joined."""
-    frames = roles.rows(PYFUNC)
+    events = links.events
+    frames = links.rows(PYFUNC)
     f_tid, f_ts = events.tid[frames], events.ts[frames]
     f_end = f_ts + events.dur[frames]
     out: dict[int, str] = {}
@@ -84,7 +84,8 @@ def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
 
-def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
+def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
+    events, role = links.events, links.role
     rows, parent, alias, kept = tree.rows, tree.parent, tree.alias, tree.kept
     n = len(rows)
     if n == 0:
@@ -109,10 +110,16 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
         ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
         return alias[src[ok]], of_rows[ok]
 
-    rt_owner, rt_rows = owner(roles.rows(RUNTIME))
+    rt_owner, rt_rows = owner(links.rows(RUNTIME))
     runtime_sum = _sum_by(rt_owner, events.dur[rt_rows], n)
-    dev_owner, dev_rows = owner(roles.rows(KERNEL, MEMCPY, MEMSET))
-    device_self = _sum_by(dev_owner, events.dur[dev_rows], n)
+    # device rows belong to the operator of the runtime call that launched them (the table's link)
+    owner_of = np.full(len(events), -1, dtype=np.int64)
+    owner_of[rt_rows] = rt_owner
+    device = links.rows(KERNEL, MEMCPY, MEMSET)
+    launcher = links.launcher[device]
+    dev_owner = np.where(launcher >= 0, owner_of[np.maximum(launcher, 0)], -1)
+    ok = dev_owner >= 0
+    device_self = _sum_by(dev_owner[ok], events.dur[device[ok]], n)
     device_total = device_self.copy()
     for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():  # children before parents
         p = parent[pos]
@@ -120,16 +127,16 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
             device_total[p] += device_total[pos]
     host_self = dur - child_sum - runtime_sum
     # Tensor Core eligibility propagates from eligible descendants to operator ancestors (plugin rule)
-    eligible_names = events.symbols.ids_where(lambda s: s in TC_ELIGIBLE_OPS)
+    eligible_names = links.names_where(lambda s: s in TC_ELIGIBLE_OPS)
     eligible = np.isin(events.name[rows], eligible_names)
-    op_kind = roles.kind[rows] == OPERATOR
+    op_kind = role[rows] == OPERATOR
     for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():
         p = parent[pos]
         if p >= 0 and kept[pos] and eligible[pos] and op_kind[p]:
             eligible[p] = True
-    is_op = roles.kind[rows] == OPERATOR
+    is_op = role[rows] == OPERATOR
     names_all = events.name[rows]
-    excluded = events.symbols.ids_where(
+    excluded = links.names_where(
         lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__"))
         or s.startswith("Optimizer.")
         or s in ("DataParallel.forward", "DistributedDataParallel.forward")
@@ -151,7 +158,7 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
     symbols = events.symbols
     first = np.zeros(g, dtype=np.int64)
     first[inverse[::-1]] = np.arange(len(inverse))[::-1]
-    python_frames = _python_stacks(events, roles, rows[op_pos[first]]) if (roles.kind == PYFUNC).any() else None
+    python_frames = _python_stacks(links, rows[op_pos[first]]) if len(links.rows(PYFUNC)) else None
     out = []
     for gi in range(g):
         name = symbols.strings[names[first[gi]]]
