@@ -107,6 +107,24 @@ def unique_ints(values: npt.NDArray[np.integer]) -> npt.NDArray[np.integer]:
     return ordered[keep]
 
 
+def symbol_mask(values: npt.NDArray[np.int32], ids: npt.NDArray[np.int32] | list[int], n_symbols: int) -> BoolArray:
+    """``np.isin(values, ids)`` for symbol ids (``-1`` = absent never matches), by table lookup."""
+    table = np.zeros(n_symbols + 1, dtype=bool)  # values == -1 read the last slot
+    if len(ids):
+        table[np.asarray(ids, dtype=np.int64)] = True
+        table[-1] = False
+    return table[values]
+
+
+def int_isin(values: IntArray, keys: IntArray) -> BoolArray:
+    """``np.isin`` for integer arrays: one sort of the keys and a binary search per value."""
+    if not len(keys) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(keys)
+    pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return ordered[pos] == values
+
+
 @dataclass(frozen=True)
 class HtaRows:
     """The rows HTA's analyses see (HolisticTraceAnalysis ``trace_parser``/``trace.py``).
@@ -164,7 +182,9 @@ class EventLinks:
                 found = np.flatnonzero(self.role == roles[0])
                 self._role_rows[roles[0]] = found
             return found
-        return np.flatnonzero(np.isin(self.role, roles))
+        table = np.zeros(max(_CAT_TYPES.values()) + 2, dtype=bool)
+        table[list(roles)] = True
+        return np.flatnonzero(table[self.role])
 
     def names_where(self, predicate: Callable[[str], bool]) -> npt.NDArray[np.int32]:
         """Symbol ids of the event names (only names) for which ``predicate`` holds."""
@@ -175,9 +195,14 @@ class EventLinks:
         strings = self.events.symbols.strings
         return np.array([i for i in ids.tolist() if predicate(strings[i])], dtype=np.int32)
 
-    def name_is(self, rows: IntArray, predicate: Callable[[str], bool]) -> BoolArray:
-        """Per given row: does its name satisfy ``predicate``."""
-        return np.isin(self.events.name[rows], self.names_where(predicate))
+    def name_in(self, ids: npt.NDArray[np.int32] | list[int], rows: IntArray | None = None) -> BoolArray:
+        """Per row (or per given row): is its name one of the symbol ids ``ids``."""
+        names = self.events.name if rows is None else self.events.name[rows]
+        return symbol_mask(names, ids, len(self.events.symbols.strings))
+
+    def name_is(self, predicate: Callable[[str], bool], rows: IntArray | None = None) -> BoolArray:
+        """Per row (or per given row): does its name satisfy ``predicate``."""
+        return self.name_in(self.names_where(predicate), rows)
 
 
 def _roles(events: EventTable) -> tuple[npt.NDArray[np.int8], IntArray]:
@@ -255,17 +280,19 @@ def _hta_rows(events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], l
         else symbols.ids_where(lambda s: "ProfilerStep" in s)
     )
     names = events.name[index]
-    present = unique_ints(names[np.isin(names, step_names)])
+    n_symbols = len(symbols.strings)
+    is_step_name = symbol_mask(names, step_names, n_symbols)
+    present = unique_ints(names[is_step_name])
     filtered = len(present) >= 2
     if filtered:
         sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
         stream, corr = events.stream[index], events.correlation[index]
-        gpu_like = ((stream >= 0) & (corr >= 0)) | np.isin(names, sync_names)
+        gpu_like = ((stream >= 0) & (corr >= 0)) | symbol_mask(names, sync_names, n_symbols)
         cpu_ts = events.ts[index]
-        steps = ~gpu_like & np.isin(names, step_names)
+        steps = ~gpu_like & is_step_name
         last_start = np.ceil(cpu_ts[steps]).max() if steps.any() else np.inf
         cpu_keep = ~gpu_like & (np.ceil(cpu_ts) < last_start)
-        gpu_keep = gpu_like & np.isin(corr, corr[cpu_keep])
+        gpu_keep = gpu_like & int_isin(corr, corr[cpu_keep])
         index = index[cpu_keep | gpu_keep]
     raw_ts = events.ts[index]
     ts = np.ceil(raw_ts)

@@ -17,6 +17,7 @@ Per device (kernel ``pid``), over the steps window ``W = [first step start, last
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,12 +41,25 @@ _MODERN_TC = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def uses_tensor_cores_plugin(name: str) -> bool:
     return any(token in name for token in PLUGIN_TC_ALLOWLIST)
 
 
+# every match of _MODERN_TC contains one of these (lower case): a cheap test before the regex
+_MODERN_TC_TOKENS = (
+    "xmma", "gmma", "tensorop", "tensor_op", "hmma", "imma", "_16816", "_1688", "_884", "ampere_", "hopper_",
+    "turing_", "volta_", "blackwell_", "flash_fwd", "flash_bwd", "fmha", "cutlass_80", "cutlass_90", "cutlass3x",
+    "nvjet", "sm90_", "sm100_",
+)
+
+
+@functools.lru_cache(maxsize=4096)
 def uses_tensor_cores(name: str) -> bool:
-    return uses_tensor_cores_plugin(name) or bool(_MODERN_TC.search(name))
+    if uses_tensor_cores_plugin(name):
+        return True
+    lower = name.lower()
+    return any(token in lower for token in _MODERN_TC_TOKENS) and bool(_MODERN_TC.search(name))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 
 from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.step_breakdown import is_plugin_dataloader
-from stepscope.traces.links import ANNOTATION, OPERATOR, PYTHON, RUNTIME, EventLinks, FloatArray
+from stepscope.traces.links import ANNOTATION, OPERATOR, PYTHON, RUNTIME, EventLinks, FloatArray, int_isin
 
 SYNC_CALLS = (
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -80,17 +80,16 @@ def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     events, role = links.events, links.role
     ts, end = events.ts, events.ts + events.dur
     host = (role == OPERATOR) | (role == ANNOTATION) | (role == PYTHON)
-    loader = host & np.isin(events.name, links.names_where(is_dataloader))
+    loader = host & links.name_is(is_dataloader)
     runtime = links.rows(RUNTIME)
-    sync_names = links.names_where(lambda s: s in SYNC_CALLS)
-    is_sync = np.isin(events.name[runtime], sync_names)
+    is_sync = links.name_is(lambda s: s in SYNC_CALLS, runtime)
     sync = runtime[is_sync]
     other_runtime = runtime[~is_sync]
     launching = links.launcher[links.launcher >= 0]
     issuing_ext = events.external_id[launching]
     issuing_ext = issuing_ext[issuing_ext > 0]
     ops = np.flatnonzero((role == OPERATOR) & ~loader)
-    issuing = ops[np.isin(events.external_id[ops], issuing_ext)] if len(issuing_ext) else ops[:0]
+    issuing = ops[int_isin(events.external_id[ops], issuing_ext)]
     launch = np.concatenate((other_runtime, issuing))
     return (
         intervals.merge(ts[loader], end[loader]),

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis.trace import intervals
 from stepscope.traces.links import BoolArray, EventLinks, FloatArray, HtaRows, unique_ints
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0
@@ -63,7 +64,7 @@ class IdleTimeBreakdown:
 def _describe(values: FloatArray) -> dict[str, float | None]:
     if len(values) == 0:
         return {"count": 0, "mean": None, "std": None, "min": None, "p25": None, "p50": None, "p75": None, "max": None}
-    q = np.quantile(values, [0.25, 0.5, 0.75])
+    q = intervals.quantiles(values, [0.25, 0.5, 0.75])
     return {
         "count": int(len(values)),
         "mean": float(values.mean()),

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis.trace import intervals
 from stepscope.traces.links import EventLinks, IntArray, unique_ints
 
 LAUNCH_NAMES = (
@@ -50,7 +51,7 @@ class LaunchStats:
         out["runtime_outliers"] = int((cpu > RUNTIME_CUTOFF_US).sum())
         out["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_US).sum())
         for label, values in (("cpu_duration_us", cpu), ("gpu_duration_us", gpu), ("launch_delay_us", delay)):
-            q = np.quantile(values, [0.5, 0.9, 0.99])
+            q = intervals.quantiles(values, [0.5, 0.9, 0.99])
             out[label] = {
                 "sum": float(values.sum()),
                 "mean": float(values.mean()),
@@ -92,7 +93,7 @@ def launch_stats(links: EventLinks, rank: int) -> LaunchStats:
     names = events.name[rows.index]
     launch_ids = [i for i in (events.symbols.get(n) for n in LAUNCH_NAMES) if i >= 0]
     corr = events.correlation[rows.index]
-    is_launch = ~rows.gpu & np.isin(names, launch_ids)
+    is_launch = ~rows.gpu & links.name_in(launch_ids, rows.index)
     host_corr = corr[~rows.gpu & (corr >= 0)]
     if len(unique_ints(host_corr)) == len(host_corr) and not (is_launch & (corr < 0)).any():
         # one host row per correlation (the norm): the linked table's link is the join

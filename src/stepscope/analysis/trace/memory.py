@@ -18,6 +18,7 @@ import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
 from stepscope.traces.events import EventTable, MemoryTable
+from stepscope.traces.links import unique_ints
 
 DEVICE_TYPES = {0: "CPU", 1: "CUDA"}
 
@@ -111,7 +112,7 @@ def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: 
     kept_pos = np.flatnonzero(tree.kept)
     tids = events.tid[rows]
     counts: dict[int, list[float]] = {}
-    for tid in np.unique(memory.tid[alloc]):
+    for tid in unique_ints(memory.tid[alloc]).tolist():
         mine = kept_pos[tids == tid]
         if not len(mine):
             continue

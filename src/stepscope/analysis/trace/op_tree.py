@@ -38,7 +38,7 @@ def build_op_tree(links: EventLinks) -> OpTree:
     comm = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
     node = (role == OPERATOR) | (role == STEP) | (role == PYTHON)
     if len(comm):
-        node |= (role == ANNOTATION) & np.isin(events.name, comm)
+        node |= (role == ANNOTATION) & links.name_in(comm)
     rows = np.flatnonzero(node)
     n = len(rows)
     ts, end = events.ts[rows], events.ts[rows] + events.dur[rows]

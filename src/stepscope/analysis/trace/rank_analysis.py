@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import TraceEvidence
+from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
 from stepscope.analysis.trace.idle_causes import SYNC_CALLS, IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
@@ -107,13 +108,13 @@ def _counters(links: EventLinks, steps: TraceSteps) -> dict[str, float | None]:
     kernels = kernels[(events.ts[kernels] >= lo) & (events.ts[kernels] < hi)]
     runtime = links.rows(RUNTIME)
     sync_ids = [i for i in (events.symbols.get(n) for n in COUNTED_SYNC_CALLS) if i >= 0]
-    sync = runtime[np.isin(events.name[runtime], sync_ids) & (events.ts[runtime] >= lo) & (events.ts[runtime] < hi)]
+    sync = runtime[links.name_in(sync_ids, runtime) & (events.ts[runtime] >= lo) & (events.ts[runtime] < hi)]
     memcpy = links.rows(MEMCPY)
-    pageable = links.name_is(memcpy, lambda s: "Pageable" in s)
+    pageable = links.name_is(lambda s: "Pageable" in s, memcpy)
     memcpy_us = float(events.dur[memcpy].sum())
     return {
         "kernel_count_per_step": len(kernels) / n_steps if len(steps.start) else None,
-        "median_kernel_us": float(np.median(events.dur[kernels])) if len(kernels) else None,
+        "median_kernel_us": intervals.median(events.dur[kernels]) if len(kernels) else None,
         "sync_count_per_step": len(sync) / n_steps if len(steps.start) else None,
         "sync_share": float(events.dur[sync].sum()) / window if window > 0 else None,
         "pageable_memcpy_share": float(events.dur[memcpy][pageable].sum()) / memcpy_us if memcpy_us > 0 else None,

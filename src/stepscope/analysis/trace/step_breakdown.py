@@ -28,7 +28,7 @@ import numpy as np
 from stepscope.analysis.trace import intervals
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
-    FloatArray, IntArray, unique_ints,
+    FloatArray, IntArray, int_isin, unique_ints,
 )
 
 CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
@@ -177,15 +177,15 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
     ts, end = events.ts, events.ts + events.dur
     host_kinds = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
     comm_names = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
-    host_comm = host_kinds & np.isin(events.name, comm_names) if len(comm_names) else np.zeros(len(role), bool)
+    host_comm = host_kinds & links.name_in(comm_names) if len(comm_names) else np.zeros(len(role), bool)
     kernel = role == KERNEL
     if host_comm.any():
         comm_ext = unique_ints(events.external_id[host_comm])
-        comm_kernel = kernel & np.isin(events.external_id, comm_ext)
+        comm_kernel = kernel & int_isin(events.external_id, comm_ext)
     else:
         comm_kernel = np.zeros(len(role), bool)
     loader_ids = links.names_where(is_plugin_dataloader)
-    loader = ((role == OPERATOR) | (role == ANNOTATION)) & np.isin(events.name, loader_ids)
+    loader = ((role == OPERATOR) | (role == ANNOTATION)) & links.name_in(loader_ids)
     cpu_exec = host_kinds & ~loader & ~host_comm
     masks = {
         "Kernel": kernel & ~comm_kernel,
