@@ -72,6 +72,21 @@ def subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray])
     return intersect(a, (comp_s[keep], comp_e[keep]))
 
 
+def totals_within(merged: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of a merged list inside each window ``[starts[i], ends[i]]`` (one pass, no clipping)."""
+    m_s, m_e = merged
+    if len(m_s) == 0:
+        return np.zeros(len(starts))
+    cum = np.concatenate(([0.0], np.cumsum(m_e - m_s)))
+
+    def upto(t: np.ndarray) -> np.ndarray:  # measure of merged ∩ (-inf, t]
+        k = np.searchsorted(m_s, t, side="right")
+        over = np.where(k > 0, np.maximum(m_e[np.maximum(k - 1, 0)] - t, 0.0), 0.0)
+        return cum[k] - over
+
+    return np.maximum(upto(np.asarray(ends, dtype=np.float64)) - upto(np.asarray(starts, dtype=np.float64)), 0.0)
+
+
 def clip(merged: tuple[np.ndarray, np.ndarray], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
     return intersect(merged, (np.array([start], dtype=float), np.array([end], dtype=float)))
 

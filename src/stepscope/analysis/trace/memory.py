@@ -111,7 +111,8 @@ def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: 
     parent_pos = tree.parent
     kept_pos = np.flatnonzero(tree.kept)
     tids = events.tid[rows]
-    counts: dict[int, list[float]] = {}
+    where = np.full(len(tree.rows), -1, dtype=np.int64)
+    found_names, found_bytes = [], []
     for tid in unique_ints(memory.tid[alloc]).tolist():
         mine = kept_pos[tids == tid]
         if not len(mine):
@@ -120,18 +121,31 @@ def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: 
         order = np.argsort(starts, kind="stable")
         mine, starts = mine[order], starts[order]
         ends = starts + events.dur[tree.rows[mine]]
-        where = {int(p): i for i, p in enumerate(mine.tolist())}
+        where[mine] = np.arange(len(mine))
         pick = alloc[memory.tid[alloc] == tid]
-        idx = np.searchsorted(starts, memory.ts[pick], side="right") - 1
-        for i, ts, nbytes in zip(idx.tolist(), memory.ts[pick].tolist(), memory.nbytes[pick].tolist()):
-            while i >= 0 and ends[i] < ts:  # climb to the innermost op that still contains ts
-                up = parent_pos[mine[i]]
-                i = where.get(int(up), -1) if up >= 0 else -1
-            if i < 0:
-                continue
-            name = int(events.name[tree.rows[mine[i]]])
-            entry = counts.setdefault(name, [0, 0.0])
-            entry[0] += 1
-            entry[1] += nbytes
+        at = memory.ts[pick]
+        idx = np.searchsorted(starts, at, side="right") - 1
+        while True:  # climb to the innermost op that still contains the allocation
+            climb = np.flatnonzero(idx >= 0)
+            climb = climb[ends[idx[climb]] < at[climb]]
+            if not len(climb):
+                break
+            up = parent_pos[mine[idx[climb]]]
+            idx[climb] = np.where(up >= 0, where[np.maximum(up, 0)], -1)
+        where[mine] = -1
+        hit = idx >= 0
+        found_names.append(events.name[tree.rows[mine[idx[hit]]]].astype(np.int64))
+        found_bytes.append(memory.nbytes[pick][hit])
+    if not found_names:
+        return ()
+    names = np.concatenate(found_names)
+    nbytes = np.concatenate(found_bytes)
+    if not len(names):
+        return ()
+    # per operator name: count and bytes; ties keep the order of first appearance
+    uniq, first, inverse = np.unique(names, return_index=True, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(uniq))
+    total = np.bincount(inverse, weights=nbytes, minlength=len(uniq))
+    counts = {int(uniq[g]): (int(count[g]), float(total[g])) for g in np.argsort(first, kind="stable").tolist()}
     ranked = sorted(counts.items(), key=lambda item: -item[1][1])[:top]
     return tuple(AllocatingOperator(events.symbols.strings[k], int(v[0]), float(v[1])) for k, v in ranked)

@@ -218,9 +218,10 @@ def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
         taken[category] = part
         slots = intervals.subtract(slots, part)
     taken["Other"] = slots
+    within = {c: intervals.totals_within(taken[c], steps.start, steps.end).tolist() for c in CATEGORIES}
     per_step = []
-    for s, e in zip(steps.start, steps.end):
-        row = {c: intervals.total(*intervals.clip(taken[c], s, e)) for c in CATEGORIES}
+    for i, (s, e) in enumerate(zip(steps.start.tolist(), steps.end.tolist())):
+        row = {c: within[c][i] for c in CATEGORIES}
         row["Total"] = float(e - s)
         per_step.append(row)
     mean = {c: float(np.mean([r[c] for r in per_step])) for c in (*CATEGORIES, "Total")}
