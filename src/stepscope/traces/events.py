@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 FAR_TS_US = 1e17
 _BIG = 1 << 62
+_IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
 
 
 class SymbolTable:
@@ -177,11 +178,21 @@ class TableBuilder:
 
     def add_batch(self, events: list) -> None:
         """Add a batch: clean complete events column-wise, everything else one by one."""
-        complete = [e for e in events if type(e) is dict and e.get("ph") == "X"]
-        if len(complete) < len(events):
-            rest = [e for e in events if not (type(e) is dict and e.get("ph") == "X")]
+        try:
+            phases = list(map(dict.get, events, ["ph"] * len(events)))
+        except TypeError:  # an item that is not an object: sort them out one by one
+            phases = None
+        if phases is None:
+            complete = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+            rest = [e for e in events if not (type(e) is dict and e.get("ph") == "X")] if len(complete) < len(events) else []
+        elif phases.count("X") == len(events):
+            complete, rest = events, []
         else:
-            rest = []
+            complete = [e for e, ph in zip(events, phases) if ph == "X"]
+            # metadata, flow and counter events are only counted: no need to visit them one by one
+            ignored = Counter(ph for ph in phases if type(ph) is str and ph in _IGNORED_PHASES)
+            self.counts.ignored.update(ignored)
+            rest = [e for e, ph in zip(events, phases) if ph != "X" and not (type(ph) is str and ph in _IGNORED_PHASES)]
         columns = complete_columns(complete, self.symbols, self._scalar_ids, self._scalar) if complete else None
         if columns is None:
             self._add_events(complete + rest if complete else rest)
