@@ -26,7 +26,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -193,6 +193,8 @@ class TableBuilder:
             ignored = Counter(ph for ph in phases if type(ph) is str and ph in _IGNORED_PHASES)
             self.counts.ignored.update(ignored)
             rest = [e for e, ph in zip(events, phases) if ph != "X" and not (type(ph) is str and ph in _IGNORED_PHASES)]
+            if rest:
+                rest = self._add_memory_instants(rest)
         columns = complete_columns(complete, self.symbols, self._scalar_ids, self._scalar) if complete else None
         if columns is None:
             self._add_events(complete + rest if complete else rest)
@@ -287,6 +289,53 @@ class TableBuilder:
                 a_occ(nan)
                 a_dims(-1)
                 a_stack(-1)
+
+    def _add_memory_instants(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Store the batch's clean ``[memory]`` instants column-wise; return the other events.
+        All-or-nothing: when any ``[memory]`` instant needs the careful path, none is taken here."""
+        memory = [
+            e for e in events if e.get("name") == "[memory]" and e.get("ph") in ("i", "I") and e.get("dur") is None
+        ]
+        if not memory:
+            return events
+        n = len(memory)
+        ts = [e.get("ts") for e in memory]
+        if not set(map(type, ts)) <= {int, float}:
+            return events
+        tids = [e.get("tid") for e in memory]
+        pid_types = {type(e.get("pid")) for e in memory}
+        if dict in pid_types or list in pid_types or not set(map(type, tids)).isdisjoint((dict, list)):
+            return events
+        ts_arr = np.array(ts, dtype=np.float64)
+        if not np.isfinite(ts_arr).all() or (np.abs(ts_arr) >= FAR_TS_US).any():
+            return events
+        args = [a if type(a) is dict else {} for a in (e.get("args") for e in memory)]
+
+        def ints(key: str) -> np.ndarray:
+            values = list(map(dict.get, args, [key] * n))
+            if set(map(type, values)) <= {int, type(None)}:
+                try:
+                    column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+                    return np.where(np.abs(column) < _BIG, column, -1)
+                except OverflowError:
+                    pass
+            return np.array([_to_int(v) for v in values], dtype=np.int64)
+
+        def floats(key: str) -> np.ndarray:
+            values = list(map(dict.get, args, [key] * n))
+            if set(map(type, values)) <= {int, float, type(None)}:
+                return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+            return np.array([_to_float(v) for v in values], dtype=np.float64)
+
+        scalar = self._scalar
+        self._mem_f["ts"].frombytes(ts_arr.tobytes())
+        self._mem_tid.frombytes(np.array([scalar(t) for t in tids], dtype=np.int32).tobytes())
+        for key, arg in (("device_type", "Device Type"), ("device_id", "Device Id"), ("addr", "Addr")):
+            self._mem_i[key].frombytes(ints(arg).tobytes())
+        for key, arg in (("nbytes", "Bytes"), ("total_allocated", "Total Allocated"), ("total_reserved", "Total Reserved")):
+            self._mem_f[key].frombytes(floats(arg).tobytes())
+        taken = {id(e) for e in memory}
+        return [e for e in events if id(e) not in taken]
 
     def _add_memory(self, ts: float, tid: int, args: dict) -> None:
         self._mem_f["ts"].append(ts)
