@@ -75,9 +75,13 @@ def memory_view(
     devices = []
     if len(memory):
         order = np.argsort(memory.ts, kind="stable")
-        keys = np.stack((memory.device_type[order], memory.device_id[order]), axis=1)
-        for dtype, did in sorted({(int(a), int(b)) for a, b in keys.tolist()}):
-            sel = order[(memory.device_type[order] == dtype) & (memory.device_id[order] == did)]
+        dev_type, dev_id = memory.device_type[order], memory.device_id[order]
+        by_device = np.lexsort((dev_id, dev_type))
+        first = np.ones(len(by_device), dtype=bool)
+        first[1:] = (np.diff(dev_type[by_device]) != 0) | (np.diff(dev_id[by_device]) != 0)
+        pairs = zip(dev_type[by_device][first].tolist(), dev_id[by_device][first].tolist())
+        for dtype, did in pairs:
+            sel = order[(dev_type == dtype) & (dev_id == did)]
             alloc = memory.total_allocated[sel]
             if not np.isfinite(alloc).any():  # 2021 traces: no running totals, add up the deltas
                 alloc = np.cumsum(np.nan_to_num(memory.nbytes[sel], nan=0.0))
