@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,7 @@ class SymbolTable:
     def decode(self, ident: int) -> str:
         return self.strings[ident] if ident >= 0 else ""
 
-    def ids_where(self, predicate) -> np.ndarray:
+    def ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
         return np.array([i for i, s in enumerate(self.strings) if predicate(s)], dtype=np.int32)
 
 
@@ -91,7 +92,8 @@ class EventTable:
 
     @property
     def end(self) -> np.ndarray:
-        return self.ts + self.dur
+        ends: np.ndarray = self.ts + self.dur
+        return ends
 
     @cached_property
     def links(self) -> EventLinks:
@@ -104,7 +106,7 @@ class EventTable:
         ids = [self.symbols.get(n) for n in names]
         return np.isin(self.cat, [i for i in ids if i >= 0])
 
-    def name_mask(self, predicate) -> np.ndarray:
+    def name_mask(self, predicate: Callable[[str], bool]) -> np.ndarray:
         return np.isin(self.name, self.symbols.ids_where(predicate))
 
 
@@ -129,11 +131,11 @@ class MemoryTable:
 class SkipCounts:
     """Why events were not stored: reason -> count."""
 
-    skipped: Counter = field(default_factory=Counter)
-    ignored: Counter = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    ignored: Counter[str] = field(default_factory=Counter)
 
 
-def _to_int(value) -> int:
+def _to_int(value: Any) -> int:
     if type(value) is int:
         return value if -_BIG < value < _BIG else -1
     if type(value) is float:
@@ -147,7 +149,7 @@ def _to_int(value) -> int:
     return -1
 
 
-def _to_float(value) -> float:
+def _to_float(value: Any) -> float:
     t = type(value)
     if t is float or t is int:
         return float(value)
@@ -166,9 +168,9 @@ class TableBuilder:
         self._mem_f = {k: array("d") for k in ("ts", "nbytes", "total_allocated", "total_reserved")}
         self._mem_i = {k: array("q") for k in ("device_type", "device_id", "addr")}
         self._mem_tid = array("i")
-        self._scalar_ids: dict = {}
+        self._scalar_ids: dict[tuple[type, Any], int] = {}
 
-    def _scalar(self, value) -> int:
+    def _scalar(self, value: Any) -> int:
         key = (type(value), value)
         found = self._scalar_ids.get(key)
         if found is None:
@@ -176,7 +178,7 @@ class TableBuilder:
             self._scalar_ids[key] = found
         return found
 
-    def add_batch(self, events: list) -> None:
+    def add_batch(self, events: list[Any]) -> None:
         """Add a batch: clean complete events column-wise, everything else one by one."""
         try:
             phases = list(map(dict.get, events, ["ph"] * len(events)))
@@ -205,7 +207,7 @@ class TableBuilder:
         if rest:
             self._add_events(rest)
 
-    def _add_events(self, events: list) -> None:  # noqa: C901 - one tight loop on purpose
+    def _add_events(self, events: list[Any]) -> None:  # noqa: C901 - one tight loop on purpose
         skipped, ignored = self.counts.skipped, self.counts.ignored
         intern, scalar = self.symbols.intern, self._scalar
         a_name, a_cat, a_pid, a_tid = (self._i32[k].append for k in ("name", "cat", "pid", "tid"))
@@ -221,7 +223,7 @@ class TableBuilder:
             if ph in ("M", "s", "f", "t", "C"):
                 ignored[ph] += 1
                 continue
-            ts = event.get("ts")
+            ts: Any = event.get("ts")
             tt = type(ts)
             if (tt is not float and tt is not int) or abs(ts) >= FAR_TS_US or not isfinite(ts):
                 skipped["missing or absurd 'ts'"] += 1
@@ -237,7 +239,7 @@ class TableBuilder:
             args = event.get("args")
             if type(args) is not dict:
                 args = {}
-            dur = event.get("dur")
+            dur: Any = event.get("dur")
             if dur is None and ph in ("i", "I"):
                 if name == "[memory]":
                     self._add_memory(ts, scalar(tid), args)
@@ -337,7 +339,7 @@ class TableBuilder:
         taken = {id(e) for e in memory}
         return [e for e in events if id(e) not in taken]
 
-    def _add_memory(self, ts: float, tid: int, args: dict) -> None:
+    def _add_memory(self, ts: float, tid: int, args: dict[str, Any]) -> None:
         self._mem_f["ts"].append(ts)
         self._mem_tid.append(tid)
         self._mem_i["device_type"].append(_to_int(args.get("Device Type")))
@@ -348,7 +350,7 @@ class TableBuilder:
         self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
 
     def build(self) -> tuple[EventTable, MemoryTable]:
-        def arr(buf, dtype):
+        def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
             # a read-only view on the builder's buffer: no copy at the peak of the load
             return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
 

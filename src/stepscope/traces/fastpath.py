@@ -23,7 +23,7 @@ import orjson
 FAR_TS_US = 1e17
 _NUM = {int, float}
 _BIG = float(1 << 62)
-_EMPTY: dict = {}
+_EMPTY: dict[str, Any] = {}
 
 
 _TOP = itemgetter("name", "pid", "tid", "ts", "dur")
@@ -114,12 +114,12 @@ def complete_columns(
         if present:
             cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
     else:
-        cat_ids = _symbols(cats, symbols)
+        cat_ids = _symbols(cats, symbols)  # type: ignore[arg-type]  # all str: checked above
     pid_ids = _scalars(pids, scalar)
     tid_ids = _scalars(tids, scalar)
 
     def arg(key: str) -> list[Any]:
-        return list(map(dict.get, args, [key] * n))
+        return list(map(dict.get, args, [key] * n))  # type: ignore[arg-type]  # args are dicts: checked above
 
     ext_values = arg("External id")
     lower = arg("external id")

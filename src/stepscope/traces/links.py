@@ -122,7 +122,8 @@ def int_isin(values: IntArray, keys: IntArray) -> BoolArray:
         return np.zeros(len(values), dtype=bool)
     ordered = np.sort(keys)
     pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
-    return ordered[pos] == values
+    found: BoolArray = ordered[pos] == values
+    return found
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,11 @@ def totals_within(merged: tuple[np.ndarray, np.ndarray], starts: np.ndarray, end
     def upto(t: np.ndarray) -> np.ndarray:  # measure of merged ∩ (-inf, t]
         k = np.searchsorted(m_s, t, side="right")
         over = np.where(k > 0, np.maximum(m_e[np.maximum(k - 1, 0)] - t, 0.0), 0.0)
-        return cum[k] - over
+        below: np.ndarray = cum[k] - over
+        return below
 
-    return np.maximum(upto(np.asarray(ends, dtype=np.float64)) - upto(np.asarray(starts, dtype=np.float64)), 0.0)
+    inside: np.ndarray = np.maximum(upto(np.asarray(ends, dtype=np.float64)) - upto(np.asarray(starts, dtype=np.float64)), 0.0)
+    return inside
 
 
 def clip(merged: tuple[np.ndarray, np.ndarray], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:

@@ -118,7 +118,9 @@ def _nested_parents(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, l
     return par, stretches
 
 
-def _fold_same_name(names: np.ndarray, is_op: np.ndarray, parent: np.ndarray, placed: np.ndarray):
+def _fold_same_name(
+    names: np.ndarray, is_op: np.ndarray, parent: np.ndarray, placed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised fold: an edge parent->child folds when the parent has exactly one placed child,
     both are operators and the names match. Edges are independent (folding a child into its parent
     gives the parent the child's children, whose own fold test is the child's), so each folded row

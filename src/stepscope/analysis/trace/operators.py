@@ -196,6 +196,7 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     for gi in range(g):
         name = symbols.strings[names[first[gi]]]
         shape = symbols.decode(shapes[first[gi]]) if group_by_shape and shapes[first[gi]] >= 0 else None
+        stack: str | None
         if group_stack[gi] >= 0:
             stack = symbols.strings[int(group_stack[gi])]
         else:

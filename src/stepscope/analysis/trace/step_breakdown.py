@@ -180,7 +180,7 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
     host_comm = host_kinds & links.name_in(comm_names) if len(comm_names) else np.zeros(len(role), bool)
     kernel = role == KERNEL
     if host_comm.any():
-        comm_ext = unique_ints(events.external_id[host_comm])
+        comm_ext = unique_ints(events.external_id[host_comm]).astype(np.int64)
         comm_kernel = kernel & int_isin(events.external_id, comm_ext)
     else:
         comm_kernel = np.zeros(len(role), bool)
