@@ -24,7 +24,9 @@ Columns and the rules that fill them:
 - ``step`` — step assignment (HTA ``add_iteration``): a host row belongs to the ``ProfilerStep``
   whose ``[ts, ts + dur)`` contains its start (an index into :attr:`EventLinks.step_rows`, the
   step rows in file order; with overlapping steps, the latest-starting one); a device row
-  inherits its launcher's step; -1 outside every step.
+  inherits its launcher's step; -1 outside every step. Computed on first use. The plugin's own
+  step rule (a runtime call wholly inside a host step, device spans re-timed) is applied by
+  :func:`stepscope.analysis.trace.step_breakdown.find_steps` on these links.
 - ``hta`` — :class:`HtaRows`, the subset of rows HTA's analyses see, with HTA's rounded times and
   the HTA correlation link (``cpu_link``: for each kept GPU row, the first kept host row with its
   correlation, as HTA's ``index_correlation``). The filtering rules are in :class:`HtaRows`.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -164,11 +167,16 @@ class EventLinks:
     gpu: BoolArray
     ktype: npt.NDArray[np.int8]
     launcher: IntArray
-    step: IntArray
     step_rows: IntArray  # STEP rows in file order (``step`` indexes these)
     hta: HtaRows
     _role_rows: dict[int, IntArray] = field(default_factory=dict, repr=False, compare=False)
     _name_ids: npt.NDArray[np.int32] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def step(self) -> IntArray:
+        """Step of every row (see the module docstring); computed on first use."""
+        device = self.rows(KERNEL, MEMCPY, MEMSET)
+        return _assign_steps(self.events, self.step_rows, self.launcher, device)
 
     @property
     def kind(self) -> npt.NDArray[np.int8]:
@@ -340,13 +348,12 @@ def link_events(events: EventTable) -> EventLinks:
     launcher = np.full(len(events), -1, dtype=np.int64)
     launcher[device] = _last_match(events.correlation[runtime], runtime, events.correlation[device])
     step_rows = np.flatnonzero(role == STEP)
-    step = _assign_steps(events, step_rows, launcher, device)
     placeholder = HtaRows(
         np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int8), False,
         np.zeros(0, np.int64),
     )
     links = EventLinks(
-        events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher, step=step,
+        events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher,
         step_rows=step_rows, hta=placeholder, _role_rows={RUNTIME: runtime},
     )
     object.__setattr__(links, "hta", _hta_rows(events, gpu, ktype, links))
