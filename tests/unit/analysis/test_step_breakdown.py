@@ -90,3 +90,17 @@ def test_recorded_cpu_training_trace():
         assert sum(step[c] for c in CATEGORIES) == pytest.approx(step["Total"], rel=1e-9)
         assert step["DataLoader"] > 0 and step["CPU Exec"] > 0 and step["Kernel"] == 0
     assert item.temporal is None and item.devices == ()
+
+
+def test_steps_out_of_order_follow_the_plugin_walk():
+    # file order 2, 1 with overlapping spans: the plugin's walk over runtimes and steps decides
+    events = [
+        _step(2, 100, 100),
+        _step(1, 0, 120),
+        runtime("cudaLaunchKernel", 10, 5, correlation=1), kernel("a", 20, 30, correlation=1),
+        runtime("cudaLaunchKernel", 110, 5, correlation=2), kernel("b", 130, 100, correlation=2),
+        runtime("cudaLaunchKernel", 150, 5, correlation=3), kernel("c", 240, 10, correlation=3),
+    ]
+    steps = find_steps(table_of(*events).links)
+    assert steps.names == ("2",) and steps.device_ops == (2, 0) and steps.removed_tail == 1
+    assert steps.start.tolist() == [100.0] and steps.end.tolist() == [250.0]
