@@ -27,6 +27,7 @@ _EMPTY: dict[str, Any] = {}
 
 
 _TOP = itemgetter("name", "pid", "tid", "ts", "dur")
+_TOP_ALL = itemgetter("name", "pid", "tid", "ts", "dur", "cat", "args")
 _NONE = type(None)
 
 
@@ -79,10 +80,18 @@ def complete_columns(
 ) -> dict[str, np.ndarray] | None:
     if not events:
         return None
-    try:  # one C-level pass for the fields every complete event has
-        names, pids, tids, ts_v, dur_v = zip(*map(_TOP, events))
-    except KeyError:
-        return None
+    n = len(events)
+    cats: list[Any] | tuple[Any, ...]
+    args: list[Any] | tuple[Any, ...]
+    try:  # one C-level pass over the events (each dict is visited once: they do not fit in cache)
+        names, pids, tids, ts_v, dur_v, cats, args = zip(*map(_TOP_ALL, events))
+    except KeyError:  # some event has no "cat" or no "args"
+        try:
+            names, pids, tids, ts_v, dur_v = zip(*map(_TOP, events))
+        except KeyError:
+            return None
+        cats = list(map(dict.get, events, ["cat"] * n))
+        args = list(map(dict.get, events, ["args"] * n))
     ts = _floats(ts_v, missing_ok=False)
     dur = _floats(dur_v, missing_ok=False)
     if ts is None or dur is None:
@@ -92,9 +101,6 @@ def complete_columns(
             return None
         if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
             return None
-    n = len(events)
-    cats = list(map(dict.get, events, ["cat"] * n))
-    args = list(map(dict.get, events, ["args"] * n))
     if set(map(type, names)) != {str}:
         return None
     cat_types = set(map(type, cats))
@@ -114,12 +120,12 @@ def complete_columns(
         if present:
             cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
     else:
-        cat_ids = _symbols(cats, symbols)  # type: ignore[arg-type]  # all str: checked above
+        cat_ids = _symbols(cats, symbols)
     pid_ids = _scalars(pids, scalar)
     tid_ids = _scalars(tids, scalar)
 
     def arg(key: str) -> list[Any]:
-        return list(map(dict.get, args, [key] * n))  # type: ignore[arg-type]  # args are dicts: checked above
+        return list(map(dict.get, args, [key] * n))
 
     ext_values = arg("External id")
     lower = arg("external id")

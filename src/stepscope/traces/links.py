@@ -53,6 +53,7 @@ FloatArray = npt.NDArray[np.float64]
 
 # plugin event types
 NONE, OPERATOR, RUNTIME, KERNEL, MEMCPY, MEMSET, PYTHON, ANNOTATION, STEP, PYFUNC, TRACE = range(11)
+_ROLE_COUNT = 11
 _CAT_TYPES = {
     "trace": TRACE,
     "cpu_op": OPERATOR,
@@ -169,8 +170,8 @@ class EventLinks:
     launcher: IntArray
     step_rows: IntArray  # STEP rows in file order (``step`` indexes these)
     hta: HtaRows
+    name_ids: npt.NDArray[np.int32]  # the distinct event names (symbol ids)
     _role_rows: dict[int, IntArray] = field(default_factory=dict, repr=False, compare=False)
-    _name_ids: npt.NDArray[np.int32] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def step(self) -> IntArray:
@@ -191,18 +192,13 @@ class EventLinks:
                 found = np.flatnonzero(self.role == roles[0])
                 self._role_rows[roles[0]] = found
             return found
-        table = np.zeros(max(_CAT_TYPES.values()) + 2, dtype=bool)
+        table = np.zeros(_ROLE_COUNT, dtype=bool)
         table[list(roles)] = True
         return np.flatnonzero(table[self.role])
 
     def names_where(self, predicate: Callable[[str], bool]) -> npt.NDArray[np.int32]:
         """Symbol ids of the event names (only names) for which ``predicate`` holds."""
-        ids = self._name_ids
-        if ids is None:
-            ids = unique_ints(self.events.name).astype(np.int32)
-            object.__setattr__(self, "_name_ids", ids)
-        strings = self.events.symbols.strings
-        return np.array([i for i in ids.tolist() if predicate(strings[i])], dtype=np.int32)
+        return _names_where(self.events, self.name_ids, predicate)
 
     def name_in(self, ids: npt.NDArray[np.int32] | list[int], rows: IntArray | None = None) -> BoolArray:
         """Per row (or per given row): is its name one of the symbol ids ``ids``."""
@@ -276,18 +272,22 @@ def _first_match(keys: IntArray, wanted: IntArray) -> IntArray:
     return out
 
 
-def _hta_rows(events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], links: EventLinks | None) -> HtaRows:
+def _names_where(
+    events: EventTable, name_ids: npt.NDArray[np.int32], predicate: Callable[[str], bool]
+) -> npt.NDArray[np.int32]:
+    strings = events.symbols.strings
+    return np.array([i for i in name_ids.tolist() if predicate(strings[i])], dtype=np.int32)
+
+
+def _hta_rows(
+    events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], step_names: npt.NDArray[np.int32]
+) -> HtaRows:
     symbols = events.symbols
     keep = events.cat >= 0
     trace_cat = symbols.get("Trace")
     if trace_cat >= 0:
         keep &= events.cat != trace_cat
     index = np.flatnonzero(keep)
-    step_names = (
-        links.names_where(lambda s: "ProfilerStep" in s)
-        if links is not None
-        else symbols.ids_where(lambda s: "ProfilerStep" in s)
-    )
     names = events.name[index]
     n_symbols = len(symbols.strings)
     is_step_name = symbol_mask(names, step_names, n_symbols)
@@ -348,13 +348,10 @@ def link_events(events: EventTable) -> EventLinks:
     launcher = np.full(len(events), -1, dtype=np.int64)
     launcher[device] = _last_match(events.correlation[runtime], runtime, events.correlation[device])
     step_rows = np.flatnonzero(role == STEP)
-    placeholder = HtaRows(
-        np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int8), False,
-        np.zeros(0, np.int64),
-    )
-    links = EventLinks(
+    name_ids = unique_ints(events.name).astype(np.int32)
+    step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)
+    return EventLinks(
         events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher,
-        step_rows=step_rows, hta=placeholder, _role_rows={RUNTIME: runtime},
+        step_rows=step_rows, hta=_hta_rows(events, gpu, ktype, step_names), name_ids=name_ids,
+        _role_rows={RUNTIME: runtime},
     )
-    object.__setattr__(links, "hta", _hta_rows(events, gpu, ktype, links))
-    return links
