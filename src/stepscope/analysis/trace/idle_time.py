@@ -11,7 +11,9 @@ a gap can be negative; the first row has none). A gap is
   latency);
 - else **other**.
 
-Rows without a correlated CPU row cannot be host_wait. ``ratio`` is per stream. The rank-level
+Rows without a correlated CPU row cannot be host_wait; the correlated row is HTA's link in the
+linked-events table (``HtaRows.cpu_link``: the first kept host row with that correlation).
+``ratio`` is per stream. The rank-level
 totals add the streams (which is *not* the temporal breakdown's idle time of merged streams).
 """
 

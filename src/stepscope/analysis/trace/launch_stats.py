@@ -6,7 +6,9 @@ job_prep_and_submit_for_execution``, ``cudaMemcpyAsync`` or ``cudaMemsetAsync`` 
 GPU rows (``stream != -1``) on ``correlation``; ``launch_delay = gpu.ts - cpu.ts - cpu.dur``
 clipped at 0 (HTA-rounded times). Outlier counts use HTA's plot cut-offs: runtime > 50 µs,
 launch delay > 100 µs, and "short" kernels (``cpu <= 50 µs`` and ``gpu < cpu``), the launch-bound
-signature. ``cuLaunchKernel`` (Triton) is not counted, as in HTA.
+signature. ``cuLaunchKernel`` (Triton) is not counted, as in HTA. The join is HTA's link of the
+linked-events table (``HtaRows.cpu_link``) when every host correlation id is unique (the norm);
+otherwise every (host, GPU) pair sharing a correlation is a row, like pandas ``merge``.
 """
 
 from __future__ import annotations

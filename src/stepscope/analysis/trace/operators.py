@@ -4,8 +4,9 @@ For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.tra
 
 - **host total** = its duration; **host self** = duration - direct children's durations - its own
   runtime calls (runtime rows sharing its ``External id``);
-- **device self** = kernels, memcpys and memsets sharing its ``External id`` (i.e. launched by its
-  own runtime calls); **device total** = device self of the operator and all its descendants.
+- **device self** = kernels, memcpys and memsets launched by its own runtime calls (the
+  correlation link of the linked-events table, :mod:`stepscope.traces.links`); **device total** =
+  device self of the operator and all its descendants (summed level by level, deepest first).
 
 Grouped by name (and the JSON text of ``Input Dims`` with ``group_by_shape``), sorted by device
 self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the group (legacy

@@ -10,6 +10,11 @@ earlier, unattributed device work ending before step 0's device work), then
 ``max(host_end_i, start_i)`` without device work). Trailing steps without device work are
 dropped, and the last one too when it has < 80% of the previous step's device ops.
 
+The runtime -> device links come from the linked-events table (:mod:`stepscope.traces.links`).
+The plugin walks runtime calls (by start) and steps (in file order) together; when the steps are
+in order and disjoint (the norm) that walk is the vectorised rule "the first step ending at or
+after the call's end, if it started at or before the call's start", else the walk itself runs.
+
 Categories, in priority order: Kernel (kernels not launched by a ``nccl:*``/``gloo:*`` op),
 Memcpy, Memset, Communication (those kernels plus the host collective ops), Runtime, DataLoader
 (``enumerate(DataLoader)#*.__next__`` / ``enumerate(DataPipe)#*``), CPU Exec (other operator,
