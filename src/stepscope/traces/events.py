@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress, repeat
+from operator import eq
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -190,13 +192,19 @@ class TableBuilder:
         elif phases.count("X") == len(events):
             complete, rest = events, []
         else:
-            complete = [e for e, ph in zip(events, phases) if ph == "X"]
+            complete = list(compress(events, map(eq, phases, repeat("X"))))
             # metadata, flow and counter events are only counted: no need to visit them one by one
-            ignored = Counter(ph for ph in phases if type(ph) is str and ph in _IGNORED_PHASES)
+            try:
+                seen = Counter(phases)
+            except TypeError:  # an unhashable "ph"
+                seen = Counter(ph for ph in phases if type(ph) is str)
+            ignored = {ph: count for ph, count in seen.items() if ph in _IGNORED_PHASES}
             self.counts.ignored.update(ignored)
-            rest = [e for e, ph in zip(events, phases) if ph != "X" and not (type(ph) is str and ph in _IGNORED_PHASES)]
-            if rest:
-                rest = self._add_memory_instants(rest)
+            if len(complete) + sum(ignored.values()) < len(events):
+                rest = [e for e, ph in zip(events, phases) if ph != "X" and not (type(ph) is str and ph in _IGNORED_PHASES)]
+                rest = self._add_memory_instants(rest) if rest else rest
+            else:
+                rest = []
         columns = complete_columns(complete, self.symbols, self._scalar_ids, self._scalar) if complete else None
         if columns is None:
             self._add_events(complete + rest if complete else rest)
