@@ -84,7 +84,8 @@ def run_child(code: str, args: list[str], env_extra: dict[str, str]) -> dict:
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
 
 
 def trace_rank(path: Path) -> int:
@@ -177,7 +178,7 @@ def main() -> None:
         cases.append((f"synthetic {int(args.synthetic_mb)} MB", target))
     env = {"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     rows = []
-    print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'RSS MB':>8}")
+    print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8}")
     for rel, path in cases:
         size_mb = path.stat().st_size / 1e6
         rank = trace_rank(path)
@@ -190,22 +191,24 @@ def main() -> None:
                 runs_by_tool[tool].append(run_child(code, child_args, env))
         for tool, code, child_args in tools:
             runs = runs_by_tool[tool]
-            best = {"wall_s": min(r["wall_s"] for r in runs), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            best = {"wall_s": min(r["wall_s"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs),
+                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
                     "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
             rows.append({"trace": rel, "file_mb": size_mb, "tool": tool, **best})
-            print(f"{rel[-60:]:<60} {size_mb:6.1f} {tool:<9} {best['wall_s']:8.2f} {best['peak_rss_mb']:8.0f}"
+            print(f"{rel[-60:]:<60} {size_mb:6.1f} {tool:<9} {best['wall_s']:8.2f} {best['cpu_s']:8.2f} {best['peak_rss_mb']:8.0f}"
                   + ("" if best["exit"] == 0 else f"  exit {best['exit']}: {best['tail']!r}"), flush=True)
     summary = ratios(rows)
     if summary:
-        print(f"\n{'trace':<60} {'speed-up':>9} {'RSS ratio':>10}")
-        for rel, speedup, rss in summary:
-            print(f"{rel[-60:]:<60} {speedup:8.1f}x {rss:10.2f}")
+        print(f"\n{'trace':<60} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
+        for rel, speedup, cpu, rss in summary:
+            print(f"{rel[-60:]:<60} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": rows, "ratios": summary}, indent=1))
 
 
-def ratios(rows: list[dict]) -> list[tuple[str, float, float]]:
-    """Per trace measured by both tools: HTA wall / stepscope wall, stepscope RSS / HTA RSS."""
+def ratios(rows: list[dict]) -> list[tuple[str, float, float, float]]:
+    """Per trace measured by both tools: HTA wall / stepscope wall, HTA CPU time / stepscope CPU
+    time (less disturbed by other work on a shared machine), stepscope RSS / HTA RSS."""
     by_trace: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_trace.setdefault(row["trace"], {})[row["tool"]] = row
@@ -213,7 +216,8 @@ def ratios(rows: list[dict]) -> list[tuple[str, float, float]]:
     for rel, tools in by_trace.items():
         if "stepscope" in tools and "hta" in tools and tools["stepscope"]["wall_s"] > 0 and tools["hta"]["peak_rss_mb"] > 0:
             ours, theirs = tools["stepscope"], tools["hta"]
-            out.append((rel, theirs["wall_s"] / ours["wall_s"], ours["peak_rss_mb"] / theirs["peak_rss_mb"]))
+            cpu = theirs["cpu_s"] / ours["cpu_s"] if ours["cpu_s"] > 0 else float("nan")
+            out.append((rel, theirs["wall_s"] / ours["wall_s"], cpu, ours["peak_rss_mb"] / theirs["peak_rss_mb"]))
     return out
 
 
