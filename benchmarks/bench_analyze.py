@@ -9,7 +9,10 @@ peak RSS (``os.wait4`` ``ru_maxrss``, which includes pool workers) belong to tha
 Usage (HTA is the optional ``bench`` extra: ``pip install -e .[bench]``)::
 
     python benchmarks/bench_analyze.py --traces ../shared/traces \
-        --synthetic-mb 500 [--repeat 2] [--skip-hta] [--out benchmark.json]
+        --synthetic-mb 500 [--repeat 3] [--skip-hta] [--out benchmark.json]
+
+With ``--repeat N`` the two tools alternate N times per trace and each keeps its fastest run (the
+machine is shared: the minimum is the least disturbed run); the last table gives the ratios.
 
 ``--synthetic-mb N`` writes (once, into ``--work-dir``) a trace of at least N MB of JSON made by
 replicating the steps of ``--seed-trace`` (default: the trace_diff/control sample): each copy
@@ -81,7 +84,8 @@ def run_child(code: str, args: list[str], env_extra: dict[str, str]) -> dict:
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
 
 
 def trace_rank(path: Path) -> int:
@@ -174,22 +178,47 @@ def main() -> None:
         cases.append((f"synthetic {int(args.synthetic_mb)} MB", target))
     env = {"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     rows = []
-    print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'RSS MB':>8}")
+    print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8}")
     for rel, path in cases:
         size_mb = path.stat().st_size / 1e6
         rank = trace_rank(path)
         tools = [("stepscope", STEPSCOPE_CHILD, [str(path)])]
         if not args.skip_hta:
             tools.append(("hta", HTA_CHILD, [str(path), str(rank)]))
+        runs_by_tool: dict[str, list[dict]] = {tool: [] for tool, _, _ in tools}
+        for _ in range(args.repeat):  # alternate the tools so both see the same load
+            for tool, code, child_args in tools:
+                runs_by_tool[tool].append(run_child(code, child_args, env))
         for tool, code, child_args in tools:
-            runs = [run_child(code, child_args, env) for _ in range(args.repeat)]
-            best = {"wall_s": min(r["wall_s"] for r in runs), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            runs = runs_by_tool[tool]
+            best = {"wall_s": min(r["wall_s"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs),
+                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
                     "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
             rows.append({"trace": rel, "file_mb": size_mb, "tool": tool, **best})
-            print(f"{rel[-60:]:<60} {size_mb:6.1f} {tool:<9} {best['wall_s']:8.2f} {best['peak_rss_mb']:8.0f}"
+            print(f"{rel[-60:]:<60} {size_mb:6.1f} {tool:<9} {best['wall_s']:8.2f} {best['cpu_s']:8.2f} {best['peak_rss_mb']:8.0f}"
                   + ("" if best["exit"] == 0 else f"  exit {best['exit']}: {best['tail']!r}"), flush=True)
+    summary = ratios(rows)
+    if summary:
+        print(f"\n{'trace':<60} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
+        for rel, speedup, cpu, rss in summary:
+            print(f"{rel[-60:]:<60} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
+        Path(args.out).write_text(json.dumps({"runs": rows, "ratios": summary}, indent=1))
+
+
+def ratios(rows: list[dict]) -> list[tuple[str, float, float, float]]:
+    """Per trace measured by both tools: HTA wall / stepscope wall, HTA CPU time / stepscope CPU
+    time (less disturbed by other work on a shared machine), stepscope RSS / HTA RSS."""
+    by_trace: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_trace.setdefault(row["trace"], {})[row["tool"]] = row
+    out = []
+    for rel, tools in by_trace.items():
+        if "stepscope" in tools and "hta" in tools and tools["stepscope"]["wall_s"] > 0 and tools["hta"]["peak_rss_mb"] > 0:
+            ours, theirs = tools["stepscope"], tools["hta"]
+            cpu = theirs["cpu_s"] / ours["cpu_s"] if ours["cpu_s"] > 0 else float("nan")
+            out.append((rel, theirs["wall_s"] / ours["wall_s"], cpu, ours["peak_rss_mb"] / theirs["peak_rss_mb"]))
+    return out
 
 
 if __name__ == "__main__":

@@ -117,6 +117,12 @@ class TraceEvidence:
     memory_capacity_bytes: int | None = None
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    # device idle time by what the host was doing meanwhile, each a share of HTA's kernel_time
+    # (like idle_share); the four add up to idle_share (stepscope.analysis.trace.idle_causes)
+    idle_dataloader_share: float | None = None  # host inside a DataLoader range: waiting for data
+    idle_sync_share: float | None = None  # host inside a synchronising runtime call
+    idle_launch_share: float | None = None  # host in other runtime calls / kernel-issuing operators
+    idle_other_share: float | None = None  # none of these (Python, host-only work, untraced)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,15 +24,24 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress, repeat
+from operator import eq
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from stepscope.traces.fastpath import complete_columns
 
+if TYPE_CHECKING:
+    from stepscope.traces.links import EventLinks
+
 FAR_TS_US = 1e17
 _BIG = 1 << 62
+_IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
 
 
 class SymbolTable:
@@ -56,7 +65,7 @@ class SymbolTable:
     def decode(self, ident: int) -> str:
         return self.strings[ident] if ident >= 0 else ""
 
-    def ids_where(self, predicate) -> np.ndarray:
+    def ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
         return np.array([i for i, s in enumerate(self.strings) if predicate(s)], dtype=np.int32)
 
 
@@ -85,13 +94,21 @@ class EventTable:
 
     @property
     def end(self) -> np.ndarray:
-        return self.ts + self.dur
+        ends: np.ndarray = self.ts + self.dur
+        return ends
+
+    @cached_property
+    def links(self) -> EventLinks:
+        """The linked-events table (:mod:`~stepscope.traces.links`), computed on first use, once."""
+        from stepscope.traces.links import link_events
+
+        return link_events(self)
 
     def cat_mask(self, *names: str) -> np.ndarray:
         ids = [self.symbols.get(n) for n in names]
         return np.isin(self.cat, [i for i in ids if i >= 0])
 
-    def name_mask(self, predicate) -> np.ndarray:
+    def name_mask(self, predicate: Callable[[str], bool]) -> np.ndarray:
         return np.isin(self.name, self.symbols.ids_where(predicate))
 
 
@@ -116,11 +133,11 @@ class MemoryTable:
 class SkipCounts:
     """Why events were not stored: reason -> count."""
 
-    skipped: Counter = field(default_factory=Counter)
-    ignored: Counter = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    ignored: Counter[str] = field(default_factory=Counter)
 
 
-def _to_int(value) -> int:
+def _to_int(value: Any) -> int:
     if type(value) is int:
         return value if -_BIG < value < _BIG else -1
     if type(value) is float:
@@ -134,7 +151,7 @@ def _to_int(value) -> int:
     return -1
 
 
-def _to_float(value) -> float:
+def _to_float(value: Any) -> float:
     t = type(value)
     if t is float or t is int:
         return float(value)
@@ -153,9 +170,9 @@ class TableBuilder:
         self._mem_f = {k: array("d") for k in ("ts", "nbytes", "total_allocated", "total_reserved")}
         self._mem_i = {k: array("q") for k in ("device_type", "device_id", "addr")}
         self._mem_tid = array("i")
-        self._scalar_ids: dict = {}
+        self._scalar_ids: dict[tuple[type, Any], int] = {}
 
-    def _scalar(self, value) -> int:
+    def _scalar(self, value: Any) -> int:
         key = (type(value), value)
         found = self._scalar_ids.get(key)
         if found is None:
@@ -163,13 +180,31 @@ class TableBuilder:
             self._scalar_ids[key] = found
         return found
 
-    def add_batch(self, events: list) -> None:
+    def add_batch(self, events: list[Any]) -> None:
         """Add a batch: clean complete events column-wise, everything else one by one."""
-        complete = [e for e in events if type(e) is dict and e.get("ph") == "X"]
-        if len(complete) < len(events):
-            rest = [e for e in events if not (type(e) is dict and e.get("ph") == "X")]
+        try:
+            phases = list(map(dict.get, events, ["ph"] * len(events)))
+        except TypeError:  # an item that is not an object: sort them out one by one
+            phases = None
+        if phases is None:
+            complete = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+            rest = [e for e in events if not (type(e) is dict and e.get("ph") == "X")] if len(complete) < len(events) else []
+        elif phases.count("X") == len(events):
+            complete, rest = events, []
         else:
-            rest = []
+            complete = list(compress(events, map(eq, phases, repeat("X"))))
+            # metadata, flow and counter events are only counted: no need to visit them one by one
+            try:
+                seen = Counter(phases)
+            except TypeError:  # an unhashable "ph"
+                seen = Counter(ph for ph in phases if type(ph) is str)
+            ignored = {ph: count for ph, count in seen.items() if ph in _IGNORED_PHASES}
+            self.counts.ignored.update(ignored)
+            if len(complete) + sum(ignored.values()) < len(events):
+                rest = [e for e, ph in zip(events, phases) if ph != "X" and not (type(ph) is str and ph in _IGNORED_PHASES)]
+                rest = self._add_memory_instants(rest) if rest else rest
+            else:
+                rest = []
         columns = complete_columns(complete, self.symbols, self._scalar_ids, self._scalar) if complete else None
         if columns is None:
             self._add_events(complete + rest if complete else rest)
@@ -180,7 +215,7 @@ class TableBuilder:
         if rest:
             self._add_events(rest)
 
-    def _add_events(self, events: list) -> None:  # noqa: C901 - one tight loop on purpose
+    def _add_events(self, events: list[Any]) -> None:  # noqa: C901 - one tight loop on purpose
         skipped, ignored = self.counts.skipped, self.counts.ignored
         intern, scalar = self.symbols.intern, self._scalar
         a_name, a_cat, a_pid, a_tid = (self._i32[k].append for k in ("name", "cat", "pid", "tid"))
@@ -196,7 +231,7 @@ class TableBuilder:
             if ph in ("M", "s", "f", "t", "C"):
                 ignored[ph] += 1
                 continue
-            ts = event.get("ts")
+            ts: Any = event.get("ts")
             tt = type(ts)
             if (tt is not float and tt is not int) or abs(ts) >= FAR_TS_US or not isfinite(ts):
                 skipped["missing or absurd 'ts'"] += 1
@@ -212,7 +247,7 @@ class TableBuilder:
             args = event.get("args")
             if type(args) is not dict:
                 args = {}
-            dur = event.get("dur")
+            dur: Any = event.get("dur")
             if dur is None and ph in ("i", "I"):
                 if name == "[memory]":
                     self._add_memory(ts, scalar(tid), args)
@@ -265,7 +300,54 @@ class TableBuilder:
                 a_dims(-1)
                 a_stack(-1)
 
-    def _add_memory(self, ts: float, tid: int, args: dict) -> None:
+    def _add_memory_instants(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Store the batch's clean ``[memory]`` instants column-wise; return the other events.
+        All-or-nothing: when any ``[memory]`` instant needs the careful path, none is taken here."""
+        memory = [
+            e for e in events if e.get("name") == "[memory]" and e.get("ph") in ("i", "I") and e.get("dur") is None
+        ]
+        if not memory:
+            return events
+        n = len(memory)
+        ts = [e.get("ts") for e in memory]
+        if not set(map(type, ts)) <= {int, float}:
+            return events
+        tids = [e.get("tid") for e in memory]
+        pid_types = {type(e.get("pid")) for e in memory}
+        if dict in pid_types or list in pid_types or not set(map(type, tids)).isdisjoint((dict, list)):
+            return events
+        ts_arr = np.array(ts, dtype=np.float64)
+        if not np.isfinite(ts_arr).all() or (np.abs(ts_arr) >= FAR_TS_US).any():
+            return events
+        args = [a if type(a) is dict else {} for a in (e.get("args") for e in memory)]
+
+        def ints(key: str) -> np.ndarray:
+            values = list(map(dict.get, args, [key] * n))
+            if set(map(type, values)) <= {int, type(None)}:
+                try:
+                    column = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+                    return np.where(np.abs(column) < _BIG, column, -1)
+                except OverflowError:
+                    pass
+            return np.array([_to_int(v) for v in values], dtype=np.int64)
+
+        def floats(key: str) -> np.ndarray:
+            values = list(map(dict.get, args, [key] * n))
+            if set(map(type, values)) <= {int, float, type(None)}:
+                return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+            return np.array([_to_float(v) for v in values], dtype=np.float64)
+
+        scalar = self._scalar
+        self._mem_f["ts"].frombytes(ts_arr.tobytes())
+        self._mem_tid.frombytes(np.array([scalar(t) for t in tids], dtype=np.int32).tobytes())
+        for key, arg in (("device_type", "Device Type"), ("device_id", "Device Id"), ("addr", "Addr")):
+            self._mem_i[key].frombytes(ints(arg).tobytes())
+        for key, arg in (("nbytes", "Bytes"), ("total_allocated", "Total Allocated"), ("total_reserved", "Total Reserved")):
+            self._mem_f[key].frombytes(floats(arg).tobytes())
+        taken = {id(e) for e in memory}
+        return [e for e in events if id(e) not in taken]
+
+    def _add_memory(self, ts: float, tid: int, args: dict[str, Any]) -> None:
         self._mem_f["ts"].append(ts)
         self._mem_tid.append(tid)
         self._mem_i["device_type"].append(_to_int(args.get("Device Type")))
@@ -276,7 +358,7 @@ class TableBuilder:
         self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
 
     def build(self) -> tuple[EventTable, MemoryTable]:
-        def arr(buf, dtype):
+        def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
             # a read-only view on the builder's buffer: no copy at the peak of the load
             return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
 

@@ -13,6 +13,9 @@ Python loop iteration that appends a dozen values, and clean batches are the nor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import orjson
@@ -20,15 +23,24 @@ import orjson
 FAR_TS_US = 1e17
 _NUM = {int, float}
 _BIG = float(1 << 62)
-_EMPTY: dict = {}
+_EMPTY: dict[str, Any] = {}
 
 
-def _ints(values: list) -> np.ndarray | None:
+_TOP = itemgetter("name", "pid", "tid", "ts", "dur")
+_TOP_ALL = itemgetter("name", "pid", "tid", "ts", "dur", "cat", "args")
+_NONE = type(None)
+
+
+def _ints(values: list[Any] | tuple[Any, ...]) -> np.ndarray | None:
     """Integer column (-1 for missing) when every value is an int or None and fits in ±2^62."""
-    if not set(map(type, values)) <= {int, type(None)}:
+    types = set(map(type, values))
+    if not types <= {int, _NONE}:
         return None
     try:
-        array = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        if _NONE in types:
+            array = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        else:
+            array = np.array(values, dtype=np.int64)
     except OverflowError:
         return None
     if len(array) and np.abs(array).max() >= _BIG:
@@ -36,21 +48,52 @@ def _ints(values: list) -> np.ndarray | None:
     return array
 
 
-def _floats(values: list) -> np.ndarray | None:
+def _floats(values: list[Any] | tuple[Any, ...], missing_ok: bool = True) -> np.ndarray | None:
     types = set(map(type, values))
-    if types <= {int, float, type(None)}:
-        try:
+    if not types <= ({int, float, _NONE} if missing_ok else {int, float}):
+        return None
+    try:
+        if _NONE in types:
             return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-        except OverflowError:
-            return None
-    return None
+        return np.array(values, dtype=np.float64)
+    except OverflowError:
+        return None
 
 
-def complete_columns(events: list, symbols, scalar_ids: dict, scalar) -> dict | None:
+def _symbols(values: list[str] | tuple[str, ...], symbols: Any) -> np.ndarray:
+    """Symbol ids of strings (interned on first sight)."""
+    found = list(map(symbols.ids.get, values))
+    if None in found:
+        intern = symbols.intern
+        found = [f if f is not None else intern(v) for f, v in zip(found, values)]
+    return np.array(found, dtype=np.int32)
+
+
+def _scalars(values: tuple[Any, ...], scalar: Callable[[Any], int]) -> np.ndarray:
+    """Symbol ids of pid/tid values (ints or strings: never equal to each other, so one dict)."""
+    mapping = {value: scalar(value) for value in dict.fromkeys(values)}  # first-sight order
+    return np.array(list(map(mapping.__getitem__, values)), dtype=np.int32)
+
+
+def complete_columns(
+    events: list[dict[str, Any]], symbols: Any, scalar_ids: dict[Any, int], scalar: Callable[[Any], int]
+) -> dict[str, np.ndarray] | None:
     if not events:
         return None
-    ts = _floats([e.get("ts") for e in events])
-    dur = _floats([e.get("dur") for e in events])
+    n = len(events)
+    cats: list[Any] | tuple[Any, ...]
+    args: list[Any] | tuple[Any, ...]
+    try:  # one C-level pass over the events (each dict is visited once: they do not fit in cache)
+        names, pids, tids, ts_v, dur_v, cats, args = zip(*map(_TOP_ALL, events))
+    except KeyError:  # some event has no "cat" or no "args"
+        try:
+            names, pids, tids, ts_v, dur_v = zip(*map(_TOP, events))
+        except KeyError:
+            return None
+        cats = list(map(dict.get, events, ["cat"] * n))
+        args = list(map(dict.get, events, ["args"] * n))
+    ts = _floats(ts_v, missing_ok=False)
+    dur = _floats(dur_v, missing_ok=False)
     if ts is None or dur is None:
         return None
     with np.errstate(invalid="ignore"):
@@ -58,51 +101,64 @@ def complete_columns(events: list, symbols, scalar_ids: dict, scalar) -> dict | 
             return None
         if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
             return None
-    names = [e.get("name") for e in events]
-    cats = [e.get("cat") for e in events]
-    pids = [e.get("pid") for e in events]
-    tids = [e.get("tid") for e in events]
-    args = [e.get("args") for e in events]
-    if set(map(type, names)) != {str} or not set(map(type, cats)) <= {str, type(None)}:
+    if set(map(type, names)) != {str}:
+        return None
+    cat_types = set(map(type, cats))
+    if not cat_types <= {str, _NONE}:
         return None
     if not set(map(type, pids)) <= {int, str} or not set(map(type, tids)) <= {int, str}:
         return None
     arg_types = set(map(type, args))
-    if not arg_types <= {dict, type(None)}:
+    if not arg_types <= {dict, _NONE}:
         return None
-    if type(None) in arg_types:
+    if _NONE in arg_types:
         args = [a if a is not None else _EMPTY for a in args]
-    ids, intern = symbols.ids, symbols.intern
-    name_ids = np.array([ids[n] if n in ids else intern(n) for n in names], dtype=np.int32)
-    cat_ids = np.array([-1 if c is None else (ids[c] if c in ids else intern(c)) for c in cats], dtype=np.int32)
-    pid_ids = np.array([scalar_ids[(type(p), p)] if (type(p), p) in scalar_ids else scalar(p) for p in pids], dtype=np.int32)
-    tid_ids = np.array([scalar_ids[(type(t), t)] if (type(t), t) in scalar_ids else scalar(t) for t in tids], dtype=np.int32)
-    ext_values = [a.get("External id") for a in args]
-    if any("external id" in a for a in args):
-        ext_values = [v if v is not None else a.get("external id") for v, a in zip(ext_values, args)]
-    columns = {"ext": ext_values}
-    for key, arg in (("corr", "correlation"), ("stream", "stream"), ("device", "device")):
-        columns[key] = [a.get(arg) for a in args]
+    name_ids = _symbols(names, symbols)
+    if _NONE in cat_types:
+        present = [c for c in cats if c is not None]
+        cat_ids = np.full(n, -1, dtype=np.int32)
+        if present:
+            cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
+    else:
+        cat_ids = _symbols(cats, symbols)
+    pid_ids = _scalars(pids, scalar)
+    tid_ids = _scalars(tids, scalar)
+
+    def arg(key: str) -> list[Any]:
+        return list(map(dict.get, args, [key] * n))
+
+    ext_values = arg("External id")
+    lower = arg("external id")
+    if lower.count(None) != n:
+        ext_values = [v if v is not None else low for v, low in zip(ext_values, lower)]
     ints = {}
-    for key, values in columns.items():
+    for key, values in (("ext", ext_values), ("corr", arg("correlation")), ("stream", arg("stream")), ("device", arg("device"))):
         converted = _ints(values)
         if converted is None:
             return None
         ints[key] = converted
-    bps = _floats([a.get("blocks per SM") for a in args])
-    occ = _floats([a.get("est. achieved occupancy %") for a in args])
+    bps = _floats(arg("blocks per SM"))
+    occ = _floats(arg("est. achieved occupancy %"))
     if bps is None or occ is None:
         return None
-    dims = [a.get("Input Dims") for a in args]
-    dims_ids = np.full(len(events), -1, dtype=np.int32)
-    for i, value in enumerate(dims):
-        if value is not None:
-            try:
-                dims_ids[i] = intern(orjson.dumps(value).decode())
-            except TypeError:  # e.g. an integer beyond 64 bits
-                dims_ids[i] = intern(repr(value))
-    stacks = [a.get("Call stack") for a in args]
-    stack_ids = np.array([intern(s) if type(s) is str else -1 for s in stacks], dtype=np.int32)
+    dims_ids = np.full(n, -1, dtype=np.int32)
+    stack_ids = np.full(n, -1, dtype=np.int32)
+    dims = arg("Input Dims")
+    if dims.count(None) != n:
+        ids, intern = symbols.ids, symbols.intern
+        for i, value in enumerate(dims):
+            if value is not None:
+                try:
+                    text = orjson.dumps(value).decode()
+                except TypeError:  # e.g. an integer beyond 64 bits
+                    text = repr(value)
+                found = ids.get(text)
+                dims_ids[i] = found if found is not None else intern(text)
+    stacks = arg("Call stack")
+    if stacks.count(None) != n:
+        for i, value in enumerate(stacks):
+            if type(value) is str:
+                stack_ids[i] = symbols.intern(value)
     return {
         "name": name_ids, "cat": cat_ids, "pid": pid_ids, "tid": tid_ids, "input_dims": dims_ids, "call_stack": stack_ids,
         "ts": ts, "dur": dur, "blocks_per_sm": bps, "occupancy": occ,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from reference_traces import SKIP, close, hta_results, hta_view, kineto_trace_names, loaded
+from reference_traces import SKIP, close, hta_results, kineto_trace_names, loaded
 from trace_builders import kernel, runtime, table_of
 
-from stepscope.analysis.trace.hta_frame import hta_rows
 from stepscope.analysis.trace.idle_time import idle_time_breakdown
 
 
@@ -15,7 +14,7 @@ from stepscope.analysis.trace.idle_time import idle_time_breakdown
 def test_idle_time_matches_hta(rel):
     results, errors = hta_results(rel)
     trace = loaded(rel)
-    ours = idle_time_breakdown(trace.events, hta_view(rel), trace.rank)
+    ours = idle_time_breakdown(trace.events.links, trace.rank)
     if "idle_time_breakdown" not in results:
         assert errors  # HTA failed (no GPU rows): we have no stream either
         assert ours.streams == ()
@@ -46,7 +45,7 @@ def test_idle_categories_hand_made():
         runtime("cudaLaunchKernel", 150, 2, correlation=4),
         kernel("k4", 160, 10, correlation=4),  # runtime at 150 > prev end 110 -> host_wait (gap 50)
     )
-    result = idle_time_breakdown(table, hta_rows(table), 0)
+    result = idle_time_breakdown(table.links, 0)
     (stream,) = result.streams
     assert stream.idle_us == {"host_wait": 50.0, "kernel_wait": 5.0, "other": 70.0}
     assert stream.ratio["other"] == pytest.approx(70 / 125)

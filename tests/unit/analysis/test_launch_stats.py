@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from reference_traces import SKIP, close, hta_results, hta_view, kineto_trace_names, loaded
+from reference_traces import SKIP, close, hta_results, kineto_trace_names, loaded
 from trace_builders import kernel, runtime, table_of
 
-from stepscope.analysis.trace.hta_frame import hta_rows
 from stepscope.analysis.trace.launch_stats import launch_stats
 
 
@@ -15,7 +14,7 @@ from stepscope.analysis.trace.launch_stats import launch_stats
 def test_launch_stats_match_hta(rel):
     results, _ = hta_results(rel)
     trace = loaded(rel)
-    ours = launch_stats(trace.events, hta_view(rel), trace.rank)
+    ours = launch_stats(trace.events.links, trace.rank)
     ref = next(iter(results["cuda_kernel_launch_stats"].values()))
     summary = ours.summary()
     assert summary["count"] == ref["summary"]["n"]
@@ -39,7 +38,7 @@ def test_launch_delay_hand_made():
         runtime("cudaLaunchKernel", 20, 60, correlation=2), kernel("k", 50, 1, correlation=2),
         runtime("cuLaunchKernel", 100, 4, correlation=3), kernel("triton_k", 110, 2, correlation=3),
     )
-    stats = launch_stats(table, hta_rows(table), 0)
+    stats = launch_stats(table.links, 0)
     assert stats.correlation.tolist() == [1, 2]  # cuLaunchKernel is not counted (as in HTA)
     assert stats.launch_delay.tolist() == [6.0, 0.0]  # clipped at 0
     assert stats.summary()["runtime_outliers"] == 1

@@ -9,7 +9,6 @@ from reference_traces import SKIP, analysis, close, kineto_trace_names, tb_overv
 from trace_builders import kernel, op, runtime, table_of
 
 from stepscope.analysis.trace.step_breakdown import CATEGORIES, find_steps, step_breakdown
-from stepscope.analysis.trace.tb_events import tb_roles
 
 PLUGIN_NAMES = {"CPU Exec": "CpuOp"}
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -61,10 +60,9 @@ def test_priority_and_device_retiming():
         kernel("relu", 140, 5, correlation=2),
     ]
     table = table_of(*events)
-    roles = tb_roles(table)
-    steps = find_steps(table, roles)
+    steps = find_steps(table.links)
     assert steps.start.tolist() == [0, 130] and steps.end.tolist() == [130, 150]
-    result = step_breakdown(table, roles, steps)
+    result = step_breakdown(table.links, steps)
     first = result.per_step_us[0]
     assert first["Kernel"] == 80 and first["DataLoader"] == 30 and first["Runtime"] == 5
     assert first["CPU Exec"] == 5  # aten::mm 40-60 minus its runtime call (45-50) and the kernel (from 50)
@@ -75,10 +73,9 @@ def test_cpu_trace_without_steps_has_one_synthetic_step():
     from stepscope.traces.load import load_trace
 
     trace = load_trace(DATA / "cpu_plain.pt.trace.json")
-    roles = tb_roles(trace.events)
-    steps = find_steps(trace.events, roles)
+    steps = find_steps(trace.events.links)
     assert steps.synthetic and steps.names == ("0",)
-    result = step_breakdown(trace.events, roles, steps)
+    result = step_breakdown(trace.events.links, steps)
     assert result.share("CPU Exec") > 0.5
     assert "no ProfilerStep" in result.notes[0]
 
@@ -93,3 +90,17 @@ def test_recorded_cpu_training_trace():
         assert sum(step[c] for c in CATEGORIES) == pytest.approx(step["Total"], rel=1e-9)
         assert step["DataLoader"] > 0 and step["CPU Exec"] > 0 and step["Kernel"] == 0
     assert item.temporal is None and item.devices == ()
+
+
+def test_steps_out_of_order_follow_the_plugin_walk():
+    # file order 2, 1 with overlapping spans: the plugin's walk over runtimes and steps decides
+    events = [
+        _step(2, 100, 100),
+        _step(1, 0, 120),
+        runtime("cudaLaunchKernel", 10, 5, correlation=1), kernel("a", 20, 30, correlation=1),
+        runtime("cudaLaunchKernel", 110, 5, correlation=2), kernel("b", 130, 100, correlation=2),
+        runtime("cudaLaunchKernel", 150, 5, correlation=3), kernel("c", 240, 10, correlation=3),
+    ]
+    steps = find_steps(table_of(*events).links)
+    assert steps.names == ("2",) and steps.device_ops == (2, 0) and steps.removed_tail == 1
+    assert steps.start.tolist() == [100.0] and steps.end.tolist() == [250.0]

@@ -17,6 +17,7 @@ Per device (kernel ``pid``), over the steps window ``W = [first step start, last
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,8 +26,7 @@ import numpy as np
 
 from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.step_breakdown import TraceSteps
-from stepscope.analysis.trace.tb_events import KERNEL, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import KERNEL, EventLinks, unique_ints
 
 PLUGIN_TC_ALLOWLIST = (
     "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
@@ -41,12 +41,25 @@ _MODERN_TC = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def uses_tensor_cores_plugin(name: str) -> bool:
     return any(token in name for token in PLUGIN_TC_ALLOWLIST)
 
 
+# every match of _MODERN_TC contains one of these (lower case): a cheap test before the regex
+_MODERN_TC_TOKENS = (
+    "xmma", "gmma", "tensorop", "tensor_op", "hmma", "imma", "_16816", "_1688", "_884", "ampere_", "hopper_",
+    "turing_", "volta_", "blackwell_", "flash_fwd", "flash_bwd", "fmha", "cutlass_80", "cutlass_90", "cutlass3x",
+    "nvjet", "sm90_", "sm100_",
+)
+
+
+@functools.lru_cache(maxsize=4096)
 def uses_tensor_cores(name: str) -> bool:
-    return uses_tensor_cores_plugin(name) or bool(_MODERN_TC.search(name))
+    if uses_tensor_cores_plugin(name):
+        return True
+    lower = name.lower()
+    return any(token in lower for token in _MODERN_TC_TOKENS) and bool(_MODERN_TC.search(name))
 
 
 @dataclass(frozen=True)
@@ -73,19 +86,22 @@ def _sm_efficiency(s: np.ndarray, e: np.ndarray, value: np.ndarray, lo: float, h
     return float(np.sum(capped * (right - left)) / (hi - lo))
 
 
-def device_summaries(events: EventTable, roles: TbRoles, steps: TraceSteps) -> tuple[DeviceSummary, ...]:
-    kernels = roles.rows(KERNEL)
+def device_summaries(links: EventLinks, steps: TraceSteps) -> tuple[DeviceSummary, ...]:
+    events = links.events
+    kernels = links.rows(KERNEL)
     if not len(kernels) or not len(steps.start):
         return ()
     lo, hi = float(steps.start[0]), float(steps.end[-1])
     symbols = events.symbols
     names = events.name[kernels]
-    uniq = np.unique(names)
-    tc_mod = dict(zip(uniq.tolist(), (uses_tensor_cores(symbols.strings[i]) for i in uniq)))
-    tc_plug = dict(zip(uniq.tolist(), (uses_tensor_cores_plugin(symbols.strings[i]) for i in uniq)))
+    tc_mod = np.zeros(len(symbols.strings), dtype=bool)
+    tc_plug = np.zeros(len(symbols.strings), dtype=bool)
+    for ident in unique_ints(names).tolist():
+        tc_mod[ident] = uses_tensor_cores(symbols.strings[ident])
+        tc_plug[ident] = uses_tensor_cores_plugin(symbols.strings[ident])
     out = []
     pids = events.pid[kernels]
-    for pid in np.unique(pids):
+    for pid in unique_ints(pids).tolist():
         rows = kernels[pids == pid]
         s, e = events.ts[rows], events.ts[rows] + events.dur[rows]
         device = _device_number(symbols.strings[pid], events.device[rows])
@@ -103,8 +119,8 @@ def device_summaries(events: EventTable, roles: TbRoles, steps: TraceSteps) -> t
             occ = float((occ_v[ok] * overlap[ok]).sum() / weight / 100.0) if weight > 0 else None
         dur = events.dur[rows]
         total = float(dur.sum())
-        mod = np.array([tc_mod[n] for n in events.name[rows].tolist()], dtype=bool)
-        plug = np.array([tc_plug[n] for n in events.name[rows].tolist()], dtype=bool)
+        mod = tc_mod[events.name[rows]]
+        plug = tc_plug[events.name[rows]]
         out.append(
             DeviceSummary(
                 device=device,

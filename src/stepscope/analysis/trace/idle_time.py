@@ -11,7 +11,9 @@ a gap can be negative; the first row has none). A gap is
   latency);
 - else **other**.
 
-Rows without a correlated CPU row cannot be host_wait. ``ratio`` is per stream. The rank-level
+Rows without a correlated CPU row cannot be host_wait; the correlated row is HTA's link in the
+linked-events table (``HtaRows.cpu_link``: the first kept host row with that correlation).
+``ratio`` is per stream. The rank-level
 totals add the streams (which is *not* the temporal breakdown's idle time of merged streams).
 """
 
@@ -22,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace.hta_frame import HtaRows
-from stepscope.traces.events import EventTable
+from stepscope.analysis.trace import intervals
+from stepscope.traces.links import BoolArray, EventLinks, FloatArray, HtaRows, unique_ints
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -61,10 +63,10 @@ class IdleTimeBreakdown:
         }
 
 
-def _describe(values: np.ndarray) -> dict[str, float | None]:
+def _describe(values: FloatArray) -> dict[str, float | None]:
     if len(values) == 0:
         return {"count": 0, "mean": None, "std": None, "min": None, "p25": None, "p50": None, "p75": None, "max": None}
-    q = np.quantile(values, [0.25, 0.5, 0.75])
+    q = intervals.quantiles(values, [0.25, 0.5, 0.75])
     return {
         "count": int(len(values)),
         "mean": float(values.mean()),
@@ -77,30 +79,24 @@ def _describe(values: np.ndarray) -> dict[str, float | None]:
     }
 
 
-def runtime_ts_for_gpu_rows(events: EventTable, rows: HtaRows, gpu_sel: np.ndarray) -> np.ndarray:
-    """Start (rounded) of the CPU row sharing each selected GPU row's correlation, NaN if none."""
-    corr = events.correlation[rows.index]
-    cpu = ~rows.gpu & (corr >= 0)
-    cpu_corr, first = np.unique(corr[cpu], return_index=True)
-    cpu_ts = rows.ts[cpu][first]
-    want = corr[gpu_sel]
-    pos = np.searchsorted(cpu_corr, want)
-    pos = np.clip(pos, 0, max(len(cpu_corr) - 1, 0))
-    found = (len(cpu_corr) > 0) & (cpu_corr[pos] == want) if len(cpu_corr) else np.zeros(len(want), bool)
-    out = np.full(len(want), np.nan)
-    if len(cpu_corr):
-        out[found] = cpu_ts[pos[found]]
+def runtime_ts_for_gpu_rows(rows: HtaRows, gpu_sel: BoolArray) -> FloatArray:
+    """Start (rounded) of the host row linked to each selected GPU row (HTA's correlation link), NaN if none."""
+    link = rows.cpu_link[gpu_sel]
+    out = np.full(len(link), np.nan)
+    found = link >= 0
+    out[found] = rows.ts[link[found]]
     return out
 
 
-def idle_time_breakdown(events: EventTable, rows: HtaRows, rank: int) -> IdleTimeBreakdown:
+def idle_time_breakdown(links: EventLinks, rank: int) -> IdleTimeBreakdown:
+    events, rows = links.events, links.hta
     cats = events.cat_mask(*_IDLE_CATS)[rows.index]
     sel = rows.gpu & cats
-    ts_runtime = runtime_ts_for_gpu_rows(events, rows, sel)
+    ts_runtime = runtime_ts_for_gpu_rows(rows, sel)
     stream = events.stream[rows.index][sel]
     ts, end = rows.ts[sel], rows.end[sel]
     out = []
-    for value in np.unique(stream):
+    for value in unique_ints(stream).tolist():
         pick = np.flatnonzero(stream == value)
         order = pick[np.argsort(ts[pick], kind="stable")]
         s_ts, s_end, s_rt = ts[order], end[order], ts_runtime[order]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepscope.traces.links import unique_ints
+
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals -> sorted disjoint ``(starts, ends)``."""
@@ -70,6 +72,23 @@ def subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray])
     return intersect(a, (comp_s[keep], comp_e[keep]))
 
 
+def totals_within(merged: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of a merged list inside each window ``[starts[i], ends[i]]`` (one pass, no clipping)."""
+    m_s, m_e = merged
+    if len(m_s) == 0:
+        return np.zeros(len(starts))
+    cum = np.concatenate(([0.0], np.cumsum(m_e - m_s)))
+
+    def upto(t: np.ndarray) -> np.ndarray:  # measure of merged ∩ (-inf, t]
+        k = np.searchsorted(m_s, t, side="right")
+        over = np.where(k > 0, np.maximum(m_e[np.maximum(k - 1, 0)] - t, 0.0), 0.0)
+        below: np.ndarray = cum[k] - over
+        return below
+
+    inside: np.ndarray = np.maximum(upto(np.asarray(ends, dtype=np.float64)) - upto(np.asarray(starts, dtype=np.float64)), 0.0)
+    return inside
+
+
 def clip(merged: tuple[np.ndarray, np.ndarray], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
     return intersect(merged, (np.array([start], dtype=float), np.array([end], dtype=float)))
 
@@ -90,7 +109,30 @@ def sweep_labels(lists: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, float]
     span = np.diff(t)
     active = mask[:-1]
     out: dict[int, float] = {}
-    for value in np.unique(active):
+    for value in unique_ints(active).tolist():
         if value > 0:
             out[int(value)] = float(span[active == value].sum())
     return out
+
+
+def quantiles(values: np.ndarray, qs: list[float]) -> np.ndarray:
+    """``np.quantile(values, qs)`` (linear method, same interpolation formula) without its
+    internal ``np.unique``, whose lazy ``numpy.ma`` import costs tens of ms per process."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    position = np.asarray(qs, dtype=np.float64) * (len(ordered) - 1)
+    below = np.floor(position).astype(np.int64)
+    above = np.minimum(below + 1, len(ordered) - 1)
+    gamma = position - below
+    low, high = ordered[below], ordered[above]
+    diff = high - low
+    return np.where(gamma >= 0.5, high - diff * (1 - gamma), low + diff * gamma)
+
+
+def median(values: np.ndarray) -> float:
+    """``np.median`` of a non-empty array (the mean of the two middle values for an even count),
+    without the lazy ``numpy.ma`` import."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    half = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[half])
+    return float(np.mean(ordered[half - 1 : half + 1]))

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.gpu_metrics import uses_tensor_cores
-from stepscope.analysis.trace.tb_events import KERNEL, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import KERNEL, EventLinks
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,9 @@ class KernelTable:
         return {"count": len(self.rows), "total_us": self.total_us, "rows": [asdict(r) for r in rows]}
 
 
-def kernel_table(events: EventTable, roles: TbRoles) -> KernelTable:
-    rows = roles.rows(KERNEL)
+def kernel_table(links: EventLinks) -> KernelTable:
+    events = links.events
+    rows = links.rows(KERNEL)
     if not len(rows):
         return KernelTable((), 0.0)
     names = events.name[rows]

@@ -6,7 +6,9 @@ job_prep_and_submit_for_execution``, ``cudaMemcpyAsync`` or ``cudaMemsetAsync`` 
 GPU rows (``stream != -1``) on ``correlation``; ``launch_delay = gpu.ts - cpu.ts - cpu.dur``
 clipped at 0 (HTA-rounded times). Outlier counts use HTA's plot cut-offs: runtime > 50 µs,
 launch delay > 100 µs, and "short" kernels (``cpu <= 50 µs`` and ``gpu < cpu``), the launch-bound
-signature. ``cuLaunchKernel`` (Triton) is not counted, as in HTA.
+signature. ``cuLaunchKernel`` (Triton) is not counted, as in HTA. The join is HTA's link of the
+linked-events table (``HtaRows.cpu_link``) when every host correlation id is unique (the norm);
+otherwise every (host, GPU) pair sharing a correlation is a row, like pandas ``merge``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace.hta_frame import HtaRows
-from stepscope.traces.events import EventTable
+from stepscope.analysis.trace import intervals
+from stepscope.traces.links import EventLinks, IntArray, unique_ints
 
 LAUNCH_NAMES = (
     "cudaLaunchKernel",
@@ -51,7 +53,7 @@ class LaunchStats:
         out["runtime_outliers"] = int((cpu > RUNTIME_CUTOFF_US).sum())
         out["launch_delay_outliers"] = int((delay > LAUNCH_DELAY_CUTOFF_US).sum())
         for label, values in (("cpu_duration_us", cpu), ("gpu_duration_us", gpu), ("launch_delay_us", delay)):
-            q = np.quantile(values, [0.5, 0.9, 0.99])
+            q = intervals.quantiles(values, [0.5, 0.9, 0.99])
             out[label] = {
                 "sum": float(values.sum()),
                 "mean": float(values.mean()),
@@ -74,13 +76,8 @@ class LaunchStats:
         return out
 
 
-def launch_stats(events: EventTable, rows: HtaRows, rank: int) -> LaunchStats:
-    names = events.name[rows.index]
-    launch_ids = [i for i in (events.symbols.get(n) for n in LAUNCH_NAMES) if i >= 0]
-    corr = events.correlation[rows.index]
-    cpu = np.flatnonzero(~rows.gpu & np.isin(names, launch_ids))
-    gpu = np.flatnonzero(rows.gpu)
-    # inner join on correlation (a correlation may repeat; every pair is a row, like pandas merge)
+def _pairs_many(corr: IntArray, cpu: IntArray, gpu: IntArray) -> tuple[IntArray, IntArray]:
+    """Inner join of host and GPU positions on correlation, every pair a row (like pandas merge)."""
     gpu_order = gpu[np.argsort(corr[gpu], kind="stable")]
     gpu_corr = corr[gpu_order]
     lo = np.searchsorted(gpu_corr, corr[cpu], side="left")
@@ -90,7 +87,26 @@ def launch_stats(events: EventTable, rows: HtaRows, rank: int) -> LaunchStats:
     offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     gpu_rep = gpu_order[np.repeat(lo, counts) + offsets]
     order = np.argsort(corr[cpu_rep], kind="stable")
-    cpu_rep, gpu_rep = cpu_rep[order], gpu_rep[order]
+    return cpu_rep[order], gpu_rep[order]
+
+
+def launch_stats(links: EventLinks, rank: int) -> LaunchStats:
+    events, rows = links.events, links.hta
+    names = events.name[rows.index]
+    launch_ids = [i for i in (events.symbols.get(n) for n in LAUNCH_NAMES) if i >= 0]
+    corr = events.correlation[rows.index]
+    is_launch = ~rows.gpu & links.name_in(launch_ids, rows.index)
+    host_corr = corr[~rows.gpu & (corr >= 0)]
+    if len(unique_ints(host_corr)) == len(host_corr) and not (is_launch & (corr < 0)).any():
+        # one host row per correlation (the norm): the linked table's link is the join
+        gpu = np.flatnonzero(rows.gpu & (rows.cpu_link >= 0))
+        cpu = rows.cpu_link[gpu]
+        keep = is_launch[cpu]
+        gpu, cpu = gpu[keep], cpu[keep]
+        order = np.lexsort((gpu, corr[gpu]))
+        cpu_rep, gpu_rep = cpu[order], gpu[order]
+    else:
+        cpu_rep, gpu_rep = _pairs_many(corr, np.flatnonzero(is_launch), np.flatnonzero(rows.gpu))
     cpu_dur = rows.end[cpu_rep] - rows.ts[cpu_rep]
     gpu_dur = rows.end[gpu_rep] - rows.ts[gpu_rep]
     delay = np.maximum(rows.ts[gpu_rep] - rows.ts[cpu_rep] - cpu_dur, 0.0)

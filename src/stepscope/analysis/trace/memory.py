@@ -18,6 +18,7 @@ import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
 from stepscope.traces.events import EventTable, MemoryTable
+from stepscope.traces.links import unique_ints
 
 DEVICE_TYPES = {0: "CPU", 1: "CUDA"}
 
@@ -74,9 +75,13 @@ def memory_view(
     devices = []
     if len(memory):
         order = np.argsort(memory.ts, kind="stable")
-        keys = np.stack((memory.device_type[order], memory.device_id[order]), axis=1)
-        for dtype, did in sorted({(int(a), int(b)) for a, b in keys.tolist()}):
-            sel = order[(memory.device_type[order] == dtype) & (memory.device_id[order] == did)]
+        dev_type, dev_id = memory.device_type[order], memory.device_id[order]
+        by_device = np.lexsort((dev_id, dev_type))
+        first = np.ones(len(by_device), dtype=bool)
+        first[1:] = (np.diff(dev_type[by_device]) != 0) | (np.diff(dev_id[by_device]) != 0)
+        pairs = zip(dev_type[by_device][first].tolist(), dev_id[by_device][first].tolist())
+        for dtype, did in pairs:
+            sel = order[(dev_type == dtype) & (dev_id == did)]
             alloc = memory.total_allocated[sel]
             if not np.isfinite(alloc).any():  # 2021 traces: no running totals, add up the deltas
                 alloc = np.cumsum(np.nan_to_num(memory.nbytes[sel], nan=0.0))
@@ -110,8 +115,9 @@ def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: 
     parent_pos = tree.parent
     kept_pos = np.flatnonzero(tree.kept)
     tids = events.tid[rows]
-    counts: dict[int, list[float]] = {}
-    for tid in np.unique(memory.tid[alloc]):
+    where = np.full(len(tree.rows), -1, dtype=np.int64)
+    found_names, found_bytes = [], []
+    for tid in unique_ints(memory.tid[alloc]).tolist():
         mine = kept_pos[tids == tid]
         if not len(mine):
             continue
@@ -119,18 +125,31 @@ def _top_allocators(events: EventTable, memory: MemoryTable, tree: OpTree, top: 
         order = np.argsort(starts, kind="stable")
         mine, starts = mine[order], starts[order]
         ends = starts + events.dur[tree.rows[mine]]
-        where = {int(p): i for i, p in enumerate(mine.tolist())}
+        where[mine] = np.arange(len(mine))
         pick = alloc[memory.tid[alloc] == tid]
-        idx = np.searchsorted(starts, memory.ts[pick], side="right") - 1
-        for i, ts, nbytes in zip(idx.tolist(), memory.ts[pick].tolist(), memory.nbytes[pick].tolist()):
-            while i >= 0 and ends[i] < ts:  # climb to the innermost op that still contains ts
-                up = parent_pos[mine[i]]
-                i = where.get(int(up), -1) if up >= 0 else -1
-            if i < 0:
-                continue
-            name = int(events.name[tree.rows[mine[i]]])
-            entry = counts.setdefault(name, [0, 0.0])
-            entry[0] += 1
-            entry[1] += nbytes
+        at = memory.ts[pick]
+        idx = np.searchsorted(starts, at, side="right") - 1
+        while True:  # climb to the innermost op that still contains the allocation
+            climb = np.flatnonzero(idx >= 0)
+            climb = climb[ends[idx[climb]] < at[climb]]
+            if not len(climb):
+                break
+            up = parent_pos[mine[idx[climb]]]
+            idx[climb] = np.where(up >= 0, where[np.maximum(up, 0)], -1)
+        where[mine] = -1
+        hit = idx >= 0
+        found_names.append(events.name[tree.rows[mine[idx[hit]]]].astype(np.int64))
+        found_bytes.append(memory.nbytes[pick][hit])
+    if not found_names:
+        return ()
+    names = np.concatenate(found_names)
+    nbytes = np.concatenate(found_bytes)
+    if not len(names):
+        return ()
+    # per operator name: count and bytes; ties keep the order of first appearance
+    uniq, first, inverse = np.unique(names, return_index=True, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(uniq))
+    total = np.bincount(inverse, weights=nbytes, minlength=len(uniq))
+    counts = {int(uniq[g]): (int(count[g]), float(total[g])) for g in np.argsort(first, kind="stable").tolist()}
     ranked = sorted(counts.items(), key=lambda item: -item[1][1])[:top]
     return tuple(AllocatingOperator(events.symbols.strings[k], int(v[0]), float(v[1])) for k, v in ranked)

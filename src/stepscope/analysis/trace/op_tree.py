@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis.trace.tb_events import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks, unique_ints
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,12 @@ class OpTree:
     runtime_dropped: np.ndarray  # bool: this row's own runtime calls are discarded by a fold
 
 
-def build_op_tree(events: EventTable, roles: TbRoles) -> OpTree:
-    comm = events.symbols.ids_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
-    node = np.isin(roles.kind, (OPERATOR, STEP, PYTHON)) | ((roles.kind == ANNOTATION) & np.isin(events.name, comm))
+def build_op_tree(links: EventLinks) -> OpTree:
+    events, role = links.events, links.role
+    comm = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
+    node = (role == OPERATOR) | (role == STEP) | (role == PYTHON)
+    if len(comm):
+        node |= (role == ANNOTATION) & links.name_in(comm)
     rows = np.flatnonzero(node)
     n = len(rows)
     ts, end = events.ts[rows], events.ts[rows] + events.dur[rows]
@@ -45,27 +47,80 @@ def build_op_tree(events: EventTable, roles: TbRoles) -> OpTree:
     thread = (events.pid[rows].astype(np.int64) << 32) + events.tid[rows]
     parent = np.full(n, -1, dtype=np.int64)
     placed = np.zeros(n, dtype=bool)
-    stack: list[int] = []
-    starts, ends, threads = ts.tolist(), end.tolist(), thread.tolist()
-    current = None
-    for pos in range(n):
-        if threads[pos] != current:
-            stack.clear()
-            current = threads[pos]
-        while stack and not starts[pos] < ends[stack[-1]]:
-            stack.pop()
-        if stack and ends[pos] > ends[stack[-1]]:
-            continue  # overlaps its would-be parent: left out, as the plugin does
-        parent[pos] = stack[-1] if stack else -1
-        placed[pos] = True
-        stack.append(pos)
-    del starts, ends, threads
-    alias, dropped = _fold_same_name(events.name[rows], roles.kind[rows] == OPERATOR, parent, placed)
+    bounds = np.flatnonzero(np.diff(thread)) + 1 if n else np.zeros(0, np.int64)
+    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [n])).tolist()):
+        nested, walk = _nested_parents(ts[lo:hi], end[lo:hi])
+        parent[lo:hi] = np.where(nested >= 0, nested + lo, -1)
+        placed[lo:hi] = True
+        for first, last in walk:  # stretches where rows overlap: the walk itself decides
+            placed[lo + first : lo + last] = False
+            parent[lo + first : lo + last] = -1
+            _stack_parents(ts[lo + first : lo + last].tolist(), end[lo + first : lo + last].tolist(), lo + first, parent, placed)
+    alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n))
     return OpTree(rows, parent, alias, kept, dropped)
 
 
-def _fold_same_name(names: np.ndarray, is_op: np.ndarray, parent: np.ndarray, placed: np.ndarray):
+def _stack_parents(starts: list[float], ends: list[float], offset: int, parent: np.ndarray, placed: np.ndarray) -> None:
+    """The plugin's stack walk over one thread's rows (sorted by start, longer first)."""
+    stack: list[int] = []
+    for pos in range(len(starts)):
+        while stack and not starts[pos] < ends[stack[-1]]:
+            stack.pop()
+        if stack and ends[pos] > ends[stack[-1]]:
+            continue  # overlaps its would-be parent: left out, as the plugin does
+        parent[pos + offset] = stack[-1] + offset if stack else -1
+        placed[pos + offset] = True
+        stack.append(pos)
+
+
+def _nested_parents(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The stack walk's parents, vectorised, for one thread's rows (sorted by start, longer first),
+    and the ``[first, last)`` stretches of rows where rows do not nest properly: there the walk
+    must run (its stack is empty at the start of each stretch, so stretches are independent).
+
+    Row ``q`` stays on the stack until the first row starting at or after its end: its "close"
+    position ``c[q]``. The rows open at row ``r`` number ``r - #{q: c[q] <= r}`` (its depth), and
+    with proper nesting its parent is the last row before it one level up."""
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), []
+    position = np.arange(n, dtype=np.int64)
+    close = np.maximum(np.searchsorted(starts, ends, side="left"), position + 1)
+    depth = position - np.searchsorted(np.sort(close), position, side="right")
+    order = np.lexsort((position, depth))  # by depth, then position
+    keys = depth[order] * (n + 1) + position[order]
+    want = (depth - 1) * (n + 1) + position
+    at = np.searchsorted(keys, want, side="left") - 1
+    found = order[np.maximum(at, 0)]
+    inner = depth > 0
+    par = np.where(inner & (at >= 0), found, -1)
+    p = np.maximum(par, 0)
+    good = (
+        (par >= 0) & (depth[p] == depth - 1) & (p < position) & (close[p] > position) & (close <= close[p])
+        & (ends <= ends[p])
+    )
+    bad = inner & ~good
+    if not bad.any():
+        return par, []
+    # stretches between rows where nothing is open (depth 0) that hold a bad row
+    segment_start = np.flatnonzero(depth == 0)
+    segment = np.searchsorted(segment_start, position, side="right") - 1
+    bad_segments = unique_ints(segment[bad])
+    stretches: list[tuple[int, int]] = []
+    for seg in bad_segments.tolist():
+        first = int(segment_start[seg])
+        last = int(segment_start[seg + 1]) if seg + 1 < len(segment_start) else n
+        if stretches and stretches[-1][1] == first:
+            stretches[-1] = (stretches[-1][0], last)
+        else:
+            stretches.append((first, last))
+    return par, stretches
+
+
+def _fold_same_name(
+    names: np.ndarray, is_op: np.ndarray, parent: np.ndarray, placed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised fold: an edge parent->child folds when the parent has exactly one placed child,
     both are operators and the names match. Edges are independent (folding a child into its parent
     gives the parent the child's children, whose own fold test is the child's), so each folded row

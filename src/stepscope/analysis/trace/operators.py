@@ -4,8 +4,9 @@ For each host operator (``cpu_op``) instance, from :mod:`~stepscope.analysis.tra
 
 - **host total** = its duration; **host self** = duration - direct children's durations - its own
   runtime calls (runtime rows sharing its ``External id``);
-- **device self** = kernels, memcpys and memsets sharing its ``External id`` (i.e. launched by its
-  own runtime calls); **device total** = device self of the operator and all its descendants.
+- **device self** = kernels, memcpys and memsets launched by its own runtime calls (the
+  correlation link of the linked-events table, :mod:`stepscope.traces.links`); **device total** =
+  device self of the operator and all its descendants (summed level by level, deepest first).
 
 Grouped by name (and the JSON text of ``Input Dims`` with ``group_by_shape``), sorted by device
 self time, then host self time. ``call_stack`` is the most frequent recorded ``Call stack`` of the group (legacy
@@ -24,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
-from stepscope.analysis.trace.tb_events import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, EventLinks
 
 TC_ELIGIBLE_OPS = frozenset(
     f"aten::{name}"
@@ -65,9 +65,10 @@ class OperatorTable:
 MAX_FRAMES = 8
 
 
-def _python_stacks(events: EventTable, roles: TbRoles, op_rows: np.ndarray) -> dict[int, str]:
+def _python_stacks(links: EventLinks, op_rows: np.ndarray) -> dict[int, str]:
     """Innermost-first ``python_function`` frames enclosing each given op (same thread), ";"-joined."""
-    frames = roles.rows(PYFUNC)
+    events = links.events
+    frames = links.rows(PYFUNC)
     f_tid, f_ts = events.tid[frames], events.ts[frames]
     f_end = f_ts + events.dur[frames]
     out: dict[int, str] = {}
@@ -80,11 +81,45 @@ def _python_stacks(events: EventTable, roles: TbRoles, op_rows: np.ndarray) -> d
     return out
 
 
+def _levels(parent: np.ndarray, kept: np.ndarray) -> list[np.ndarray]:
+    """Kept non-root tree positions grouped by depth, deepest first (children before parents)."""
+    linked = np.flatnonzero(kept & (parent >= 0))
+    depth = np.zeros(len(parent), dtype=np.int64)
+    current = parent[linked]
+    while len(current):
+        depth[linked] += 1
+        more = parent[current] >= 0
+        linked, current = linked[more], parent[current[more]]
+    nodes = np.flatnonzero(kept & (parent >= 0))
+    if not len(nodes):
+        return []
+    order = nodes[np.argsort(-depth[nodes], kind="stable")]
+    cuts = np.flatnonzero(np.diff(depth[order])) + 1
+    return np.split(order, cuts)
+
+
+def _most_frequent(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per group, its most frequent value >= 0 (the smallest on ties), -1 when it has none."""
+    out = np.full(size, -1, dtype=np.int64)
+    valid = values >= 0
+    if not valid.any():
+        return out
+    pairs = groups[valid].astype(np.int64) * (1 << 32) + values[valid].astype(np.int64)
+    keys, counts = np.unique(pairs, return_counts=True)
+    group, value = keys >> 32, keys & ((1 << 32) - 1)
+    order = np.lexsort((value, -counts, group))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = group[order][1:] != group[order][:-1]
+    out[group[order][first]] = value[order][first]
+    return out
+
+
 def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
 
-def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
+def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
+    events, role = links.events, links.role
     rows, parent, alias, kept = tree.rows, tree.parent, tree.alias, tree.kept
     n = len(rows)
     if n == 0:
@@ -109,32 +144,36 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
         ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
         return alias[src[ok]], of_rows[ok]
 
-    rt_owner, rt_rows = owner(roles.rows(RUNTIME))
+    rt_owner, rt_rows = owner(links.rows(RUNTIME))
     runtime_sum = _sum_by(rt_owner, events.dur[rt_rows], n)
-    dev_owner, dev_rows = owner(roles.rows(KERNEL, MEMCPY, MEMSET))
-    device_self = _sum_by(dev_owner, events.dur[dev_rows], n)
+    # device rows belong to the operator of the runtime call that launched them (the table's link)
+    owner_of = np.full(len(events), -1, dtype=np.int64)
+    owner_of[rt_rows] = rt_owner
+    device = links.rows(KERNEL, MEMCPY, MEMSET)
+    launcher = links.launcher[device]
+    dev_owner = np.where(launcher >= 0, owner_of[np.maximum(launcher, 0)], -1)
+    ok = dev_owner >= 0
+    device_self = _sum_by(dev_owner[ok], events.dur[device[ok]], n)
+    levels = _levels(parent, kept)  # deepest first: children before their parents
     device_total = device_self.copy()
-    for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():  # children before parents
-        p = parent[pos]
-        if p >= 0 and kept[pos]:
-            device_total[p] += device_total[pos]
+    for level in levels:
+        np.add.at(device_total, parent[level], device_total[level])
     host_self = dur - child_sum - runtime_sum
     # Tensor Core eligibility propagates from eligible descendants to operator ancestors (plugin rule)
-    eligible_names = events.symbols.ids_where(lambda s: s in TC_ELIGIBLE_OPS)
-    eligible = np.isin(events.name[rows], eligible_names)
-    op_kind = roles.kind[rows] == OPERATOR
-    for pos in np.argsort(events.ts[rows], kind="stable")[::-1].tolist():
-        p = parent[pos]
-        if p >= 0 and kept[pos] and eligible[pos] and op_kind[p]:
-            eligible[p] = True
-    is_op = roles.kind[rows] == OPERATOR
+    eligible_names = links.names_where(lambda s: s in TC_ELIGIBLE_OPS)
+    eligible = links.name_in(eligible_names, rows)
+    op_kind = role[rows] == OPERATOR
+    for level in levels:
+        up = parent[level[eligible[level]]]
+        eligible[up[op_kind[up]]] = True
+    is_op = role[rows] == OPERATOR
     names_all = events.name[rows]
-    excluded = events.symbols.ids_where(
+    excluded = links.names_where(
         lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__"))
         or s.startswith("Optimizer.")
         or s in ("DataParallel.forward", "DistributedDataParallel.forward")
     )
-    is_op &= ~np.isin(names_all, excluded)
+    is_op &= ~links.name_in(excluded, rows)
     op_pos = np.flatnonzero(is_op & kept)
     names = events.name[rows][op_pos]
     shapes = events.input_dims[rows][op_pos] if group_by_shape else np.full(len(op_pos), -1)
@@ -151,21 +190,22 @@ def operator_table(events: EventTable, roles: TbRoles, tree: OpTree, group_by_sh
     symbols = events.symbols
     first = np.zeros(g, dtype=np.int64)
     first[inverse[::-1]] = np.arange(len(inverse))[::-1]
-    python_frames = _python_stacks(events, roles, rows[op_pos[first]]) if (roles.kind == PYFUNC).any() else None
+    python_frames = _python_stacks(links, rows[op_pos[first]]) if len(links.rows(PYFUNC)) else None
+    group_eligible = np.bincount(inverse, weights=op_eligible.astype(np.float64), minlength=g) > 0
+    group_stack = _most_frequent(inverse, stacks, g)
     out = []
     for gi in range(g):
         name = symbols.strings[names[first[gi]]]
         shape = symbols.decode(shapes[first[gi]]) if group_by_shape and shapes[first[gi]] >= 0 else None
-        group_stacks = stacks[inverse == gi] if (stacks >= 0).any() else np.zeros(0, dtype=np.int32)
-        group_stacks = group_stacks[group_stacks >= 0]
-        if len(group_stacks):
-            stack = symbols.strings[int(np.bincount(group_stacks).argmax())]
+        stack: str | None
+        if group_stack[gi] >= 0:
+            stack = symbols.strings[int(group_stack[gi])]
         else:
             stack = python_frames.get(int(rows[op_pos[first[gi]]])) if python_frames is not None else None
         out.append(
             OperatorRow(
                 name, shape, int(calls[gi]), float(agg["hs"][gi]), float(agg["ht"][gi]), float(agg["ds"][gi]),
-                float(agg["dt"][gi]), bool(op_eligible[inverse == gi].any()), stack,
+                float(agg["dt"][gi]), bool(group_eligible[gi]), stack,
             )
         )
     out.sort(key=lambda r: (-r.device_self_us, -r.host_self_us, r.name))

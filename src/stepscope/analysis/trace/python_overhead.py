@@ -17,8 +17,7 @@ import numpy as np
 
 from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.step_breakdown import TraceSteps
-from stepscope.analysis.trace.tb_events import OPERATOR, PYFUNC, RUNTIME, STEP, TbRoles
-from stepscope.traces.events import EventTable
+from stepscope.traces.links import OPERATOR, PYFUNC, RUNTIME, STEP, EventLinks, unique_ints
 
 
 @dataclass(frozen=True)
@@ -40,19 +39,20 @@ class PythonOverhead:
         return out
 
 
-def python_overhead(events: EventTable, roles: TbRoles, steps: TraceSteps) -> PythonOverhead | None:
-    py = roles.rows(PYFUNC)
+def python_overhead(links: EventLinks, steps: TraceSteps) -> PythonOverhead | None:
+    events, role = links.events, links.role
+    py = links.rows(PYFUNC)
     if not len(py) or not len(steps.start):
         return None
     lo, hi = float(steps.start[0]), float(steps.end[-1])
-    step_rows = roles.rows(STEP)
-    threads = np.unique(events.tid[step_rows]) if len(step_rows) else np.unique(events.tid[py])
+    step_rows = links.rows(STEP)
+    threads = unique_ints(events.tid[step_rows]) if len(step_rows) else unique_ints(events.tid[py])
     totals = {"python": 0.0, "aten": 0.0, "runtime": 0.0}
     for tid in threads.tolist():
         on = events.tid == tid
 
         def union(kind: int) -> tuple[np.ndarray, np.ndarray]:
-            sel = np.flatnonzero(on & (roles.kind == kind))
+            sel = np.flatnonzero(on & (role == kind))
             merged = intervals.merge(events.ts[sel], events.ts[sel] + events.dur[sel])
             return intervals.clip(merged, lo, hi)
 

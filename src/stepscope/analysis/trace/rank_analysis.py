@@ -1,9 +1,12 @@
 """Every view of one rank's trace (:class:`RankAnalysis`) and its :class:`TraceEvidence`.
 
 Contract: :func:`analyze_rank` runs each view on a loaded trace and keeps only the small results
-(the event table is not referenced afterwards). :func:`rank_evidence` maps the views to the
-diagnosis contract; each evidence field's definition is given next to its computation. Shares of
-idle time are fractions of HTA's ``kernel_time`` (first to last GPU activity).
+(the event table is not referenced afterwards). Every view reads the trace's linked-events table
+(:mod:`stepscope.traces.links`: roles, HTA rows, correlation links, steps), built once per trace.
+:func:`rank_evidence` maps the views to the diagnosis contract; each evidence field's definition
+is given next to its computation. Shares of idle time are fractions of HTA's ``kernel_time``
+(first to last GPU activity), and the idle causes partition HTA's idle time
+(:mod:`~stepscope.analysis.trace.idle_causes`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import TraceEvidence
+from stepscope.analysis.trace import intervals
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
-from stepscope.analysis.trace.hta_frame import COMMUNICATION, hta_rows
+from stepscope.analysis.trace.idle_causes import SYNC_CALLS, IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
 from stepscope.analysis.trace.kernel_types import kernel_type_sums
 from stepscope.analysis.trace.kernels import KernelTable, kernel_table
@@ -26,11 +30,13 @@ from stepscope.analysis.trace.operators import OperatorTable, operator_table
 from stepscope.analysis.trace.python_overhead import PythonOverhead, python_overhead
 from stepscope.analysis.trace.step_breakdown import StepBreakdown, TraceSteps, find_steps, step_breakdown
 from stepscope.analysis.trace.stragglers import RankSummary
-from stepscope.analysis.trace.tb_events import KERNEL, MEMCPY, RUNTIME, tb_roles
 from stepscope.analysis.trace.temporal import CommOverlap, TemporalBreakdown, comm_overlap, temporal_breakdown
+from stepscope.traces.links import COMMUNICATION, KERNEL, MEMCPY, RUNTIME, EventLinks
 from stepscope.traces.load import LoadedTrace
 
-SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "hipDeviceSynchronize")
+# counted by ``sync_count_per_step``/``sync_share`` (kept as before; the idle causes use the wider
+# list of :mod:`~stepscope.analysis.trace.idle_causes`)
+COUNTED_SYNC_CALLS = SYNC_CALLS[:5]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class RankAnalysis:
     summary: RankSummary
     counters: dict[str, float | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    idle_causes: IdleCauses | None = None
 
     def to_dict(self, full: bool = True) -> dict[str, Any]:
         limit = None if full else 25
@@ -76,35 +83,38 @@ class RankAnalysis:
             "python_overhead": None if self.python is None else self.python.to_dict(),
             "counters": dict(self.counters),
             "warnings": list(self.warnings),
+            "idle_causes": None if self.idle_causes is None else self.idle_causes.to_dict(),
         }
 
 
-def _comm_offsets(trace: LoadedTrace, rows, steps: TraceSteps) -> tuple[float | None, ...]:
+def _comm_offsets(links: EventLinks, steps: TraceSteps) -> tuple[float | None, ...]:
+    rows = links.hta
     comm = rows.gpu & (rows.ktype == COMMUNICATION)
-    starts = np.sort(trace.events.ts[rows.index[comm]])
-    out = []
-    for s, e in zip(steps.start, steps.end):
-        i = np.searchsorted(starts, s)
+    starts = np.sort(links.events.ts[rows.index[comm]])
+    out: list[float | None] = []
+    for s, e in zip(steps.start.tolist(), steps.end.tolist()):
+        i = int(np.searchsorted(starts, s))
         out.append(float(starts[i] - s) if i < len(starts) and starts[i] < e else None)
     return tuple(out)
 
 
-def _counters(trace: LoadedTrace, roles, steps: TraceSteps) -> dict[str, float | None]:
-    events = trace.events
+def _counters(links: EventLinks, steps: TraceSteps) -> dict[str, float | None]:
+    events = links.events
     n_steps = max(len(steps.names), 1)
     window = float(np.sum(steps.end - steps.start)) if len(steps.start) else 0.0
     lo = steps.start[0] if len(steps.start) else -np.inf
     hi = steps.end[-1] if len(steps.start) else np.inf
-    in_window = (events.ts >= lo) & (events.ts < hi)
-    kernels = np.flatnonzero((roles.kind == KERNEL) & in_window)
-    sync_ids = [i for i in (events.symbols.get(n) for n in SYNC_CALLS) if i >= 0]
-    sync = np.flatnonzero((roles.kind == RUNTIME) & np.isin(events.name, sync_ids) & in_window)
-    memcpy = np.flatnonzero(roles.kind == MEMCPY)
-    pageable = events.name_mask(lambda s: "Pageable" in s)[memcpy]
+    kernels = links.rows(KERNEL)
+    kernels = kernels[(events.ts[kernels] >= lo) & (events.ts[kernels] < hi)]
+    runtime = links.rows(RUNTIME)
+    sync_ids = [i for i in (events.symbols.get(n) for n in COUNTED_SYNC_CALLS) if i >= 0]
+    sync = runtime[links.name_in(sync_ids, runtime) & (events.ts[runtime] >= lo) & (events.ts[runtime] < hi)]
+    memcpy = links.rows(MEMCPY)
+    pageable = links.name_is(lambda s: "Pageable" in s, memcpy)
     memcpy_us = float(events.dur[memcpy].sum())
     return {
         "kernel_count_per_step": len(kernels) / n_steps if len(steps.start) else None,
-        "median_kernel_us": float(np.median(events.dur[kernels])) if len(kernels) else None,
+        "median_kernel_us": intervals.median(events.dur[kernels]) if len(kernels) else None,
         "sync_count_per_step": len(sync) / n_steps if len(steps.start) else None,
         "sync_share": float(events.dur[sync].sum()) / window if window > 0 else None,
         "pageable_memcpy_share": float(events.dur[memcpy][pageable].sum()) / memcpy_us if memcpy_us > 0 else None,
@@ -113,14 +123,14 @@ def _counters(trace: LoadedTrace, roles, steps: TraceSteps) -> dict[str, float |
 
 def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalysis:
     events = trace.events
-    rows = hta_rows(events)
-    roles = tb_roles(events)
-    steps = find_steps(events, roles)
-    breakdown = step_breakdown(events, roles, steps)
-    tree = build_op_tree(events, roles)
+    links = events.links  # the linked-events table: classified, joined and step-assigned once
+    rows = links.hta
+    steps = find_steps(links)
+    breakdown = step_breakdown(links, steps)
+    tree = build_op_tree(links)
     temporal = temporal_breakdown(rows, trace.rank)
     origin = float(events.ts.min()) if len(events) else 0.0
-    devices = device_summaries(events, roles, steps)
+    devices = device_summaries(links, steps)
     props = trace.device_properties
     used = [d.device for d in devices]
     prop = next((p for p in props if p.get("id") in used), props[0] if props and used else None)
@@ -129,7 +139,7 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         breakdown.mean_us.get("Total") or None,
         None if temporal is None else temporal.idle_share,
         None if temporal is None else temporal.compute_share,
-        _comm_offsets(trace, rows, steps),
+        _comm_offsets(links, steps),
     )
     return RankAnalysis(
         rank=trace.rank,
@@ -141,16 +151,17 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         devices=devices,
         temporal=temporal,
         overlap=comm_overlap(rows, trace.rank),
-        idle=idle_time_breakdown(events, rows, trace.rank),
+        idle=idle_time_breakdown(links, trace.rank),
         kernel_type_sums=kernel_type_sums(rows),
-        launches=launch_stats(events, rows, trace.rank),
-        operators=operator_table(events, roles, tree, group_by_shape),
-        kernels=kernel_table(events, roles),
+        launches=launch_stats(links, trace.rank),
+        operators=operator_table(links, tree, group_by_shape),
+        kernels=kernel_table(links),
         memory=memory_view(events, trace.memory, tree, origin),
-        python=python_overhead(events, roles, steps),
+        python=python_overhead(links, steps),
         summary=summary,
-        counters=_counters(trace, roles, steps),
+        counters=_counters(links, steps),
         warnings=trace.warnings,
+        idle_causes=idle_causes(links),
     )
 
 
@@ -171,6 +182,7 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
     launches = item.launches.summary()
     cuda_peak = item.memory.peak_bytes("CUDA")
     python = item.python
+    causes = item.idle_causes
     return TraceEvidence(
         source=item.path,
         steps=len(steps.step_names),
@@ -205,4 +217,8 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
         memory_capacity_bytes=item.device_memory_bytes if cuda_peak is not None else None,
         notes=tuple(steps.notes) + tuple(item.warnings),
         extra={"rank": item.rank, "rank_source": item.rank_source},
+        idle_dataloader_share=None if causes is None else causes.share("dataloader"),
+        idle_sync_share=None if causes is None else causes.share("sync"),
+        idle_launch_share=None if causes is None else causes.share("launch"),
+        idle_other_share=None if causes is None else causes.share("other"),
     )

@@ -10,6 +10,11 @@ earlier, unattributed device work ending before step 0's device work), then
 ``max(host_end_i, start_i)`` without device work). Trailing steps without device work are
 dropped, and the last one too when it has < 80% of the previous step's device ops.
 
+The runtime -> device links come from the linked-events table (:mod:`stepscope.traces.links`).
+The plugin walks runtime calls (by start) and steps (in file order) together; when the steps are
+in order and disjoint (the norm) that walk is the vectorised rule "the first step ending at or
+after the call's end, if it started at or before the call's start", else the walk itself runs.
+
 Categories, in priority order: Kernel (kernels not launched by a ``nccl:*``/``gloo:*`` op),
 Memcpy, Memset, Communication (those kernels plus the host collective ops), Runtime, DataLoader
 (``enumerate(DataLoader)#*.__next__`` / ``enumerate(DataPipe)#*``), CPU Exec (other operator,
@@ -26,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace import intervals
-from stepscope.analysis.trace.tb_events import (
-    ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, TbRoles,
+from stepscope.traces.links import (
+    ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
+    FloatArray, IntArray, int_isin, unique_ints,
 )
-from stepscope.traces.events import EventTable
 
 CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
 
@@ -68,40 +73,63 @@ class StepBreakdown:
         }
 
 
-def _device_links(events: EventTable, roles: TbRoles) -> tuple[np.ndarray, np.ndarray]:
-    """(runtime row, device row) pairs sharing a correlation id."""
-    runtime = roles.rows(RUNTIME)
-    device = roles.rows(KERNEL, MEMCPY, MEMSET)
-    r_corr = events.correlation[runtime]
-    order = np.argsort(r_corr, kind="stable")
-    r_sorted, r_rows = r_corr[order], runtime[order]
-    d_corr = events.correlation[device]
-    # the plugin keeps the last runtime seen for a correlation id
-    pos = np.searchsorted(r_sorted, d_corr, side="right") - 1
-    ok = (pos >= 0) & (r_sorted[np.clip(pos, 0, None)] == d_corr) if len(r_sorted) else np.zeros(len(device), bool)
-    return r_rows[pos[ok]], device[ok]
+def _walk_steps(
+    r_ts: list[float], r_end: list[float], r_count: IntArray, host_s: FloatArray, host_e: FloatArray
+) -> IntArray:
+    """The plugin's two-way walk over runtimes (by start) and steps (in file order): the step each
+    runtime call is matched to, -1 when none. Used when steps overlap or are out of order."""
+    n = len(host_s)
+    out = np.full(len(r_ts), -1, dtype=np.int64)
+    i_step = i_rt = 0
+    while i_step < n and i_rt < len(r_ts):
+        if r_ts[i_rt] < host_s[i_step]:
+            i_rt += 1
+        elif r_end[i_rt] <= host_e[i_step]:
+            if r_count[i_rt]:
+                out[i_rt] = i_step
+            i_rt += 1
+        elif r_ts[i_rt] < host_e[i_step]:
+            i_rt += 1
+        else:
+            i_step += 1
+    return out
 
 
-def find_steps(events: EventTable, roles: TbRoles) -> TraceSteps:
+def _runtime_steps(r_ts: FloatArray, r_end: FloatArray, r_count: IntArray, host_s: FloatArray, host_e: FloatArray) -> IntArray:
+    """Step of each runtime call (sorted by start) that lies wholly inside a host step, -1 if none."""
+    n = len(host_s)
+    ordered = n < 2 or bool(np.all(host_s[1:] >= host_e[:-1]) and np.all(host_e >= host_s))
+    if not ordered:
+        return _walk_steps(r_ts.tolist(), r_end.tolist(), r_count, host_s, host_e)
+    # steps in order and disjoint: the walk matches a call to the first step ending at or after
+    # its end, when that step also started at or before its start
+    pos = np.searchsorted(host_e, r_end, side="left")
+    ok = pos < n
+    ok[ok] &= host_s[pos[ok]] <= r_ts[ok]
+    ok &= r_count > 0
+    return np.where(ok, pos, -1)
+
+
+def find_steps(links: EventLinks) -> TraceSteps:
+    events = links.events
     ts, end = events.ts, events.ts + events.dur
-    step_rows = roles.rows(STEP)
+    step_rows = links.step_rows
     if len(step_rows):
-        order = step_rows  # file order, as the plugin keeps them
-        names = tuple(str(n) for n in roles.step_number[order])
-        host_s, host_e, synthetic = ts[order].copy(), end[order].copy(), False
+        names = tuple(str(n) for n in links.step_number[step_rows].tolist())  # file order, as the plugin keeps them
+        host_s, host_e, synthetic = ts[step_rows].copy(), end[step_rows].copy(), False
     else:
-        cpu = roles.rows(PYTHON, OPERATOR, STEP)
+        cpu = links.rows(PYTHON, OPERATOR, STEP)
         if not len(cpu):
             return TraceSteps((), np.zeros(0), np.zeros(0), (), 0, True)
         names, synthetic = ("0",), True
         host_s, host_e = np.array([ts[cpu].min()]), np.array([end[cpu].max()])
-    rt_rows, dev_rows = _device_links(events, roles)
     n = len(host_s)
-    dev_min = np.full(n, np.inf)
-    dev_max = np.full(n, -np.inf)
-    matched = np.zeros(n, dtype=np.int64)
-    # per runtime call: its device ops' first start, last end and count
-    runtimes = roles.rows(RUNTIME)
+    device = links.rows(KERNEL, MEMCPY, MEMSET)
+    launcher = links.launcher[device]
+    linked = launcher >= 0
+    dev_rows, rt_rows = device[linked], launcher[linked]
+    # per runtime call (sorted by start): its device ops' first start, last end and count
+    runtimes = links.rows(RUNTIME)
     runtimes = runtimes[np.argsort(ts[runtimes], kind="stable")]
     slot = np.full(len(events), -1, dtype=np.int64)
     slot[runtimes] = np.arange(len(runtimes))
@@ -111,36 +139,20 @@ def find_steps(events: EventTable, roles: TbRoles) -> TraceSteps:
     r_count = np.bincount(link, minlength=len(runtimes)) if len(link) else np.zeros(len(runtimes), np.int64)
     np.minimum.at(r_min, link, ts[dev_rows])
     np.maximum.at(r_max, link, end[dev_rows])
-    matched_runtime = np.zeros(len(runtimes), dtype=bool)
-    # the plugin's two-way walk over runtimes (by start) and steps (in file order)
-    i_step = i_rt = 0
-    r_ts, r_end = ts[runtimes].tolist(), end[runtimes].tolist()
-    cur_min, cur_max, cur_count = np.inf, -np.inf, 0
-    while i_step < n and i_rt < len(runtimes):
-        if r_ts[i_rt] < host_s[i_step]:
-            i_rt += 1
-        elif r_end[i_rt] <= host_e[i_step]:
-            if r_count[i_rt]:
-                cur_min, cur_max = min(cur_min, r_min[i_rt]), max(cur_max, r_max[i_rt])
-                cur_count += int(r_count[i_rt])
-                matched_runtime[i_rt] = True
-            i_rt += 1
-        elif r_ts[i_rt] < host_e[i_step]:
-            i_rt += 1
-        else:
-            dev_min[i_step], dev_max[i_step], matched[i_step] = cur_min, cur_max, cur_count
-            cur_min, cur_max, cur_count = np.inf, -np.inf, 0
-            i_step += 1
-    if i_step < n:
-        dev_min[i_step], dev_max[i_step], matched[i_step] = cur_min, cur_max, cur_count
-    inside = matched_runtime[link] if len(link) else np.zeros(0, bool)
+    r_step = _runtime_steps(ts[runtimes], end[runtimes], r_count, host_s, host_e)
+    hit = r_step >= 0
+    dev_min = np.full(n, np.inf)
+    dev_max = np.full(n, -np.inf)
+    np.minimum.at(dev_min, r_step[hit], r_min[hit])
+    np.maximum.at(dev_max, r_step[hit], r_max[hit])
+    matched = np.bincount(r_step[hit], weights=r_count[hit], minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
     removed = 0
     if matched.sum() > 0:
         prev_end = host_s[0]
         if np.isfinite(dev_min[0]):
-            matched_set = set(dev_rows[inside].tolist())
-            all_dev = roles.rows(KERNEL, MEMCPY, MEMSET)
-            loose = np.array([d for d in all_dev.tolist() if d not in matched_set], dtype=np.int64)
+            inside = np.zeros(len(events), dtype=bool)
+            inside[dev_rows[hit[link]]] = True
+            loose = device[~inside[device]]
             if len(loose):
                 early = end[loose][end[loose] < dev_min[0]]
                 if len(early):
@@ -164,34 +176,43 @@ def find_steps(events: EventTable, roles: TbRoles) -> TraceSteps:
     return TraceSteps(names, host_s, host_e, tuple(int(m) for m in matched), removed, synthetic)
 
 
-def _role_ranges(events: EventTable, roles: TbRoles) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    symbols = events.symbols
+def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
+    events = links.events
+    role = links.role
     ts, end = events.ts, events.ts + events.dur
-    comm_names = symbols.ids_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
-    host_kinds = np.isin(roles.kind, (PYTHON, OPERATOR, ANNOTATION))
-    host_comm = host_kinds & np.isin(events.name, comm_names)
-    comm_ext = np.unique(events.external_id[host_comm & np.isin(roles.kind, (OPERATOR, ANNOTATION, PYTHON))])
-    kernel = roles.kind == KERNEL
-    comm_kernel = kernel & np.isin(events.external_id, comm_ext)
-    loader_ids = symbols.ids_where(
-        lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__")) or s.startswith("enumerate(DataPipe)#")
-    )
-    loader = np.isin(roles.kind, (OPERATOR, ANNOTATION)) & np.isin(events.name, loader_ids)
+    host_kinds = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
+    comm_names = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
+    host_comm = host_kinds & links.name_in(comm_names) if len(comm_names) else np.zeros(len(role), bool)
+    kernel = role == KERNEL
+    if host_comm.any():
+        comm_ext = unique_ints(events.external_id[host_comm]).astype(np.int64)
+        comm_kernel = kernel & int_isin(events.external_id, comm_ext)
+    else:
+        comm_kernel = np.zeros(len(role), bool)
+    loader_ids = links.names_where(is_plugin_dataloader)
+    loader = ((role == OPERATOR) | (role == ANNOTATION)) & links.name_in(loader_ids)
     cpu_exec = host_kinds & ~loader & ~host_comm
     masks = {
         "Kernel": kernel & ~comm_kernel,
-        "Memcpy": roles.kind == MEMCPY,
-        "Memset": roles.kind == MEMSET,
+        "Memcpy": role == MEMCPY,
+        "Memset": role == MEMSET,
         "Communication": comm_kernel | host_comm,
-        "Runtime": roles.kind == RUNTIME,
+        "Runtime": role == RUNTIME,
         "DataLoader": loader,
         "CPU Exec": cpu_exec,
     }
     return {k: intervals.merge(ts[m], end[m]) for k, m in masks.items()}
 
 
-def step_breakdown(events: EventTable, roles: TbRoles, steps: TraceSteps) -> StepBreakdown:
-    ranges = _role_ranges(events, roles)
+def is_plugin_dataloader(name: str) -> bool:
+    """The plugin's DataLoader range names."""
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
+        "enumerate(DataPipe)#"
+    )
+
+
+def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
+    ranges = _role_ranges(links)
     has = {k.lower().replace(" ", "_"): bool(len(v[0])) for k, v in ranges.items()}
     if not len(steps.start):
         return StepBreakdown((), (), {c: 0.0 for c in (*CATEGORIES, "Total")}, has, ("no steps and no CPU events",))
@@ -202,9 +223,10 @@ def step_breakdown(events: EventTable, roles: TbRoles, steps: TraceSteps) -> Ste
         taken[category] = part
         slots = intervals.subtract(slots, part)
     taken["Other"] = slots
+    within = {c: intervals.totals_within(taken[c], steps.start, steps.end).tolist() for c in CATEGORIES}
     per_step = []
-    for s, e in zip(steps.start, steps.end):
-        row = {c: intervals.total(*intervals.clip(taken[c], s, e)) for c in CATEGORIES}
+    for i, (s, e) in enumerate(zip(steps.start.tolist(), steps.end.tolist())):
+        row = {c: within[c][i] for c in CATEGORIES}
         row["Total"] = float(e - s)
         per_step.append(row)
     mean = {c: float(np.mean([r[c] for r in per_step])) for c in (*CATEGORIES, "Total")}

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis.trace import intervals
+
 STRAGGLER_GAP = 0.05
 
 
@@ -51,10 +53,10 @@ def compare_ranks(summaries: list[RankSummary], num_candidates: int = 2) -> Rank
     mean_step = float(np.mean(step_times)) if step_times else 0.0
     flagged: dict[int, int] = {}
     for step in range(n_steps):
-        values = [(s.rank, s.comm_start_offsets_us[step]) for s in summaries if s.comm_start_offsets_us[step] is not None]
+        values = [(s.rank, offset) for s in summaries if (offset := s.comm_start_offsets_us[step]) is not None]
         if len(values) < 2 or mean_step <= 0:
             continue
-        median = float(np.median([v for _, v in values]))
+        median = intervals.median(np.array([v for _, v in values]))
         for rank, value in values:
             if value - median > STRAGGLER_GAP * mean_step:
                 flagged[rank] = flagged.get(rank, 0) + 1

@@ -15,6 +15,7 @@ event table released before the next is loaded, so memory holds one rank's colum
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,13 @@ def analyze_traces(
     seen: dict[int, str] = {}
     for index, path in enumerate(paths):
         callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
-        trace = load_trace(path, rank=index, progress=callback)
+        collecting = gc.isenabled()
+        gc.disable()  # decoding allocates millions of short-lived acyclic objects: no cycle scans meanwhile
+        try:
+            trace = load_trace(path, rank=index, progress=callback)
+        finally:
+            if collecting:
+                gc.enable()
         if trace.rank in seen and len(paths) > 1:
             from stepscope.errors import InputError
 

@@ -1,0 +1,357 @@
+"""The linked-events table: every row of an :class:`~stepscope.traces.events.EventTable`
+classified, joined and assigned to a step once.
+
+Contract: :func:`link_events` returns an :class:`EventLinks` for one trace; it is computed once per
+loaded trace and cached on its event table (``trace.events.links``). Every trace view reads these
+columns instead of classifying rows or joining host and device events itself. All arrays are
+aligned with the event table's rows unless said otherwise; everything is vectorised numpy, with
+one Python pass over the distinct *names* (never over events).
+
+Columns and the rules that fill them:
+
+- ``role`` — the TensorBoard plugin's event type (its ``EventTypeMap``, ``cat`` matched
+  case-insensitively): operator (``cpu_op``/``Operator``), runtime (``cuda_runtime``/``Runtime``/
+  ``mtia_runtime``/``glow_runtime``/``xpu_runtime``/``privateuse1_runtime``), kernel, memcpy,
+  memset, python, user annotation (``user_annotation``/``gpu_user_annotation``), step (an operator
+  or user annotation named ``ProfilerStep#N``), python_function, trace, or none.
+  ``step_number`` holds N for step rows, -1 elsewhere.
+- ``gpu`` — HTA's "GPU row": ``stream != -1`` (kernels, memcpy, memset, and ``cuda_sync`` rows
+  that carry a stream). ``ktype`` — HTA ``main``'s kernel type of GPU rows (COMMUNICATION,
+  MEMORY, COMPUTATION, OTHER; see :func:`kernel_type`), OTHER elsewhere.
+- ``launcher`` — the correlation link as the plugin makes it: for each kernel/memcpy/memset row,
+  the runtime row with the same ``correlation`` (the last such row in file order: the plugin keeps
+  the last one it saw); -1 when none.
+- ``step`` — step assignment (HTA ``add_iteration``): a host row belongs to the ``ProfilerStep``
+  whose ``[ts, ts + dur)`` contains its start (an index into :attr:`EventLinks.step_rows`, the
+  step rows in file order; with overlapping steps, the latest-starting one); a device row
+  inherits its launcher's step; -1 outside every step. Computed on first use. The plugin's own
+  step rule (a runtime call wholly inside a host step, device spans re-timed) is applied by
+  :func:`stepscope.analysis.trace.step_breakdown.find_steps` on these links.
+- ``hta`` — :class:`HtaRows`, the subset of rows HTA's analyses see, with HTA's rounded times and
+  the HTA correlation link (``cpu_link``: for each kept GPU row, the first kept host row with its
+  correlation, as HTA's ``index_correlation``). The filtering rules are in :class:`HtaRows`.
+
+Names are classified once: :meth:`EventLinks.names_where` evaluates a predicate over the distinct
+event names only (not the call stacks and shapes that share the symbol table).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from stepscope.traces.events import EventTable
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+# plugin event types
+NONE, OPERATOR, RUNTIME, KERNEL, MEMCPY, MEMSET, PYTHON, ANNOTATION, STEP, PYFUNC, TRACE = range(11)
+_ROLE_COUNT = 11
+_CAT_TYPES = {
+    "trace": TRACE,
+    "cpu_op": OPERATOR,
+    "operator": OPERATOR,
+    "runtime": RUNTIME,
+    "cuda_runtime": RUNTIME,
+    "mtia_runtime": RUNTIME,
+    "glow_runtime": RUNTIME,
+    "xpu_runtime": RUNTIME,
+    "privateuse1_runtime": RUNTIME,
+    "kernel": KERNEL,
+    "memcpy": MEMCPY,
+    "gpu_memcpy": MEMCPY,
+    "memset": MEMSET,
+    "gpu_memset": MEMSET,
+    "python": PYTHON,
+    "python_function": PYFUNC,
+    "user_annotation": ANNOTATION,
+    "gpu_user_annotation": ANNOTATION,
+}
+NCCL_OPS = frozenset(f"nccl:{op}" for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
+GLOO_OPS = frozenset(f"gloo:{op}" for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
+
+# HTA kernel types (``main``, v0.6.x rules)
+COMPUTATION, COMMUNICATION, MEMORY, OTHER = 1, 2, 4, 0
+KERNEL_TYPE_NAMES = {COMPUTATION: "COMPUTATION", COMMUNICATION: "COMMUNICATION", MEMORY: "MEMORY", OTHER: "OTHER"}
+_COMM = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
+_MEMORY = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
+_NOT_COMPUTE = re.compile(
+    r"(^nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(cuda.*LaunchKernel)|(^runFunction)"
+    r"|(^Stream Wait Event)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)|(^cpum_exe_subgraph)|(^hccl)"
+    r"|(^collective_subgraph_execution)"
+)
+
+
+def kernel_type(name: str) -> int:
+    """HTA's kernel type of a GPU row name: anchored rules, first match wins."""
+    if _COMM.match(name):
+        return COMMUNICATION
+    if _MEMORY.match(name):
+        return MEMORY
+    if not _NOT_COMPUTE.match(name):
+        return COMPUTATION
+    return OTHER
+
+
+def unique_ints(values: npt.NDArray[np.integer]) -> npt.NDArray[np.integer]:
+    """Sorted distinct values (``np.unique`` without its lazy ``numpy.ma`` import)."""
+    if len(values) == 0:
+        return values[:0].copy()
+    ordered = np.sort(values)
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def symbol_mask(values: npt.NDArray[np.int32], ids: npt.NDArray[np.int32] | list[int], n_symbols: int) -> BoolArray:
+    """``np.isin(values, ids)`` for symbol ids (``-1`` = absent never matches), by table lookup."""
+    table = np.zeros(n_symbols + 1, dtype=bool)  # values == -1 read the last slot
+    if len(ids):
+        table[np.asarray(ids, dtype=np.int64)] = True
+        table[-1] = False
+    return table[values]
+
+
+def int_isin(values: IntArray, keys: IntArray) -> BoolArray:
+    """``np.isin`` for integer arrays: one sort of the keys and a binary search per value."""
+    if not len(keys) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(keys)
+    pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    found: BoolArray = ordered[pos] == values
+    return found
+
+
+@dataclass(frozen=True)
+class HtaRows:
+    """The rows HTA's analyses see (HolisticTraceAnalysis ``trace_parser``/``trace.py``).
+
+    Arrays are aligned with ``index`` (rows of the event table). Rules:
+
+    - rows without ``cat`` and ``cat == "Trace"`` are dropped;
+    - times are rounded inward: ``ts = ceil(ts)``, ``end = floor(ts + dur)``;
+    - when the trace has >= 2 distinct names containing ``ProfilerStep``, only host rows starting
+      before the last step's start are kept, plus GPU rows whose ``correlation`` matches a kept
+      host row. Here a GPU row is ``stream >= 0 and correlation >= 0`` or named ``Event Sync``/
+      ``Context Sync``; every other row is a host row (so the last profiled step is dropped);
+    - analyses then use ``stream != -1`` (``gpu``) as "GPU row".
+    """
+
+    index: IntArray  # rows of the table
+    ts: FloatArray  # rounded up
+    end: FloatArray  # rounded down
+    gpu: BoolArray  # stream != -1
+    ktype: npt.NDArray[np.int8]  # kernel type (meaningful where gpu)
+    filtered: bool  # True when the last-step filter applied
+    cpu_link: IntArray  # per kept row: position of the first kept host row with its correlation, -1
+
+    @property
+    def dur(self) -> FloatArray:
+        return self.end - self.ts
+
+
+@dataclass(frozen=True)
+class EventLinks:
+    """One trace's events, classified, linked and assigned to steps (see the module docstring)."""
+
+    events: EventTable
+    role: npt.NDArray[np.int8]
+    step_number: IntArray
+    gpu: BoolArray
+    ktype: npt.NDArray[np.int8]
+    launcher: IntArray
+    step_rows: IntArray  # STEP rows in file order (``step`` indexes these)
+    hta: HtaRows
+    name_ids: npt.NDArray[np.int32]  # the distinct event names (symbol ids)
+    _role_rows: dict[int, IntArray] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def step(self) -> IntArray:
+        """Step of every row (see the module docstring); computed on first use."""
+        device = self.rows(KERNEL, MEMCPY, MEMSET)
+        return _assign_steps(self.events, self.step_rows, self.launcher, device)
+
+    @property
+    def kind(self) -> npt.NDArray[np.int8]:
+        """Alias of ``role`` (the plugin's event type)."""
+        return self.role
+
+    def rows(self, *roles: int) -> IntArray:
+        """Rows of the given roles, in file order (cached per single role)."""
+        if len(roles) == 1:
+            found = self._role_rows.get(roles[0])
+            if found is None:
+                found = np.flatnonzero(self.role == roles[0])
+                self._role_rows[roles[0]] = found
+            return found
+        table = np.zeros(_ROLE_COUNT, dtype=bool)
+        table[list(roles)] = True
+        return np.flatnonzero(table[self.role])
+
+    def names_where(self, predicate: Callable[[str], bool]) -> npt.NDArray[np.int32]:
+        """Symbol ids of the event names (only names) for which ``predicate`` holds."""
+        return _names_where(self.events, self.name_ids, predicate)
+
+    def name_in(self, ids: npt.NDArray[np.int32] | list[int], rows: IntArray | None = None) -> BoolArray:
+        """Per row (or per given row): is its name one of the symbol ids ``ids``."""
+        names = self.events.name if rows is None else self.events.name[rows]
+        return symbol_mask(names, ids, len(self.events.symbols.strings))
+
+    def name_is(self, predicate: Callable[[str], bool], rows: IntArray | None = None) -> BoolArray:
+        """Per row (or per given row): does its name satisfy ``predicate``."""
+        return self.name_in(self.names_where(predicate), rows)
+
+
+def _roles(events: EventTable) -> tuple[npt.NDArray[np.int8], IntArray]:
+    symbols = events.symbols
+    cat_ids = unique_ints(events.cat[events.cat >= 0]) if len(events) else np.zeros(0, np.int32)
+    cat_kind = np.zeros(len(symbols.strings) + 1, dtype=np.int8)  # cat == -1 reads the last slot
+    for ident in cat_ids.tolist():
+        cat_kind[ident] = _CAT_TYPES.get(symbols.strings[ident].lower(), NONE)
+    role = cat_kind[events.cat]
+    step_number = np.full(len(events), -1, dtype=np.int64)
+    candidates = np.flatnonzero((role == OPERATOR) | (role == ANNOTATION))
+    if len(candidates):
+        names = events.name[candidates]
+        numbers = np.full(len(symbols.strings), -1, dtype=np.int64)
+        for ident in unique_ints(names).tolist():
+            text = symbols.strings[ident]
+            if text.startswith("ProfilerStep#"):
+                try:
+                    numbers[ident] = int(text.split("#", 1)[1])
+                except ValueError:
+                    pass
+        found = numbers[names]
+        is_step = found >= 0
+        role[candidates[is_step]] = STEP
+        step_number[candidates[is_step]] = found[is_step]
+    return role, step_number
+
+
+def _kernel_types(events: EventTable, gpu: BoolArray) -> npt.NDArray[np.int8]:
+    names = events.name[gpu]
+    types = np.zeros(len(events.symbols.strings), dtype=np.int8)
+    for ident in unique_ints(names).tolist():
+        types[ident] = kernel_type(events.symbols.strings[ident])
+    out = np.zeros(len(events), dtype=np.int8)
+    out[gpu] = types[names]
+    return out
+
+
+def _last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
+    """For each wanted key, the last of ``rows`` (file order) whose key equals it; -1 if none."""
+    out = np.full(len(wanted), -1, dtype=np.int64)
+    if not len(keys) or not len(wanted):
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys, sorted_rows = keys[order], rows[order]
+    pos = np.searchsorted(sorted_keys, wanted, side="right") - 1
+    ok = (pos >= 0) & (sorted_keys[np.clip(pos, 0, None)] == wanted)
+    out[ok] = sorted_rows[pos[ok]]
+    return out
+
+
+def _first_match(keys: IntArray, wanted: IntArray) -> IntArray:
+    """For each wanted key, the position of the first equal element of ``keys``; -1 if none."""
+    out = np.full(len(wanted), -1, dtype=np.int64)
+    if not len(keys) or not len(wanted):
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.clip(np.searchsorted(sorted_keys, wanted, side="left"), 0, len(keys) - 1)
+    ok = sorted_keys[pos] == wanted
+    out[ok] = order[pos[ok]]
+    return out
+
+
+def _names_where(
+    events: EventTable, name_ids: npt.NDArray[np.int32], predicate: Callable[[str], bool]
+) -> npt.NDArray[np.int32]:
+    strings = events.symbols.strings
+    return np.array([i for i in name_ids.tolist() if predicate(strings[i])], dtype=np.int32)
+
+
+def _hta_rows(
+    events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], step_names: npt.NDArray[np.int32]
+) -> HtaRows:
+    symbols = events.symbols
+    keep = events.cat >= 0
+    trace_cat = symbols.get("Trace")
+    if trace_cat >= 0:
+        keep &= events.cat != trace_cat
+    index = np.flatnonzero(keep)
+    names = events.name[index]
+    n_symbols = len(symbols.strings)
+    is_step_name = symbol_mask(names, step_names, n_symbols)
+    present = unique_ints(names[is_step_name])
+    filtered = len(present) >= 2
+    if filtered:
+        sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
+        stream, corr = events.stream[index], events.correlation[index]
+        gpu_like = ((stream >= 0) & (corr >= 0)) | symbol_mask(names, sync_names, n_symbols)
+        cpu_ts = events.ts[index]
+        steps = ~gpu_like & is_step_name
+        last_start = np.ceil(cpu_ts[steps]).max() if steps.any() else np.inf
+        cpu_keep = ~gpu_like & (np.ceil(cpu_ts) < last_start)
+        gpu_keep = gpu_like & int_isin(corr, corr[cpu_keep])
+        index = index[cpu_keep | gpu_keep]
+    raw_ts = events.ts[index]
+    ts = np.ceil(raw_ts)
+    end = np.floor(raw_ts + events.dur[index])
+    kept_gpu = gpu[index]
+    # HTA's correlation link: each GPU row -> the first kept host row sharing its correlation
+    corr = events.correlation[index]
+    host = np.flatnonzero(~kept_gpu & (corr >= 0))
+    cpu_link = np.full(len(index), -1, dtype=np.int64)
+    gpu_pos = np.flatnonzero(kept_gpu)
+    first = _first_match(corr[host], corr[gpu_pos])
+    found = first >= 0
+    cpu_link[gpu_pos[found]] = host[first[found]]
+    return HtaRows(index=index, ts=ts, end=end, gpu=kept_gpu, ktype=ktype[index], filtered=filtered, cpu_link=cpu_link)
+
+
+def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, device: IntArray) -> IntArray:
+    step = np.full(len(events), -1, dtype=np.int64)
+    if not len(step_rows):
+        return step
+    starts = events.ts[step_rows]
+    ends = starts + events.dur[step_rows]
+    order = np.argsort(starts, kind="stable")
+    s_sorted, e_sorted = starts[order], ends[order]
+    host = np.flatnonzero(events.stream == -1)
+    pos = np.searchsorted(s_sorted, events.ts[host], side="right") - 1
+    ok = pos >= 0
+    inside = np.zeros(len(host), dtype=bool)
+    inside[ok] = events.ts[host][ok] < e_sorted[pos[ok]]
+    step[host[inside]] = order[pos[inside]]
+    linked = launcher[device]
+    has = linked >= 0
+    step[device[has]] = step[linked[has]]
+    return step
+
+
+def link_events(events: EventTable) -> EventLinks:
+    """Classify, link and step-assign every row of ``events`` (the table described above)."""
+    role, step_number = _roles(events)
+    gpu = events.stream != -1
+    ktype = _kernel_types(events, gpu)
+    runtime = np.flatnonzero(role == RUNTIME)
+    device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
+    launcher = np.full(len(events), -1, dtype=np.int64)
+    launcher[device] = _last_match(events.correlation[runtime], runtime, events.correlation[device])
+    step_rows = np.flatnonzero(role == STEP)
+    name_ids = unique_ints(events.name).astype(np.int32)
+    step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)
+    return EventLinks(
+        events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher,
+        step_rows=step_rows, hta=_hta_rows(events, gpu, ktype, step_names), name_ids=name_ids,
+        _role_rows={RUNTIME: runtime},
+    )
