@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned for development and CI; the package itself accepts a range.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast venv bench clean
+.PHONY: demo test test-fast typecheck venv bench clean
 
 $(BIN)/stepscope: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,11 @@ venv: $(BIN)/stepscope
 demo: venv
 	$(BIN)/stepscope demo
 
-test: venv
+test: venv typecheck
 	$(BIN)/python -m pytest -q
+
+typecheck: venv
+	$(BIN)/python -m mypy
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"

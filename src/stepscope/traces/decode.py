@@ -74,7 +74,7 @@ def open_binary(path: str) -> BinaryIO:
     return raw
 
 
-def _loads(data: bytes, stats: DecodeStats, offset: int) -> Any:
+def _loads(data: bytes | bytearray, stats: DecodeStats, offset: int) -> Any:
     """orjson first; the standard library only for what orjson refuses but JSON allows."""
     try:
         return orjson.loads(data)
@@ -208,7 +208,7 @@ def _bracketed(buffer: bytes | bytearray, stop: int) -> bytearray:
     return piece
 
 
-def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list, int] | None:
+def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list[Any], int] | None:
     """Decode the longest prefix of whole events, trying the last few candidate boundaries."""
     start = len(buffer)
     for _attempt in range(8):
@@ -241,7 +241,7 @@ def _overflow(buffer: bytearray, stats: DecodeStats, offset: int, limit: int) ->
     return LimitExceeded("one trace event (or a run of whitespace between events)", limit, offset)
 
 
-def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, bytes]:
+def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list[Any], bytes]:
     """At end of file: find the ``]`` closing traceEvents (after the last event's ``}``)."""
     stripped = buffer.lstrip()
     if stripped.startswith(b"]"):
@@ -274,7 +274,7 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list, by
     raise DecodeFailure("the traceEvents array is never closed (truncated file?)", offset + len(buffer))
 
 
-def _meta(head: bytes, tail: bytes, stats: DecodeStats, offset: int) -> dict:
+def _meta(head: bytes, tail: bytes, stats: DecodeStats, offset: int) -> dict[str, Any]:
     doc = _loads(head + b"[]" + tail, stats, 0)
     if not isinstance(doc, dict):
         raise DecodeFailure("the top level is not a JSON object", 0)

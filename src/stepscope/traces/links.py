@@ -103,12 +103,14 @@ def kernel_type(name: str) -> int:
 def unique_ints(values: npt.NDArray[np.integer]) -> npt.NDArray[np.integer]:
     """Sorted distinct values (``np.unique`` without its lazy ``numpy.ma`` import)."""
     if len(values) == 0:
-        return values[:0].copy()
+        empty: npt.NDArray[np.integer] = values[:0].copy()
+        return empty
     ordered = np.sort(values)
     keep = np.empty(len(ordered), dtype=bool)
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    distinct: npt.NDArray[np.integer] = ordered[keep]
+    return distinct
 
 
 def symbol_mask(values: npt.NDArray[np.int32], ids: npt.NDArray[np.int32] | list[int], n_symbols: int) -> BoolArray:

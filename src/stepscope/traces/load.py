@@ -121,7 +121,7 @@ def load_trace(
         with open_binary(path) as stream:
             tracker.raw = getattr(stream, "fileobj", None) or stream
             guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
-            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):
+            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):  # type: ignore[arg-type]
                 if kind == "events":
                     if not isinstance(payload, list):
                         raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
@@ -160,12 +160,13 @@ def load_trace(
 class _GuardedStream:
     """Counts decompressed bytes and refuses documents above the size guard."""
 
-    def __init__(self, stream, limit: int, path: str, max_bytes: int = limits.DEFAULT_MAX_BYTES, raw=None):
+    def __init__(self, stream: Any, limit: int, path: str, max_bytes: int = limits.DEFAULT_MAX_BYTES,
+                 raw: Any = None) -> None:
         self.stream, self.limit, self.path, self.total = stream, limit, path, 0
         self.max_bytes, self.raw = max_bytes, raw  # raw: the compressed file, for the ratio guard
 
     def read(self, size: int) -> bytes:
-        block = self.stream.read(size)
+        block: bytes = self.stream.read(size)
         self.total += len(block)
         if self.raw is not None and self.total > self.max_bytes:
             limits.check_ratio(self.path, "the trace", self.total, self.raw.tell(), self.max_bytes)
