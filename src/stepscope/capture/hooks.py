@@ -368,5 +368,5 @@ class TorchHooks:
                 continue
             original = cls.__call__
             wrapper = self._wrapper(original, discover=False)
-            wrapper._stepscope_wrapped = True
+            wrapper._stepscope_wrapped = True  # type: ignore[attr-defined]
             self._patch(cls, "__call__", wrapper)

@@ -220,10 +220,13 @@ class StepRecorder:
 
     def _commit_pending(self) -> None:
         pending, self._pending = self._pending, None
-        self._append(pending)
+        if pending is not None:
+            self._append(pending)
 
     def _merge_pending_into_open(self) -> None:
         pending, self._pending = self._pending, None
+        if pending is None:
+            return
         now = self.clock()
         self._mark(now)
         self._acc = [a + b for a, b in zip(self._acc, pending["acc"])]
