@@ -1,0 +1,22 @@
+"""The GPU check script runs in CPU mode here, so it keeps working for the machines that have one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.mark.slow
+def test_gpu_check_in_cpu_mode():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu"], capture_output=True, text=True,
+                          timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert len(lines) == 6 and not any(line.startswith("FAIL") for line in lines), lines
+    passed = {line.split()[1] for line in lines if line.startswith("PASS")}
+    assert {"trace-window", "input-bound-on-device"} <= passed, lines
