@@ -57,6 +57,21 @@ def format_ratio(ratio: float | None) -> str:
     return f"{ratio * 100:.1f}%"
 
 
+def format_value(value: object, unit: str) -> str:
+    """An evidence value in its unit: ratios as percentages, seconds and bytes scaled, floats to 3
+    significant digits, anything else as text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if unit == "ratio":
+            return format_ratio(float(value))
+        if unit == "s":
+            return format_duration(float(value))
+        if unit == "bytes":
+            return format_bytes(float(value))
+        if isinstance(value, float):
+            return f"{value:.3g}"
+    return str(value)
+
+
 def format_rate(per_second: float | None, unit: str) -> str:
     if per_second is None or math.isnan(per_second):
         return "-"

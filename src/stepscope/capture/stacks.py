@@ -66,7 +66,7 @@ DEFAULT_RATE_HZ = 100.0
 MAX_DEPTH = 128
 #: Worker samples are written to their file in chunks of this many samples (and at exit).
 WORKER_CHUNK = 64
-MECHANISM = "thread:sys._current_frames"
+MECHANISM = "signal:SIGPROF"  # the main thread samples itself (a sampler thread on Python >= 3.12 elsewhere)
 #: GIL switch interval while sampling, in the training process (Python's default is 5 ms)…
 SWITCH_INTERVAL_S = 0.0005
 #: …and inside DataLoader workers (where the sampler is the only other Python thread).
@@ -184,6 +184,9 @@ class _SamplerThread(threading.Thread):
     def stop(self) -> None:
         """Stop the thread; ``cpu_ns`` becomes the CPU time it used (read from its CPU clock, not
         per sample: a thread CPU clock read is a system call, as costly as a sample here)."""
+        self._stop_thread()
+
+    def _stop_thread(self) -> None:
         if self.is_alive() and self.ident is not None:
             try:
                 self.cpu_ns = time.clock_gettime_ns(time.pthread_getcpuclockid(self.ident))
@@ -192,6 +195,120 @@ class _SamplerThread(threading.Thread):
         self.stopping = True
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout=1.0)
+
+
+#: The interval timer and signal of the in-thread sampler.
+_TIMER_SIGNAL = "SIGPROF"
+
+
+class _SignalSampler:
+    """Samples the thread that starts it (the main thread) from a ``SIGPROF`` handler.
+
+    ``setitimer(ITIMER_PROF)`` raises ``SIGPROF`` every ``1/rate_hz`` s of the process's CPU time;
+    Python runs the handler in the main thread between two bytecodes, where ``sys._getframe`` is the
+    thread's own, consistent stack — no frame of another thread is ever read (reading another
+    thread's frames from a sampler thread crashes CPython 3.11 now and then: the interpreter may
+    be pushing or popping the frame being read). The handler is installed with ``SA_RESTART``
+    (``siginterrupt(False)``), so system calls interrupted by the tick resume by themselves.
+
+    The script keeps priority: if it installs its own ``SIGPROF`` handler or interval timer
+    (``signal.signal``, ``signal.setitimer``), sampling stops first and its call proceeds.
+    Samples follow CPU time, so a main thread blocked in a system call (a DataLoader queue, a
+    sleep) draws none; data waits are sampled in the worker processes instead.
+    """
+
+    def __init__(self, table: StackTable, rate_hz: float, phase_of: Any, on_sample: Any = None,
+                 root: Any = None):
+        import signal
+
+        self.signal = signal
+        self.table = table
+        self.interval_s = 1.0 / rate_hz
+        self.phase_of = phase_of
+        self.on_sample = on_sample
+        self.root = root
+        self.cpu_ns = 0
+        self.missed = 0
+        self.error: str | None = None
+        self._previous: Any = None
+        self._patched: list[tuple[str, Any]] = []
+        self.active = False
+
+    def start(self) -> None:
+        signal = self.signal
+        number = getattr(signal, _TIMER_SIGNAL)
+        if signal.getsignal(number) not in (signal.SIG_DFL, None) or signal.getitimer(signal.ITIMER_PROF)[0]:
+            self.error = "the script uses SIGPROF or ITIMER_PROF itself; stacks not sampled"
+            return
+        self._previous = signal.signal(number, self._handler)
+        signal.siginterrupt(number, False)
+        self._patch()
+        signal.setitimer(signal.ITIMER_PROF, self.interval_s, self.interval_s)
+        self.active = True
+
+    def _handler(self, _signum: int, frame: Any) -> None:
+        if frame is None:
+            self.missed += 1
+            return
+        begin = time.thread_time_ns()
+        try:
+            self.table.add(_now(), self.phase_of(), frame, self.root)
+            if self.on_sample is not None:
+                self.on_sample()
+        except Exception as exc:  # noqa: BLE001 - never raise into the script's code
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.stop()
+        self.cpu_ns += time.thread_time_ns() - begin
+
+    def _patch(self) -> None:
+        """Yield to the script: its own SIGPROF handler or profiling timer stops our sampling."""
+        signal, sampler = self.signal, self
+        number = getattr(signal, _TIMER_SIGNAL)
+        original_signal, original_setitimer = signal.signal, signal.setitimer
+
+        def patched_signal(signum: Any, handler: Any) -> Any:
+            if signum == number and sampler.active:
+                sampler.stop()
+            return original_signal(signum, handler)
+
+        def patched_setitimer(which: int, seconds: float, interval: float = 0.0) -> Any:
+            if which == signal.ITIMER_PROF and sampler.active:
+                sampler.stop()
+            return original_setitimer(which, seconds, interval)
+
+        self._patched = [("signal", original_signal), ("setitimer", original_setitimer)]
+        setattr(signal, "signal", patched_signal)
+        setattr(signal, "setitimer", patched_setitimer)
+
+    def stop(self) -> None:
+        signal = self.signal
+        for name, original in self._patched:
+            setattr(signal, name, original)
+        self._patched = []
+        if not self.active:
+            return
+        self.active = False
+        signal.setitimer(signal.ITIMER_PROF, 0.0, 0.0)
+        signal.signal(getattr(signal, _TIMER_SIGNAL),
+                      self._previous if self._previous is not None else signal.SIG_DFL)
+
+
+#: Python versions on which a sampler thread may read another thread's frames: 3.11 crashes now
+#: and then doing so (CPython's frame push/pop races the read; seen in Sentry's and Datadog's
+#: samplers too), so there only the main thread samples itself, from a signal handler.
+THREAD_SAMPLER_SAFE = sys.version_info >= (3, 12)
+
+
+def sampler_for(table: StackTable, thread_id: int, rate_hz: float, phase_of: Any, on_sample: Any = None,
+                root: Any = None) -> _SamplerThread | _SignalSampler | None:
+    """The sampler for ``thread_id``: a ``SIGPROF`` handler when it is the main thread (any Python),
+    else a sampler thread where that is safe, else None."""
+    if thread_id == threading.main_thread().ident and hasattr(__import__("signal"), "setitimer") \
+            and threading.current_thread() is threading.main_thread():
+        return _SignalSampler(table, rate_hz, phase_of, on_sample=on_sample, root=root)
+    if THREAD_SAMPLER_SAFE:
+        return _SamplerThread(table, thread_id, rate_hz, phase_of, on_sample=on_sample, root=root)
+    return None
 
 
 class StackSampler:
@@ -219,7 +336,7 @@ class StackSampler:
         self.warnings = warnings or WarningSink(emit=False)
         self.thread_id = thread_id if thread_id is not None else threading.get_ident()
         self.table = StackTable()
-        self._thread: _SamplerThread | None = None
+        self._thread: _SamplerThread | _SignalSampler | None = None
         self._watcher: Any = None
         self._undo: list[Any] = []
         self._saved_interval: float | None = None
@@ -230,12 +347,20 @@ class StackSampler:
         return _PHASE_OF_RECORDER[recorder._phase] if recorder is not None else -1
 
     def start(self) -> StackSampler:
-        """Start the sampler thread and, once torch is imported, the worker hook."""
-        if self.switch_interval_s is not None and sys.getswitchinterval() == PYTHON_SWITCH_INTERVAL_S:
+        """Start sampling (see :func:`sampler_for`) and, once torch is imported, the worker hook."""
+        sampler = sampler_for(self.table, self.thread_id, self.rate_hz, self._phase)
+        if sampler is None:
+            self.warnings.once("stacks-unsafe", "Python stacks not sampled: a sampler thread reading another "
+                                                "thread's frames is unsafe on this Python; GC pauses are still timed")
+            return self
+        if isinstance(sampler, _SamplerThread) and self.switch_interval_s is not None \
+                and sys.getswitchinterval() == PYTHON_SWITCH_INTERVAL_S:
             self._saved_interval = sys.getswitchinterval()  # the default, not one the script chose
             sys.setswitchinterval(self.switch_interval_s)
-        self._thread = _SamplerThread(self.table, self.thread_id, self.rate_hz, self._phase)
-        self._thread.start()
+        self._thread = sampler
+        sampler.start()
+        if sampler.error:
+            self.warnings.once("stacks-failed", f"stack sampling did not start ({sampler.error})")
         if self.worker_dir is not None:
             from stepscope.capture.torch_import import when_torch_imported
 
@@ -371,19 +496,21 @@ def start_worker_sampler(directory: str, rate_hz: float, root: Any = None) -> No
     that time of its tick instead of at the worker's next GIL release (see the bias in the module
     docstring).
     """
-    if sys.getswitchinterval() > WORKER_SWITCH_INTERVAL_S:
-        sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
     table = StackTable()
     writer = _WorkerFile(table, directory)
-    thread = _SamplerThread(table, threading.get_ident(), rate_hz, lambda: -1, on_sample=writer.maybe_flush,
-                            root=root)
+    thread = sampler_for(table, threading.get_ident(), rate_hz, lambda: -1, on_sample=writer.maybe_flush,
+                         root=root)
+    if thread is None:
+        return
+    if isinstance(thread, _SamplerThread) and sys.getswitchinterval() > WORKER_SWITCH_INTERVAL_S:
+        sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
     thread.start()
     from multiprocessing import util
 
     util.Finalize(None, _stop_and_flush, args=(thread, writer), exitpriority=100)
 
 
-def _stop_and_flush(thread: _SamplerThread, writer: _WorkerFile) -> None:
+def _stop_and_flush(thread: _SamplerThread | _SignalSampler, writer: _WorkerFile) -> None:
     thread.stop()
     try:
         writer.flush()

@@ -13,10 +13,8 @@ a newer version is an :class:`~stepscope.errors.InputError` telling the user to 
 from __future__ import annotations
 
 import gzip
-import os
-import zlib
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 

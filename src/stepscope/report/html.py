@@ -34,7 +34,7 @@ from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES
 from stepscope.report import html_charts as charts
 from stepscope.report.model import Report
-from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio
+from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
 #: Step bars drawn at most; more steps are grouped (see html_charts.step_bars).
 MAX_STEP_BARS = 1500
@@ -182,8 +182,8 @@ def _finding(finding: Finding, number: int) -> str:
     rank = finding.extra.get("rank") if isinstance(finding.extra, dict) else None
     where = f" · rank {text(rank)}" if rank is not None else ""
     evidence = "".join(
-        f"<li>{text(item.metric)} = {text(_value(item.value, item.unit))}"
-        + (f" (threshold {text(_value(item.threshold, item.unit))})" if item.threshold is not None else "")
+        f"<li>{text(item.metric)} = {text(format_value(item.value, item.unit))}"
+        + (f" (threshold {text(format_value(item.threshold, item.unit))})" if item.threshold is not None else "")
         + (f" [{text(item.source)}]" if item.source else "") + "</li>" for item in finding.evidence)
     prescriptions = "".join(
         f"<li>→ {text(item.action)}"
@@ -201,17 +201,6 @@ def _finding(finding: Finding, number: int) -> str:
             + (f'<ul class="prescription">{prescriptions}</ul>' if prescriptions else "") + "</div>")
 
 
-def _value(value: Any, unit: str) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if unit == "ratio":
-            return format_ratio(float(value))
-        if unit == "s":
-            return format_duration(float(value))
-        if unit == "bytes":
-            return format_bytes(float(value))
-        if isinstance(value, float):
-            return f"{value:.3g}"
-    return str(value)
 
 
 # -- steps -----------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ import struct
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 

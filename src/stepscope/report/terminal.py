@@ -14,7 +14,7 @@ from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
 from stepscope.report.model import Report
 from stepscope.text import printable
-from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio
+from stepscope.units import format_duration, format_duration_ns, format_ratio, format_value
 
 PHASE_STYLE = {
     "data_wait": ("data wait", "red"),
@@ -115,8 +115,8 @@ def finding_block(finding: Finding, rank: int) -> Group:
     if finding.summary:
         body.append(Text(printable(finding.summary)))
     for item in finding.evidence[:4]:
-        body.append(Text(printable(f"• {item.metric} = {_value(item.value, item.unit)}"
-                                   + (f" (threshold {_value(item.threshold, item.unit)})" if item.threshold is not None else "")
+        body.append(Text(printable(f"• {item.metric} = {format_value(item.value, item.unit)}"
+                                   + (f" (threshold {format_value(item.threshold, item.unit)})" if item.threshold is not None else "")
                                    + (f" [{item.source}]" if item.source else "")), style="bright_black"))
     for prescription in finding.prescriptions[:3]:
         line = Text("→ ", style="green")
@@ -137,17 +137,6 @@ def _cost(finding: Finding) -> str:
     return f"ranked as ~{format_ratio(finding.impact)} ({finding.impact_basis})"
 
 
-def _value(value: Any, unit: str) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if unit == "ratio":
-            return format_ratio(float(value))
-        if unit == "s":
-            return format_duration(float(value))
-        if unit == "bytes":
-            return format_bytes(float(value))
-        if isinstance(value, float):
-            return f"{value:.3g}"
-    return str(value)
 
 
 def _verdict(report: Report) -> Group:

@@ -16,29 +16,25 @@ from stepscope.capture.stacks import StackSampler, StackTable, WorkerStackStart,
 from stepscope.record.run import PHASES, STACK_ROLES, StepTable
 
 
-def busy_target(stop: threading.Event) -> None:
-    while not stop.is_set():
+def busy_for(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         sum(i * i for i in range(2000))  # the sampled line
 
 
 def test_samples_name_the_running_function_and_the_recorder_phase():
     recorder = StepRecorder()
     recorder._phase = FORWARD
-    stop = threading.Event()
-    worker = threading.Thread(target=busy_target, args=(stop,))
-    worker.start()
+    sampler = StackSampler(recorder, 200).start()
     try:
-        sampler = StackSampler(recorder, 200, thread_id=worker.ident).start()
-        time.sleep(0.3)
-        sampler.stop()
+        busy_for(0.3)
     finally:
-        stop.set()
-        worker.join()
+        sampler.stop()
     samples = sampler.freeze(StepTable.empty())
     samples.check()
     assert len(samples) >= 10
     functions = {samples.frames[stack[-1]].function for stack in samples.stacks}
-    assert any(name.startswith("busy_target") for name in functions), functions
+    assert any(name.startswith("busy_for") for name in functions), functions
     assert set(samples.phase.tolist()) == {PHASES.index("forward")}
     assert set(samples.role.tolist()) == {STACK_ROLES.index("main")}
     assert (samples.step == -1).all()  # no committed steps
@@ -46,11 +42,40 @@ def test_samples_name_the_running_function_and_the_recorder_phase():
     assert samples.sampler_cpu_ns > 0
 
 
-def test_stop_is_idempotent_and_ends_the_thread():
+def test_stop_is_idempotent_and_restores_the_signal():
+    import signal
+
     sampler = StackSampler(None, 100).start()
+    assert signal.getitimer(signal.ITIMER_PROF)[1] == pytest.approx(0.01)
     sampler.stop()
     sampler.stop()
-    assert not sampler._thread.is_alive()
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL
+
+
+def test_the_scripts_own_profiling_timer_wins():
+    import signal
+
+    sampler = StackSampler(None, 100).start()
+    seen = []
+    try:
+        signal.signal(signal.SIGPROF, lambda *args: seen.append(1))  # the script takes SIGPROF over
+        signal.setitimer(signal.ITIMER_PROF, 0.01, 0.01)
+        busy_for(0.1)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        sampler.stop()
+    assert seen and not sampler._thread.active
+
+
+def test_another_thread_is_sampled_only_where_that_is_safe():
+    table = StackTable()
+    other = threading.Thread(target=lambda: None)
+    other.start()
+    other.join()
+    chosen = stacks.sampler_for(table, other.ident, 100, lambda: -1)
+    assert (chosen is not None) == stacks.THREAD_SAMPLER_SAFE
 
 
 def test_table_interns_frames_and_stacks():
@@ -101,19 +126,19 @@ def test_worker_samples_merge_only_during_main_data_waits(tmp_path):
     assert leaf.function.endswith("test_worker_samples_merge_only_during_main_data_waits")
 
 
-def test_switch_interval_is_lowered_while_sampling_and_restored():
+@pytest.mark.skipif(not stacks.THREAD_SAMPLER_SAFE, reason="a sampler thread is only used on Python >= 3.12")
+def test_switch_interval_is_lowered_while_a_thread_samples_and_restored():
     previous = sys.getswitchinterval()
     sys.setswitchinterval(stacks.PYTHON_SWITCH_INTERVAL_S)
+    worker = threading.Thread(target=busy_for, args=(0.3,))
+    worker.start()
     try:
-        sampler = StackSampler(None, 100).start()
+        sampler = StackSampler(None, 100, thread_id=worker.ident).start()
         assert sys.getswitchinterval() == pytest.approx(stacks.SWITCH_INTERVAL_S)
         sampler.stop()
         assert sys.getswitchinterval() == pytest.approx(stacks.PYTHON_SWITCH_INTERVAL_S)
-        sys.setswitchinterval(0.002)  # the script's own choice is left alone
-        sampler = StackSampler(None, 100).start()
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-        sampler.stop()
     finally:
+        worker.join()
         sys.setswitchinterval(previous)
 
 
@@ -125,7 +150,7 @@ def test_a_failing_sampler_ends_quietly_and_says_why(capsys):
     sampler = StackSampler(None, 500)
     sampler.table = Broken()
     sampler.start()
-    time.sleep(0.1)
+    busy_for(0.1)  # the handler's error never reaches this code
     sampler.stop()
     assert sampler._thread.error == "OSError: disk full"
     assert capsys.readouterr().err == ""

@@ -140,19 +140,7 @@ SAMPLE_LINES = gzip.decompress(SAMPLES).split(b"\n")
 @settings(max_examples=_examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_byte_mutations(data):
-    raw = bytearray(RAW)
-    for _ in range(data.draw(st.integers(1, 4))):
-        kind = data.draw(st.sampled_from(["truncate", "flip", "insert", "delete"]))
-        pos = data.draw(st.integers(0, max(len(raw) - 1, 0)))
-        if kind == "truncate":
-            del raw[pos:]
-        elif kind == "flip" and raw:
-            raw[pos] = data.draw(st.integers(0, 255))
-        elif kind == "insert":
-            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
-        elif raw:
-            del raw[pos : pos + data.draw(st.integers(1, 16))]
-    _check(bytes(raw))
+    _check(_mutate_bytes(data, RAW))
 
 
 @settings(max_examples=_examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])

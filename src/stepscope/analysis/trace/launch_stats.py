@@ -92,7 +92,6 @@ def _pairs_many(corr: IntArray, cpu: IntArray, gpu: IntArray) -> tuple[IntArray,
 
 def launch_stats(links: EventLinks, rank: int) -> LaunchStats:
     events, rows = links.events, links.hta
-    names = events.name[rows.index]
     launch_ids = [i for i in (events.symbols.get(n) for n in LAUNCH_NAMES) if i >= 0]
     corr = events.correlation[rows.index]
     is_launch = ~rows.gpu & links.name_in(launch_ids, rows.index)

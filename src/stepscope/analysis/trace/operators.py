@@ -167,7 +167,6 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
         up = parent[level[eligible[level]]]
         eligible[up[op_kind[up]]] = True
     is_op = role[rows] == OPERATOR
-    names_all = events.name[rows]
     excluded = links.names_where(
         lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__"))
         or s.startswith("Optimizer.")

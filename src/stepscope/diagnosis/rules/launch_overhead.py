@@ -83,7 +83,6 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
     share, evidence = overhead_estimate(ev)
     if share is None or share < LAUNCH_HIGH:
         return None
-    stats = ev.steady
     ops = ev.op_overhead.ops_per_step if ev.op_overhead is not None else None
     title = (f"Framework overhead dominates: ~{common.pct(share)} of the step goes to launching "
              + (f"{int(ops)} tiny operators" if ops else "tiny operators") + " rather than computing")
