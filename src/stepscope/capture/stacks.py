@@ -1,44 +1,36 @@
 """Sampling the Python stacks of the training thread and of DataLoader workers, tied to steps.
 
-Mechanism (chosen by measurement, see ``BENCHMARKS.md``, "Stack sampling"): an **in-process
-daemon thread** wakes ``rate_hz`` times a second, reads the training thread's frame with
-``sys._current_frames()`` and walks it. It needs no permission (an external sampler such as py-spy
-needs ptrace rights, absent in many containers), costs a few tens of µs per sample, and can read
-the step recorder's current phase at the very moment of the sample.
+**Mechanism.** The main thread samples *itself*: an interval timer (``setitimer(ITIMER_PROF)``)
+raises ``SIGPROF`` ``rate_hz`` times per second of the process's CPU time, and Python runs the
+handler in the main thread between two bytecodes, where ``sys._getframe`` gives the thread's own,
+consistent stack and the step recorder's phase is exactly the one the sampled code runs in. No
+other thread's frames are read: a daemon thread reading the training thread's frames with
+``sys._current_frames()`` (the first design here) crashed the interpreter now and then on Python
+3.11 — CPython may be pushing or popping the frame being read, the same crash Sentry's and
+Datadog's thread samplers met — so a sampler thread is used only for a thread that is not the
+main one, and only on Python >= 3.12 (:data:`THREAD_SAMPLER_SAFE`). The handler is installed with
+``SA_RESTART``, so a system call that the tick interrupts resumes by itself, and it yields to the
+script: installing a ``SIGPROF`` handler or a profiling timer of its own stops our sampling first.
+It needs no permission (an external sampler such as py-spy needs ptrace rights, absent in many
+containers) and costs a few tens of µs per sample (BENCHMARKS.md, "Stack sampling").
 
 Each sample stores its timestamp, the phase read from the recorder (``StepRecorder._phase``) and
 the stack as interned frame ids. The step index is assigned afterwards from the timestamp and the
 committed steps (:func:`stepscope.record.run.steps_of`), which stays right when the recorder merges
 or re-opens steps.
 
-**The race, documented.** The sampler reads the frame and then ``_phase`` without a lock. Both are
-read while the sampler holds the GIL, so the training thread cannot move in between — unless the
-interpreter hands the GIL back to it between those few bytecodes, which it only does once the
-training thread has waited a whole switch interval (5 ms) for it. Then the phase may be the one
-after the sampled frame's: at most one boundary off, for at most one sample. The same holds for
-the walk itself, which reads live frames (their line and caller as they are when read). Reading a
-Python int attribute is atomic, so the value is always a valid phase.
-
-**Bias.** The thread needs the GIL. While the training thread runs pure Python the sampler gets
-it only after a switch interval (5 ms by default); while a torch operator runs (operators release
-the GIL) it gets it at once. A sample therefore lands at the training thread's next GIL release
-within a switch interval of its tick: pure-Python stretches of a few ms are under-sampled in favour
-of the lines that call operators (measured in ``benchmarks/bench_stacks.py``). Measured on a loop
-of ~2 ms pure-Python calls and torch matmuls: 72% of the time in pure Python drew 5% of the samples
-at 5 ms, ~70% at 0.5 ms and below. So while sampling, the GIL switch interval is lowered to
-:data:`SWITCH_INTERVAL_S` in the training process (restored at stop; left alone when the script
-set its own) and to :data:`WORKER_SWITCH_INTERVAL_S` in DataLoader workers. The interval only
-matters while a second thread waits for the GIL: it changes nothing for a training thread alone
-with the sampler, and makes the script's own GIL-hungry threads, if any, take turns more often
-(more thread switches, the same work and results). A collection of the garbage collector holds the GIL: its time is not sampled (the GC pause
-overlay, :mod:`stepscope.capture.gc_pauses`, measures it exactly).
+**Bias.** Ticks follow CPU time: code that computes is sampled in proportion to the CPU it uses
+(all threads of the process count, so a phase running many intra-op threads draws more ticks per
+second of wall time), and a main thread blocked in a system call draws none until the call returns
+— a wait (for data, a lock, a sleep) is seen through the phase times, not the samples. A
+collection of the garbage collector is sampled where it was triggered; its time is measured
+exactly by the GC pause overlay (:mod:`stepscope.capture.gc_pauses`).
 
 **DataLoader workers.** Every multi-process DataLoader iterator gets a chained ``worker_init_fn``
-(:class:`WorkerStackStart`, picklable, so ``spawn`` works too) that starts the same kind of sampler
-thread inside each worker; it appends its samples to a file in the run directory, and the main
-process merges them when capture ends. A worker sample takes the phase and step of the main
-thread's latest sample before it (within two sampling periods), and only worker samples taken while
-the main thread waited for data are kept.
+(:class:`WorkerStackStart`, picklable, so ``spawn`` works too) that starts the same sampler in each
+worker (its main thread samples itself); it appends its samples to a file in the run directory, and
+the main process merges them when capture ends, as the data-wait phase's loading work: a worker
+draws samples only while it computes batches.
 """
 
 from __future__ import annotations
@@ -237,7 +229,9 @@ class _SignalSampler:
     def start(self) -> None:
         signal = self.signal
         number = getattr(signal, _TIMER_SIGNAL)
-        if signal.getsignal(number) not in (signal.SIG_DFL, None) or signal.getitimer(signal.ITIMER_PROF)[0]:
+        current = signal.getsignal(number)
+        inherited = isinstance(getattr(current, "__self__", None), _SignalSampler)  # a forked worker
+        if (current not in (signal.SIG_DFL, None) and not inherited) or signal.getitimer(signal.ITIMER_PROF)[0]:
             self.error = "the script uses SIGPROF or ITIMER_PROF itself; stacks not sampled"
             return
         self._previous = signal.signal(number, self._handler)
@@ -520,15 +514,15 @@ def _stop_and_flush(thread: _SamplerThread | _SignalSampler, writer: _WorkerFile
 
 def _read_worker_files(directory: Path | None, frames: dict, stacks: dict, main_ts: list[int],
                        main_phase: list[int], max_gap_ns: int) -> list[tuple[int, int, int]]:
-    """Worker samples taken during the main thread's data waits, as ``(ts_ns, pid, stack id)``.
+    """The DataLoader workers' samples, as ``(ts_ns, pid, stack id)``: loading work.
 
-    Frames and stacks are re-interned into the main tables ``frames``/``stacks``. The worker files
-    are removed once read.
+    A worker samples itself on CPU time, so it draws samples only while it produces batches — the
+    loading code, whether the main thread was waiting for it at that moment or it was prefetching.
+    (The main thread, blocked in ``next()`` while it waits, draws none then.) Frames and stacks are
+    re-interned into the main tables ``frames``/``stacks``. The worker files are removed once read.
     """
     if directory is None or not directory.is_dir():
         return []
-    import bisect
-
     rows: list[tuple[int, int, int]] = []
     for path in sorted(directory.glob("worker.*.jsonl")):
         local_frames: list[int] = []
@@ -545,9 +539,7 @@ def _read_worker_files(directory: Path | None, frames: dict, stacks: dict, main_
                 key = tuple(local_frames[item] for item in local)
                 local_stacks.append(stacks.setdefault(key, len(stacks)))
             for ts, stack_id in zip(chunk["ts_ns"], chunk["stack"]):
-                at = bisect.bisect_right(main_ts, ts) - 1
-                if at >= 0 and ts - main_ts[at] <= max_gap_ns and main_phase[at] == _DATA_WAIT:
-                    rows.append((int(ts), int(chunk["pid"]), local_stacks[stack_id]))
+                rows.append((int(ts), int(chunk["pid"]), local_stacks[stack_id]))
         try:
             path.unlink()
         except OSError:
