@@ -137,6 +137,10 @@ class SteadyState:
     fetch_wait_p90: float
     batches_per_step: float
     samples_per_step: int | None  # the mode of samples per step (the batch size actually used)
+    #: phases capture could measure in this run; the others read "not measured", never 0 %: data
+    #: wait needs a DataLoader (or a wrapped iterable), forward a module call, backward a
+    #: backward(), optimizer a torch.optim step. "other" is always measured.
+    measured_phases: tuple[str, ...] = PHASES
 
     @property
     def data_wait_share(self) -> float:
@@ -190,7 +194,21 @@ def steady_state(record: RunRecord) -> SteadyState | None:
         fetch_wait_p90=float(np.percentile(per_step, 90)),
         batches_per_step=float(batches.mean()) if len(batches) and batches.mean() > 0 else 1.0,
         samples_per_step=_mode_samples(steps.samples[mask]),
+        measured_phases=measured_phases(record),
     )
+
+
+def measured_phases(record: RunRecord) -> tuple[str, ...]:
+    """Phases that were measured: a phase with time in any step, data wait when a loader was seen
+    or batches were counted, and "other" always (see :attr:`SteadyState.measured_phases`)."""
+    steps = record.steps
+    measured = {"other"}
+    for phase in PHASES:
+        if len(steps) and (steps.phase(phase) > 0).any():
+            measured.add(phase)
+    if record.loaders or (len(steps) and (steps.batches > 0).any()):
+        measured.add("data_wait")
+    return tuple(phase for phase in PHASES if phase in measured)
 
 
 def _mode_samples(samples: np.ndarray) -> int | None:
