@@ -118,7 +118,7 @@ class Report:
     @property
     def inference(self) -> bool:
         record = self.evidence.record
-        return bool(record is not None and record.facts.inference)
+        return bool(record is not None and record.facts.inference and not record.facts.training_in_children)
 
     @property
     def top_finding(self) -> Finding | None:

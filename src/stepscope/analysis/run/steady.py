@@ -88,8 +88,7 @@ def step_stats(steps: StepTable) -> StepStats:
     seconds = steps.duration_ns / 1e9
     total = float(seconds.sum())
     phase_totals = {phase: float(steps.phase(phase).sum()) / 1e9 for phase in PHASES}
-    samples = steps.samples
-    samples_per_s = float(samples.sum()) / total if total > 0 and (samples >= 0).all() else None
+    samples_per_s = _samples_per_s(steps, total)
     return StepStats(
         count=count,
         total_s=total,
@@ -104,6 +103,19 @@ def step_stats(steps: StepTable) -> StepStats:
         phase_mean_s={phase: value / count for phase, value in phase_totals.items()},
         loader_init_share=float(steps.loader_init_ns.sum()) / 1e9 / total if total > 0 else 0.0,
     )
+
+
+def _samples_per_s(steps: StepTable, total_s: float) -> float | None:
+    """Samples per second, when every step that fetched a batch knows its samples.
+
+    A step that fetched no batch holds none (a loader that prefetches one batch ahead, as
+    Accelerate's does, fetches the next step's batch in the current step), so it adds 0; without
+    any batch at all there is nothing to count.
+    """
+    fetched = steps.batches > 0
+    if total_s <= 0 or not fetched.any() or (steps.samples[fetched] < 0).any():
+        return None
+    return float(steps.samples[fetched].sum()) / total_s
 
 
 #: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
