@@ -66,9 +66,11 @@ def test_inference_loop_counts_one_step_per_model_forward(tmp_path, mode):
     assert "backward –" in result.stderr
 
 
-def test_hogwild_training_in_spawned_children_is_said_not_diagnosed(tmp_path):
-    """pytorch/examples mnist_hogwild: torch.multiprocessing processes train; the parent evaluates."""
-    result, record = run(tmp_path, "hogwild.py")
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_hogwild_training_in_child_processes_is_said_not_diagnosed(tmp_path, start_method):
+    """pytorch/examples mnist_hogwild: torch.multiprocessing processes train; the parent evaluates.
+    (spawn re-imports torch in each child: ~10 s on a quiet 2-core machine, more on a busy one)"""
+    result, record = run(tmp_path, "hogwild.py", start_method)
     assert "exitcodes=[0, 0]" in result.stdout
     facts = record.facts
     assert len(facts.child_pids) == 2

@@ -437,7 +437,8 @@ class ChildProcesses:
     ``BaseProcess.start`` is wrapped (restored by :meth:`uninstall`); a process started while the
     training thread is inside a DataLoader (worker start-up) is a worker, not counted here. CPU
     times come from ``getrusage``: ``RUSAGE_CHILDREN`` covers the children that ended and were
-    waited for (joined), which is how spawned training processes end.
+    waited for (joined), which is how spawned training processes end. Both are counted from the
+    start of the first child: the parent's imports and set-up before it are not compared.
     """
 
     def __init__(self, in_loader: Callable[[], bool]):
@@ -465,9 +466,15 @@ class ChildProcesses:
         original = BaseProcess.start
 
         def start(process):
+            try:
+                mine = os.getpid() == tracker.owner_pid and not tracker.in_loader()
+                if mine and not tracker.pids:  # CPU is compared from the first child on
+                    tracker._usage = tracker._rusage()
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                mine = False
             result = original(process)
             try:
-                if os.getpid() == tracker.owner_pid and not tracker.in_loader() and process.pid:
+                if mine and process.pid:
                     tracker.pids.append(int(process.pid))
             except Exception:  # noqa: BLE001 - bookkeeping only
                 pass
@@ -483,7 +490,8 @@ class ChildProcesses:
         self._undo = undo
 
     def uninstall(self) -> dict[str, Any]:
-        """Restore ``start``; the facts (``child_pids``, ``children_cpu_s``, ``main_cpu_s``)."""
+        """Restore ``start``; the facts (``child_pids``, ``children_cpu_s``, ``main_cpu_s``: CPU
+        seconds since the first child started)."""
         if self._undo is not None:
             self._undo()
             self._undo = None

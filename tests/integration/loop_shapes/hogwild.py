@@ -24,7 +24,7 @@ def dataset(seed, n):
 def train(rank, model):
     torch.set_num_threads(1)
     torch.manual_seed(rank)
-    loader = DataLoader(dataset(rank, 64 * 200), batch_size=64, shuffle=True)
+    loader = DataLoader(dataset(rank, 64 * 100), batch_size=64, shuffle=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
     for _ in range(1):
         for data, target in loader:
@@ -43,7 +43,9 @@ def test(model):
 
 
 if __name__ == "__main__":
-    mp.set_start_method("spawn", force=True)
+    import sys
+
+    mp.set_start_method(sys.argv[1] if len(sys.argv) > 1 else "spawn", force=True)
     torch.manual_seed(1)
     model = Net()
     model.share_memory()
