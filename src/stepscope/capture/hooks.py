@@ -73,18 +73,19 @@ def batch_length(batch: Any, _depth: int = 0) -> int:
 
 def loader_batch_size(loader: Any) -> int | None:
     """The loader's batch size: ``batch_size``, else its batch sampler's (Hugging Face and Accelerate
-    loaders set ``batch_size=None`` and hand a batch sampler that holds it)."""
+    loaders set ``batch_size=None`` and hand a batch sampler that holds it), else its sampler's."""
     size = getattr(loader, "batch_size", None)
     if isinstance(size, int):
         return size
-    sampler = getattr(loader, "batch_sampler", None)
-    for _ in range(3):  # wrappers (accelerate's BatchSamplerShard) keep the real one inside
-        if sampler is None:
-            return None
-        size = getattr(sampler, "batch_size", None)
-        if isinstance(size, int):
-            return size
-        sampler = getattr(sampler, "batch_sampler", None)
+    for first in (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)):
+        sampler = first  # `sampler=BatchSampler(...)` with `batch_size=None` batches in the dataset
+        for _ in range(3):  # wrappers (accelerate's BatchSamplerShard) keep the real one inside
+            if sampler is None:
+                break
+            size = getattr(sampler, "batch_size", None)
+            if isinstance(size, int):
+                return size
+            sampler = getattr(sampler, "batch_sampler", None)
     return None
 
 

@@ -184,3 +184,41 @@ def test_nothing_delimits_a_loop_of_plain_tensor_ops(fake_clock):
     loop.phase(OPTIMIZER, 0)
     loop.rec.finish()
     assert loop.rec.count == 0
+
+
+def test_batch_length_reads_mappings_dataclasses_and_nested_containers():
+    import dataclasses
+    from collections import UserDict
+
+    import torch
+
+    from stepscope.capture.hooks import batch_length
+
+    class Encoding(UserDict):  # what transformers' BatchEncoding is: a Mapping, not a dict
+        pass
+
+    @dataclasses.dataclass
+    class Batch:
+        meta: str
+        images: torch.Tensor
+
+    assert batch_length(Encoding(input_ids=torch.zeros(8, 16), labels=torch.zeros(8, 16))) == 8
+    assert batch_length(Batch("x", torch.zeros(5, 3))) == 5
+    assert batch_length(({"ids": [torch.zeros(6, 2)]}, torch.zeros(6))) == 6
+    assert batch_length((["a", "b"], torch.zeros(4, 2))) == 4  # the first leaf with a dimension
+    assert batch_length({"n": 3}) == -1
+    assert batch_length(torch.tensor(1.0)) == -1
+
+
+def test_loader_batch_size_falls_back_to_the_batch_sampler():
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+    from stepscope.capture.hooks import loader_batch_size
+
+    data = TensorDataset(torch.zeros(10, 2))
+    assert loader_batch_size(DataLoader(data, batch_size=4)) == 4
+    batches = BatchSampler(SequentialSampler(data), batch_size=3, drop_last=False)
+    assert loader_batch_size(DataLoader(data, batch_sampler=batches)) == 3
+    assert loader_batch_size(DataLoader(data, batch_size=None, sampler=batches)) == 3
+    assert loader_batch_size(DataLoader(data, batch_size=None)) is None
