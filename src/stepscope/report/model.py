@@ -121,6 +121,12 @@ class Report:
         return bool(record is not None and record.facts.inference and not record.facts.training_in_children)
 
     @property
+    def training_in_children(self) -> bool:
+        """The training ran in child processes: this record's steps are not it (not diagnosed)."""
+        record = self.evidence.record
+        return bool(record is not None and record.facts.training_in_children)
+
+    @property
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
@@ -169,6 +175,7 @@ class Report:
             "measured_phases": list(self.measured_phases),
             "step_source": self.meta.step_source if self.meta is not None else None,
             "inference": self.inference,
+            "training_in_children": self.training_in_children,
             "mfu": asdict(self.evidence.mfu) if self.evidence.mfu is not None else None,
             "mfu_note": self.evidence.mfu_note,
         }

@@ -162,7 +162,7 @@ def _value(value: Any, unit: str) -> str:
 def _verdict(report: Report) -> Group:
     if not report.findings:
         message = (NO_STEPS_MESSAGE if report.total_steps == 0 else "no bottleneck rule fired")
-        if report.total_steps and report.meta is not None and "training ran in" in " ".join(report.warnings):
+        if report.training_in_children:
             message = "not diagnosed: the training ran in child processes (see the warning)"
         if not report.diagnosis.complete:
             message = "diagnosis incomplete (see the warnings): no verdict"

@@ -73,3 +73,17 @@ def test_the_batch_size_shown_is_the_mode_not_the_largest_step():
     record = replace(record, steps=replace(record.steps, samples=samples))
     text = render_text(build_report(record))
     assert "batch 8" in text and "batch 16" not in text
+
+
+def test_training_in_children_is_said_instead_of_diagnosing_the_parent():
+    record = make_record(20)
+    record = replace(record, facts=CaptureFacts(child_pids=(7, 8), children_cpu_s=9.0, main_cpu_s=1.0,
+                                                training_in_children=True),
+                     warnings=("the training ran in 2 child process(es) the script started",))
+    report = build_report(record)
+    assert not any(item.impact_measured and item.impact > 0 for item in report.findings)
+    assert report.to_dict()["summary"]["training_in_children"] is True
+    text = render_text(report)
+    assert "training ran in 2 child process" in text
+    if not report.findings:
+        assert "not diagnosed: the training ran in child processes" in text
