@@ -498,7 +498,7 @@ class ChildProcesses:
             self._undo = None
         facts: dict[str, Any] = {"child_pids": tuple(self.pids)}
         now = self._rusage()
-        if now is not None and self._usage is not None:
+        if self.pids and now is not None and self._usage is not None:
             facts["main_cpu_s"] = round(now[0] - self._usage[0], 3)
             facts["children_cpu_s"] = round(now[1] - self._usage[1], 3)
         return facts
