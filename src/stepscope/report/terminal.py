@@ -30,7 +30,7 @@ SEVERITY_STYLE = {
     Severity.LOW: "green",
     Severity.INFO: "bright_black",
 }
-#: How the title says what delimited the steps (the optimizer, the default, goes unsaid).
+#: How the summary says what delimited the steps (the optimizer, the default, goes unsaid).
 STEP_SOURCE_LABEL = {"backward": "one per backward()", "forward": "one per model forward",
                      "batch": "one per batch", "explicit": "session.step()"}
 NO_STEPS_MESSAGE = ("no steps were captured: nothing to diagnose. stepscope found no optimizer step, "
@@ -84,7 +84,9 @@ def _overview(report: Report) -> Table:
         if report.samples_per_step:
             rate += f" · batch {report.samples_per_step}"
     kind = "inference, " if report.inference else ""
-    table.add_row("Throughput", Text(f"{rate}  ({kind}steady state: {steady.count} steps)"))
+    source = report.meta.step_source if report.meta is not None else "none"
+    how = f", {STEP_SOURCE_LABEL[source]}" if source in STEP_SOURCE_LABEL else ""
+    table.add_row("Throughput", Text(f"{rate}  ({kind}steady state: {steady.count} steps{how})"))
     table.add_row("Step time", Text(f"median {format_duration(steady.median_s)} · p90 "
                                     f"{format_duration(steady.p90_s)} · max {format_duration(steady.max_s)}"))
     if report.warmup_steps:
@@ -181,9 +183,8 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
     wall = meta.wall_s if meta is not None else None
     exit_code = meta.exit_code if meta is not None else None
     ranks = f" · rank {meta.rank} of {meta.world_size}" if meta is not None and meta.world_size > 1 else ""
-    source = meta.step_source if meta is not None else "none"
-    steps = f"{report.total_steps} steps" + (f" ({STEP_SOURCE_LABEL[source]})" if source in STEP_SOURCE_LABEL else "")
-    title = f"stepscope · {printable(target)}{ranks} · {steps} · {format_duration(wall)} · exit {exit_code}"
+    title = (f"stepscope · {printable(target)}{ranks} · {report.total_steps} steps · {format_duration(wall)} "
+             f"· exit {exit_code}")
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]
