@@ -19,11 +19,12 @@ Every wrapper degrades to the original call if anything of ours fails, with one 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,56 @@ DISCOVERY_STEPS = 2
 
 
 def batch_length(batch: Any, _depth: int = 0) -> int:
-    """Number of samples in a batch: first dimension of its first tensor-like leaf, else -1."""
+    """Number of samples in a batch: the leading dimension of its first tensor-like leaf, else -1.
+
+    Leaves are found in tuples, lists, any ``Mapping`` (dicts, Hugging Face ``BatchEncoding``,
+    TensorDict-like objects) and dataclasses, nested up to 4 levels; the first leaf with a
+    dimension counts.
+    """
     shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else -1
-    if _depth < 3:
-        if isinstance(batch, (list, tuple)) and batch:
-            return batch_length(batch[0], _depth + 1)
-        if isinstance(batch, dict) and batch:
-            return batch_length(next(iter(batch.values())), _depth + 1)
+    if shape is not None and not isinstance(batch, type):
+        try:
+            return int(shape[0]) if len(shape) else -1
+        except (TypeError, IndexError, ValueError):
+            return -1
+    if _depth >= 4:
+        return -1
+    if isinstance(batch, (str, bytes)):
+        return -1
+    if isinstance(batch, Mapping):
+        children: Any = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        children = batch
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        children = (getattr(batch, item.name, None) for item in dataclasses.fields(batch))
+    else:
+        return -1
+    try:
+        for child in children:
+            length = batch_length(child, _depth + 1)
+            if length >= 0:
+                return length
+    except Exception:  # noqa: BLE001 - an odd container: unknown
+        return -1
     return -1
+
+
+def loader_batch_size(loader: Any) -> int | None:
+    """The loader's batch size: ``batch_size``, else its batch sampler's (Hugging Face and Accelerate
+    loaders set ``batch_size=None`` and hand a batch sampler that holds it), else its sampler's."""
+    size = getattr(loader, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    for first in (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)):
+        sampler = first  # `sampler=BatchSampler(...)` with `batch_size=None` batches in the dataset
+        for _ in range(3):  # wrappers (accelerate's BatchSamplerShard) keep the real one inside
+            if sampler is None:
+                break
+            size = getattr(sampler, "batch_size", None)
+            if isinstance(size, int):
+                return size
+            sampler = getattr(sampler, "batch_sampler", None)
+    return None
 
 
 class LoaderRegistry:
@@ -70,7 +111,7 @@ class LoaderRegistry:
                 "cls": f"{type(loader).__module__}.{type(loader).__qualname__}",
                 "dataset_type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
                 "iterable_dataset": isinstance(dataset, IterableDataset),
-                "batch_size": getattr(loader, "batch_size", None),
+                "batch_size": loader_batch_size(loader),
                 "num_workers": int(getattr(loader, "num_workers", 0) or 0),
                 "pin_memory": bool(getattr(loader, "pin_memory", False)),
                 "prefetch_factor": getattr(loader, "prefetch_factor", None),
@@ -121,6 +162,16 @@ class LoaderRegistry:
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [{k: v for k, v in info.items() if k != "_ref"} for info in self.loaders.values()]
+
+
+def _has_parameters(module: Any) -> bool:
+    """Whether a module holds parameters (its own first, then its children's)."""
+    try:
+        if module._parameters:
+            return True
+        return next(module.parameters(), None) is not None
+    except Exception:  # noqa: BLE001 - an odd module: not a model
+        return False
 
 
 def _disable_in_forked_children(hooks: TorchHooks) -> None:
@@ -309,6 +360,7 @@ class TorchHooks:
     # -- forward -----------------------------------------------------------------------------
     def _install_forward(self, torch: Any) -> None:
         self._module_cls = torch.nn.Module
+        self._grad_enabled = torch.is_grad_enabled  # False under no_grad() and inference_mode()
         self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         self._start_discovery()
         previous = self.rec.on_commit
@@ -323,11 +375,16 @@ class TorchHooks:
     def _wrapper(self, original: Callable[..., Any], discover: bool) -> Callable[..., Any]:
         hooks, rec, is_compiling = self, self.rec, self._is_compiling
 
+        grad_enabled = self._grad_enabled
+
         def __call__(module, *args, **kwargs):  # noqa: N807
             if hooks._fwd_depth or is_compiling() or not hooks.live:
                 return original(module, *args, **kwargs)
             if discover:
                 hooks._root_classes.add(type(module))
+            key = id(module) if _has_parameters(module) else 0
+            if key:  # the model (a loss module has no parameters): may delimit steps
+                rec.model_forward_started(key, grad_enabled())
             hooks._fwd_depth = 1
             rec.enter(FORWARD)
             try:
@@ -335,6 +392,8 @@ class TorchHooks:
             finally:
                 hooks._fwd_depth = 0
                 rec.leave(FORWARD)
+                if key:
+                    rec.model_forward_finished(key)
 
         return __call__
 
@@ -370,3 +429,76 @@ class TorchHooks:
             wrapper = self._wrapper(original, discover=False)
             wrapper._stepscope_wrapped = True  # type: ignore[attr-defined]
             self._patch(cls, "__call__", wrapper)
+
+
+class ChildProcesses:
+    """Processes the script starts itself through ``multiprocessing`` (``torch.multiprocessing``
+    spawn/fork, pools), apart from DataLoader workers; with the CPU time of the process's children.
+
+    ``BaseProcess.start`` is wrapped (restored by :meth:`uninstall`); a process started while the
+    training thread is inside a DataLoader (worker start-up) is a worker, not counted here. CPU
+    times come from ``getrusage``: ``RUSAGE_CHILDREN`` covers the children that ended and were
+    waited for (joined), which is how spawned training processes end. Both are counted from the
+    start of the first child: the parent's imports and set-up before it are not compared.
+    """
+
+    def __init__(self, in_loader: Callable[[], bool]):
+        self.in_loader = in_loader
+        self.pids: list[int] = []
+        self.owner_pid = os.getpid()
+        self._undo: Callable[[], None] | None = None
+        self._usage = self._rusage()
+
+    @staticmethod
+    def _rusage() -> tuple[float, float] | None:
+        try:
+            import resource
+
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        except (ImportError, OSError, ValueError):
+            return None
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+    def install(self) -> None:
+        from multiprocessing.process import BaseProcess
+
+        tracker = self
+        original = BaseProcess.start
+
+        def start(process):
+            try:
+                mine = os.getpid() == tracker.owner_pid and not tracker.in_loader()
+                if mine and not tracker.pids:  # CPU is compared from the first child on
+                    tracker._usage = tracker._rusage()
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                mine = False
+            result = original(process)
+            try:
+                if mine and process.pid:
+                    tracker.pids.append(int(process.pid))
+            except Exception:  # noqa: BLE001 - bookkeeping only
+                pass
+            return result
+
+        start.__wrapped__ = original
+        BaseProcess.start = start
+
+        def undo() -> None:
+            if BaseProcess.start is start:
+                BaseProcess.start = original
+
+        self._undo = undo
+
+    def uninstall(self) -> dict[str, Any]:
+        """Restore ``start``; the facts (``child_pids``, ``children_cpu_s``, ``main_cpu_s``: CPU
+        seconds since the first child started)."""
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+        facts: dict[str, Any] = {"child_pids": tuple(self.pids)}
+        now = self._rusage()
+        if self.pids and now is not None and self._usage is not None:
+            facts["main_cpu_s"] = round(now[0] - self._usage[0], 3)
+            facts["children_cpu_s"] = round(now[1] - self._usage[1], 3)
+        return facts

@@ -46,6 +46,48 @@ class Outcome:
     signal_name: str | None = None
 
 
+#: Launchers that start the training in other processes: ``stepscope run`` must run inside them.
+#: name -> (how the command is written, the flag that runs the next token as a module).
+_LAUNCHERS = {
+    "torchrun": ("torchrun", "-m"),
+    "torch.distributed.run": ("torchrun", "-m"),
+    "torch.distributed.launch": ("torchrun", "-m"),
+    "accelerate": ("accelerate launch", "-m"),
+    "accelerate.commands.launch": ("accelerate launch", "-m"),
+    "accelerate.commands.accelerate_cli": ("accelerate launch", "-m"),
+    "deepspeed": ("deepspeed", "--module"),
+    "deepspeed.launcher.runner": ("deepspeed", "--module"),
+}
+
+
+def refuse_launcher(name: str, args: list[str], is_module: bool = False) -> None:
+    """Raise a one-line :class:`UsageError` when the "script" is a distributed launcher.
+
+    ``stepscope run accelerate launch train.py`` would capture the launcher, which trains nothing
+    (0 steps, and its memory read as a leak): the message shows the command that puts stepscope
+    inside each launched process instead.
+    """
+    from stepscope.errors import UsageError
+
+    key = name if is_module else Path(name).name
+    if key.endswith(".py") or key not in _LAUNCHERS:
+        return
+    launcher, module_flag = _LAUNCHERS[key]
+    rest = list(args)
+    if launcher == "accelerate launch" and rest[:1] == ["launch"]:
+        rest = rest[1:]
+    elif launcher == "accelerate launch" and not is_module:
+        return  # `accelerate config`, `accelerate env`: not a training launch (and not a script)
+    script = next((index for index, token in enumerate(rest) if token.endswith(".py")), None)
+    if script is None:
+        options, target, after = rest, "train.py", ["…"]
+    else:
+        options, target, after = rest[:script], rest[script], rest[script + 1:]
+    shown = " ".join([launcher, *options, module_flag, "stepscope", "run", target, *after])
+    raise UsageError(f"{key if not is_module else '-m ' + key} is a launcher: it starts the training in other "
+                     f"processes, which stepscope would not see; put stepscope inside it: {shown}")
+
+
 def resolve_script(path_text: str, args: list[str]) -> Target:
     """Check and compile a script; errors are user mistakes (exit 2).
 

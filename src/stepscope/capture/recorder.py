@@ -12,10 +12,24 @@ Step boundaries:
    or when the same optimizer steps again. A different optimizer stepping before any new batch
    (GANs, per-group optimizers) belongs to the same training step and is merged into it.
    Gradient accumulation needs nothing special: micro-batches are counted in ``batches``.
-2. *batch mode* (no optimizer seen yet: inference, evaluation): each new batch ends the step that
-   fetched the previous one. When the first optimizer step arrives, the batch-mode steps recorded
-   so far are merged into the first training step (they were warm-up: sanity checks, a first eval).
-3. *explicit mode* (library API): only :meth:`StepRecorder.mark_step` ends steps.
+2. *backward mode* (no optimizer seen yet, but a ``backward()`` ended: parameters updated by hand,
+   ``p.data.add_(p.grad, alpha=-lr)``): one backward is one step. The step that holds a finished
+   backward ends at the next root forward of a model (a module with parameters) or the next
+   ``next()`` on a loader, so the hand-written update stays in its step ("other"). Forwards without
+   a backward (evaluation) do not delimit steps in this mode: their time lands in the next step,
+   as it does in optimizer mode. Gradient accumulation without an optimizer (several backwards per
+   update) is not recognised: each backward is a step.
+3. *forward mode* (no optimizer, no backward: inference): without a DataLoader, each root forward
+   of the model is a step — the step led by a module (the first module with parameters called at
+   the root in the step) ends when that same module is called again. With a DataLoader, batches
+   delimit the steps and each holds its forwards (batch mode).
+4. *batch mode* (the start state): each new batch ends the step that fetched the previous one.
+   When the first optimizer step arrives, the steps recorded so far in modes 2-4 are merged into
+   the first training step (they were warm-up: sanity checks, a first eval).
+5. *explicit mode* (library API): only :meth:`StepRecorder.mark_step` ends steps; it always wins.
+
+Fallback boundaries (modes 2-4) are only taken at the top level of the step (no phase open), so a
+closure that runs forward and backward inside ``optimizer.step`` (LBFGS) never splits a step.
 
 The hot path uses ``time.perf_counter_ns`` and appends to ``array('q')`` columns; no locks (the
 training loop is single-threaded; calls from other threads are ignored and counted).
@@ -33,6 +47,9 @@ from stepscope.record.run import STEP_COLUMNS, StepTable
 
 OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER = range(5)
 PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer")
+
+#: Step-boundary modes used until an optimizer (or an explicit ``step()``) takes over.
+FALLBACK_MODES = frozenset({"batch", "backward", "forward"})
 
 _now = time.perf_counter_ns
 
@@ -52,10 +69,14 @@ class StepRecorder:
         self.owner_thread = threading.get_ident()
         self.columns: dict[str, array] = {name: array("q") for name in STEP_COLUMNS}
         self.count = 0  # committed steps (columns may be longer mid-append)
-        self.mode = "batch"  # "batch" | "optimizer" | "explicit"
+        self.mode = "batch"  # "batch" | "forward" | "backward" | "optimizer" | "explicit"
         self.foreign_thread_calls = 0
         self.trailing_ns = 0
-        self._batch_mode_rows = 0
+        self._batch_mode_rows = 0  # rows committed in a fallback mode (merged at the first optimizer step)
+        self.backwards = 0  # outermost backward() calls seen, whatever the mode
+        self.model_forwards = 0  # root forwards of modules with parameters
+        self.model_forwards_no_grad = 0  # ... of which under torch.no_grad() / inference_mode()
+        self.optimizer_steps = 0
         self._stack: list[int] = []
         self._phase = OTHER
         self._depth = 0  # re-entries of the current phase (backward inside backward, ...)
@@ -76,6 +97,9 @@ class StepRecorder:
         self._samples_known = True
         self._opt_steps = 0
         self._optimizers: set[int] = set()
+        self._backward_done = False  # a backward ended in this step (backward mode)
+        self._lead: int | None = None  # the model whose forward leads this step (forward mode)
+        self._lead_done = False
 
     def _mark(self, now: int) -> None:
         if self.device is not None:
@@ -113,7 +137,15 @@ class StepRecorder:
         self._phase, self._depth = divmod(saved, 1000)
         if self.listener is not None:
             self._notify("stop", phase)
+        if phase == BACKWARD and self._phase != BACKWARD:
+            self._backward_left()
         return now
+
+    def _backward_left(self) -> None:
+        self.backwards += 1
+        if self.mode in FALLBACK_MODES and not self._stack:
+            self._backward_done = True
+            self.mode = "backward"
 
     def in_data_wait(self) -> bool:
         """Whether the training thread is inside ``next(loader)`` right now."""
@@ -122,13 +154,48 @@ class StepRecorder:
     # -- boundaries reported by hooks ------------------------------------------------------
     def batch_requested(self) -> None:
         """A ``next()`` on a data loader begins: may end the previous step."""
-        now = self.clock()
         if self._pending is not None:
             self._commit_pending()
-        elif self.mode == "batch" and self._batches and self._start is not None:
-            self._mark(now)
-            self._commit_open(now)
-            self._batch_mode_rows += 1
+        elif self._fallback_step_done(by_batch=True):
+            self._commit_fallback()
+
+    def _fallback_step_done(self, by_batch: bool = False) -> bool:
+        """Whether the open step is complete under the fallback modes (see the module docstring)."""
+        if self.mode not in FALLBACK_MODES or self._start is None or self._stack:
+            return False
+        if self.mode == "backward":
+            return self._backward_done
+        return bool(self._batches) if by_batch else (self._lead_done and not self._batches)
+
+    def _commit_fallback(self) -> None:
+        now = self.clock()
+        if self.mode == "batch" and not self._batches and self._lead_done:
+            self.mode = "forward"
+        self._mark(now)
+        self._commit_open(now)
+        self._batch_mode_rows += 1
+
+    def model_forward_started(self, key: int, grad_enabled: bool = True) -> None:
+        """A root forward of a module with parameters (the model) begins: may end the previous step."""
+        self.model_forwards += 1
+        if not grad_enabled:
+            self.model_forwards_no_grad += 1
+        if self.mode not in FALLBACK_MODES:
+            return
+        if self._lead == key or self._backward_done:
+            if self._fallback_step_done():
+                self._commit_fallback()
+        if self._lead is None:
+            self._lead = key
+
+    def model_forward_finished(self, key: int) -> None:
+        if key == self._lead:
+            self._lead_done = True
+
+    @property
+    def inference(self) -> bool:
+        """The run only ran forwards: no backward, no optimizer step."""
+        return self.model_forwards > 0 and not self.backwards and not self.optimizer_steps
 
     def batch_received(self, batch_len: int) -> None:
         self._batches += 1
@@ -156,10 +223,11 @@ class StepRecorder:
     def optimizer_finished(self, optimizer_id: int) -> None:
         now = self.leave(OPTIMIZER)
         self._opt_steps += 1
+        self.optimizer_steps += 1
         self._optimizers.add(optimizer_id)
         if self.mode == "explicit":
             return
-        if self.mode == "batch":
+        if self.mode in FALLBACK_MODES:
             self.mode = "optimizer"
             self._absorb_batch_mode_rows()
         self._mark(now)
@@ -187,9 +255,9 @@ class StepRecorder:
         now = self.clock()
         if self._pending is not None:
             self._commit_pending()
-        if self.mode == "batch" and self._batches and self._start is not None:
-            self._mark(now)
-            self._commit_open(now)
+        self._stack.clear()  # phases left open by an exception: the step ends here
+        if self._fallback_step_done(by_batch=bool(self._batches)):
+            self._commit_fallback()
         elif self._start is not None:
             self._mark(now)
             self.trailing_ns = now - self._start

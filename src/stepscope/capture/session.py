@@ -29,7 +29,7 @@ from typing import Any
 from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
 from stepscope.capture.gc_pauses import GcPauseRecorder
-from stepscope.capture.hooks import TorchHooks
+from stepscope.capture.hooks import ChildProcesses, TorchHooks
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
 from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
 from stepscope.capture.stacks import StackSampler
@@ -110,6 +110,7 @@ class CaptureSession:
         #: Polled between the steps of finalisation: True when the process should end now
         #: (a second signal arrived); the optional steps after the record's save are then skipped.
         self.should_hurry: Any = lambda: False
+        self.children: ChildProcesses | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CaptureSession:
@@ -124,6 +125,8 @@ class CaptureSession:
         from stepscope.capture.torch_import import when_torch_imported
 
         self._torch_watcher = when_torch_imported(self._install_hooks)
+        self.children = ChildProcesses(self.recorder.in_data_wait)
+        _quietly(self.warnings, "child-processes", self.children.install)
         self._started = True
         return self
 
@@ -191,8 +194,21 @@ class CaptureSession:
         if torch_meta and recorder.device is None and recorder.count:
             cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "fp32")
             cpu_peak_bf16 = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "bf16")
+        children = self.children.uninstall() if self.children is not None else {}
+        in_children = _training_in_children(recorder, children)
         facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
-                             cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns)
+                             cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns,
+                             inference=recorder.inference, model_forwards=recorder.model_forwards,
+                             model_forwards_no_grad=recorder.model_forwards_no_grad,
+                             training_in_children=in_children, **children)
+        if in_children:
+            self.warnings.note(
+                f"the training ran in {len(children['child_pids'])} child process(es) the script started "
+                f"({children.get('children_cpu_s', 0):.1f} s of CPU against this process's "
+                f"{children.get('main_cpu_s', 0):.1f} s); only this process was captured, so its "
+                f"{recorder.count} step(s) are not the training and are not diagnosed. Capture a child "
+                "with `with stepscope.profile(out=...):` around its training function, or launch the "
+                "processes with torchrun -m stepscope run")
         if recorder.foreign_thread_calls:
             self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
         meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
@@ -345,6 +361,15 @@ class _SafeListener:
         except Exception as exc:  # noqa: BLE001
             self.warnings.once("profiler", f"profiler failed on {method}({action!r}): {exc}; profiling stopped")
             self.profiler = None
+
+
+def _training_in_children(recorder: StepRecorder, children: dict[str, Any]) -> bool:
+    """Processes the script started did the training: this process never trained (no backward,
+    no optimizer step) and its children used more CPU than it did."""
+    if not children.get("child_pids") or recorder.backwards or recorder.optimizer_steps:
+        return False
+    child_cpu, own_cpu = children.get("children_cpu_s"), children.get("main_cpu_s")
+    return child_cpu is not None and own_cpu is not None and child_cpu > own_cpu
 
 
 def _quietly(warnings: WarningSink, cause: str, action) -> None:

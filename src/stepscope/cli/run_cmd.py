@@ -124,6 +124,9 @@ def handle(args: argparse.Namespace) -> int:
         args.rest = [args.script, *args.rest]
     if not args.module and not args.script:
         raise UsageError("nothing to run: give a script (stepscope run train.py ...) or -m MODULE")
+    from stepscope.capture.launcher import refuse_launcher
+
+    refuse_launcher(args.module or args.script, list(args.rest), is_module=bool(args.module))
     options = capture_options(args)
     target = resolve_module(args.module, args.rest) if args.module else resolve_script(args.script, args.rest)
     return run_target(target, options)

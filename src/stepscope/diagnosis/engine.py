@@ -115,6 +115,9 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
             continue
         if finding is not None:
             findings.append(finding)
+    if _no_steps_to_diagnose(evidence):
+        findings = [item for item in findings if not (item.impact_measured and item.impact > 0)]
+        verdict = False
     kept, superseded = _apply_precedence(findings)
     kept, absorbed = _partition_costs(rank_findings(kept), evidence)
     superseded += absorbed
@@ -124,6 +127,16 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
         if healthy is not None:
             kept = [healthy, *kept]  # the verdict heads a healthy run
     return Diagnosis(tuple(kept), tuple(superseded), tuple(failed))
+
+
+def _no_steps_to_diagnose(evidence: RunEvidence) -> bool:
+    """A run whose steps cannot carry a share of step time: none were captured, or the training
+    ran in child processes and this process's steps are not it. Measured shares of step time are
+    then dropped (estimates such as a memory growth rate stay) and no healthy verdict is given."""
+    record = evidence.record
+    if record is None:
+        return False
+    return evidence.steady is None or bool(getattr(record.facts, "training_in_children", False))
 
 
 def diagnose(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True) -> list[Finding]:

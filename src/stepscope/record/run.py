@@ -173,7 +173,7 @@ class RunMeta:
     exit_code: int | None = None
     exception: str | None = None
     interrupted_by: str | None = None
-    step_source: str = "none"  # "optimizer" | "batch" | "explicit" | "none"
+    step_source: str = "none"  # "optimizer" | "backward" | "forward" | "batch" | "explicit" | "none"
     timing: str = "cpu"  # "cpu" | "cuda"
     clock: str = "perf_counter_ns (CLOCK_MONOTONIC)"
     intra_op_threads: int | None = None
@@ -251,6 +251,18 @@ class CaptureFacts:
     cpu_peak: CpuPeak | None = None
     cpu_peak_bf16: CpuPeak | None = None  # the same machine's bf16 matmul rate (CPU autocast runs)
     trailing_ns: int = 0  # time after the last committed step, not in any step
+    #: the run only ran forwards (no backward, no optimizer step): an inference loop
+    inference: bool = False
+    #: root forwards of the model, and how many ran under torch.no_grad() / inference_mode()
+    model_forwards: int = 0
+    model_forwards_no_grad: int = 0
+    #: processes the script started itself (multiprocessing / torch.multiprocessing, not
+    #: DataLoader workers), their CPU time and the training process's own (seconds)
+    child_pids: tuple[int, ...] = ()
+    children_cpu_s: float | None = None
+    main_cpu_s: float | None = None
+    #: the training ran in those children: the parent's steps are not the training
+    training_in_children: bool = False
 
 
 

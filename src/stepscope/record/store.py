@@ -229,6 +229,13 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
         cpu_peak=None if peak is None else CpuPeak(**_known(CpuPeak, peak)),
         cpu_peak_bf16=None if peak_bf16 is None else CpuPeak(**_known(CpuPeak, peak_bf16)),
         trailing_ns=int(data.get("trailing_ns", 0)),
+        inference=bool(data.get("inference", False)),
+        model_forwards=int(data.get("model_forwards", 0)),
+        model_forwards_no_grad=int(data.get("model_forwards_no_grad", 0)),
+        child_pids=tuple(int(pid) for pid in data.get("child_pids", ()) or ()),
+        children_cpu_s=None if data.get("children_cpu_s") is None else float(data["children_cpu_s"]),
+        main_cpu_s=None if data.get("main_cpu_s") is None else float(data["main_cpu_s"]),
+        training_in_children=bool(data.get("training_in_children", False)),
     )
 
 

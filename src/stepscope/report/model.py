@@ -105,6 +105,28 @@ class Report:
         return self.evidence.steady.warmup if self.evidence.steady is not None else _EMPTY_STATS
 
     @property
+    def measured_phases(self) -> tuple[str, ...]:
+        """Phases measured in the run (the others are "not measured", never 0 %)."""
+        steady = self.evidence.steady
+        return steady.measured_phases if steady is not None else ()
+
+    @property
+    def samples_per_step(self) -> int | None:
+        """The batch size actually used: the mode of samples per steady step."""
+        return self.evidence.steady.samples_per_step if self.evidence.steady is not None else None
+
+    @property
+    def inference(self) -> bool:
+        record = self.evidence.record
+        return bool(record is not None and record.facts.inference and not record.facts.training_in_children)
+
+    @property
+    def training_in_children(self) -> bool:
+        """The training ran in child processes: this record's steps are not it (not diagnosed)."""
+        record = self.evidence.record
+        return bool(record is not None and record.facts.training_in_children)
+
+    @property
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
@@ -150,6 +172,10 @@ class Report:
             "warmup": self.warmup.to_dict(),
             "fetch_wait_share": steady.fetch_wait_share if steady is not None else None,
             "samples_per_step": steady.samples_per_step if steady is not None else None,
+            "measured_phases": list(self.measured_phases),
+            "step_source": self.meta.step_source if self.meta is not None else None,
+            "inference": self.inference,
+            "training_in_children": self.training_in_children,
             "mfu": asdict(self.evidence.mfu) if self.evidence.mfu is not None else None,
             "mfu_note": self.evidence.mfu_note,
         }

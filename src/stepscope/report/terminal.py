@@ -30,9 +30,20 @@ SEVERITY_STYLE = {
     Severity.LOW: "green",
     Severity.INFO: "bright_black",
 }
+#: How the summary says what delimited the steps (the optimizer, the default, goes unsaid).
+STEP_SOURCE_LABEL = {"backward": "one per backward()", "forward": "one per model forward",
+                     "batch": "one per batch", "explicit": "session.step()"}
+NO_STEPS_MESSAGE = ("no steps were captured: nothing to diagnose. stepscope found no optimizer step, "
+                    "backward(), model forward or DataLoader batch; mark each step yourself: "
+                    "`with stepscope.profile() as session:` around the loop and `session.step()` at "
+                    "the end of each iteration")
 BAR_WIDTH = 40
 MAX_FINDINGS = 3
 MAX_WARNINGS = 3
+
+
+#: How a phase that was not measured reads (never "0.0%": nothing was there to measure).
+NOT_MEASURED = "–"
 
 
 def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
@@ -50,14 +61,15 @@ def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
     return bar
 
 
-def _phase_legend(shares: dict[str, float]) -> Text:
+def _phase_legend(shares: dict[str, float], measured: tuple[str, ...] | None = None) -> Text:
     legend = Text()
     for index, phase in enumerate(PHASES):
         label, style = PHASE_STYLE[phase]
         if index:
             legend.append(" · ")
         legend.append("■ ", style=style)
-        legend.append(f"{label} {format_ratio(shares.get(phase, 0.0))}")
+        value = format_ratio(shares.get(phase, 0.0)) if measured is None or phase in measured else NOT_MEASURED
+        legend.append(f"{label} {value}")
     return legend
 
 
@@ -69,14 +81,23 @@ def _overview(report: Report) -> Table:
     rate = f"{steady.steps_per_s:.2f} steps/s" if steady.steps_per_s else "-"
     if steady.samples_per_s:
         rate += f" · {steady.samples_per_s:,.0f} samples/s"
-    table.add_row("Throughput", Text(f"{rate}  (steady state: {steady.count} steps)"))
+        if report.samples_per_step:
+            rate += f" · batch {report.samples_per_step}"
+    kind = "inference, " if report.inference else ""
+    source = report.meta.step_source if report.meta is not None else "none"
+    how = f", {STEP_SOURCE_LABEL[source]}" if source in STEP_SOURCE_LABEL else ""
+    table.add_row("Throughput", Text(f"{rate}  ({kind}steady state: {steady.count} steps{how})"))
     table.add_row("Step time", Text(f"median {format_duration(steady.median_s)} · p90 "
                                     f"{format_duration(steady.p90_s)} · max {format_duration(steady.max_s)}"))
     if report.warmup_steps:
         warm = report.warmup
         table.add_row("Warm-up", Text(f"{report.warmup_steps} step(s), {format_duration(warm.total_s)} "
                                       f"(mean {format_duration(warm.mean_s)}) — shown apart"))
-    table.add_row("Phases", Group(phase_bar(steady.phase_shares), _phase_legend(steady.phase_shares)))
+    if report.total_steps:
+        table.add_row("Phases", Group(phase_bar(steady.phase_shares),
+                                      _phase_legend(steady.phase_shares, report.measured_phases)))
+    else:
+        table.add_row("Phases", Text("not measured (no steps)"))
     mfu = report.evidence.mfu
     if mfu is not None:
         table.add_row("MFU", Text(f"{format_ratio(mfu.value)} (range {format_ratio(mfu.low)}–{format_ratio(mfu.high)}) "
@@ -141,8 +162,9 @@ def _cost(finding: Finding) -> str:
 
 def _verdict(report: Report) -> Group:
     if not report.findings:
-        message = ("no steps were captured: nothing to diagnose" if report.total_steps == 0
-                   else "no bottleneck rule fired")
+        message = (NO_STEPS_MESSAGE if report.total_steps == 0 else "no bottleneck rule fired")
+        if report.training_in_children:
+            message = "not diagnosed: the training ran in child processes (see the warning)"
         if not report.diagnosis.complete:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return Group(Text(message, style="bright_black"))
@@ -159,7 +181,9 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
     target = (meta.target if meta is not None else "") or "run"
     wall = meta.wall_s if meta is not None else None
     exit_code = meta.exit_code if meta is not None else None
-    title = f"stepscope · {printable(target)} · {report.total_steps} steps · {format_duration(wall)} · exit {exit_code}"
+    ranks = f" · rank {meta.rank} of {meta.world_size}" if meta is not None and meta.world_size > 1 else ""
+    title = (f"stepscope · {printable(target)}{ranks} · {report.total_steps} steps · {format_duration(wall)} "
+             f"· exit {exit_code}")
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]

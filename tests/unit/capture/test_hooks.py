@@ -85,7 +85,7 @@ def test_failing_hook_installation_degrades_to_a_warning(monkeypatch):
     finally:
         hooks.uninstall()
     assert any("could not hook optimizer" in message for message in sink.messages)
-    assert recorder.mode == "batch"  # no optimizer boundaries: batches delimit steps instead
+    assert recorder.mode == "backward"  # no optimizer boundaries: backward() calls delimit steps instead
 
 
 def test_hooks_do_nothing_in_a_forked_child(capture):

@@ -88,8 +88,7 @@ def step_stats(steps: StepTable) -> StepStats:
     seconds = steps.duration_ns / 1e9
     total = float(seconds.sum())
     phase_totals = {phase: float(steps.phase(phase).sum()) / 1e9 for phase in PHASES}
-    samples = steps.samples
-    samples_per_s = float(samples.sum()) / total if total > 0 and (samples >= 0).all() else None
+    samples_per_s = _samples_per_s(steps, total)
     return StepStats(
         count=count,
         total_s=total,
@@ -104,6 +103,19 @@ def step_stats(steps: StepTable) -> StepStats:
         phase_mean_s={phase: value / count for phase, value in phase_totals.items()},
         loader_init_share=float(steps.loader_init_ns.sum()) / 1e9 / total if total > 0 else 0.0,
     )
+
+
+def _samples_per_s(steps: StepTable, total_s: float) -> float | None:
+    """Samples per second, when every step that fetched a batch knows its samples.
+
+    A step that fetched no batch holds none (a loader that prefetches one batch ahead, as
+    Accelerate's does, fetches the next step's batch in the current step), so it adds 0; without
+    any batch at all there is nothing to count.
+    """
+    fetched = steps.batches > 0
+    if total_s <= 0 or not fetched.any() or (steps.samples[fetched] < 0).any():
+        return None
+    return float(steps.samples[fetched].sum()) / total_s
 
 
 #: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
@@ -137,6 +149,10 @@ class SteadyState:
     fetch_wait_p90: float
     batches_per_step: float
     samples_per_step: int | None  # the mode of samples per step (the batch size actually used)
+    #: phases capture could measure in this run; the others read "not measured", never 0 %: data
+    #: wait needs a DataLoader (or a wrapped iterable), forward a module call, backward a
+    #: backward(), optimizer a torch.optim step. "other" is always measured.
+    measured_phases: tuple[str, ...] = PHASES
 
     @property
     def data_wait_share(self) -> float:
@@ -190,7 +206,21 @@ def steady_state(record: RunRecord) -> SteadyState | None:
         fetch_wait_p90=float(np.percentile(per_step, 90)),
         batches_per_step=float(batches.mean()) if len(batches) and batches.mean() > 0 else 1.0,
         samples_per_step=_mode_samples(steps.samples[mask]),
+        measured_phases=measured_phases(record),
     )
+
+
+def measured_phases(record: RunRecord) -> tuple[str, ...]:
+    """Phases that were measured: a phase with time in any step, data wait when a loader was seen
+    or batches were counted, and "other" always (see :attr:`SteadyState.measured_phases`)."""
+    steps = record.steps
+    measured = {"other"}
+    for phase in PHASES:
+        if len(steps) and (steps.phase(phase) > 0).any():
+            measured.add(phase)
+    if record.loaders or (len(steps) and (steps.batches > 0).any()):
+        measured.add("data_wait")
+    return tuple(phase for phase in PHASES if phase in measured)
 
 
 def _mode_samples(samples: np.ndarray) -> int | None:
