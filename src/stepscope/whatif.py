@@ -9,7 +9,8 @@ a machine whose speed drifts slows all of them alike.
 
 Per trial, the figure is the steady state's **mean step time** (steady time ÷ steady steps: what
 the length of training follows; with workers step times are often bimodal, and the median would
-overstate the gain) and the throughput it gives, in samples/s when every trial knows its batch
+overstate the gain), counted once the batches prefetched during worker start-up are used up
+(:func:`figures`), and the throughput it gives, in samples/s when every trial knows its batch
 size (a ``batch_size`` change makes only samples/s comparable), else steps/s. Across the repeats a
 candidate gets the median and the min–max range of those per-trial figures; its speed-up is
 median over median, bounded by min/max and max/min. It is **within noise** when its throughput
@@ -24,7 +25,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,19 @@ def best_change(comparisons: Sequence[Comparison]) -> Comparison | None:
     return max(faster, key=lambda row: row.speedup or 0.0) if faster else None
 
 
+def agrees(observed: float, row: Comparison) -> bool:
+    """Whether a speed-up ``observed`` elsewhere (one pair of full runs, say) agrees with ``row``.
+
+    One observation carries the same run-to-run noise the trials showed, so it stands for the
+    interval ``observed × [low/speedup, high/speedup]``; it agrees when that interval overlaps
+    ``[low, high]``, i.e. when ``low × speedup / high <= observed <= high × speedup / low``.
+    """
+    if row.speedup is None or row.speedup_low is None or row.speedup_high is None or row.speedup_low <= 0:
+        return False
+    return row.speedup_low * row.speedup / row.speedup_high <= observed <= \
+        row.speedup_high * row.speedup / row.speedup_low
+
+
 # -- running one trial ---------------------------------------------------------------------------
 def stepscope_command() -> list[str]:
     return [sys.executable, "-m", "stepscope"]
@@ -274,26 +288,56 @@ def _child_env() -> dict[str, str]:
 
 
 def measure(run_dir: Path, candidate: str, repeat: int, exit_code: int | None, error: str | None) -> TrialResult:
-    """The trial's figures from its record (steady state, as the summary computes it)."""
-    from stepscope.analysis.run.steady import steady_state
+    """The trial's figures from its record: the steady steps (as the summary selects them) after
+    the loaders' prefetch buffer has drained (:func:`figures`)."""
     from stepscope.errors import StepscopeError
     from stepscope.record.store import load_record
 
-    empty = TrialResult(candidate, repeat, None, None, None, 0, exit_code, error, str(run_dir))
+    failed = TrialResult(candidate, repeat, None, None, None, 0, exit_code, error, str(run_dir))
+    if error is not None:
+        return failed
     try:
         record = load_record(run_dir, with_samples=False)
     except StepscopeError as exc:
-        return TrialResult(candidate, repeat, None, None, None, 0, exit_code, error or str(exc), str(run_dir))
+        return replace(failed, error=str(exc))
+    numbers = figures(record)
+    if numbers is None:
+        return replace(failed, error="no steps captured")
+    step_time, samples_per_s, steps = numbers
+    return TrialResult(candidate, repeat, step_time_s=step_time, samples_per_s=samples_per_s,
+                       steps_per_s=1.0 / step_time, steps=steps, exit_code=exit_code, run_dir=str(run_dir))
+
+
+def figures(record: Any) -> tuple[float, float | None, int] | None:
+    """(mean step time s, samples/s or None, steps measured) of a run record.
+
+    The steps measured are the steady ones (warm-up and the FLOP-counted step left out) from the
+    step at which the batches prefetched during worker start-up are used up: a loader with W
+    workers and prefetch factor P holds W×P batches when its first batch arrives, so the W×P steps
+    after it run at model speed and would flatter a short trial with workers. When fewer than 3
+    steps would remain, all steady steps are used.
+    """
+    import numpy as np
+
+    from stepscope.analysis.run.steady import steady_state
+
     steady = steady_state(record)
-    if steady is None or not steady.steady.count or not steady.steady.steps_per_s:
-        return TrialResult(candidate, repeat, None, None, None, 0, exit_code, error or "no steps captured",
-                           str(run_dir))
-    if error is not None:
-        return empty
-    stats = steady.steady
-    return TrialResult(candidate, repeat, step_time_s=1.0 / stats.steps_per_s, samples_per_s=stats.samples_per_s,
-                       steps_per_s=stats.steps_per_s, steps=steady.step_count, exit_code=exit_code,
-                       run_dir=str(run_dir))
+    if steady is None or not steady.steady_count:
+        return None
+    buffered = sum(loader.num_workers * (loader.prefetch_factor or 2) for loader in record.loaders
+                   if loader.num_workers > 0)
+    mask = steady.mask.copy()
+    later = mask.copy()
+    later[:buffered + 1] = False
+    if int(later.sum()) >= 3:
+        mask = later
+    durations = record.steps.duration_ns[mask]
+    samples = record.steps.samples[mask]
+    total_s = float(durations.sum()) / 1e9
+    if total_s <= 0:
+        return None
+    samples_per_s = float(samples.sum()) / total_s if bool(np.all(samples >= 0)) else None
+    return total_s / int(mask.sum()), samples_per_s, int(mask.sum())
 
 
 def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
@@ -317,6 +361,6 @@ def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_
     return results
 
 
-__all__ = ["BASELINE", "COMBINED", "Candidate", "CodeChange", "Comparison", "TrialResult", "WhatIf",
+__all__ = ["BASELINE", "COMBINED", "Candidate", "agrees", "CodeChange", "Comparison", "TrialResult", "WhatIf",
            "best_change", "candidates_from_findings", "compare", "measure", "run_trial", "run_trials",
            "trial_order", "verdict"]

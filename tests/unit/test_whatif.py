@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.whatif import (BASELINE, COMBINED, Candidate, TrialResult, best_change, candidates_from_findings,
+from stepscope.whatif import (BASELINE, agrees, COMBINED, Candidate, TrialResult, best_change, candidates_from_findings,
                               compare, trial_order, verdict)
 
 
@@ -103,3 +103,13 @@ def test_a_combination_that_contradicts_itself_is_not_tried():
         {"action": "b", "setting": "prefetch_factor", "current": 2, "suggested": 4}]}]
     candidates, _ = candidates_from_findings(findings)
     assert COMBINED not in [c.name for c in candidates] and len(candidates) == 2
+
+
+def test_agreement_of_one_outside_observation_uses_the_trials_noise():
+    trials = [trial(BASELINE, 20), trial(BASELINE, 22), trial(WORKERS.name, 10), trial(WORKERS.name, 11)]
+    row = compare(trials, [WORKERS])[1]  # speed-up 21/10.5 = 2.0, bounds 20/11 .. 22/10
+    assert row.speedup == pytest.approx(2.0)
+    low, high = row.speedup_low * 2.0 / row.speedup_high, row.speedup_high * 2.0 / row.speedup_low
+    assert agrees(2.0, row) and agrees(low * 1.001, row) and agrees(high * 0.999, row)
+    assert not agrees(low * 0.99, row) and not agrees(high * 1.01, row) and not agrees(1.0, row)
+    assert not agrees(2.0, compare([trial(BASELINE, 20)], [WORKERS])[1])  # no figure: no agreement

@@ -139,6 +139,10 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
         trials = whatif.run_trials(target_argv, candidates, out_dir, steps=steps, repeats=repeats,
                                    progress=_progress, timeout_s=timeout_s)
     comparisons = whatif.compare(trials, candidates) if candidates else ()
+    short = [trial for trial in trials if trial.step_time_s is not None and trial.steps < 10]
+    if short:
+        notes.append(f"{len(short)} trial(s) measured fewer than 10 steps after warm-up and the prefetched "
+                     "batches: raise --steps (and the script's own length, if it sets one)")
     best = whatif.best_change(comparisons)
     notes.append(f"{runs + len(trials)} runs in {time.monotonic() - started:.0f} s; run directories under {out_dir}")
     result = whatif.WhatIf(target=name, steps=steps, repeats=repeats, comparisons=tuple(comparisons),
