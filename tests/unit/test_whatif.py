@@ -113,3 +113,19 @@ def test_agreement_of_one_outside_observation_uses_the_trials_noise():
     assert agrees(2.0, row) and agrees(low * 1.001, row) and agrees(high * 0.999, row)
     assert not agrees(low * 0.99, row) and not agrees(high * 1.01, row) and not agrees(1.0, row)
     assert not agrees(2.0, compare([trial(BASELINE, 20)], [WORKERS])[1])  # no figure: no agreement
+
+
+def test_text_output_shows_the_table_the_best_change_and_what_is_not_tried(capsys, monkeypatch):
+    from stepscope.cli.try_cmd import render
+    from stepscope.whatif import CodeChange, WhatIf
+
+    monkeypatch.setenv("COLUMNS", "120")
+    trials = [trial(BASELINE, 20), trial(BASELINE, 22), trial(WORKERS.name, 10), trial(WORKERS.name, 11)]
+    rows = compare(trials, [WORKERS])
+    render(WhatIf("train.py", 30, 2, rows, (CodeChange("Make each sample cheaper", "input_pipeline.x"),),
+                  best=best_change(rows).name))
+    out = capsys.readouterr().out
+    assert "dataloader.num_workers=2" in out and "faster" in out and "×2.00" in out and "×2.00 (0.91" not in out
+    assert "best: dataloader.num_workers=2 — ×2.00 samples/s (bounds ×1.82–×2.20); " \
+           "stepscope run --set dataloader.num_workers=2 …" in out
+    assert "not tried (no --set for it): Make each sample cheaper [input_pipeline.x]" in out

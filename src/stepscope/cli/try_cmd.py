@@ -99,7 +99,8 @@ def handle(args: argparse.Namespace) -> int:
 def _out_dir(out: str | None, name: str) -> Path:
     from stepscope.capture.rundir import default_run_dir
 
-    path = Path(out) if out else default_run_dir(f"try-{name}")
+    stem = Path(name).stem if name.endswith(".py") else name
+    path = Path(out) if out else default_run_dir(f"try-{stem}")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UsageError(f"{path} exists and is not an empty directory; choose another -o DIR")
     try:
@@ -181,45 +182,49 @@ def _range(low: float | None, high: float | None, fmt: str) -> str:
 
 
 def render(result: Any) -> None:
-    """The table, the best change and the prescriptions that need code changes (stdout)."""
+    """The table, the best change and the prescriptions that are not tried (stdout)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from stepscope.text import printable
 
     console = Console(highlight=False)
     rows = result.comparisons
     unit = rows[0].unit if rows else "samples/s"
-    table = Table(title=f"stepscope try · {printable(result.target)} · {result.steps} steps × "
-                        f"{result.repeats} repeats per setting", title_justify="left")
-    for column, justify in (("setting", "left"), ("step time (median, min–max)", "right"),
-                            (f"{unit} (median, min–max)", "right"), ("speed-up (bounds)", "right"),
-                            ("expected", "right"), ("verdict", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table = Table(title=Text(f"stepscope try · {printable(result.target)} · {result.steps} steps per trial"),
+                  title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=f"median (min–max) of {result.repeats} trial(s) each, interleaved; speed-up bounds: "
+                          "slowest trial against the fastest baseline trial and the reverse",
+                  caption_justify="left")
+    table.add_column("setting", no_wrap=True)
+    for column in ("step time", unit, "speed-up", "expected", "verdict"):
+        table.add_column(column, justify="left" if column == "verdict" else "right")
     for row in rows:
         time_text = "-" if row.step_time_s is None else (
-            f"{row.step_time_s * 1e3:.1f} ms ({_range(row.step_time_min_s and row.step_time_min_s * 1e3, row.step_time_max_s and row.step_time_max_s * 1e3, '{:.1f}')})")
+            f"{row.step_time_s * 1e3:.1f} ms\n({row.step_time_min_s * 1e3:.1f}–{row.step_time_max_s * 1e3:.1f})")
         rate = "-" if row.throughput is None else (
-            f"{row.throughput:,.0f} ({_range(row.throughput_min, row.throughput_max, '{:,.0f}')})")
+            f"{row.throughput:,.0f}\n({_range(row.throughput_min, row.throughput_max, '{:,.0f}')})")
         speed = "-" if row.speedup is None or row.name == "baseline" else (
-            f"×{row.speedup:.2f} ({_range(row.speedup_low, row.speedup_high, '{:.2f}')})")
+            f"×{row.speedup:.2f}\n({_range(row.speedup_low, row.speedup_high, '{:.2f}')})")
         expected = (f"×{1 / (1 - row.expected_gain):.2f}" if row.expected_gain is not None
                     and 0 <= row.expected_gain < 1 else "-")
         verdict = row.verdict + (f" ({row.failed} failed)" if row.failed and row.verdict != "failed" else "")
-        table.add_row(printable(row.name), time_text, rate, speed, expected, verdict)
+        table.add_row(Text(printable(row.name)), time_text, rate, speed, expected, verdict)
     if rows:
         console.print(table)
     best = next((row for row in rows if row.name == result.best), None)
     if best is not None:
         console.print(f"best: {printable(best.name)} — ×{best.speedup:.2f} {unit} "
                       f"(bounds ×{best.speedup_low:.2f}–×{best.speedup_high:.2f}); "
-                      f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …")
+                      f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …", markup=False)
     elif rows:
-        console.print("best: none — no change beat the baseline beyond noise")
+        console.print("best: none — no change beat the baseline beyond noise", markup=False)
     for change in result.code_changes:
-        console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"))
+        console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"), markup=False)
     for note in result.notes:
-        console.print(f"note: {printable(note)}", style="bright_black")
+        console.print(f"note: {printable(note)}", style="bright_black", markup=False)
 
 
 def _value(value: Any) -> str:
