@@ -44,3 +44,18 @@ def test_try_measures_the_prescribed_workers_and_agrees_with_full_runs(tmp_path)
     print(f"try: x{candidate['speedup']:.2f} ({candidate['speedup_low']:.2f}-{candidate['speedup_high']:.2f}) "
           f"{candidate['verdict']}; full runs: x{full_speedup:.2f}")
     assert agrees(full_speedup, Comparison(**candidate)), (candidate, full_speedup)
+
+
+def test_try_diagnoses_first_and_prints_the_table(tmp_path):
+    result = run_cli(["try", "--steps", "12", "--repeats", "1", "--only", "dataloader.num_workers", "-o", "tries",
+                      "-m", "stepscope.zoo.input_cpu", "--steps", "12"], tmp_path, timeout=180,
+                     env={"COLUMNS": "120"})
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "stepscope try · stepscope.zoo.input_cpu · 12 steps per trial" in out
+    assert "baseline" in out and "dataloader.num_workers=" in out and "no noise bound" in out
+    assert "stepscope: diagnosis run (12 steps) …" in result.stderr and "trial 2/2" in result.stderr
+    diagnosis = load_record(tmp_path / "tries" / "diagnosis", with_samples=False)
+    assert len(diagnosis.steps) == 12 and diagnosis.facts.overrides.max_steps == 12
+    document = json.loads((tmp_path / "tries" / "whatif.json").read_text())
+    assert document["kind"] == "stepscope.whatif" and len(document["comparisons"]) == 2
