@@ -260,11 +260,12 @@ def stepscope_command() -> list[str]:
 
 def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_dir: Path, *, max_steps: int,
               log: Path, monitor: bool = False, timeout_s: float | None = None) -> tuple[int | None, str | None]:
-    """`stepscope run --max-steps N --set … --no-summary -o RUN_DIR TARGET…` in a subprocess; the
-    script's output goes to ``log``. Returns (exit status, error or None)."""
+    """`stepscope run --max-steps N --set … --no-summary -o RUN_DIR TARGET…` in a subprocess (with
+    ``--no-monitor --stacks-hz 0`` unless ``monitor``); the script's output goes to ``log``.
+    Returns (exit status, error or None)."""
     command = [*stepscope_command(), "run", "--max-steps", str(max_steps), "--no-summary", "-o", str(run_dir)]
-    if not monitor:
-        command.append("--no-monitor")
+    if not monitor:  # a trial needs its steps only: no sampler, no stack sampling (less to disturb it)
+        command += ["--no-monitor", "--stacks-hz", "0"]
     for key, value in settings.items():
         command += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
     command += list(target_argv)
