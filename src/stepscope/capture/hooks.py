@@ -189,8 +189,9 @@ class TorchHooks:
     """Installs and removes every patch; one instance per capture."""
 
     def __init__(self, recorder: StepRecorder, warnings: WarningSink, roles_file: Path | None = None,
-                 watch_forward: bool = True):
+                 watch_forward: bool = True, overrides: Any = None):
         self.rec = recorder
+        self.overrides = overrides  # stepscope.capture.overrides.OverrideApplier (`run --set`) or None
         self.warn = warnings
         self.registry = LoaderRegistry(roles_file)
         self.watch_forward = watch_forward
@@ -211,6 +212,12 @@ class TorchHooks:
         import torch
 
         self.installed = True
+        if self.overrides is not None:  # `run --set`; the record counts where each value took effect
+            try:
+                self.overrides.install_threads(torch, self._patch)
+                self.overrides.install_loader(self._patch)
+            except Exception as exc:  # noqa: BLE001
+                self.warn.once("overrides", f"--set not fully applied ({type(exc).__name__}: {exc})")
         for name, installer in (
             ("DataLoader", self._install_loader),
             ("backward", self._install_backward),

@@ -30,6 +30,7 @@ from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
 from stepscope.capture.gc_pauses import GcPauseRecorder
 from stepscope.capture.hooks import ChildProcesses, TorchHooks
+from stepscope.capture.overrides import MaxStepsReached, OverrideApplier
 from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
 from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
 from stepscope.capture.stacks import StackSampler
@@ -81,7 +82,8 @@ class CaptureSession:
                  argv: tuple[str, ...] = (), sample_interval_s: float | None = 0.1,
                  profiler: Any = None, count_flops: bool = True, emit_warnings: bool = True,
                  trace: bool = False, force: bool = False, derived: bool = False,
-                 stacks_hz: float = DEFAULT_STACKS_HZ):
+                 stacks_hz: float = DEFAULT_STACKS_HZ, overrides: dict[str, Any] | None = None,
+                 max_steps: int | None = None):
         if sample_interval_s is not None and not (math.isfinite(sample_interval_s) and sample_interval_s > 0):
             raise UsageError(f"sampling interval must be a positive number of seconds, got {sample_interval_s}")
         self.meta = environment.static_meta()
@@ -91,7 +93,13 @@ class CaptureSession:
         self.warnings = WarningSink(emit=emit_warnings)
         self.profiler = profiler
         self.recorder = StepRecorder(phase_listener=_SafeListener(profiler, self.warnings) if profiler else None)
-        self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank))
+        self.overrides = OverrideApplier(overrides) if overrides else None  # `run --set`
+        self.max_steps = max_steps  # `run --max-steps`
+        self.stopped_at_max_steps = False
+        self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank),
+                                overrides=self.overrides)
+        if max_steps is not None:
+            self._bound_steps(max_steps)
         self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes)
                       if count_flops else None)
         self.trace = TraceWindow(self.run_dir / layout.TRACES_DIR, self.rank, self.warnings) if trace else None
@@ -194,13 +202,16 @@ class CaptureSession:
         if torch_meta and recorder.device is None and recorder.count:
             cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "fp32")
             cpu_peak_bf16 = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "bf16")
+        overrides = None
+        if self.overrides is not None or self.max_steps is not None:
+            overrides = (self.overrides or OverrideApplier({})).frozen(self.max_steps, self.stopped_at_max_steps)
         children = self.children.uninstall() if self.children is not None else {}
         in_children = _training_in_children(recorder, children)
         facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
                              cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns,
                              inference=recorder.inference, model_forwards=recorder.model_forwards,
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
-                             training_in_children=in_children, **children)
+                             training_in_children=in_children, overrides=overrides, **children)
         if in_children:
             self.warnings.note(
                 f"the training ran in {len(children['child_pids'])} child process(es) the script started "
@@ -248,6 +259,30 @@ class CaptureSession:
             peak = replace(peak, flops_best=peak.flops_best * scale, flops_median=peak.flops_median * scale,
                            threads=threads)
         return peak
+
+    def _bound_steps(self, max_steps: int) -> None:
+        """`--max-steps`: end the script (:class:`MaxStepsReached`, exit 0) as soon as ``max_steps``
+        steps are committed: when the next batch is requested (before it is fetched) or the next
+        optimizer step begins (before it updates anything). Raised between phases, from the hooks'
+        own calls, so the record stays consistent and holds exactly ``max_steps`` steps."""
+        recorder, owner = self.recorder, self.meta["pid"]
+        batch_requested, optimizer_started = recorder.batch_requested, recorder.optimizer_started
+
+        def stop() -> None:
+            if recorder.count >= max_steps and os.getpid() == owner and not self.stopped_at_max_steps:
+                self.stopped_at_max_steps = True
+                raise MaxStepsReached(recorder.count)
+
+        def bounded_batch_requested() -> None:
+            batch_requested()
+            stop()
+
+        def bounded_optimizer_started(optimizer_id: int) -> None:
+            optimizer_started(optimizer_id)
+            stop()
+
+        recorder.batch_requested = bounded_batch_requested  # type: ignore[method-assign]
+        recorder.optimizer_started = bounded_optimizer_started  # type: ignore[method-assign]
 
     # -- parts ---------------------------------------------------------------------------------
     def _start_sidecar(self) -> None:

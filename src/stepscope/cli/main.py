@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "gpu-procs": "gpu_procs_cmd",
     "analyze": "analyze_cmd",
     "tune-loader": "tune_loader_cmd",
+    "try": "try_cmd",
 }
 
 

@@ -15,7 +15,8 @@ from stepscope.errors import UsageError
 DEFAULT_STACKS_HZ = 100.0  # = stepscope.capture.stacks.DEFAULT_RATE_HZ (not imported: keeps the CLI light)
 
 #: Options that take a value (needed to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard", "--stacks-hz"}
+_VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard", "--stacks-hz",
+                  "--set", "--max-steps"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -62,6 +63,12 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stacks-hz", type=float, default=DEFAULT_STACKS_HZ, metavar="HZ",  # code attribution
                         help=f"Python stack sampling rate, also of DataLoader workers, plus GC pause timing "
                              f"(default {DEFAULT_STACKS_HZ:g}; 0 disables)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a setting of the unmodified script (repeatable): dataloader.num_workers, "
+                             "dataloader.pin_memory, dataloader.persistent_workers, dataloader.prefetch_factor, "
+                             "dataloader.batch_size, torch.num_threads")
+    parser.add_argument("--max-steps", type=int, metavar="N",
+                        help="stop the script cleanly after N steps (exit 0; the record says so)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -88,6 +95,8 @@ class CaptureOptions:
     html: bool = False
     tensorboard: str | None = None
     stacks_hz: float = DEFAULT_STACKS_HZ
+    overrides: dict[str, Any] | None = None  # `--set`, parsed (stepscope.capture.overrides)
+    max_steps: int | None = None
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -103,6 +112,10 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         check_tensorboard(args.tensorboard)
     if not args.stacks_hz >= 0:
         raise UsageError(f"--stacks-hz must be >= 0 (0 disables), got {args.stacks_hz}")
+    from stepscope.capture.overrides import parse_max_steps, parse_settings
+
+    overrides = parse_settings(getattr(args, "overrides", None) or ())
+    max_steps = parse_max_steps(getattr(args, "max_steps", None))
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -114,6 +127,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         html=args.html,
         tensorboard=args.tensorboard,
         stacks_hz=args.stacks_hz,
+        overrides=overrides or None,
+        max_steps=max_steps,
     )
 
 
@@ -151,7 +166,8 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     session = CaptureSession(run_dir, target=target.name, mode="module" if target.is_module else "script",
                              argv=(target.name, *target.args), sample_interval_s=options.sample_interval_s,
                              profiler=profiler, trace=options.trace, force=options.force, derived=derived,
-                             stacks_hz=options.stacks_hz)
+                             stacks_hz=options.stacks_hz, overrides=options.overrides,
+                             max_steps=options.max_steps)
     guard = launcher.SignalGuard()
     session.should_hurry = lambda: bool(guard.pending)
     report_box: list[Any] = []

@@ -244,6 +244,31 @@ class ComputeFacts:
 
 
 @dataclass(frozen=True)
+class Override:
+    """One ``stepscope run --set KEY=VALUE``: what was asked and where it took effect.
+
+    ``applied`` counts where the value was used (DataLoaders constructed with it; for
+    ``torch.num_threads``, 1 once set); ``skipped`` lists, one line each, where it could not be
+    (a loader without workers for ``prefetch_factor``, a custom ``batch_sampler`` for ``batch_size``)
+    and what the script asked that the override replaced (``torch.set_num_threads(4) → kept 1``).
+    """
+
+    key: str
+    value: int | bool
+    applied: int = 0
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The settings ``stepscope run`` changed (``--set``) and its step bound (``--max-steps``)."""
+
+    settings: tuple[Override, ...] = ()
+    max_steps: int | None = None
+    stopped_at_max_steps: bool = False  # the script was stopped after max_steps steps
+
+
+@dataclass(frozen=True)
 class CaptureFacts:
     """Typed facts capture measured besides the steps (each None when not measured)."""
 
@@ -263,6 +288,7 @@ class CaptureFacts:
     main_cpu_s: float | None = None
     #: the training ran in those children: the parent's steps are not the training
     training_in_children: bool = False
+    overrides: Overrides | None = None  # `--set` / `--max-steps`; None when neither was given
 
 
 

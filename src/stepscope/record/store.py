@@ -35,6 +35,8 @@ from stepscope.record.run import (
     CpuPeak,
     DeviceInfo,
     LoaderInfo,
+    Override,
+    Overrides,
     ProfilerWindow,
     RunMeta,
     RunRecord,
@@ -236,7 +238,19 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
         children_cpu_s=None if data.get("children_cpu_s") is None else float(data["children_cpu_s"]),
         main_cpu_s=None if data.get("main_cpu_s") is None else float(data["main_cpu_s"]),
         training_in_children=bool(data.get("training_in_children", False)),
+        overrides=_overrides(data.get("overrides")),
     )
+
+
+def _overrides(data: Any) -> Overrides | None:
+    """``facts.overrides`` (absent in records written before it existed)."""
+    if data is None:
+        return None
+    checked = _known(Overrides, {key: value for key, value in dict(data).items() if key != "settings"})
+    settings = tuple(Override(**{**_known(Override, {k: v for k, v in dict(item).items() if k != "skipped"}),
+                                 "skipped": tuple(str(line) for line in item.get("skipped", ()))})
+                     for item in data.get("settings", ()))
+    return Overrides(**checked, settings=settings)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,231 @@
+"""`stepscope try [options] (script.py | -m module) args…`: measure each prescription.
+
+Diagnoses a short run of the script (or takes the diagnosis of a saved run, ``--from RUN_DIR``),
+then runs short trials of the baseline and of every prescription that `stepscope run --set` can
+apply, interleaved and repeated, and prints the measured change of each with its noise bounds
+(:mod:`stepscope.whatif`). Prescriptions that need code changes are listed, not tried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stepscope.errors import InputError, UsageError
+
+#: Options of `try` that take a value (to find where the script's own arguments begin).
+_VALUE_OPTIONS = {"-o", "--out", "--steps", "--repeats", "--format", "--from", "--timeout-s", "--only"}
+DEFAULT_STEPS = 30
+DEFAULT_REPEATS = 3
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``[try options] target [script args]``: everything after the target is the script's."""
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            return argv[:index] + argv[index + 1:index + 2], argv[index + 2:]
+        if token == "-m":
+            return argv[:index + 2], argv[index + 2:]
+        if token.startswith("-m") and len(token) > 2 and not token.startswith("--"):
+            return argv[:index + 1], argv[index + 1:]
+        if not token.startswith("-") or token == "-":
+            return argv[:index + 1], argv[index + 1:]
+        if token in _VALUE_OPTIONS:
+            index += 1
+        index += 1
+    return argv, []
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "try", help="measure each prescription of the diagnosis with short what-if trials",
+        description="Diagnose a short run, then run short trials of the baseline and of each prescription "
+                    "that `stepscope run --set` can apply (repeated, interleaved) and print the measured "
+                    "change of each with its noise bounds.",
+        usage="stepscope try [options] (script.py | -m module) [args ...]")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                        help=f"steps per trial (run --max-steps; default {DEFAULT_STEPS})")
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="R",
+                        help=f"trials of the baseline and of each candidate (default {DEFAULT_REPEATS})")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("-o", "--out", metavar="DIR",
+                        help="where the trials' run directories go (default ./stepscope-runs/<time>-try-<name>)")
+    parser.add_argument("--from", dest="from_run", metavar="RUN_DIR",
+                        help="take the prescriptions from a saved run instead of a diagnosis run")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY",
+                        help="try only the prescriptions of this `run --set` key (repeatable), "
+                             "e.g. dataloader.num_workers")
+    parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                        help="give up on a trial after S seconds (default: no limit)")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
+    parser.add_argument("script", nargs="?", help="the script to run")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from stepscope.capture.launcher import resolve_module, resolve_script
+
+    if args.module and args.script:
+        args.rest = [args.script, *args.rest]
+    if not args.module and not args.script:
+        raise UsageError("nothing to try: give a script (stepscope try train.py ...) or -m MODULE")
+    if args.steps < 2:
+        raise UsageError(f"--steps must be at least 2, got {args.steps}")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.timeout_s is not None and not args.timeout_s > 0:
+        raise UsageError(f"--timeout-s must be positive, got {args.timeout_s}")
+    from stepscope.capture.overrides import KEYS, accepted_keys
+
+    unknown = [key for key in args.only if key not in KEYS]
+    if unknown:
+        raise UsageError(f"--only: unknown key {unknown[0]!r}; accepted keys: {accepted_keys()}")
+    target = resolve_module(args.module, args.rest) if args.module else resolve_script(args.script, args.rest)
+    target_argv = ["-m", target.name, *target.args] if target.is_module else ["--", target.name, *target.args]
+    findings_source = Path(args.from_run) / "report.json" if args.from_run else None
+    if findings_source is not None and not findings_source.is_file():
+        raise InputError(args.from_run, "no report.json here; pass a directory written by 'stepscope run'")
+    out_dir = _out_dir(args.out, target.name)
+    return run(target.name, target_argv, out_dir, steps=args.steps, repeats=args.repeats, fmt=args.format,
+               findings_source=findings_source, timeout_s=args.timeout_s, only=tuple(args.only))
+
+
+def _out_dir(out: str | None, name: str) -> Path:
+    from stepscope.capture.rundir import default_run_dir
+
+    stem = Path(name).stem if name.endswith(".py") else name
+    path = Path(out) if out else default_run_dir(f"try-{stem}")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"{path} exists and is not an empty directory; choose another -o DIR")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or exc})") from None
+    return path
+
+
+def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats: int, fmt: str,
+        findings_source: Path | None, timeout_s: float | None, only: tuple[str, ...] = ()) -> int:
+    from stepscope import whatif
+
+    started = time.monotonic()
+    notes: list[str] = []
+    diagnosis_dir = ""
+    runs = 0
+    if findings_source is None:
+        runs = 1
+        diagnosis = out_dir / "diagnosis"
+        diagnosis_dir = str(diagnosis)
+        _progress(f"diagnosis run ({steps} steps) …")
+        code, error = whatif.run_trial(target_argv, {}, diagnosis, max_steps=steps,
+                                       log=out_dir / "logs" / "diagnosis.log", monitor=True, timeout_s=timeout_s)
+        findings_source = diagnosis / "report.json"
+        if error is not None or not findings_source.is_file():
+            raise UsageError(f"the diagnosis run failed ({error or 'no report.json'}); "
+                             f"the script's output is in {out_dir / 'logs' / 'diagnosis.log'}")
+    else:
+        diagnosis_dir = str(findings_source.parent)
+    findings = _findings(findings_source)
+    candidates, code_changes = whatif.candidates_from_findings(findings, only=only)
+    if not candidates:
+        notes.append("no prescription can be applied with `stepscope run --set`: nothing to try")
+        trials: list[whatif.TrialResult] = []
+    else:
+        trials = whatif.run_trials(target_argv, candidates, out_dir, steps=steps, repeats=repeats,
+                                   progress=_progress, timeout_s=timeout_s)
+    comparisons = whatif.compare(trials, candidates) if candidates else ()
+    short = [trial for trial in trials if trial.step_time_s is not None and trial.steps < 10]
+    if short:
+        notes.append(f"{len(short)} trial(s) measured fewer than 10 steps after warm-up and the prefetched "
+                     "batches: raise --steps (and the script's own length, if it sets one)")
+    best = whatif.best_change(comparisons)
+    notes.append(f"{runs + len(trials)} runs in {time.monotonic() - started:.0f} s; run directories under {out_dir}")
+    result = whatif.WhatIf(target=name, steps=steps, repeats=repeats, comparisons=tuple(comparisons),
+                           code_changes=tuple(code_changes), diagnosis_dir=diagnosis_dir,
+                           best=best.name if best is not None else None, notes=tuple(notes))
+    (out_dir / "whatif.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
+    if fmt == "json":
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        render(result)
+    return 0
+
+
+def _findings(path: Path) -> list[dict[str, Any]]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        findings = document["findings"]
+        if not isinstance(findings, list):
+            raise TypeError("findings is not a list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(path, f"not a stepscope report.json ({exc})") from None
+    return [item for item in findings if isinstance(item, dict)]
+
+
+def _progress(line: str) -> None:
+    try:
+        print(f"stepscope: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _range(low: float | None, high: float | None, fmt: str) -> str:
+    if low is None or high is None:
+        return "-"
+    return f"{fmt.format(low)}–{fmt.format(high)}"
+
+
+def render(result: Any) -> None:
+    """The table, the best change and the prescriptions that are not tried (stdout)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from stepscope.text import printable
+
+    console = Console(highlight=False)
+    rows = result.comparisons
+    unit = rows[0].unit if rows else "samples/s"
+    table = Table(title=Text(f"stepscope try · {printable(result.target)} · {result.steps} steps per trial"),
+                  title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=f"median (min–max) of {result.repeats} trial(s) each, interleaved; speed-up bounds: "
+                          "slowest trial against the fastest baseline trial and the reverse",
+                  caption_justify="left")
+    table.add_column("setting", no_wrap=True)
+    for column in ("step time", unit, "speed-up", "expected", "verdict"):
+        table.add_column(column, justify="left" if column == "verdict" else "right")
+    for row in rows:
+        time_text = "-" if row.step_time_s is None else (
+            f"{row.step_time_s * 1e3:.1f} ms\n({row.step_time_min_s * 1e3:.1f}–{row.step_time_max_s * 1e3:.1f})")
+        rate = "-" if row.throughput is None else (
+            f"{row.throughput:,.0f}\n({_range(row.throughput_min, row.throughput_max, '{:,.0f}')})")
+        speed = "-" if row.speedup is None or row.name == "baseline" else (
+            f"×{row.speedup:.2f}\n({_range(row.speedup_low, row.speedup_high, '{:.2f}')})")
+        expected = (f"×{1 / (1 - row.expected_gain):.2f}" if row.expected_gain is not None
+                    and 0 <= row.expected_gain < 1 else "-")
+        verdict = row.verdict + (f" ({row.failed} failed)" if row.failed and row.verdict != "failed" else "")
+        table.add_row(Text(printable(row.name)), time_text, rate, speed, expected, verdict)
+    if rows:
+        console.print(table)
+    best = next((row for row in rows if row.name == result.best), None)
+    if best is not None:
+        console.print(f"best: {printable(best.name)} — ×{best.speedup:.2f} {unit} "
+                      f"(bounds ×{best.speedup_low:.2f}–×{best.speedup_high:.2f}); "
+                      f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …", markup=False)
+    elif rows:
+        console.print("best: none — no change beat the baseline beyond noise", markup=False)
+    for change in result.code_changes:
+        console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"), markup=False)
+    for note in result.notes:
+        console.print(f"note: {printable(note)}", style="bright_black", markup=False)
+
+
+def _value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,367 @@
+"""What-if trials: measure each prescription of a diagnosis instead of trusting its estimate.
+
+`stepscope try script.py args…` (:mod:`stepscope.cli.try_cmd`) diagnoses a short run, turns every
+prescription whose ``setting`` maps to a `stepscope run --set` key (:data:`SETTING_KEYS`) into a
+candidate, and runs short trials — `stepscope run --max-steps N --set … --no-summary -o DIR` in a
+subprocess each — of the baseline and of every candidate, ``repeats`` times, interleaved (every
+round runs the baseline and each candidate once, in an order rotated from round to round) so that
+a machine whose speed drifts slows all of them alike.
+
+Per trial, the figure is the steady state's **mean step time** (steady time ÷ steady steps: what
+the length of training follows; with workers step times are often bimodal, and the median would
+overstate the gain), counted once the batches prefetched during worker start-up are used up
+(:func:`figures`), and the throughput it gives, in samples/s when every trial knows its batch
+size (a ``batch_size`` change makes only samples/s comparable), else steps/s. Across the repeats a
+candidate gets the median and the min–max range of those per-trial figures; its speed-up is
+median over median, bounded by min/max and max/min. It is **within noise** when its throughput
+range overlaps the baseline's. Everything here but :func:`run_trial` is pure (tests feed it fake
+trials).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.overrides import SETTING_KEYS, describe, parse_settings, parse_value
+from stepscope.errors import UsageError
+
+BASELINE = "baseline"
+COMBINED = "all of the above"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A change to try: `--set` settings and where they came from."""
+
+    name: str
+    settings: dict[str, int | bool]
+    source: str = ""  # the finding's rule_id
+    action: str = ""  # the prescription's text
+    expected_gain: float | None = None  # the diagnosis's estimate (share of the step saved)
+
+
+@dataclass(frozen=True)
+class CodeChange:
+    """A prescription that needs a change to the script: listed, not tried."""
+
+    action: str
+    source: str
+    setting: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial run. ``step_time_s`` and ``throughput`` are None when it failed."""
+
+    candidate: str
+    repeat: int
+    step_time_s: float | None
+    samples_per_s: float | None
+    steps_per_s: float | None
+    steps: int = 0
+    exit_code: int | None = 0
+    error: str | None = None
+    run_dir: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One candidate (or the baseline) over its repeats, against the baseline."""
+
+    name: str
+    settings: dict[str, int | bool]
+    runs: int
+    failed: int
+    unit: str  # "samples/s" | "steps/s"
+    step_time_s: float | None  # median over trials of the mean steady step
+    step_time_min_s: float | None
+    step_time_max_s: float | None
+    throughput: float | None
+    throughput_min: float | None
+    throughput_max: float | None
+    speedup: float | None  # throughput / baseline throughput (medians)
+    speedup_low: float | None
+    speedup_high: float | None
+    verdict: str  # "baseline" | "faster" | "slower" | "within noise" | "no noise bound" | "failed"
+    expected_gain: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The result of `stepscope try`."""
+
+    target: str
+    steps: int
+    repeats: int
+    comparisons: tuple[Comparison, ...]
+    code_changes: tuple[CodeChange, ...] = ()
+    diagnosis_dir: str = ""
+    best: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kind"] = "stepscope.whatif"
+        return data
+
+
+# -- candidates from a diagnosis -----------------------------------------------------------------
+def candidates_from_findings(findings: Iterable[dict[str, Any]], only: Sequence[str] = ()
+                             ) -> tuple[list[Candidate], list[CodeChange]]:
+    """Machine-applicable prescriptions (first one per key, in ranking order) and the others.
+
+    ``findings`` are ``report.json``'s ``findings`` (dicts). A prescription is applicable when its
+    ``setting`` maps to a `--set` key and ``suggested`` is a valid value different from ``current``.
+    With two or more candidates, their combination is tried too (when the settings agree).
+    ``only`` keeps the candidates of those keys (the others are dropped, not listed).
+    """
+    candidates: list[Candidate] = []
+    code: list[CodeChange] = []
+    seen: set[str] = set()
+    for finding in findings:
+        source = str(finding.get("rule_id", ""))
+        for item in finding.get("prescriptions", ()) or ():
+            setting, action = item.get("setting"), str(item.get("action", ""))
+            key = SETTING_KEYS.get(str(setting)) if setting is not None else None
+            suggested = item.get("suggested")
+            if key is None or suggested is None:
+                code.append(CodeChange(action, source, setting))
+                continue
+            try:
+                value = parse_value(key, str(suggested))
+            except UsageError:
+                code.append(CodeChange(action, source, setting))
+                continue
+            if key in seen or _same(item.get("current"), value) or (only and key not in only):
+                continue
+            seen.add(key)
+            gain = item.get("expected_gain")
+            candidates.append(Candidate(describe({key: value}), {key: value}, source, action,
+                                        float(gain) if isinstance(gain, (int, float)) else None))
+    if len(candidates) >= 2:
+        merged: dict[str, int | bool] = {}
+        for candidate in candidates:
+            merged.update(candidate.settings)
+        try:
+            parse_settings(f"{key}={value}" for key, value in merged.items())
+        except UsageError:
+            pass
+        else:
+            candidates.append(Candidate(COMBINED, merged, "", "every change above together"))
+    return candidates, code
+
+
+def _same(current: Any, value: int | bool) -> bool:
+    if current is None:
+        return False
+    if isinstance(value, bool):
+        return bool(current) is value
+    try:
+        return int(current) == value
+    except (TypeError, ValueError):
+        return False
+
+
+# -- trials ------------------------------------------------------------------------------------
+def trial_order(names: Sequence[str], repeats: int) -> list[tuple[int, str]]:
+    """``(repeat, name)`` for every trial: each round runs every name once, rotated by the round,
+    so the baseline is interleaved with the candidates and no name always runs first."""
+    order = []
+    for repeat in range(repeats):
+        shift = repeat % len(names) if names else 0
+        order += [(repeat, name) for name in (*names[shift:], *names[:shift])]
+    return order
+
+
+def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> tuple[Comparison, ...]:
+    """Baseline first, then each candidate in order, from the trials' figures (see module doc)."""
+    trials = list(trials)
+    by_name: dict[str, list[TrialResult]] = {}
+    for trial in trials:
+        by_name.setdefault(trial.candidate, []).append(trial)
+    ok = [trial for trial in trials if trial.step_time_s is not None]
+    unit = "samples/s" if ok and all(trial.samples_per_s is not None for trial in ok) else "steps/s"
+
+    def throughput(trial: TrialResult) -> float | None:
+        if trial.step_time_s is None:
+            return None
+        return trial.samples_per_s if unit == "samples/s" else trial.steps_per_s
+
+    base_values = [value for value in map(throughput, by_name.get(BASELINE, ())) if value]
+    base = statistics.median(base_values) if base_values else None
+    rows = []
+    for name, settings, source, gain in ((BASELINE, {}, "", None),
+                                         *((c.name, c.settings, c.source, c.expected_gain) for c in candidates)):
+        runs = by_name.get(name, [])
+        values = [value for value in map(throughput, runs) if value]
+        times = [trial.step_time_s for trial in runs if trial.step_time_s is not None]
+        median = statistics.median(values) if values else None
+        low, high = (min(values), max(values)) if values else (None, None)
+        speedup = speed_low = speed_high = None
+        if median is not None and base:
+            speedup = median / base
+            speed_low, speed_high = low / max(base_values), high / min(base_values)
+        rows.append(Comparison(
+            name=name, settings=dict(settings), runs=len(runs), failed=len(runs) - len(values), unit=unit,
+            step_time_s=statistics.median(times) if times else None,
+            step_time_min_s=min(times) if times else None, step_time_max_s=max(times) if times else None,
+            throughput=median, throughput_min=low, throughput_max=high,
+            speedup=speedup, speedup_low=speed_low, speedup_high=speed_high,
+            verdict=BASELINE if name == BASELINE else verdict(values, base_values),
+            expected_gain=gain, source=source))
+    return tuple(rows)
+
+
+def verdict(values: Sequence[float], base_values: Sequence[float]) -> str:
+    """``faster``/``slower`` when the throughput ranges do not overlap, else ``within noise``;
+    ``no noise bound`` with a single trial on either side; ``failed`` without a figure."""
+    if not values or not base_values:
+        return "failed"
+    if len(values) < 2 or len(base_values) < 2:
+        return "no noise bound"
+    if min(values) > max(base_values):
+        return "faster"
+    if max(values) < min(base_values):
+        return "slower"
+    return "within noise"
+
+
+def best_change(comparisons: Sequence[Comparison]) -> Comparison | None:
+    """The candidate measured faster beyond noise with the highest median speed-up, or None."""
+    faster = [row for row in comparisons if row.verdict == "faster" and row.speedup is not None]
+    return max(faster, key=lambda row: row.speedup or 0.0) if faster else None
+
+
+def agrees(observed: float, row: Comparison) -> bool:
+    """Whether a speed-up ``observed`` elsewhere (one pair of full runs, say) agrees with ``row``.
+
+    One observation carries the same run-to-run noise the trials showed, so it stands for the
+    interval ``observed × [low/speedup, high/speedup]``; it agrees when that interval overlaps
+    ``[low, high]``, i.e. when ``low × speedup / high <= observed <= high × speedup / low``.
+    """
+    if row.speedup is None or row.speedup_low is None or row.speedup_high is None or row.speedup_low <= 0:
+        return False
+    return row.speedup_low * row.speedup / row.speedup_high <= observed <= \
+        row.speedup_high * row.speedup / row.speedup_low
+
+
+# -- running one trial ---------------------------------------------------------------------------
+def stepscope_command() -> list[str]:
+    return [sys.executable, "-m", "stepscope"]
+
+
+def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_dir: Path, *, max_steps: int,
+              log: Path, monitor: bool = False, timeout_s: float | None = None) -> tuple[int | None, str | None]:
+    """`stepscope run --max-steps N --set … --no-summary -o RUN_DIR TARGET…` in a subprocess (with
+    ``--no-monitor --stacks-hz 0`` unless ``monitor``); the script's output goes to ``log``.
+    Returns (exit status, error or None)."""
+    command = [*stepscope_command(), "run", "--max-steps", str(max_steps), "--no-summary", "-o", str(run_dir)]
+    if not monitor:  # a trial needs its steps only: no sampler, no stack sampling (less to disturb it)
+        command += ["--no-monitor", "--stacks-hz", "0"]
+    for key, value in settings.items():
+        command += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
+    command += list(target_argv)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log, "wb") as out:
+            result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    timeout=timeout_s, env=_child_env())
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout_s:g} s"
+    if result.returncode != 0:
+        return result.returncode, f"exit {result.returncode} (see {log})"
+    return 0, None
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    source = str(Path(__file__).resolve().parents[1])  # this stepscope, also when run from a checkout
+    env["PYTHONPATH"] = source + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def measure(run_dir: Path, candidate: str, repeat: int, exit_code: int | None, error: str | None) -> TrialResult:
+    """The trial's figures from its record: the steady steps (as the summary selects them) after
+    the loaders' prefetch buffer has drained (:func:`figures`)."""
+    from stepscope.errors import StepscopeError
+    from stepscope.record.store import load_record
+
+    failed = TrialResult(candidate, repeat, None, None, None, 0, exit_code, error, str(run_dir))
+    if error is not None:
+        return failed
+    try:
+        record = load_record(run_dir, with_samples=False)
+    except StepscopeError as exc:
+        return replace(failed, error=str(exc))
+    numbers = figures(record)
+    if numbers is None:
+        return replace(failed, error="no steps captured")
+    step_time, samples_per_s, steps = numbers
+    return TrialResult(candidate, repeat, step_time_s=step_time, samples_per_s=samples_per_s,
+                       steps_per_s=1.0 / step_time, steps=steps, exit_code=exit_code, run_dir=str(run_dir))
+
+
+def figures(record: Any) -> tuple[float, float | None, int] | None:
+    """(mean step time s, samples/s or None, steps measured) of a run record.
+
+    The steps measured are the steady ones (warm-up and the FLOP-counted step left out) from the
+    step at which the batches prefetched during worker start-up are used up: a loader with W
+    workers and prefetch factor P holds W×P batches when its first batch arrives, so the W×P steps
+    after it run at model speed and would flatter a short trial with workers. When fewer than 3
+    steps would remain, all steady steps are used.
+    """
+    import numpy as np
+
+    from stepscope.analysis.run.steady import steady_state
+
+    steady = steady_state(record)
+    if steady is None or not steady.steady_count:
+        return None
+    buffered = sum(loader.num_workers * (loader.prefetch_factor or 2) for loader in record.loaders
+                   if loader.num_workers > 0)
+    mask = steady.mask.copy()
+    later = mask.copy()
+    later[:buffered + 1] = False
+    if int(later.sum()) >= 3:
+        mask = later
+    durations = record.steps.duration_ns[mask]
+    samples = record.steps.samples[mask]
+    total_s = float(durations.sum()) / 1e9
+    if total_s <= 0:
+        return None
+    samples_per_s = float(samples.sum()) / total_s if bool(np.all(samples >= 0)) else None
+    return total_s / int(mask.sum()), samples_per_s, int(mask.sum())
+
+
+def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
+               repeats: int, progress: Callable[[str], None] = lambda line: None,
+               timeout_s: float | None = None) -> list[TrialResult]:
+    """Every trial of :func:`trial_order`, measured."""
+    settings = {BASELINE: {}, **{candidate.name: candidate.settings for candidate in candidates}}
+    names = list(settings)
+    slug = {name: "baseline" if name == BASELINE else f"c{index}" for index, name in enumerate(names)}
+    order = trial_order(names, repeats)
+    results = []
+    for number, (repeat, name) in enumerate(order, 1):
+        run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
+        code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps,
+                                log=out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log", timeout_s=timeout_s)
+        result = measure(run_dir, name, repeat, code, error)
+        results.append(result)
+        figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
+                  else f"failed: {result.error}")
+        progress(f"trial {number}/{len(order)}: {name} (round {repeat + 1}) … {figure}")
+    return results
+
+
+__all__ = ["BASELINE", "COMBINED", "Candidate", "agrees", "CodeChange", "Comparison", "TrialResult", "WhatIf",
+           "best_change", "candidates_from_findings", "compare", "measure", "run_trial", "run_trials",
+           "trial_order", "verdict"]

@@ -1,0 +1,72 @@
+"""`stepscope try` on the zoo's input-bound scenario finds the prescribed worker count, measures it,
+and its measured speed-up agrees with two full runs (baseline and changed setting) within its noise
+bounds (:func:`stepscope.whatif.agrees`: the full runs' ratio, one draw with the trials' run-to-run
+noise, overlaps the trials' min–max speed-up)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import run_cli
+
+from stepscope.record.store import load_record
+from stepscope.whatif import Comparison, agrees, figures
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = ["-m", "stepscope.zoo.input_cpu", "--steps", "60"]  # long enough to outlast prefetched batches
+
+
+def samples_per_s(run_dir) -> float:
+    numbers = figures(load_record(run_dir, with_samples=False))
+    assert numbers is not None and numbers[1] is not None
+    return numbers[1]
+
+
+def foreign_load(run_dir) -> bool:
+    report = json.loads((run_dir / "report.json").read_text())
+    return any(item["family"] == "foreign_load" for item in report["findings"])
+
+
+def test_try_measures_the_prescribed_workers_and_agrees_with_full_runs(tmp_path):
+    base = run_cli(["run", "--no-summary", "-o", "base", *SCRIPT], tmp_path, timeout=120)
+    assert base.returncode == 0, base.stderr
+    tried = run_cli(["try", "--from", "base", "--only", "dataloader.num_workers", "--steps", "60",
+                     "--repeats", "2", "--format", "json", "-o", "tries", *SCRIPT], tmp_path, timeout=240)
+    assert tried.returncode == 0, tried.stderr
+    result = json.loads(tried.stdout)
+    baseline, candidate = result["comparisons"]
+    workers = candidate["settings"]["dataloader.num_workers"]
+    assert candidate["name"] == f"dataloader.num_workers={workers}" and workers >= 1
+    assert candidate["source"] in ("input_pipeline.loader_cpu_bound", "storage_io.loader_waits_on_io")
+    assert baseline["runs"] == candidate["runs"] == 2 and candidate["failed"] == 0
+    assert candidate["speedup_low"] <= candidate["speedup"] <= candidate["speedup_high"]
+    full = run_cli(["run", "--no-summary", "-o", "full", "--set", f"dataloader.num_workers={workers}", *SCRIPT],
+                   tmp_path, timeout=120)
+    assert full.returncode == 0, full.stderr
+    full_speedup = samples_per_s(tmp_path / "full") / samples_per_s(tmp_path / "base")
+    numbers = (f"try: x{candidate['speedup']:.2f} ({candidate['speedup_low']:.2f}-{candidate['speedup_high']:.2f}) "
+               f"{candidate['verdict']}; full runs: x{full_speedup:.2f}")
+    print(numbers)
+    crowded = [name for name in ("base", "full") if foreign_load(tmp_path / name)]
+    if crowded and not agrees(full_speedup, Comparison(**candidate)):
+        # as the zoo tests do: on a machine crowded by other processes (the sampler names them), run-to-run
+        # noise can exceed what two trials bound; say so rather than fail on someone else's load
+        pytest.skip(f"other processes held >= 25% of the cores during the {', '.join(crowded)} run(s): {numbers}")
+    assert agrees(full_speedup, Comparison(**candidate)), (candidate, full_speedup)
+
+
+def test_try_diagnoses_first_and_prints_the_table(tmp_path):
+    result = run_cli(["try", "--steps", "12", "--repeats", "1", "--only", "dataloader.num_workers", "-o", "tries",
+                      "-m", "stepscope.zoo.input_cpu", "--steps", "12"], tmp_path, timeout=180,
+                     env={"COLUMNS": "120"})
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "stepscope try · stepscope.zoo.input_cpu · 12 steps per trial" in out
+    assert "baseline" in out and "dataloader.num_workers=" in out and "no noise bound" in out
+    assert "stepscope: diagnosis run (12 steps) …" in result.stderr and "trial 2/2" in result.stderr
+    diagnosis = load_record(tmp_path / "tries" / "diagnosis", with_samples=False)
+    assert len(diagnosis.steps) == 12 and diagnosis.facts.overrides.max_steps == 12
+    document = json.loads((tmp_path / "tries" / "whatif.json").read_text())
+    assert document["kind"] == "stepscope.whatif" and len(document["comparisons"]) == 2
