@@ -206,7 +206,7 @@ def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> t
         median = statistics.median(values) if values else None
         low, high = (min(values), max(values)) if values else (None, None)
         speedup = speed_low = speed_high = None
-        if median is not None and base:
+        if median is not None and low is not None and high is not None and base:
             speedup = median / base
             speed_low, speed_high = low / max(base_values), high / min(base_values)
         rows.append(Comparison(

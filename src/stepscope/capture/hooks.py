@@ -488,12 +488,12 @@ class ChildProcesses:
                 pass
             return result
 
-        start.__wrapped__ = original
-        BaseProcess.start = start
+        start.__wrapped__ = original  # type: ignore[attr-defined]
+        BaseProcess.start = start  # type: ignore[method-assign]
 
         def undo() -> None:
             if BaseProcess.start is start:
-                BaseProcess.start = original
+                BaseProcess.start = original  # type: ignore[method-assign]
 
         self._undo = undo
 

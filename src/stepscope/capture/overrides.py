@@ -181,7 +181,7 @@ class OverrideApplier:
                     pass
             original(loader, *args, **kwargs)
 
-        __init__.__wrapped__ = original
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
         patch(DataLoader, "__init__", __init__)
 
     def loader_kwargs(self, arguments: dict[str, Any], name: str = "DataLoader") -> dict[str, Any]:
@@ -250,7 +250,7 @@ class OverrideApplier:
                 applier._skip(key, f"the script's torch.set_num_threads({count}) replaced by {threads}")
             return original(threads)
 
-        set_num_threads.__wrapped__ = original
+        set_num_threads.__wrapped__ = original  # type: ignore[attr-defined]
         set_num_threads.__doc__ = original.__doc__
         patch(torch, "set_num_threads", set_num_threads)
 
