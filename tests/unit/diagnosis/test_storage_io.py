@@ -77,3 +77,16 @@ def test_capture_measured_loading_cpu_decides_between_storage_and_cpu(cpu_share,
     context = ctx_of(record, dict(cpu_count=2, main_cpu_util=0.9, cpu_util_mean=0.5))
     assert (loader_waits_on_io(context) is not None) == storage
     assert (loader_cpu_bound(context) is not None) == cpu_bound
+
+
+def test_a_saturated_machine_with_only_page_cache_warming_is_not_called_storage_bound():
+    """All cores busy (a crowded machine): the loader's low CPU may be starvation, and reads high
+    early / low late also fit a script importing its libraries — not enough to say "storage"."""
+    from stepscope.diagnosis.engine import run_rules
+
+    shares = {"data_wait": 0.9, "forward": 0.05, "backward": 0.03}
+    record = make_record(shares=shares, num_workers=0)
+    signals = dict(cpu_count=2, cpu_util_mean=0.99, main_cpu_util=0.45, page_cache_warming=True, iowait_share=0.0)
+    assert loader_waits_on_io(ctx_of(record, signals)) is None
+    families = [item.family for item in run_rules(ctx_of(record, signals)).findings]
+    assert "input_pipeline" in families and "storage_io" not in families

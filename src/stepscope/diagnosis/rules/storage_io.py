@@ -49,7 +49,10 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     util, util_source = common.loader_cpu_util(ev)
     iowait, warming, epoch_ratio, signs = io_signs(ev)
     idle = util is not None and util < LOADER_CPU_BUSY
-    if not idle and not (util is None and any(signs)):
+    # without a conclusive CPU measurement only the disk's own signs count: iowait or a slow first
+    # epoch. Reads high early and low late alone also fit a script importing its libraries.
+    strong = signs[0] or signs[2]
+    if not idle and not (util is None and strong):
         return None
     wait = stats.fetch_wait_share
     evidence = [Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio", "steady state")]
@@ -66,19 +69,26 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                                  "steps", "x", "first epoch vs later"))
     confidence = 0.5 + 0.15 * sum(signs) + (0.25 if util is not None and util < LOADER_CPU_IDLE else 0.0)
     kind = "storage" if any(signs) else "latency"
-    title = (f"Input pipeline waits on {kind}: the step waits {common.pct(wait)} of its time for data "
-             "while the loaders are idle")
-    summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound, but the processes "
-               "producing batches are not busy on CPU"
-               + (f" ({util:.0%} of a core)" if util is not None else "")
-               + ": they wait for reads or a slow source. More workers overlap the waiting.")
+    if idle:
+        title = (f"Input pipeline waits on {kind}: the step waits {common.pct(wait)} of its time for data "
+                 "while the loaders are idle")
+        summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound, but the processes "
+                   f"producing batches are not busy on CPU ({util:.0%} of a core): they wait for reads or a "
+                   "slow source. More workers overlap the waiting.")
+    else:
+        confidence = min(confidence, 0.5)
+        title = (f"Input pipeline waits on storage: the step waits {common.pct(wait)} of its time for data, "
+                 "and the disk shows it")
+        summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound; whether the loaders "
+                   f"compute or wait is {util_source}, but the disk's own signs (iowait or a slow first epoch) "
+                   "point at storage.")
     summary += common.loading_code(ev, evidence)
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
-                          evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER),
+                          evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
                           summary, claims=("data_wait",))
 
 
-def _prescriptions(ev: RunEvidence, cached_later: bool) -> list[Prescription]:
+def _prescriptions(ev: RunEvidence, cached_later: bool, idle: bool = True) -> list[Prescription]:
     stats = ev.steady
     assert stats is not None
     loader = ev.main_loader
@@ -90,14 +100,14 @@ def _prescriptions(ev: RunEvidence, cached_later: bool) -> list[Prescription]:
     compute_s = max(per_batch - wait_s, 1e-6)
     latency_s = wait_s if workers == 0 else per_batch * workers
     needed = math.ceil(latency_s / compute_s) + 1
-    cap = IO_WORKERS_PER_CORE * cores
+    # waiting workers use no CPU, so they may outnumber the cores — only when that idleness was measured
+    cap = IO_WORKERS_PER_CORE * cores if idle else cores
     suggested = max(workers + 1, min(needed, cap))
-    out = [Prescription(
-        f"DataLoader(num_workers={suggested})",
-        f"each batch waits ~{common.ms(latency_s)} on I/O or latency against ~{common.ms(compute_s)} of "
-        f"compute; waiting workers use no CPU, so {suggested} can exceed the {cores} cores"
-        + (f" (capped at {cap})" if needed > cap else ""),
-        "num_workers", workers, suggested)]
+    why = (f"each batch waits ~{common.ms(latency_s)} on I/O or latency against ~{common.ms(compute_s)} of "
+           "compute; " + (f"waiting workers use no CPU, so {suggested} can exceed the {cores} cores"
+                          if idle else f"capped at the {cores} cores: the loaders' CPU use is not known")
+           + (f" (capped at {cap})" if needed > cap and idle else ""))
+    out = [Prescription(f"DataLoader(num_workers={suggested})", why, "num_workers", workers, suggested)]
     prefetch = loader.prefetch_factor if loader is not None else None
     if workers > 0 and (prefetch or 2) < IO_PREFETCH:
         out.append(Prescription(f"DataLoader(prefetch_factor={IO_PREFETCH})",
