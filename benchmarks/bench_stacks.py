@@ -5,7 +5,8 @@ One process runs the capture benchmark's step (a 256→512→512→1 MLP, batch 
 each mechanism (order rotated every round), and reports per mechanism the median of the per-round
 ratios sampled/bare and the sampler's own CPU per sample:
 
-- ``thread@HZ``: stepscope's in-process sampler thread (``sys._current_frames()``), the shipped one;
+- ``signal@HZ``: stepscope's sampler, the shipped one (the main thread samples itself from a
+  ``SIGPROF`` handler; see ``stepscope.capture.stacks``);
 - ``py-spy@HZ``: py-spy attached from outside (``py-spy record --pid``; needs ptrace rights),
   ``--nonblocking`` (reads memory while the target runs) and default (pauses the target per sample).
 
@@ -60,7 +61,7 @@ def make_loop(block: int):
 class ThreadMode:
     def __init__(self, rate: float):
         self.rate = rate
-        self.name = f"thread@{rate:g}"
+        self.name = f"signal@{rate:g}"
         self.sampler: StackSampler | None = None
         self.cost: list[float] = []
 
@@ -152,8 +153,8 @@ def sampler_ratios(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def gil_held_cost(args: argparse.Namespace) -> None:
-    """CPU the sampler spends per sample while holding the GIL (``sys._current_frames()`` and the
-    walk): the most a sample can take from a training thread that needs the GIL all the time."""
+    """CPU the sampler spends per sample: the stack walk, and the whole signal handler (both taken
+    from the training thread, which runs the handler)."""
     import types
 
     from stepscope.capture import stacks
@@ -190,9 +191,9 @@ def gil_held_cost(args: argparse.Namespace) -> None:
             sampler.stop()
             held = spent[0] / max(1, spent[1]) / 1e3
             total = sampler._thread.cpu_ns / max(1, spent[1]) / 1e3
-            print(f"thread@{rate:g}: {held:.1f} µs CPU per sample holding the GIL ({held * rate / 1e4:.2f}% of the "
-                  f"training thread at most); {total:.1f} µs per sample in all, wake-up included "
-                  f"({total * rate / 1e4:.2f}% of one core)", flush=True)
+            print(f"signal@{rate:g}: {held:.1f} µs CPU per sample in the walk ({held * rate / 1e4:.2f}% of the "
+                  f"training thread); {total:.1f} µs per sample in the whole handler "
+                  f"({total * rate / 1e4:.2f}% of the training thread)", flush=True)
     finally:
         stacks.sys, stacks.StackTable.add = original_sys, original_add
 
