@@ -319,13 +319,19 @@ def test_a_directory_in_use_or_holding_another_run_is_refused_unless_forced(tmp_
     """)
     write_script(tmp_path, "ok.py", TRAIN_FLAT)
     first = _start_in_group(["run", "-o", "out", "slow.py"], tmp_path)
-    assert first.stdout.readline() == "started\n"
-    busy = run_cli(["run", "--no-monitor", "-o", "out", "ok.py"], tmp_path)
-    assert busy.returncode == 2
-    assert busy.stderr.strip().splitlines()[-1].startswith("stepscope: error: run directory")
-    assert "in use" in busy.stderr
-    (tmp_path / "go").write_text("")
-    first.communicate(timeout=120)
+    try:
+        assert first.stdout.readline() == "started\n"
+        busy = run_cli(["run", "--no-monitor", "-o", "out", "ok.py"], tmp_path)
+        assert busy.returncode == 2
+        assert busy.stderr.strip().splitlines()[-1].startswith("stepscope: error: run directory")
+        assert "in use" in busy.stderr
+    finally:  # never leave the slow run behind, whatever failed
+        (tmp_path / "go").write_text("")
+        try:
+            first.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
     assert first.returncode == 0
     assert (tmp_path / "out" / "samples.rank0.jsonl.gz").exists()
     again = run_cli(["run", "--no-monitor", "-o", "out", "ok.py"], tmp_path)
