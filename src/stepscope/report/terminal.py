@@ -21,6 +21,7 @@ PHASE_STYLE = {
     "forward": ("forward", "cyan"),
     "backward": ("backward", "blue"),
     "optimizer": ("optimizer", "magenta"),
+    "communication": ("communication", "yellow"),
     "other": ("other", "bright_black"),
 }
 SEVERITY_STYLE = {
@@ -52,7 +53,8 @@ def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
 
 def _phase_legend(shares: dict[str, float]) -> Text:
     legend = Text()
-    for index, phase in enumerate(PHASES):
+    shown = [phase for phase in PHASES if phase != "communication" or shares.get(phase, 0.0) > 0]
+    for index, phase in enumerate(shown):
         label, style = PHASE_STYLE[phase]
         if index:
             legend.append(" · ")
