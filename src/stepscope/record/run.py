@@ -172,6 +172,8 @@ class RunMeta:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    node_rank: int = 0  # torchrun's GROUP_RANK (the node's rank in a multi-node job)
+    local_world_size: int = 1
     start_wall_ns: int = 0
     start_ns: int = 0
     end_wall_ns: int = 0
