@@ -24,7 +24,10 @@ SKEW_CRITICAL = 0.20
 #: Phases compared across ranks (not backward, see the module docstring).
 STRAGGLER_PHASES = ("data_wait", "forward", "optimizer")
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
-MIN_EXCESS_SHARE = 0.02
+MIN_EXCESS_SHARE = 0.10
+#: When collectives were timed, the other ranks must wait at least this share of the excess more
+#: than the slow rank does (all ranks waiting alike is communication, not a straggler).
+MIN_WAIT_EXPLAINED = 0.5
 
 
 def slow_rank(ev: RunEvidence) -> Finding | None:
@@ -52,6 +55,9 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     waiting = [item for item in per_rank if item is not slow]
     waits = [item.comm.exposed_s for item in waiting if item.comm is not None]
     wait_s = float(np.median(waits)) if waits else None
+    slow_wait = slow.comm.exposed_s if slow.comm is not None else 0.0
+    if wait_s is not None and wait_s - slow_wait < MIN_WAIT_EXPLAINED * lost_s:
+        return None
     impact = lost_s / step
     cause = _cause(slow, phase, lost_s)
     others_s = own_s_of_others = float(np.median([item.own_work_s((phase,)) for item in waiting]))
