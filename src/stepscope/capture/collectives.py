@@ -330,6 +330,12 @@ class CollectiveHooks:
             self.warn.once("ddp-hook", f"DDP's gradient all-reduce not timed ({type(exc).__name__}: {exc})")
 
 
+def _cuda_spans() -> DeviceSpans:
+    import torch
+
+    return DeviceSpans(lambda: torch.cuda.Event(enable_timing=True))
+
+
 class _HookHolder:
     """The communication hook registered on a DDP model: runs the default reduction or the script's
     own hook, and times each bucket."""
@@ -347,8 +353,10 @@ class _HookHolder:
         timer = self.hooks.timer
         local = timer.local
         slot = timer.bucket_started()
-        device = timer.device
         tensor = bucket.buffer()
+        if timer.device is None and getattr(tensor, "is_cuda", False):
+            timer.device = _cuda_spans()
+        device = timer.device
         start_event = device.begin() if device is not None and tensor.is_cuda else None
         local.inside = True
         try:
