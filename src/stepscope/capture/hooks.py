@@ -70,7 +70,9 @@ class LoaderRegistry:
                 "cls": f"{type(loader).__module__}.{type(loader).__qualname__}",
                 "dataset_type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
                 "iterable_dataset": isinstance(dataset, IterableDataset),
-                "batch_size": getattr(loader, "batch_size", None),
+                # a batch sampler (Accelerate's BatchSamplerShard) holds the batch size itself
+                "batch_size": getattr(loader, "batch_size", None)
+                or getattr(getattr(loader, "batch_sampler", None), "batch_size", None),
                 "num_workers": int(getattr(loader, "num_workers", 0) or 0),
                 "pin_memory": bool(getattr(loader, "pin_memory", False)),
                 "prefetch_factor": getattr(loader, "prefetch_factor", None),

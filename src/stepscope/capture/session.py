@@ -62,6 +62,11 @@ def prepare_run_dir(run_dir: str | Path, rank: int = 0, *, force: bool = False, 
 _HELD_LOCKS: list[Any] = []
 
 
+#: The session capturing this process (None when none is): integrations use it instead of starting
+#: a second one under ``stepscope run``.
+ACTIVE: CaptureSession | None = None
+
+
 class CaptureSession:
     """Everything captured in one process (one rank).
 
@@ -125,6 +130,8 @@ class CaptureSession:
 
         self._torch_watcher = when_torch_imported(self._install_hooks)
         self._started = True
+        global ACTIVE
+        ACTIVE = self
         return self
 
     def _install_hooks(self) -> None:
@@ -146,6 +153,9 @@ class CaptureSession:
         """
         if os.getpid() != self.meta["pid"] or not self._lock.acquire(blocking=False):
             return self.record
+        global ACTIVE
+        if ACTIVE is self:
+            ACTIVE = None
         try:
             if self.record is not None:
                 return self.record
