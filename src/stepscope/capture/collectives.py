@@ -35,6 +35,7 @@ waits happen inside FSDP (``Work.wait`` of a native work object) and stay in for
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import threading
 import time
@@ -218,13 +219,20 @@ class CollectiveHooks:
         if not dist.is_available():
             return
         self._install_python(dist)
+        if os.environ.get("STEPSCOPE_DDP_HOOK", "1") == "0":  # opt-out: DDP keeps its C++ reduction
+            self.warn.once("ddp-hook-off", "STEPSCOPE_DDP_HOOK=0: DDP's gradient all-reduce is not timed "
+                           "(counted as backward)")
+        else:
+            self._install_ddp_safely(torch)
+        recorder = self.timer.rec
+        recorder.comm = self.timer
+
+    def _install_ddp_safely(self, torch: Any) -> None:
         try:
             self._install_ddp(torch)
         except Exception as exc:  # noqa: BLE001 - degrade, never break the run
             self.warn.once("hook:ddp", f"could not hook DDP's gradient all-reduce ({type(exc).__name__}: {exc}); "
                            "its time is counted as backward")
-        recorder = self.timer.rec
-        recorder.comm = self.timer
 
     def uninstall(self) -> None:
         self.timer.active = False
@@ -358,13 +366,20 @@ class _HookHolder:
             timer.device = _cuda_spans()
         device = timer.device
         start_event = device.begin() if device is not None and tensor.is_cuda else None
+        if self.user is None:
+            # ``default_hooks.allreduce_hook`` (divide by the world size, all-reduce SUM) with one
+            # completion callback that also stamps the bucket
+            def done_default(fut: Any) -> Any:
+                timer.bucket_finished(slot)
+                if start_event is not None:
+                    device.end(start_event)
+                return fut.value()[0]
+
+            return self._all_reduce(tensor).then(done_default)
         local.inside = True
         try:
-            if self.user is not None:
-                user_state, hook = self.user
-                future = hook(user_state, bucket)
-            else:
-                future = self._default(tensor)
+            user_state, hook = self.user
+            future = hook(user_state, bucket)
         finally:
             local.inside = False
 
@@ -376,11 +391,10 @@ class _HookHolder:
 
         return future.then(done)
 
-    def _default(self, tensor: Any) -> Any:
-        """``default_hooks.allreduce_hook``: divide by the world size, all-reduce (SUM)."""
+    def _all_reduce(self, tensor: Any) -> Any:
         import torch.distributed as dist
 
         group = self.group if self.group is not None else dist.group.WORLD
         all_reduce = self.hooks.originals.get("all_reduce", dist.all_reduce)
         tensor.div_(group.size())
-        return all_reduce(tensor, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+        return all_reduce(tensor, group=group, async_op=True).get_future()
