@@ -16,6 +16,8 @@ from stepscope.record.store import load_record
 pytestmark = pytest.mark.slow
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+#: The stack sampler (code attribution) is not what these tests measure: it stays off here.
+NO_STACKS = ["--stacks-hz", "0"]
 
 STRAGGLER = """
     import time, torch, torch.distributed as dist
@@ -67,7 +69,7 @@ COMM_BOUND = """
 
 def _job(tmp_path, script: str, body: str, *extra: str, env=None):
     write_script(tmp_path, script, body)
-    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "-o", "out", *extra, script], tmp_path,
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "-o", "out", *NO_STACKS, *extra, script], tmp_path,
                         timeout=240, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -83,6 +85,9 @@ def test_straggler_is_named_with_its_cause_and_rank0_is_not_told_to_raise_its_ba
     families = {item["family"] for item in report["findings"]}
     assert "compute" not in families and "communication" not in families
     assert "batch_size" not in json.dumps(report["findings"])
+    rank0 = next(item for item in report["ranks"] if item["rank"] == 0)  # the waiting rank itself
+    assert rank0["findings"][0]["family"] == "straggler"
+    assert not {"compute", "communication"} & {item["family"] for item in rank0["findings"]}
     assert "Ranks (2 of 2)" in result.stderr and "straggles" in result.stderr
     rows = {row["rank"]: row for row in report["job"]["ranks"]}
     assert rows[0]["communication_s"] > 0.5 * rows[1]["data_wait_s"]  # rank 0 waits in the all-reduce
@@ -132,7 +137,7 @@ def test_ddp_losses_are_bit_identical_with_and_without_capture(tmp_path):
     write_script(tmp_path, "ddp.py", BIT_IDENTICAL)
     bare = run_python([*TORCHRUN, "ddp.py"], tmp_path, timeout=240)
     assert bare.returncode == 0, bare.stderr[-3000:]
-    captured = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", "-o", "out", "ddp.py"],
+    captured = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "ddp.py"],
                           tmp_path, timeout=240)
     assert captured.returncode == 0, captured.stderr[-3000:]
     assert sorted(bare.stdout.split("\n")) == sorted(captured.stdout.split("\n"))
@@ -161,7 +166,7 @@ def test_python_collectives_and_async_work_are_communication(tmp_path):
             opt.step()
         dist.destroy_process_group()
     """)
-    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", "-o", "out", "coll.py"],
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "coll.py"],
                         tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = load_record(tmp_path / "out", 0).steps
@@ -187,7 +192,7 @@ def test_a_killed_rank_is_reported_missing_and_loses_nobody_else_s_data(tmp_path
             if rank == 1 and step == 10:
                 os.kill(os.getpid(), signal.SIGKILL)
     """)
-    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "-o", "out", "dies.py"], tmp_path, timeout=240,
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", *NO_STACKS, "-o", "out", "dies.py"], tmp_path, timeout=240,
                         env={"STEPSCOPE_JOB_WAIT_S": "20"})
     assert result.returncode != 0
     assert load_record(tmp_path / "out", 0).steps.communication_ns is not None
@@ -211,7 +216,7 @@ def test_two_nodes_write_one_run_directory_and_one_report(tmp_path):
     common = ["-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
               "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "job7"]
     nodes = [subprocess.Popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
-                               "-o", "out", "straggler.py"], cwd=tmp_path, env=cli_env(),
+                               *NO_STACKS, "-o", "out", "straggler.py"], cwd=tmp_path, env=cli_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in (0, 1)]
     outputs = [node.communicate(timeout=240) for node in nodes]
@@ -228,7 +233,7 @@ def test_two_nodes_write_one_run_directory_and_one_report(tmp_path):
 def test_distributed_zoo_scenarios_find_their_planted_family(tmp_path, name):
     from stepscope.zoo import get_scenario
 
-    result = run_cli(["demo", name, "-o", "out"], tmp_path, timeout=240)
+    result = run_cli(["demo", name, "-o", "out", *NO_STACKS], tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["findings"][0]["family"] == get_scenario(name).planted_family, \

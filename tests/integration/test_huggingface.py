@@ -66,7 +66,7 @@ def _phases_seen(record) -> None:
 
 def test_unmodified_trainer_script(tmp_path):
     write_script(tmp_path, "train.py", TRAINER)
-    result = run_cli(["run", "--no-monitor", "-o", "out", "train.py"], tmp_path, env=OFFLINE)
+    result = run_cli(["run", "--no-monitor", "--stacks-hz", "0", "-o", "out", "train.py"], tmp_path, env=OFFLINE)
     assert result.returncode == 0, result.stderr[-3000:]
     record = load_record(tmp_path / "out")
     assert record.meta.step_source == "optimizer" and len(record.steps) == 12
@@ -89,7 +89,7 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
     # script's Accelerator(cpu=True) keeps them on the CPU with gloo
     result = run_python(["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                         "-m", "stepscope", "run", "-o", "out", "loop.py"], tmp_path, env=OFFLINE, timeout=240)
+                         "-m", "stepscope", "run", "--stacks-hz", "0", "-o", "out", "loop.py"], tmp_path, env=OFFLINE, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DistributedDataParallel" in result.stdout
     for rank in (0, 1):

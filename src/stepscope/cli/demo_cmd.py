@@ -56,6 +56,10 @@ def _launch_torchrun(scenario: Any, args: argparse.Namespace) -> int:
         command += ["--out", str(args.out)]
     if getattr(args, "no_monitor", False):
         command.append("--no-monitor")
+    for option in ("sample_hz", "stacks_hz"):
+        value = getattr(args, option, None)
+        if value is not None and f"--{option.replace('_', '-')}" in " ".join(sys.argv):
+            command += [f"--{option.replace('_', '-')}", str(value)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     try:
         return subprocess.call(command, env=env)
