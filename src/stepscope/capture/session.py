@@ -322,7 +322,8 @@ class CaptureSession:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Attribute a block to a phase: ``data_wait``, ``forward``, ``backward`` or ``optimizer``."""
+        """Attribute a block to a phase: ``data_wait``, ``forward``, ``backward``, ``optimizer`` or
+        ``communication``."""
         if name not in PHASE_NAMES[1:]:
             raise UsageError(f"unknown phase {name!r}; choose one of: {', '.join(PHASE_NAMES[1:])}")
         index = PHASE_NAMES.index(name)
