@@ -238,3 +238,28 @@ def test_distributed_zoo_scenarios_find_their_planted_family(tmp_path, name):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["findings"][0]["family"] == get_scenario(name).planted_family, \
         [item["title"] for item in report["findings"]]
+
+
+def test_fsdp2_collectives_are_communication(tmp_path):
+    write_script(tmp_path, "fsdp.py", """
+        import torch, torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from torch.utils.data import DataLoader, TensorDataset
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in DataLoader(TensorDataset(torch.randn(80, 16), torch.randn(80, 1)), batch_size=8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        dist.destroy_process_group()
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "fsdp.py"],
+                        tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = load_record(tmp_path / "out", 0).steps
+    assert len(steps) == 10 and steps.communication_ns.sum() > 0  # all_gather_single / reduce_scatter_single

@@ -27,9 +27,10 @@ Three sources, all installed by :class:`CollectiveHooks` once torch is imported:
    time is added to ``communication_overlap_ns`` of the step being recorded then (at most a few steps
    late). :class:`DeviceSpans` holds that logic and is tested with fake events.
 
-FSDP2 (``fully_shard``) issues its all-gathers and reduce-scatters through ``dist.*`` functions
-from its hooks; on CPU/gloo their synchronous part is timed as communication, their asynchronous
-waits happen inside FSDP (``Work.wait`` of a native work object) and stay in forward/backward.
+FSDP2 (``fully_shard``) issues its all-gathers and reduce-scatters through ``dist.all_gather_single``
+/ ``dist.reduce_scatter_single`` (torch 2.13) from its hooks: the time in those calls is timed as
+communication (inside forward/backward); its asynchronous waits happen inside FSDP (``Work.wait``
+of a native work object) and stay in forward/backward.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
     "broadcast", "barrier", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "reduce",
     "gather", "scatter", "all_gather_object", "broadcast_object_list", "monitored_barrier",
+    "all_gather_single", "reduce_scatter_single", "all_gather_coalesced", "all_reduce_coalesced",
+    "gather_object", "scatter_object_list", "send_object_list", "recv_object_list", "batch_isend_irecv",
 )
 #: Functions that always return a work object (no ``async_op`` argument).
-ALWAYS_ASYNC = frozenset({"isend", "irecv"})
+ALWAYS_ASYNC = frozenset({"isend", "irecv", "batch_isend_irecv"})
 
 
 class TimedWork:
@@ -280,6 +283,8 @@ class CollectiveHooks:
             if always_async or kwargs.get("async_op") or (position is not None and len(args) > position
                                                            and args[position]):
                 if not _called_from_torch():
+                    if isinstance(result, list):  # batch_isend_irecv
+                        return [TimedWork(work, timer) for work in result]
                     return TimedWork(result, timer)
             return result
 
