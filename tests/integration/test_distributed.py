@@ -263,3 +263,32 @@ def test_fsdp2_collectives_are_communication(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     steps = load_record(tmp_path / "out", 0).steps
     assert len(steps) == 10 and steps.communication_ns.sum() > 0  # all_gather_single / reduce_scatter_single
+
+
+def test_a_script_s_own_comm_hook_runs_and_is_timed(tmp_path):
+    write_script(tmp_path, "hooked.py", """
+        import torch, torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(32, 1))
+        calls = []
+        def hook(state, bucket):
+            calls.append(1)
+            return default_hooks.allreduce_hook(state, bucket)
+        model.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(8):
+            opt.zero_grad()
+            model(torch.randn(4, 32)).sum().backward()
+            opt.step()
+        print("calls", len(calls))
+        dist.destroy_process_group()
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "hooked.py"],
+                        tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("calls 8") == 2  # the script's hook ran for every bucket
+    steps = load_record(tmp_path / "out", 0).steps
+    assert steps.communication_ns.sum() + steps.communication_overlap_ns.sum() > 0
