@@ -23,6 +23,8 @@ SKEW_WARN = 0.10
 SKEW_CRITICAL = 0.20
 #: Phases compared across ranks (not backward, see the module docstring).
 STRAGGLER_PHASES = ("data_wait", "forward", "optimizer")
+#: Scores above this are shown capped (the other ranks' time in the phase is near zero).
+MAX_SCORE = 10.0
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
 MIN_EXCESS_SHARE = 0.10
 #: When collectives were timed, the other ranks must wait at least this share of the excess more
@@ -62,8 +64,10 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     cause = _cause(slow, phase, lost_s)
     others_s = own_s_of_others = float(np.median([item.own_work_s((phase,)) for item in waiting]))
     del own_s_of_others
-    evidence = [Evidence("straggler_score", round(min(skew, 1e6), 3), SKEW_WARN, "ranks", "ratio",
-                         f"rank {rank}, {phase}"),
+    capped = skew > MAX_SCORE
+    evidence = [Evidence("straggler_score", round(min(skew, MAX_SCORE), 3), SKEW_WARN, "ranks", "ratio",
+                         f"rank {rank}, {phase}" + (" (capped: the other ranks barely spend time there)"
+                                                    if capped else "")),
                 Evidence("lost_s_per_step", round(lost_s, 5), None, "ranks", "s",
                          "slowest rank minus the median of the others")]
     if wait_s is not None:
