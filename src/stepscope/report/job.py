@@ -27,7 +27,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.bundle import build_evidence
 from stepscope.analysis.run.ranks import MissingRank, RankRow, RankSpread, missing_ranks, rank_row, rank_spread
@@ -35,6 +35,9 @@ from stepscope.diagnosis.engine import rank_findings, run_rules
 from stepscope.diagnosis.findings import Finding
 from stepscope.record import layout
 from stepscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from stepscope.report.model import RankReport, Report
 
 #: Families that explain other ranks' symptoms: listed first among the job's findings.
 JOB_FAMILIES = ("straggler", "communication")
@@ -114,7 +117,8 @@ def load_ranks(run_dir: str | Path) -> tuple[list[RunRecord], list[MissingRank]]
     """Every readable rank record (with samples) and the ranks whose record could not be read."""
     from stepscope.record.store import load_record
 
-    records, unreadable = [], []
+    records: list[RunRecord] = []
+    unreadable: list[MissingRank] = []
     for rank in layout.record_ranks(Path(run_dir)):
         try:
             records.append(load_record(run_dir, rank))
@@ -126,10 +130,10 @@ def load_ranks(run_dir: str | Path) -> tuple[list[RunRecord], list[MissingRank]]
     return records, unreadable
 
 
-def build_job_report(run_dir: str | Path, records: list[RunRecord] | None = None):
+def build_job_report(run_dir: str | Path, records: list[RunRecord] | None = None) -> Report:
     """The merged report of every rank in ``run_dir`` (see the module docstring)."""
     from stepscope.analysis.run.signals import compute_signals
-    from stepscope.report.model import RankReport, Report, _diagnosis_warnings, run_trace_window
+    from stepscope.report.model import RankReport, Report, _diagnosis_warnings, run_trace_window  # noqa: F811
 
     run_dir = Path(run_dir)
     unreadable: list[MissingRank] = []
@@ -138,7 +142,7 @@ def build_job_report(run_dir: str | Path, records: list[RunRecord] | None = None
     if not records:
         raise ValueError(f"no rank record in {run_dir}")
     records = sorted(records, key=lambda item: item.meta.rank)
-    signals = {}
+    signals: dict[int, Any] = {}
     for record in records:
         try:
             signals[record.meta.rank] = compute_signals(record.samples, record.steps) if record.samples else None
@@ -189,14 +193,14 @@ def _sibling_load(siblings: list[RunRecord], signals: dict[int, Any]) -> tuple[f
     return cores, frozenset(pids)
 
 
-def merge_findings(per_rank: list[Any]) -> tuple[Finding, ...]:
+def merge_findings(per_rank: list[RankReport]) -> tuple[Finding, ...]:
     """One finding per rule for the job, naming its ranks; cross-rank causes first."""
     groups: dict[str, list[tuple[int, Finding]]] = {}
     for part in per_rank:
         for finding in part.diagnosis.findings:
             groups.setdefault(finding.rule_id, []).append((part.rank, finding))
     several = len(per_rank) > 1
-    merged = []
+    merged: list[Finding] = []
     for items in groups.values():
         ranks = sorted(rank for rank, _ in items)
         worst_rank, worst = max(items, key=lambda item: (item[1].impact, -item[0]))

@@ -11,6 +11,8 @@ waits for another is never reported as compute- or communication-bound (``SUPERS
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stepscope.analysis.bundle import RankSteady, RunEvidence
@@ -87,7 +89,7 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
                           phase=phase)
 
 
-def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict:
+def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
     rank = slow.rank
     own_s = slow.own_work_s((phase,))
     if phase == "data_wait":
