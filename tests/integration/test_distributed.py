@@ -86,7 +86,7 @@ def test_straggler_is_named_with_its_cause_and_rank0_is_not_told_to_raise_its_ba
     assert "compute" not in families and "communication" not in families
     assert "batch_size" not in json.dumps(report["findings"])
     rank0 = next(item for item in report["ranks"] if item["rank"] == 0)  # the waiting rank itself
-    assert rank0["findings"][0]["family"] == "straggler"
+    assert "straggler" in {item["family"] for item in rank0["findings"]}  # (others' load may rank above)
     assert not {"compute", "communication"} & {item["family"] for item in rank0["findings"]}
     assert "Ranks (2 of 2)" in result.stderr and "straggles" in result.stderr
     rows = {row["rank"]: row for row in report["job"]["ranks"]}
