@@ -32,6 +32,7 @@ SHORT = {
     "bench_capture.py": ["--rounds", "2", "--steps", "100", "--block", "50"],
     "bench_sampler.py": ["--seconds", "4", "--rounds", "4", "--steps", "30"],
     "bench_analyze.py": ["--traces", str(REFERENCE), "--only", RESNET],
+    "bench_comm.py": ["--rounds", "4", "--steps", "30"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 

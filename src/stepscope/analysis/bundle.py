@@ -127,11 +127,37 @@ class ForeignLoad:
 
 
 @dataclass(frozen=True)
+class CommShares:
+    """Collective time of the steady state (capture's ``communication`` columns).
+
+    ``exposed`` is the ``communication`` phase (the step waits in collectives); ``overlapped`` is
+    collective time that ran under other phases (DDP buckets during backward, CUDA device time).
+    """
+
+    exposed_share: float
+    overlapped_share: float
+    exposed_s: float  # per step
+    overlapped_s: float  # per step
+
+    @property
+    def total_share(self) -> float:
+        return self.exposed_share + self.overlapped_share
+
+
+@dataclass(frozen=True)
 class RankSteady:
     """Another rank of the same job: its steady state, for cross-rank rules."""
 
     rank: int
     steady: SteadyState
+    loader: LoaderInfo | None = None
+    comm: CommShares | None = None
+    node: int = 0
+    hostname: str = ""
+
+    def own_work_s(self, phases: tuple[str, ...]) -> float:
+        """Mean seconds per step in ``phases``."""
+        return sum(self.steady.shares.get(phase, 0.0) for phase in phases) * self.steady.step_time_mean_s
 
 
 @dataclass(frozen=True)
@@ -158,6 +184,7 @@ class RunEvidence:
     foreign: ForeignLoad | None = None
     code: CodeAttribution | None = None
     gc: GcPauseSummary | None = None
+    comm: CommShares | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -179,11 +206,13 @@ class RunEvidence:
             "code": self.code.to_dict() if self.code is not None else None,
             "gc": self.gc.to_dict() if self.gc is not None else None,
             "ranks": [item.rank for item in self.ranks],
+            "communication": asdict(self.comm) if self.comm is not None else None,
         }
 
 
 def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None = None,
-                   trace: TraceEvidence | None = None, ranks: tuple[RunRecord, ...] = ()) -> RunEvidence:
+                   trace: TraceEvidence | None = None, ranks: tuple[RunRecord, ...] = (),
+                   sibling_cores: float = 0.0, sibling_pids: frozenset[int] = frozenset()) -> RunEvidence:
     """The :class:`RunEvidence` of one rank.
 
     Args:
@@ -191,6 +220,8 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         signals: the sampler's signals; derived from ``record.samples`` when None.
         trace: a trace's evidence for this rank.
         ranks: every rank's record of the same job (this one included) for cross-rank rules.
+        sibling_cores: cores the job's other ranks on this machine used (not foreign load).
+        sibling_pids: their processes (left out of the foreign processes).
     """
     if record is None:
         return RunEvidence(trace=trace, mfu_note="no run record: MFU needs capture's FLOP count")
@@ -203,10 +234,9 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
     cpu_count = meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None
     gpu = next((device for device in meta.devices if device.kind in GPU_KINDS), None)
     loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
-    foreign = foreign_load(signals, cpu_count)
+    foreign = foreign_load(signals, cpu_count, sibling_cores, sibling_pids)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
-    other_ranks = tuple(RankSteady(item.meta.rank, state) for item in ranks
-                        if (state := steady_state(item)) is not None)
+    other_ranks = tuple(rank_steady(item, state) for item in ranks if (state := steady_state(item)) is not None)
     return RunEvidence(
         record=record, steady=steady, signals=signals, trace=trace, facts=record.facts,
         ranks=other_ranks if len(other_ranks) == len(ranks) else (),
@@ -216,9 +246,30 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         cpu_demand=cpu_demand(signals, cpu_count, meta.intra_op_threads),
         compute_cores=compute_cores(steady, signals, loader, record),
         op_overhead=op_overhead(record.facts, steady),
-        mfu=estimate, mfu_note=note, foreign=foreign,
+        mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
         code=code_attribution(record, steady), gc=gc_summary(record, steady),
     )
+
+
+def comm_shares(record: RunRecord, steady: SteadyState | None) -> CommShares | None:
+    """The steady state's collective time; None when no collective was captured."""
+    if steady is None:
+        return None
+    steps = record.steps
+    exposed = steps.communication_ns[steady.mask].astype(np.float64)
+    overlapped = steps.communication_overlap_ns[steady.mask].astype(np.float64)
+    total = float(steps.duration_ns[steady.mask].sum())
+    if total <= 0 or (exposed.sum() <= 0 and overlapped.sum() <= 0):
+        return None
+    count = max(1, int(steady.mask.sum()))
+    return CommShares(float(exposed.sum() / total), float(overlapped.sum() / total),
+                      float(exposed.sum() / count / 1e9), float(overlapped.sum() / count / 1e9))
+
+
+def rank_steady(record: RunRecord, state: SteadyState) -> RankSteady:
+    loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
+    return RankSteady(record.meta.rank, state, loader, comm_shares(record, state), record.meta.node_rank,
+                      record.meta.hostname)
 
 
 def code_attribution(record: RunRecord, steady: SteadyState | None) -> CodeAttribution | None:
@@ -346,13 +397,16 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     )
 
 
-def foreign_load(signals: MacroSignals | None, cores: int | None) -> ForeignLoad | None:
-    """Share of all cores used by processes outside the training tree, and the busiest of them."""
+def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores: float = 0.0,
+                 sibling_pids: frozenset[int] = frozenset()) -> ForeignLoad | None:
+    """Share of all cores used by processes outside the training tree (and outside the job's other
+    ranks on this machine), and the busiest of them."""
     if signals is None or not cores or signals.cpu_util_mean is None or not signals.workers:
         return None
-    tree = sum(load.cpu_util for load in signals.workers) / cores
+    tree = (sum(load.cpu_util for load in signals.workers) + sibling_cores) / cores
     share = max(0.0, float(signals.cpu_util_mean) - tree)
-    processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes)
+    processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes
+                      if pid not in sibling_pids)
     return ForeignLoad(round(share, 4), processes)
 
 

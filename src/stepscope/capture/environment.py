@@ -32,7 +32,8 @@ def distributed_env() -> dict[str, int]:
         except ValueError:
             return default
 
-    return {"rank": read("RANK", 0), "local_rank": read("LOCAL_RANK", 0), "world_size": read("WORLD_SIZE", 1)}
+    return {"rank": read("RANK", 0), "local_rank": read("LOCAL_RANK", 0), "world_size": read("WORLD_SIZE", 1),
+            "node_rank": read("GROUP_RANK", 0), "local_world_size": read("LOCAL_WORLD_SIZE", 1)}
 
 
 def static_meta() -> dict[str, Any]:

@@ -23,7 +23,8 @@ from typing import Any
 
 from stepscope.record.run import PHASES, GcPauses, StepTable, steps_of
 
-_PHASE_OF_RECORDER = tuple(PHASES.index(name) for name in ("other", "data_wait", "forward", "backward", "optimizer"))
+_PHASE_OF_RECORDER = tuple(PHASES.index(name) for name in ("other", "data_wait", "forward", "backward", "optimizer",
+                                                          "communication"))
 _now = time.perf_counter_ns
 
 

@@ -223,6 +223,7 @@ class TorchHooks:
             ("backward", self._install_backward),
             ("optimizer", self._install_optimizer),
             ("forward", self._install_forward if self.watch_forward else None),
+            ("collectives", self._install_collectives),
         ):
             if installer is None:
                 continue
@@ -309,6 +310,14 @@ class TorchHooks:
 
         self._patch(DataLoader, "__iter__", __iter__)
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
+
+    # -- collectives (the communication phase, see collectives.py) --------------------------
+    def _install_collectives(self, torch: Any) -> None:
+        from stepscope.capture.collectives import CollectiveHooks
+
+        self.collectives = CollectiveHooks(self.rec, self.warn)
+        self._undo.append(self.collectives.uninstall)
+        self.collectives.install(torch)
 
     # -- backward ----------------------------------------------------------------------------
     def _install_backward(self, torch: Any) -> None:

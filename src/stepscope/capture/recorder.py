@@ -2,7 +2,7 @@
 
 Hooks report *boundaries* (enter/leave a phase, a batch fetched, an optimizer step done); the
 recorder attributes every nanosecond between two boundaries to exactly one phase — the innermost
-one open — so ``data_wait + forward + backward + optimizer + other == duration`` holds by
+one open — so ``data_wait + forward + backward + optimizer + communication + other == duration`` holds by
 construction, whatever nests in what (LBFGS closures, backward inside forward, re-entrant calls).
 
 Step boundaries:
@@ -45,8 +45,8 @@ from typing import Any
 
 from stepscope.record.run import STEP_COLUMNS, StepTable
 
-OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER = range(5)
-PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer")
+OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION = range(6)
+PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "communication")
 
 #: Step-boundary modes used until an optimizer (or an explicit ``step()``) takes over.
 FALLBACK_MODES = frozenset({"batch", "backward", "forward"})
@@ -86,10 +86,13 @@ class StepRecorder:
         self._pending: dict[str, Any] | None = None  # ended, not yet committed step
         self.on_commit: Callable[[int], None] | None = None
         self.device: Any = None  # a DeviceTimer once CUDA is in use (see cuda_timing.py)
+        #: collective timing (capture/collectives.py): ``backward_done(now) -> (exposed, overlapped)``
+        self.comm: Any = None
 
     # -- phase accounting ------------------------------------------------------------------
     def _reset_step(self) -> None:
-        self._acc = [0, 0, 0, 0, 0]
+        self._acc = [0, 0, 0, 0, 0, 0]
+        self._overlap_ns = 0
         self._init_ns = 0
         self._wait_cpu_ns = 0
         self._batches = 0
@@ -138,8 +141,22 @@ class StepRecorder:
         if self.listener is not None:
             self._notify("stop", phase)
         if phase == BACKWARD and self._phase != BACKWARD:
+            if self.comm is not None:
+                self._settle_backward_comm(now)
             self._backward_left()
         return now
+
+    def _settle_backward_comm(self, now: int) -> None:
+        """Move the exposed part of the gradient all-reduce from backward to communication."""
+        exposed, overlapped = self.comm.backward_done(now)
+        exposed = max(0, min(exposed, self._acc[BACKWARD]))
+        self._acc[BACKWARD] -= exposed
+        self._acc[COMMUNICATION] += exposed
+        self._overlap_ns += max(0, overlapped)
+
+    def add_overlap(self, ns: int) -> None:
+        """Collective time that ran concurrently with another phase (not part of the partition)."""
+        self._overlap_ns += max(0, ns)
 
     def _backward_left(self) -> None:
         self.backwards += 1
@@ -271,6 +288,7 @@ class StepRecorder:
             "start": self._start if self._start is not None else end,
             "end": end,
             "acc": list(self._acc),
+            "overlap": self._overlap_ns,
             "init": self._init_ns,
             "wait_cpu": self._wait_cpu_ns,
             "batches": self._batches,
@@ -298,6 +316,7 @@ class StepRecorder:
         now = self.clock()
         self._mark(now)
         self._acc = [a + b for a, b in zip(self._acc, pending["acc"])]
+        self._overlap_ns += pending["overlap"]
         self._init_ns += pending["init"]
         self._wait_cpu_ns += pending["wait_cpu"]
         self._batches += pending["batches"]
@@ -318,8 +337,10 @@ class StepRecorder:
             return
         first = self.count - rows
         cols = self.columns
-        for index, name in enumerate(("other_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns")):
+        for index, name in enumerate(("other_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns",
+                                      "communication_ns")):
             self._acc[index] += sum(cols[name][first:self.count])
+        self._overlap_ns += sum(cols["communication_overlap_ns"][first:self.count])
         self._init_ns += sum(cols["loader_init_ns"][first:self.count])
         self._wait_cpu_ns += sum(cols["data_wait_cpu_ns"][first:self.count])
         self._batches += sum(cols["batches"][first:self.count])
@@ -343,7 +364,10 @@ class StepRecorder:
         cols["forward_ns"].append(acc[FORWARD])
         cols["backward_ns"].append(acc[BACKWARD])
         cols["optimizer_ns"].append(acc[OPTIMIZER])
-        cols["other_ns"].append(duration - acc[DATA_WAIT] - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER])
+        cols["communication_ns"].append(acc[COMMUNICATION])
+        cols["communication_overlap_ns"].append(step["overlap"])
+        cols["other_ns"].append(duration - acc[DATA_WAIT] - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER]
+                                - acc[COMMUNICATION])
         cols["batches"].append(step["batches"])
         cols["samples"].append(step["samples"] if step["batches"] else -1)
         cols["optimizer_steps"].append(step["opt_steps"])

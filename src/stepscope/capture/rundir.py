@@ -63,6 +63,13 @@ _LOCK_PATIENCE_S = 1.0
 _PREVIOUS_OWNER = " of an earlier run"
 
 
+def _multi_node() -> bool:
+    try:
+        return int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
 def job_id() -> str:
     """Who may share a run directory: the ranks of one torchrun job, else only this process."""
     import socket
@@ -70,6 +77,9 @@ def job_id() -> str:
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id.lower() != "none":
         return f"torchelastic:{run_id}"
+    if _multi_node() and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        # several nodes' agents share one rendezvous (and its store's address), not a parent process
+        return f"rendezvous:{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ:
         return f"agent:{socket.gethostname()}:{os.getppid()}:{_parent_start_time()}"
     return f"process:{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"

@@ -63,6 +63,11 @@ def prepare_run_dir(run_dir: str | Path, rank: int = 0, *, force: bool = False, 
 _HELD_LOCKS: list[Any] = []
 
 
+#: The session capturing this process (None when none is): integrations use it instead of starting
+#: a second one under ``stepscope run``.
+ACTIVE: CaptureSession | None = None
+
+
 class CaptureSession:
     """Everything captured in one process (one rank).
 
@@ -136,6 +141,8 @@ class CaptureSession:
         self.children = ChildProcesses(self.recorder.in_data_wait)
         _quietly(self.warnings, "child-processes", self.children.install)
         self._started = True
+        global ACTIVE
+        ACTIVE = self
         return self
 
     def _install_hooks(self) -> None:
@@ -157,6 +164,9 @@ class CaptureSession:
         """
         if os.getpid() != self.meta["pid"] or not self._lock.acquire(blocking=False):
             return self.record
+        global ACTIVE
+        if ACTIVE is self:
+            ACTIVE = None
         try:
             if self.record is not None:
                 return self.record
@@ -364,7 +374,8 @@ class CaptureSession:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Attribute a block to a phase: ``data_wait``, ``forward``, ``backward`` or ``optimizer``."""
+        """Attribute a block to a phase: ``data_wait``, ``forward``, ``backward``, ``optimizer`` or
+        ``communication``."""
         if name not in PHASE_NAMES[1:]:
             raise UsageError(f"unknown phase {name!r}; choose one of: {', '.join(PHASE_NAMES[1:])}")
         index = PHASE_NAMES.index(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from stepscope.cli.run_cmd import add_capture_options, capture_options, run_target
@@ -35,8 +36,35 @@ def handle(args: argparse.Namespace) -> int:
         if args.steps < 1:
             raise UsageError(f"--steps must be at least 1, got {args.steps}")
         script_args += ["--steps", str(args.steps)]
+    if scenario.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        return _launch_torchrun(scenario, args)
     target = resolve_module(scenario.module, script_args)
     return run_target(target, options, run_name=f"demo-{scenario.name}")
+
+
+def _launch_torchrun(scenario: Any, args: argparse.Namespace) -> int:
+    """Run a multi-process scenario as ``torchrun --standalone --nproc_per_node N -m stepscope demo NAME``:
+    every rank captures itself, rank 0 prints the job's merged summary."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(scenario.nproc), "-m", "stepscope", "demo", scenario.name]
+    if args.steps is not None:
+        command += ["--steps", str(args.steps)]
+    if getattr(args, "out", None):
+        command += ["--out", str(args.out)]
+    if getattr(args, "no_monitor", False):
+        command.append("--no-monitor")
+    for option in ("sample_hz", "stacks_hz"):
+        value = getattr(args, option, None)
+        if value is not None and f"--{option.replace('_', '-')}" in " ".join(sys.argv):
+            command += [f"--{option.replace('_', '-')}", str(value)]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    try:
+        return subprocess.call(command, env=env)
+    except KeyboardInterrupt:
+        return 130
 
 
 def _print_list(scenarios: dict[str, Any], default: str) -> int:

@@ -43,7 +43,12 @@ def _handle(args: argparse.Namespace) -> int:
         return _print_flame(record, args.flame)
     record_file = resolve_record_path(args.run_dir, args.rank)
     exports = plan_exports(args, record_file.parent)  # checks the outputs before any work
-    report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
+    from stepscope.report.job import build_job_report, is_job_dir
+
+    if args.rank is None and is_job_dir(args.run_dir):
+        report = build_job_report(record_file.parent)  # every rank merged into one report
+    else:
+        report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
     if exports:
         export_report(report, run_dir=record_file.parent, **exports)
         return 0

@@ -47,7 +47,7 @@ SUPERSEDES: dict[str, frozenset[str]] = {
     # tiny operators explain the low MFU
     "launch_overhead": frozenset({"compute"}),
     # a rank waiting for others (in collectives) is never compute-bound
-    "straggler": frozenset({"compute"}),
+    "straggler": frozenset({"compute", "communication"}),
     "communication": frozenset({"compute"}),
     # a checkpoint or evaluation every N steps lands in "other": the stall names it better
     "periodic_stall": frozenset({"outside_model"}),
@@ -67,6 +67,7 @@ CLAIM_PHASES: dict[str, tuple[str, ...]] = {
     "data_wait": ("data_wait",),
     "compute": ("forward", "backward", "optimizer"),
     "other": ("other",),
+    "communication": ("communication",),
 }
 
 

@@ -23,8 +23,8 @@ SCHEMA_VERSION = 2
 RECORD_KIND = "stepscope.run_record"
 
 #: Phases, in the order they are rendered. They partition each step exactly:
-#: ``data_wait + forward + backward + optimizer + other == duration``.
-PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "other")
+#: ``data_wait + forward + backward + optimizer + communication + other == duration``.
+PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "communication", "other")
 
 #: Every step column and what it holds. ``-1`` means "unknown" where a value may be missing.
 STEP_COLUMNS: dict[str, str] = {
@@ -37,6 +37,10 @@ STEP_COLUMNS: dict[str, str] = {
     "forward_ns": "time inside the outermost module calls",
     "backward_ns": "time inside Tensor.backward / torch.autograd.backward",
     "optimizer_ns": "time inside optimizer.step",
+    "communication_ns": "time the step waits in collectives: torch.distributed calls from Python (until "
+                        "wait() for async ones) and the exposed part of DDP's gradient all-reduce",
+    "communication_overlap_ns": "collective time that ran while another phase computed (DDP buckets during "
+                                "backward); not part of the partition",
     "other_ns": "the rest of the step",
     "batches": "batches fetched from DataLoaders during the step (micro-batches)",
     "samples": "samples in those batches (-1 when it could not be inferred)",
@@ -60,6 +64,8 @@ class StepTable:
     forward_ns: np.ndarray
     backward_ns: np.ndarray
     optimizer_ns: np.ndarray
+    communication_ns: np.ndarray
+    communication_overlap_ns: np.ndarray
     other_ns: np.ndarray
     batches: np.ndarray
     samples: np.ndarray
@@ -166,6 +172,8 @@ class RunMeta:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    node_rank: int = 0  # torchrun's GROUP_RANK (the node's rank in a multi-node job)
+    local_world_size: int = 1
     start_wall_ns: int = 0
     start_ns: int = 0
     end_wall_ns: int = 0

@@ -45,6 +45,8 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
     except Exception as exc:  # noqa: BLE001 - a damaged samples file must not cost the summary
         _warn(f"the sampler's samples could not be read ({exc}); summary without them")
     report = build_report(record, run_dir=run_dir)
+    if record.meta.world_size > 1 and record.meta.rank == 0:
+        report = _job_report(record, run_dir, report)
     path = layout.report_path(run_dir) if record.meta.rank == 0 else run_dir / f"report.rank{record.meta.rank}.json"
     try:
         save_report_json(report, path)
@@ -58,6 +60,18 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
         except (OSError, ValueError):  # stderr closed or unwritable under us
             pass
     return report
+
+
+def _job_report(record: RunRecord, run_dir: Path, fallback: Report) -> Report:
+    """Rank 0 of a multi-rank job: wait (bounded) for the other ranks' records, then merge them all."""
+    from stepscope.report.job import build_job_report, wait_for_ranks
+
+    try:
+        wait_for_ranks(run_dir, record.meta.world_size)
+        return build_job_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the rank's own report is still worth printing
+        _warn(f"the ranks' records could not be merged ({type(exc).__name__}: {exc}); rank 0's report only")
+        return fallback
 
 
 def _stream_usable(stream: Any) -> bool:

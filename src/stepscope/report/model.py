@@ -66,6 +66,9 @@ class Report:
     ranks: tuple[RankReport, ...] = ()
     #: the views of a run's own torch.profiler window (``stepscope run --trace``); not in to_dict()
     window_analysis: TraceAnalysis | None = field(default=None, compare=False)
+    #: a multi-rank job merged by :func:`stepscope.report.job.build_job_report`: the rank table,
+    #: the spread, the missing ranks (a :class:`stepscope.report.job.JobSummary`)
+    job: Any = None
 
     # -- what renderers read ------------------------------------------------------------------
     @property
@@ -160,6 +163,7 @@ class Report:
             "trace": ev.trace.to_dict() if ev.trace is not None else None,
             "ranks": [item.to_dict() for item in self.ranks],
             "trace_analysis": self.trace_analysis.to_dict() if self.trace_analysis is not None else None,
+            "job": self.job.to_dict() if self.job is not None else None,
         }
 
     def _summary(self) -> dict[str, Any]:

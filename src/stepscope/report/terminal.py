@@ -14,13 +14,14 @@ from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
 from stepscope.report.model import Report
 from stepscope.text import printable
-from stepscope.units import format_duration, format_duration_ns, format_ratio, format_value
+from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
 PHASE_STYLE = {
     "data_wait": ("data wait", "red"),
     "forward": ("forward", "cyan"),
     "backward": ("backward", "blue"),
     "optimizer": ("optimizer", "magenta"),
+    "communication": ("communication", "yellow"),
     "other": ("other", "bright_black"),
 }
 SEVERITY_STYLE = {
@@ -63,7 +64,8 @@ def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
 
 def _phase_legend(shares: dict[str, float], measured: tuple[str, ...] | None = None) -> Text:
     legend = Text()
-    for index, phase in enumerate(PHASES):
+    shown = [phase for phase in PHASES if phase != "communication" or shares.get(phase, 0.0) > 0]
+    for index, phase in enumerate(shown):
         label, style = PHASE_STYLE[phase]
         if index:
             legend.append(" · ")
@@ -195,6 +197,35 @@ def _verdict(report: Report) -> Group:
     return Group(*parts)
 
 
+def rank_table(job: Any) -> Group:
+    """The job's per-rank table, its spread and its missing ranks."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    nodes = len({row.node for row in job.rows}) > 1
+    names = ("rank", *(("node",) if nodes else ()), "step", "data", "compute", "comm", "overlap", "CPU", "RSS")
+    for name in names:
+        table.add_column(name, justify="left" if name == "rank" else "right", no_wrap=True)
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.1f}ms"
+
+    for row in job.rows:
+        cells = [str(row.rank), *((str(row.node),) if nodes else ()), ms(row.step_time_s), ms(row.data_wait_s),
+                 ms(row.compute_s), ms(row.communication_s), ms(row.overlapped_s),
+                 f"{row.cpu_util:.0%}" if row.cpu_util is not None else "-",
+                 format_bytes(row.rss_bytes) if row.rss_bytes else "-"]
+        table.add_row(*cells)
+    parts: list[Any] = [Text(f"Ranks ({len(job.rows)} of {job.world_size}), per step; comm: waiting in "
+                             "collectives, overlap: hidden under backward", style="bold"), table]
+    if job.spread is not None:
+        spread = job.spread
+        parts.append(Text(f"spread: step time {format_duration(spread.step_time_min_s)}–"
+                          f"{format_duration(spread.step_time_max_s)} ({format_ratio(spread.step_time_spread)}); "
+                          f"most own work (step − comm): rank {spread.slowest_rank}", style="bright_black"))
+    for item in job.missing:
+        parts.append(Text(printable(f"rank {item.rank} missing: {item.reason}"), style="yellow"))
+    return Group(*parts)
+
+
 def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Panel:
     """The summary panel."""
     meta = report.meta
@@ -207,6 +238,8 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
     parts: list[Any] = [_overview(report)]
     if macro is not None:
         parts += [Text(""), macro]
+    if report.job is not None:
+        parts += [Text(""), rank_table(report.job)]
     parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
     for message in report.warnings[:MAX_WARNINGS]:
         parts.append(Text(f"warning: {printable(message)}", style="yellow"))

@@ -24,6 +24,7 @@ class Scenario:
         title: one line for ``stepscope demo --list``.
         mechanism: how the bottleneck is planted (what the script does).
         args: extra command-line arguments passed to the script by ``stepscope demo``.
+        nproc: processes; above 1, ``stepscope demo`` launches the scenario under torchrun (gloo).
     """
 
     name: str
@@ -32,6 +33,7 @@ class Scenario:
     title: str
     mechanism: str
     args: tuple[str, ...] = ()
+    nproc: int = 1
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -137,6 +139,24 @@ SCENARIOS: dict[str, Scenario] = {
             title="token model fed from JSONL by stepscope.data",
             mechanism="IndexedJsonl + BucketBatchSampler + pad_collate on a generated JSONL file: "
             "sub-millisecond batches with little padding; the per-token MLP dominates the step",
+        ),
+        Scenario(
+            name="comm-bound",
+            module="stepscope.zoo.comm_bound",
+            planted_family="communication",
+            title="DDP on 2 gloo processes: a wide MLP with a batch of 2 per rank",
+            mechanism="each step computes 2 samples and all-reduces ~4 MB of gradients: the step waits "
+            "in the all-reduce after backward",
+            nproc=2,
+        ),
+        Scenario(
+            name="straggler",
+            module="stepscope.zoo.straggler",
+            planted_family="straggler",
+            title="DDP on 2 gloo processes: rank 1's DataLoader waits 5 ms per sample",
+            mechanism="rank 1 loads slowly (num_workers=0, a slow shard); rank 0 waits for it in DDP's "
+            "gradient all-reduce",
+            nproc=2,
         ),
     )
 }

@@ -1,11 +1,18 @@
-"""Communication: collectives take a large, poorly overlapped share of the step.
+"""Communication: the step waits in collectives that computation does not hide.
 
-Evidence: a trace's communication share and the share of it overlapped by computation (the
-TensorBoard plugin's distributed view, HTA's comm/comp overlap). The exposed part —
-communication × (1 − overlap) — is the impact.
+Evidence, from capture (``ev.comm``): the ``communication`` phase — the time the step waits in
+``torch.distributed`` collectives and the exposed part of DDP's gradient all-reduce — and the
+collective time overlapped with backward. From a trace (``stepscope analyze``): the communication
+share and the share of it overlapped by computation (the TensorBoard plugin's distributed view,
+HTA's comm/comp overlap). The exposed part is the impact.
+
+Waiting for a slower rank looks like communication from the waiting rank; the straggler rule names
+that cause and supersedes this one (``SUPERSEDES``).
 """
 
 from __future__ import annotations
+
+import math
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
@@ -13,11 +20,82 @@ from stepscope.diagnosis.rules import _common as common
 
 #: The TensorBoard plugin recommends acting above 10 % of the step in communication.
 COMM_MODERATE = 0.10
-#: XProf's smart suggestion "CollectiveBound" fires at 30 %.
+#: XProf's smart suggestion "CollectiveBound" fires at 30 % (the seed's red flag).
 COMM_HIGH = 0.30
+#: Per-rank batch multiplied at most by this in a prescription.
+MAX_BATCH_FACTOR = 8
 
 
 def exposed_collectives(ev: RunEvidence) -> Finding | None:
+    if ev.comm is not None and ev.steady is not None:
+        return _from_capture(ev)
+    return _from_trace(ev)
+
+
+def _from_capture(ev: RunEvidence) -> Finding | None:
+    comm = ev.comm
+    steady = ev.steady
+    assert comm is not None and steady is not None
+    exposed = comm.exposed_share
+    dominant = max(steady.shares.items(), key=lambda item: item[1])[0] == "communication"
+    if exposed < COMM_MODERATE and not dominant:
+        return None
+    step_s = steady.step_time_mean_s
+    compute_s = steady.compute_share * step_s
+    evidence = [
+        Evidence("exposed_communication_share", round(exposed, 4), COMM_HIGH, "steps", "ratio",
+                 "the step waits in collectives (communication phase)"),
+        Evidence("exposed_communication_s", round(comm.exposed_s, 5), None, "steps", "s", "per step"),
+        Evidence("overlapped_communication_share", round(comm.overlapped_share, 4), None, "steps", "ratio",
+                 "collective time hidden under backward"),
+        Evidence("compute_s", round(compute_s, 5), None, "steps", "s", "forward + backward + optimizer per step"),
+    ]
+    prescriptions = _prescriptions(ev, exposed, comm.exposed_s, compute_s)
+    level = "above the 30% red flag" if exposed >= COMM_HIGH else "moderate"
+    return common.finding(
+        "communication.exposed_collectives", "communication",
+        f"Communication-bound: the step waits {common.pct(exposed)} of its time in collectives ({level})",
+        exposed, 0.8, evidence, prescriptions,
+        f"Each step waits {common.ms(comm.exposed_s)} in collectives (gradient all-reduce) that computation "
+        f"({common.ms(compute_s)} per step) does not hide.", claims=("communication",),
+        exposed_share=round(exposed, 4), overlapped_share=round(comm.overlapped_share, 4))
+
+
+def _prescriptions(ev: RunEvidence, exposed: float, exposed_s: float, compute_s: float) -> list[Prescription]:
+    loader = ev.main_loader
+    batch = loader.batch_size if loader is not None else None
+    factor = min(MAX_BATCH_FACTOR, max(2, math.ceil((exposed_s + compute_s) / compute_s))) if compute_s > 0 \
+        else MAX_BATCH_FACTOR
+    because = f"communication is {common.pct(exposed)} of the step and does not grow with the batch"
+    out = []
+    if batch:
+        out.append(Prescription(
+            f"DataLoader(batch_size={batch * factor}) per rank (from {batch}), or gradient accumulation: "
+            f"{factor} micro-batches with `with model.no_sync():` on all but the last", because))
+    else:
+        out.append(Prescription(f"Gradient accumulation: {factor} micro-batches per all-reduce, "
+                                "`with model.no_sync():` on all but the last", because))
+    out.append(Prescription(
+        "DDP(model, bucket_cap_mb=100, gradient_as_bucket_view=True, static_graph=True) — larger buckets "
+        "start fewer all-reduces, bucket views avoid a copy, a static graph lets DDP reorder buckets",
+        f"the step waits {common.ms(exposed_s)} per step after backward"))
+    on_gpu = ev.gpu is not None
+    out.append(Prescription(
+        "Compress gradients: model.register_comm_hook(None, default_hooks.bf16_compress_hook) "
+        "(halves the bytes), or PowerSGD: powerSGD_hook.PowerSGDState(process_group=None, "
+        "matrix_approximation_rank=1, start_powerSGD_iter=1000) with powerSGD_hook.powerSGD_hook",
+        "fewer bytes per all-reduce"))
+    out.append(Prescription(
+        "Check the interconnect and backend: " + (
+            "init_process_group('nccl') on GPUs (not gloo); NCCL_DEBUG=INFO shows the transport (P2P/NVLink, "
+            "IB, or sockets); NCCL_P2P_DISABLE / NCCL_IB_DISABLE must not be set"
+            if on_gpu else "gloo over TCP is the slow path: NCCL on GPUs; on CPU keep ranks on one node or use a "
+                           "fast network (GLOO_SOCKET_IFNAME picks the interface)"),
+        "collective bandwidth sets the floor of the wait"))
+    return out
+
+
+def _from_trace(ev: RunEvidence) -> Finding | None:
     share = common.field_of(ev.trace, "communication_share")
     if share is None or share < COMM_MODERATE:
         return None

@@ -1,16 +1,21 @@
 """Stragglers: one rank is slower than the others, and every collective waits for it.
 
-Evidence: per-rank steady-state means of data wait and forward time (``ev.ranks``, one record per
-rank). Backward time is deliberately not used: DDP's all-reduce equalises it across ranks, which
-hides a backward straggler (TraceML issue #252). The skew score of a phase is
-``(slowest − median) / median``; TraceML warns at 0.10 and calls 0.20 critical.
+Evidence: per-rank steady-state means of each rank's *own* work — data wait, forward, optimizer
+(``ev.ranks``, one record per rank) — and, when capture timed the collectives, the other ranks'
+communication wait. Backward time is deliberately not used: DDP's all-reduce equalises it across
+ranks, which hides a backward straggler (TraceML issue #252). The skew score of a phase is
+``(slowest − median of the others) / median of the others``; TraceML warns at 0.10 and calls 0.20
+critical. The finding is the same on every rank of the job (the waiting ranks too), so a rank that
+waits for another is never reported as compute- or communication-bound (``SUPERSEDES``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.bundle import RankSteady, RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -19,40 +24,94 @@ SKEW_WARN = 0.10
 #: TraceML's straggler score critical level.
 SKEW_CRITICAL = 0.20
 #: Phases compared across ranks (not backward, see the module docstring).
-STRAGGLER_PHASES = ("data_wait", "forward")
+STRAGGLER_PHASES = ("data_wait", "forward", "optimizer")
+#: Scores above this are shown capped (the other ranks' time in the phase is near zero).
+MAX_SCORE = 10.0
+#: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
+MIN_EXCESS_SHARE = 0.10
+#: When collectives were timed, the other ranks must wait at least this share of the excess more
+#: than the slow rank does (all ranks waiting alike is communication, not a straggler).
+MIN_WAIT_EXPLAINED = 0.5
 
 
 def slow_rank(ev: RunEvidence) -> Finding | None:
     if len(ev.ranks) < 2:
         return None
-    per_rank = [(item.rank, item.steady) for item in ev.ranks]
+    per_rank = list(ev.ranks)
+    step = max(item.steady.step_time_mean_s for item in per_rank)
     best = None
     for phase in STRAGGLER_PHASES:
-        seconds = np.array([stats.shares[phase] * stats.step_time_mean_s for _, stats in per_rank])
-        median = float(np.median(seconds))
+        seconds = np.array([item.own_work_s((phase,)) for item in per_rank])
         slowest = int(np.argmax(seconds))
-        if median <= 0:
+        others = np.delete(seconds, slowest)
+        median = float(np.median(others))
+        excess = float(seconds[slowest]) - median
+        if excess <= 0 or step <= 0 or excess < MIN_EXCESS_SHARE * step:
             continue
-        skew = (float(seconds[slowest]) - median) / median
-        if best is None or skew > best[0]:
-            best = (skew, phase, slowest, float(seconds[slowest]) - median)
+        skew = excess / median if median > 0 else float("inf")
+        if best is None or excess > best[3]:
+            best = (skew, phase, slowest, excess)
     if best is None or best[0] < SKEW_WARN:
         return None
     skew, phase, index, lost_s = best
-    rank, stats = per_rank[index]
-    step = max(stats.step_time_mean_s for _, stats in per_rank)
-    impact = lost_s / step if step > 0 else 0.0
-    fixes = {"data_wait": Prescription(f"Rank {rank}'s input is slower: check its node's CPU load, "
-                                       "storage and num_workers; balance shards across ranks",
-                                       f"{phase} {skew:.0%} above the median rank"),
-             "forward": Prescription(f"Rank {rank} computes slower: check for a throttled or shared GPU "
-                                     "(stepscope gpu-procs), uneven batch shapes, or a slower node",
-                                     f"{phase} {skew:.0%} above the median rank")}
+    slow = per_rank[index]
+    rank = slow.rank
+    waiting = [item for item in per_rank if item is not slow]
+    waits = [item.comm.exposed_s for item in waiting if item.comm is not None]
+    wait_s = float(np.median(waits)) if waits else None
+    slow_wait = slow.comm.exposed_s if slow.comm is not None else 0.0
+    if wait_s is not None and wait_s - slow_wait < MIN_WAIT_EXPLAINED * lost_s:
+        return None
+    impact = lost_s / step
+    cause = _cause(slow, phase, lost_s)
+    others_s = own_s_of_others = float(np.median([item.own_work_s((phase,)) for item in waiting]))
+    del own_s_of_others
+    capped = skew > MAX_SCORE
+    evidence = [Evidence("straggler_score", round(min(skew, MAX_SCORE), 3), SKEW_WARN, "ranks", "ratio",
+                         f"rank {rank}, {phase}" + (" (capped: the other ranks barely spend time there)"
+                                                    if capped else "")),
+                Evidence("lost_s_per_step", round(lost_s, 5), None, "ranks", "s",
+                         "slowest rank minus the median of the others")]
+    if wait_s is not None:
+        evidence.append(Evidence("others_wait_in_collectives_s", round(wait_s, 5), None, "steps", "s",
+                                 "median over the other ranks, per step"))
+    confidence = 0.7 if skew >= SKEW_CRITICAL else 0.55
+    if wait_s is not None and wait_s >= 0.5 * lost_s:
+        confidence = 0.85  # the others measurably wait for it
+    waiting_ranks = ", ".join(str(item.rank) for item in waiting)
+    summary = (f"Rank {rank} {cause['what']}; rank(s) {waiting_ranks} wait for it"
+               + (f" {common.ms(wait_s)} per step in collectives" if wait_s else "") + ".")
     return common.finding("straggler.slow_rank", "straggler",
-                          f"Rank {rank} straggles: its {phase.replace('_', ' ')} is {skew:.0%} above the "
-                          "median rank", impact, 0.7 if skew >= SKEW_CRITICAL else 0.55,
-                          [Evidence("straggler_score", round(skew, 3), SKEW_WARN, "ranks", "ratio",
-                                    f"rank {rank}, {phase}"),
-                           Evidence("lost_s_per_step", round(lost_s, 5), None, "ranks", "s",
-                                    "slowest minus median rank")],
-                          [fixes[phase]], "Every collective waits for the slowest rank.", rank=rank)
+                          f"Rank {rank} straggles: {cause['what']} (other ranks: {common.ms(others_s)})",
+                          impact, confidence, evidence, [cause["fix"]], summary,
+                          claims=("communication", "data_wait", "compute"), rank=rank,
+                          ranks=[item.rank for item in per_rank], waiting_ranks=[item.rank for item in waiting],
+                          phase=phase)
+
+
+def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
+    rank = slow.rank
+    own_s = slow.own_work_s((phase,))
+    if phase == "data_wait":
+        loader = slow.loader
+        settings = ""
+        if loader is not None:
+            settings = f": DataLoader(num_workers={loader.num_workers}) on rank {rank}"
+        what = f"waits {common.ms(own_s)} per step for data{settings}"
+        suggested = max(2, (loader.num_workers * 2) if loader is not None and loader.num_workers else 2)
+        fix = Prescription(
+            f"Speed up rank {rank}'s input: DataLoader(num_workers={suggested}) on rank {rank}, check its "
+            "shard (same size and cost as the others'), its node's CPU load and storage",
+            f"rank {rank} waits {common.ms(lost_s)} per step longer for data than the others",
+            setting="num_workers", current=loader.num_workers if loader is not None else None,
+            suggested=suggested)
+    elif phase == "forward":
+        what = f"computes its forward {common.ms(lost_s)} per step slower than the others"
+        fix = Prescription(f"Rank {rank} computes slower: check for a throttled or shared GPU "
+                           "(stepscope gpu-procs), uneven batch shapes, or a slower node",
+                           f"forward {common.ms(lost_s)} per step above the other ranks")
+    else:
+        what = f"spends {common.ms(lost_s)} per step longer in the optimizer than the others"
+        fix = Prescription(f"Rank {rank}'s optimizer step is slower: check its node's CPU load and "
+                           "parameter placement", f"optimizer {common.ms(lost_s)} per step above the other ranks")
+    return {"what": what, "fix": fix}

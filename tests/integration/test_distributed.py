@@ -1,0 +1,294 @@
+"""Multi-rank jobs under torchrun (gloo, 2 processes): the communication phase, the merged job
+report, cross-rank verdicts, bit-identical DDP, killed ranks, two nodes on one machine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from support import cli_env, run_cli, run_python, write_script
+from stepscope.record.store import load_record
+
+pytestmark = pytest.mark.slow
+
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+#: The stack sampler (code attribution) is not what these tests measure: it stays off here.
+NO_STACKS = ["--stacks-hz", "0"]
+
+STRAGGLER = """
+    import time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+
+    class Shard(Dataset):
+        def __len__(self):
+            return 8 * 40
+        def __getitem__(self, index):
+            if rank == 1:
+                time.sleep(0.005)  # rank 1 reads a slow shard
+            g = torch.Generator().manual_seed(index)
+            return torch.randn(32, generator=g), torch.randn(1, generator=g)
+
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in DataLoader(Shard(), batch_size=8):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+"""
+
+COMM_BOUND = """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    width = 1536
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(512, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                    torch.nn.ReLU(), torch.nn.Linear(width, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    data = TensorDataset(torch.randn(60, 512), torch.randn(60, 1))
+    for x, y in DataLoader(data, batch_size=2):  # a tiny batch on a wide model
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+"""
+
+
+def _job(tmp_path, script: str, body: str, *extra: str, env=None):
+    write_script(tmp_path, script, body)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "-o", "out", *NO_STACKS, *extra, script], tmp_path,
+                        timeout=240, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    return result, report
+
+
+def test_straggler_is_named_with_its_cause_and_rank0_is_not_told_to_raise_its_batch(tmp_path):
+    result, report = _job(tmp_path, "straggler.py", STRAGGLER)
+    top = report["findings"][0]
+    assert top["family"] == "straggler", [item["title"] for item in report["findings"]]
+    assert top["extra"]["rank"] == 1
+    assert "rank 1" in top["title"] and "for data" in top["title"] and "num_workers=0" in top["title"]
+    families = {item["family"] for item in report["findings"]}
+    assert "compute" not in families and "communication" not in families
+    assert "batch_size" not in json.dumps(report["findings"])
+    rank0 = next(item for item in report["ranks"] if item["rank"] == 0)  # the waiting rank itself
+    assert "straggler" in {item["family"] for item in rank0["findings"]}  # (others' load may rank above)
+    assert not {"compute", "communication"} & {item["family"] for item in rank0["findings"]}
+    assert "Ranks (2 of 2)" in result.stderr and "straggles" in result.stderr
+    rows = {row["rank"]: row for row in report["job"]["ranks"]}
+    assert rows[0]["communication_s"] > 0.5 * rows[1]["data_wait_s"]  # rank 0 waits in the all-reduce
+    rank0 = load_record(tmp_path / "out", 0)
+    steps = rank0.steps
+    total = steps.data_wait_ns + steps.forward_ns + steps.backward_ns + steps.optimizer_ns \
+        + steps.communication_ns + steps.other_ns
+    assert (total == steps.duration_ns).all()
+
+
+def test_communication_bound_job_names_its_share(tmp_path):
+    result, report = _job(tmp_path, "wide.py", COMM_BOUND)
+    top = report["findings"][0]
+    assert top["family"] == "communication", [item["title"] for item in report["findings"]]
+    assert top["extra"]["ranks"] == [0, 1]
+    share = top["extra"]["exposed_share"]
+    assert share >= 0.3 and f"{share:.0%}"[:-1] in top["title"]
+    assert any("bucket_cap_mb" in item["action"] for item in top["prescriptions"])
+    assert "compute" not in {item["family"] for item in report["findings"]}
+
+
+BIT_IDENTICAL = """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 300), torch.nn.Tanh(), torch.nn.Linear(300, 1)),
+                bucket_cap_mb=0.01)  # several buckets
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    losses = []
+    for step in range(12):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item().hex())
+    digest = float(sum(p.double().sum() for p in model.parameters())).hex()
+    print(f"rank{dist.get_rank()} " + " ".join(losses) + " params=" + digest)
+    dist.destroy_process_group()
+"""
+
+
+def test_ddp_losses_are_bit_identical_with_and_without_capture(tmp_path):
+    write_script(tmp_path, "ddp.py", BIT_IDENTICAL)
+    bare = run_python([*TORCHRUN, "ddp.py"], tmp_path, timeout=240)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    captured = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "ddp.py"],
+                          tmp_path, timeout=240)
+    assert captured.returncode == 0, captured.stderr[-3000:]
+    assert sorted(bare.stdout.split("\n")) == sorted(captured.stdout.split("\n"))
+    record = load_record(tmp_path / "out", 0)
+    assert record.steps.communication_ns.sum() + record.steps.communication_overlap_ns.sum() > 0
+
+
+def test_python_collectives_and_async_work_are_communication(tmp_path):
+    write_script(tmp_path, "coll.py", """
+        import time, torch, torch.distributed as dist
+        from torch.utils.data import DataLoader, TensorDataset
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, in DataLoader(TensorDataset(torch.randn(40, 4)), batch_size=4):
+            opt.zero_grad()
+            model(x).sum().backward()
+            for p in model.parameters():
+                if rank == 1:
+                    time.sleep(0.01)  # rank 0 waits 10 ms in each all_reduce
+                dist.all_reduce(p.grad)
+            work = dist.all_reduce(torch.ones(3), async_op=True)
+            work.wait()
+            dist.barrier()
+            opt.step()
+        dist.destroy_process_group()
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "coll.py"],
+                        tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = load_record(tmp_path / "out", 0).steps
+    assert len(steps) >= 9
+    import numpy as np
+
+    assert np.median(steps.communication_ns[2:]) > 10_000_000  # rank 1 sleeps 2 × 10 ms before its all_reduce
+
+
+def test_a_killed_rank_is_reported_missing_and_loses_nobody_else_s_data(tmp_path):
+    write_script(tmp_path, "dies.py", """
+        import os, signal, time, torch, torch.distributed as dist
+        from torch.utils.data import DataLoader, TensorDataset
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, (x,) in enumerate(DataLoader(TensorDataset(torch.randn(80, 4)), batch_size=4)):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            time.sleep(0.05)
+            if rank == 1 and step == 10:
+                os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", *NO_STACKS, "-o", "out", "dies.py"], tmp_path, timeout=240,
+                        env={"STEPSCOPE_JOB_WAIT_S": "20"})
+    assert result.returncode != 0
+    assert load_record(tmp_path / "out", 0).steps.communication_ns is not None
+    report = run_cli(["report", "out", "--format", "json"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    job = json.loads(report.stdout)["job"]
+    assert [row["rank"] for row in job["ranks"]] == [0]
+    (missing,) = job["missing"]
+    assert missing["rank"] == 1 and "no record" in missing["reason"] and missing["ran_s"] > 0.3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_nodes_write_one_run_directory_and_one_report(tmp_path):
+    write_script(tmp_path, "straggler.py", STRAGGLER)
+    port = _free_port()
+    common = ["-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+              "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "job7"]
+    nodes = [subprocess.Popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
+                               *NO_STACKS, "-o", "out", "straggler.py"], cwd=tmp_path, env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert nodes[0].returncode == 0, outputs[0][1][-3000:]
+    # node 0's agent hosts the c10d store: when it exits first, node 1's agent may lose the store
+    # after its worker ended (a torchrun shutdown race, not the job's)
+    assert nodes[1].returncode == 0 or "RendezvousConnectionError" in outputs[1][1], outputs[1][1][-3000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(row["rank"], row["node"]) for row in report["job"]["ranks"]] == [(0, 0), (1, 1)]
+    assert report["findings"][0]["family"] == "straggler"
+
+
+@pytest.mark.parametrize("name", ["comm-bound", "straggler"])
+def test_distributed_zoo_scenarios_find_their_planted_family(tmp_path, name):
+    from stepscope.zoo import get_scenario
+
+    result = run_cli(["demo", name, "-o", "out", *NO_STACKS], tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["findings"][0]["family"] == get_scenario(name).planted_family, \
+        [item["title"] for item in report["findings"]]
+
+
+def test_fsdp2_collectives_are_communication(tmp_path):
+    write_script(tmp_path, "fsdp.py", """
+        import torch, torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from torch.utils.data import DataLoader, TensorDataset
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in DataLoader(TensorDataset(torch.randn(80, 16), torch.randn(80, 1)), batch_size=8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        dist.destroy_process_group()
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "fsdp.py"],
+                        tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = load_record(tmp_path / "out", 0).steps
+    assert len(steps) == 10 and steps.communication_ns.sum() > 0  # all_gather_single / reduce_scatter_single
+
+
+def test_a_script_s_own_comm_hook_runs_and_is_timed(tmp_path):
+    write_script(tmp_path, "hooked.py", """
+        import torch, torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(32, 1))
+        calls = []
+        def hook(state, bucket):
+            calls.append(1)
+            return default_hooks.allreduce_hook(state, bucket)
+        model.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(8):
+            opt.zero_grad()
+            model(torch.randn(4, 32)).sum().backward()
+            opt.step()
+        print("calls", len(calls))
+        dist.destroy_process_group()
+    """)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "hooked.py"],
+                        tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("calls 8") == 2  # the script's hook ran for every bucket
+    steps = load_record(tmp_path / "out", 0).steps
+    assert steps.communication_ns.sum() + steps.communication_overlap_ns.sum() > 0

@@ -1,0 +1,50 @@
+"""The job report: every rank's record merged; missing ranks named with why; findings by rule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from records import make_record
+from stepscope.record import layout
+from stepscope.record.run import StepTable
+from stepscope.record.store import save_record
+from stepscope.report.job import build_job_report, is_job_dir, wait_for_ranks
+
+
+def _rank(rank: int, world: int, *, data_wait: int = 0, comm: int = 0):
+    record = make_record(40, rank=rank)
+    record = replace(record, meta=replace(record.meta, world_size=world))
+    columns = record.steps.columns()
+    count = len(record.steps)
+    columns["data_wait_ns"] = columns["data_wait_ns"] * 0 + data_wait
+    columns["communication_ns"] = np.full(count, comm)
+    columns["other_ns"] = columns["other_ns"] * 0 + 50
+    columns["duration_ns"] = (columns["data_wait_ns"] + columns["forward_ns"] + columns["backward_ns"]
+                              + columns["optimizer_ns"] + columns["communication_ns"] + columns["other_ns"])
+    columns["start_ns"] = 10_000 + np.concatenate(([0], np.cumsum(columns["duration_ns"])[:-1]))
+    return replace(record, steps=StepTable.from_columns(columns))
+
+
+def test_straggler_job_is_merged_with_the_rank_table_and_a_missing_rank(tmp_path):
+    save_record(_rank(0, 3, comm=4000), layout.record_path(tmp_path, 0))  # waits 4 µs per step
+    save_record(_rank(1, 3, data_wait=4000), layout.record_path(tmp_path, 1))  # loads 4 µs per step
+    assert is_job_dir(tmp_path)
+    report = build_job_report(tmp_path)
+    job = report.job
+    assert [row.rank for row in job.rows] == [0, 1] and job.world_size == 3
+    assert job.rows[0].communication_s > 0 and job.rows[1].data_wait_s > 0
+    assert job.spread.slowest_rank == 1
+    (missing,) = job.missing
+    assert missing.rank == 2 and "never started" in missing.reason
+    top = report.findings[0]
+    assert top.family == "straggler" and top.extra["rank"] == 1 and "for data" in top.title
+    assert "communication" not in {item.family for item in report.findings}  # rank 0 waits for rank 1
+    assert report.to_dict()["job"]["missing"][0]["rank"] == 2
+
+
+def test_a_rank_that_ended_is_not_waited_for(tmp_path):
+    save_record(_rank(0, 2), layout.record_path(tmp_path, 0))
+    layout.lock_path(tmp_path, 1).write_text("{}")  # rank 1 claimed the directory, then died
+    assert wait_for_ranks(tmp_path, 2, timeout_s=30) == [0]
