@@ -123,3 +123,17 @@ def test_collapsed_stacks_fold_library_frames_and_count():
 def test_collapse_rejects_an_unknown_phase():
     with pytest.raises(ValueError, match="unknown phase 'fwd'; choose one of: data_wait"):
         collapse_stacks(with_samples([]), "fwd")
+
+
+@pytest.mark.parametrize("qualname, folded", [
+    ("tokenize.<locals>.<listcomp>", "tokenize"),
+    ("f.<locals>.g.<locals>.<genexpr>", "f.<locals>.g"),
+    ("Model.<genexpr>", "Model"),  # a comprehension in a class body: no <locals>
+    ("<genexpr>", "<genexpr>"),
+    ("<lambda>", "<lambda>"),
+    ("plain", "plain"),
+])
+def test_comprehensions_fold_into_their_function_and_never_loop(qualname, folded):
+    from stepscope.analysis.run.code_locations import function_name
+
+    assert function_name(qualname) == folded

@@ -137,9 +137,11 @@ def function_name(qualname: str) -> str:
     (their own code objects, on the line of the function that holds them) fold into it, so
     ``tokenize.<locals>.<listcomp>`` is reported as ``tokenize``."""
     while qualname.endswith(_COMPREHENSIONS):
-        qualname = qualname.rsplit(".<locals>.", 1)[0] if ".<locals>." in qualname else qualname
-        if qualname.startswith("<") and qualname.endswith(">"):
+        # f.<locals>.<listcomp> -> f; a class body's C.<genexpr> -> C
+        head = qualname.rsplit(".<locals>.", 1)[0] if ".<locals>." in qualname else qualname.rsplit(".", 1)[0]
+        if not head or head == qualname:
             break
+        qualname = head
     return qualname
 
 
