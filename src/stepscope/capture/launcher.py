@@ -271,13 +271,15 @@ class SignalGuard:
     - :meth:`hold` starts finalisation: from then on every signal that would end or interrupt the
       process (SIGINT included) is only noted in :attr:`pending`, so a second Ctrl-C or the SIGTERM
       of ``timeout`` cannot cut the record's writing short. The caller checks :attr:`pending`
-      once the record is saved and then dies by it (:func:`die_by`), skipping the optional rest.
+      once the record is saved and then dies by it (:func:`die_by`), skipping the optional rest;
+      a signal arriving after that ends the process at once.
     """
 
     def __init__(self) -> None:
         self.owner = os.getpid()
         self.pending: list[int] = []
         self.holding = False
+        self.saved = False  # the record is on disk: a signal now ends the process at once
         self._on_signal: Callable[[int], None] | None = None
         self._handler = self._handle  # one bound method: compared by identity with getsignal()
 
@@ -297,6 +299,8 @@ class SignalGuard:
         if os.getpid() != self.owner:  # a forked child (DataLoader worker): the default action
             die_by(signum)
         if self.holding:
+            if self.saved:  # only optional work is left (report.json, the summary): never block a kill
+                die_by(signum)
             self.pending.append(signum)
             return
         if signal.getsignal(signum) is not self._handler:  # called by the script's own handler
@@ -322,6 +326,10 @@ class SignalGuard:
                 pass
 
     def die_if_pending(self) -> None:
-        """Die by the first signal that arrived during finalisation, if any (does not return then)."""
+        """Die by the first signal that arrived during finalisation, if any (does not return then).
+
+        Called once the record is saved: from then on a signal ends the process at once, so a stuck
+        report (or a slow one) can always be interrupted."""
+        self.saved = True
         if self.pending:
             die_by(self.pending[0])
