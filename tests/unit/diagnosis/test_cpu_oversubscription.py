@@ -16,6 +16,9 @@ INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
     # 4 threads per worker, but the run queue says they do not run (helper threads sleep)
     (dict(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=1.1, workers=workers(2, 0.95, threads=4)),
      False),
+    # many threads and a full run queue, but this run uses little of the cores: a neighbour's crowd
+    (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=2.4, workers=workers(2, 0.5, threads=4)),
+     False),
     # one single-threaded worker: 3 threads
     (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),
     # crowded, but by other processes: this run uses 0.4 cores

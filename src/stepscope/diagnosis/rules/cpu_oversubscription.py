@@ -53,8 +53,11 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     wait = ev.steady.data_wait_share if ev.steady is not None else 0.0
     # threads that exist are not threads that run: when the run queue was measured it must
     # corroborate (idle helper threads of single-threaded workers crowd nothing)
+    # and the crowd must be this run's: its own processes use most of the cores (a neighbour's job
+    # fills the run queue just as well)
     queue_agrees = demand.runnable_per_core is None or demand.runnable_per_core >= RUNNABLE_CORROBORATES
-    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees
+    ours = demand.tree_cores >= TREE_SHARE_OF_CORES * cores
+    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees and ours
                   and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
     by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
                 and demand.busy_workers > 0 and demand.tree_cores >= TREE_SHARE_OF_CORES * cores
