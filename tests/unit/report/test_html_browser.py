@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.trace.trace_evidence import analyze_traces
+from stepscope.record.run import PHASES
 from stepscope.report.html import write_html
 from stepscope.report.model import build_report, build_trace_report
 from browser import CHROMIUM, Browser, png_pixels
@@ -61,7 +62,7 @@ def test_page_loads_offline_without_errors(browser, pages, name):
 
 def test_run_page_draws_charts_and_is_not_blank(browser, pages, tmp_path):
     browser.open(pages["run"])
-    assert browser.evaluate("document.querySelectorAll('svg.chart.steps path.phase').length") == 5
+    assert browser.evaluate("document.querySelectorAll('svg.chart.steps path.phase').length") == len(PHASES)
     assert browser.evaluate("document.querySelectorAll('svg.chart.heatmap image').length") == 1
     assert browser.evaluate("document.querySelectorAll('svg.chart.lines').length") >= 5
     assert browser.evaluate("document.querySelectorAll('#verdict .finding').length") >= 1
