@@ -84,7 +84,12 @@ class GcPauseRecorder:
         import numpy as np
 
         data = {name: np.asarray(column, dtype=np.int64) for name, column in self.columns.items()}
-        return GcPauses(enabled=True, step=steps_of(data["start_ns"], steps), **data)
+        step = steps_of(data["start_ns"], steps)
+        if len(steps):  # the collections of start-up (imports) and teardown hit no step: left out
+            keep = step >= 0
+            data = {name: column[keep] for name, column in data.items()}
+            step = step[keep]
+        return GcPauses(enabled=True, step=step, **data)
 
 
 def _make_callback(reference: Any) -> Any:

@@ -416,11 +416,23 @@ class StackSampler:
         thread = self._thread
         if thread is not None and thread.error:
             self.warnings.once("stacks-failed", f"stack sampling stopped early ({thread.error})")
+        # when there are steps, keep the samples that fall in one (start-up, imports and teardown
+        # explain no step), with only the stacks and frames they use
+        step = steps_of(_column(ts), steps)
+        keep = step >= 0 if len(steps) else np.ones(len(step), dtype=bool)
+        all_stacks, all_frames = list(stacks), list(frames)
+        used_stacks = np.unique(_column(stack)[keep]) if keep.any() else np.zeros(0, dtype=np.int64)
+        stack_index = {int(old): new for new, old in enumerate(used_stacks)}
+        kept_stacks = [all_stacks[int(old)] for old in used_stacks]
+        used_frames = sorted({frame for item in kept_stacks for frame in item})
+        frame_index = {old: new for new, old in enumerate(used_frames)}
         return StackSamples(
             rate_hz=self.rate_hz, mechanism=MECHANISM,
-            frames=tuple(StackFrame(*frame) for frame in frames),
-            stacks=tuple(stacks), ts_ns=_column(ts), step=steps_of(_column(ts), steps), phase=_column(phase),
-            role=_column(role), pid=_column(pid), stack=_column(stack),
+            frames=tuple(StackFrame(*all_frames[old]) for old in used_frames),
+            stacks=tuple(tuple(frame_index[frame] for frame in item) for item in kept_stacks),
+            ts_ns=_column(ts)[keep], step=step[keep], phase=_column(phase)[keep],
+            role=_column(role)[keep], pid=_column(pid)[keep],
+            stack=np.asarray([stack_index[int(old)] for old in _column(stack)[keep]], dtype=np.int64),
             library_paths=library_paths(), user_paths=user_paths(),
             sampler_cpu_ns=thread.cpu_ns if thread is not None else 0,
             missed=thread.missed if thread is not None else 0)
