@@ -244,7 +244,8 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         loader_cpu=loader_cpu(record, steady, signals, loader),
         storage=storage_signs(record, signals),
         cpu_demand=cpu_demand(signals, cpu_count, meta.intra_op_threads),
-        compute_cores=compute_cores(steady, signals, loader, record),
+        compute_cores=None if (cores := compute_cores(steady, signals, loader, record)) is None
+        else min(cores, float(cpu_count or cores)),
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
         code=code_attribution(record, steady), gc=gc_summary(record, steady),

@@ -23,8 +23,8 @@ from stepscope.diagnosis.rules._common import CPU_SATURATED
 #: method calls any run queue longer than the CPU count saturation; twice the cores means each
 #: runnable thread gets at most half a core.
 RUNNABLE_PER_CORE_HIGH = 2.0
-#: A run queue that corroborates a thread count (more runnable threads than cores, by half).
-RUNNABLE_CORROBORATES = 1.5
+#: A run queue that corroborates a thread count: at the saturation level of the run-queue path.
+RUNNABLE_CORROBORATES = 2.0
 #: Threads the training tree wants to run (intra-op threads + busy workers' threads) per core.
 THREAD_DEMAND_PER_CORE_HIGH = 2.0
 #: Share of all cores the training tree itself must use for the run queue to be *its* doing
