@@ -36,7 +36,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-        history.append((output.detach(), torch.randn(RETAINED)))
+        history.append((output.detach(), torch.ones(RETAINED)))  # written, so resident: the leak
         if len(losses) >= args.steps:
             break
     report(losses)

@@ -90,3 +90,17 @@ def test_damaged_cache_reads_as_empty(cache_home):
     assert cpu_peak.cached_peak(1) is None
     cpu_peak.store_peak(CpuPeak(flops_best=2e9, flops_median=1e9, threads=1))
     assert cpu_peak.cached_peak(1).flops_best == 2e9
+
+
+def test_a_disturbed_cached_peak_is_measured_again_and_the_best_kept(cache_home, monkeypatch):
+    disturbed = CpuPeak(flops_best=3e10, flops_median=1.2e10, repetitions=7, threads=1)  # median 40% of best
+    cpu_peak.store_peak(disturbed)
+    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
+                        lambda dtype="fp32": CpuPeak(flops_best=2e11, flops_median=1.9e11, threads=1, dtype=dtype))
+    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
+    assert peak.flops_best == 2e11 and peak.source == "measured"
+    steady = cpu_peak.cached_peak(1)
+    assert steady.flops_best == 2e11
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": pytest.fail("measured again"))
+    assert cpu_peak.peak_at_torch_import(lambda *args: None).source == "cache"  # steady now: trusted
