@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stepscope.capture.patching import patch_attribute
 from stepscope.capture.recorder import COMMUNICATION, StepRecorder
 
 _now = time.perf_counter_ns
@@ -248,17 +249,7 @@ class CollectiveHooks:
                 pass
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
-        had_own = name in vars(owner)
-        original = vars(owner).get(name)
-        setattr(owner, name, value)
-
-        def undo() -> None:
-            if had_own:
-                setattr(owner, name, original)
-            else:
-                delattr(owner, name)
-
-        self._undo.append(undo)
+        patch_attribute(owner, name, value, self._undo)
 
     # -- torch.distributed.* ----------------------------------------------------------------------
     def _install_python(self, dist: Any) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stepscope.capture.patching import patch_attribute
 from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
 from stepscope.capture.warn import WarningSink
 from stepscope.record.safe_write import create_exclusive
@@ -244,18 +245,7 @@ class TorchHooks:
                 pass
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> Any:
-        had_own = name in vars(owner)
-        original = vars(owner)[name] if had_own else getattr(owner, name)
-        setattr(owner, name, replacement)
-
-        def undo() -> None:
-            if had_own:
-                setattr(owner, name, original)
-            else:
-                delattr(owner, name)
-
-        self._undo.append(undo)
-        return original
+        return patch_attribute(owner, name, replacement, self._undo)
 
     # -- DataLoader --------------------------------------------------------------------------
     def _install_loader(self, torch: Any) -> None:

@@ -21,8 +21,10 @@ _VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--te
 EXIT_FINDINGS = 3
 
 
-def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``[stepscope options] target [script args]``: everything after the target is the script's."""
+def split_argv(argv: list[str], value_options: frozenset[str] | set[str] = _VALUE_OPTIONS) -> tuple[list[str], list[str]]:
+    """Split ``[stepscope options] target [script args]``: everything after the target is the script's.
+
+    ``value_options`` are the options that take a value (their value is not the target)."""
     index = 0
     while index < len(argv):
         token = argv[index]
@@ -34,7 +36,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
             return argv[:index + 1], argv[index + 1:]
         if not token.startswith("-") or token == "-":
             return argv[:index + 1], argv[index + 1:]
-        if token in _VALUE_OPTIONS:
+        if token in value_options:
             index += 1
         index += 1
     return argv, []

@@ -25,21 +25,9 @@ DEFAULT_REPEATS = 3
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """``[try options] target [script args]``: everything after the target is the script's."""
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        if token == "--":
-            return argv[:index] + argv[index + 1:index + 2], argv[index + 2:]
-        if token == "-m":
-            return argv[:index + 2], argv[index + 2:]
-        if token.startswith("-m") and len(token) > 2 and not token.startswith("--"):
-            return argv[:index + 1], argv[index + 1:]
-        if not token.startswith("-") or token == "-":
-            return argv[:index + 1], argv[index + 1:]
-        if token in _VALUE_OPTIONS:
-            index += 1
-        index += 1
-    return argv, []
+    from stepscope.cli.run_cmd import split_argv as split
+
+    return split(argv, _VALUE_OPTIONS)
 
 
 def add_parser(subparsers: Any) -> None:
