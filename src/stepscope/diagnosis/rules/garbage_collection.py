@@ -52,10 +52,12 @@ def collector_pauses(ev: RunEvidence) -> Finding | None:
     for item in summary.by_generation:
         evidence.append(Evidence(f"gc_gen{item.generation}_s", round(item.total_s, 4), None, "steps", "s",
                                  f"{item.count} collections, longest {common.ms(item.max_s)}"))
+    full_share = full.total_s / summary.total_s * share if full is not None and summary.total_s else 0.0
     prescriptions = [Prescription(
         "gc.freeze() once set-up is done (after building the model, optimizer and datasets)",
-        "long-lived objects leave the collector's view, so full collections stop walking them",
-        expected_gain=round(full.total_s / summary.total_s * share, 4) if full and summary.total_s else None)]
+        "long-lived objects leave the collector's view, so full collections stop walking them — "
+        f"full collections take {common.pct(full_share)} of the step; how much of that freezing saves "
+        "depends on how many of the objects they walk existed before training (not measured)")]
     if young is not None and summary.steps and young.count / summary.steps >= MANY_YOUNG_PER_STEP:
         prescriptions.append(Prescription(
             f"gc.set_threshold({SUGGESTED_GEN0}, 20, 100)",
