@@ -45,8 +45,8 @@ def other_dominates(ev: RunEvidence) -> Finding | None:
         prescriptions = [Prescription(
             f"Move {top.label} out of the training step, or run it every N steps",
             f"it owns {common.pct(top.share_of_phase)} of the time outside the model "
-            f"(~{common.pct(top.share_of_step)} of the step)",
-            expected_gain=round(top.share_of_step, 4))]
+            f"(~{common.pct(top.share_of_step)} of the step: the most it can save, run every N steps "
+            "it saves about (N-1)/N of that)")]
     else:
         where = "no stack samples say which code (run with --stacks-hz > 0 to see it)"
         prescriptions = []
