@@ -24,6 +24,10 @@ def samples_per_s(run_dir) -> float:
     return numbers[1]
 
 
+#: The least relative noise the agreement check allows (× or ÷ the measured speed-up).
+NOISE_FLOOR = 1.25
+
+
 def foreign_load(run_dir) -> bool:
     report = json.loads((run_dir / "report.json").read_text())
     return any(item["family"] == "foreign_load" for item in report["findings"])
@@ -49,12 +53,15 @@ def test_try_measures_the_prescribed_workers_and_agrees_with_full_runs(tmp_path)
     numbers = (f"try: x{candidate['speedup']:.2f} ({candidate['speedup_low']:.2f}-{candidate['speedup_high']:.2f}) "
                f"{candidate['verdict']}; full runs: x{full_speedup:.2f}")
     print(numbers)
+    # two repeats bound the run-to-run noise from below only: the check allows at least ±25 %
+    row = Comparison(**{**candidate, "speedup_low": min(candidate["speedup_low"], candidate["speedup"] / NOISE_FLOOR),
+                        "speedup_high": max(candidate["speedup_high"], candidate["speedup"] * NOISE_FLOOR)})
     crowded = [name for name in ("base", "full") if foreign_load(tmp_path / name)]
-    if crowded and not agrees(full_speedup, Comparison(**candidate)):
+    if crowded and not agrees(full_speedup, row):
         # as the zoo tests do: on a machine crowded by other processes (the sampler names them), run-to-run
         # noise can exceed what two trials bound; say so rather than fail on someone else's load
         pytest.skip(f"other processes held >= 25% of the cores during the {', '.join(crowded)} run(s): {numbers}")
-    assert agrees(full_speedup, Comparison(**candidate)), (candidate, full_speedup)
+    assert agrees(full_speedup, row), (candidate, full_speedup)
 
 
 def test_try_diagnoses_first_and_prints_the_table(tmp_path):
