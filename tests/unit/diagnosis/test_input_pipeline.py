@@ -76,6 +76,7 @@ def test_near_the_threshold_is_reported_as_minor(wait):
     finding = loader_cpu_bound(ctx_of(make_record(shares=shares, num_workers=0),
                                       dict(cpu_count=2, main_cpu_util=1.0)))
     assert finding is not None and finding.severity.name == "LOW"
+    assert all(item.setting not in ("num_workers", "intra_op_threads") for item in finding.prescriptions)
 
 
 def test_all_cores_loading_prescribes_cheaper_samples_not_workers():

@@ -118,7 +118,7 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
         summary += " The share is near the 5% threshold, so this is reported as minor."
     summary += common.loading_code(ev, evidence)
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, wait, confidence,
-                          evidence, _prescriptions(ev, util), summary,
+                          evidence, _minor_prescriptions(ev) if near else _prescriptions(ev, util), summary,
                           severity=Severity.LOW if near else None, claims=("data_wait",))
 
 
@@ -186,6 +186,15 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
                                 "persistent_workers", False, True,
                                 expected_gain=round(steady.loader_init_share, 4)))
     return out
+
+
+def _minor_prescriptions(ev: RunEvidence) -> list[Prescription]:
+    """Near the threshold the wait is within run-to-run noise: no structural change (workers are
+    processes, memory and CPU) is prescribed for it, only cheaper loading."""
+    loader = ev.main_loader
+    return [_cheaper_loading(ev, ev.cpu_count, loader.num_workers if loader is not None else 0,
+                             "the wait is near the 5% level, within run-to-run noise: not worth more "
+                             "worker processes")]
 
 
 def _cheaper_loading(ev: RunEvidence, cores: int | None, workers: int, why: str) -> Prescription:
