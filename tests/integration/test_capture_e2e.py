@@ -309,3 +309,40 @@ def test_autocast_and_fp32_runs_get_mfu_against_different_peaks(tmp_path):
     assert bf16["facts"]["cpu_peak_bf16"]["flops_best"] != bf16["facts"]["cpu_peak"]["flops_best"]
     actions = " ".join(p["action"] for f in bf16["findings"] for p in f["prescriptions"])
     assert "autocast" not in actions  # never told to turn on what it uses
+
+
+SKIPPING_SCRIPT = """
+    import torch
+    from torch.utils.data import DataLoader
+    from stepscope.data import SkipBadSamples
+
+    class Corrupt(torch.utils.data.Dataset):
+        def __len__(self):
+            return 96
+
+        def __getitem__(self, index):
+            if index % 8 == 3:
+                raise OSError(f"truncated record {index}")
+            return torch.full((4,), float(index))
+
+    dataset = SkipBadSamples(Corrupt(), exceptions=OSError, name="corrupt-shards")
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x in DataLoader(dataset, batch_size=8, num_workers=2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    print(f"skipped {dataset.skipped}")
+"""
+
+
+def test_skipped_samples_reach_the_record_and_the_summary(tmp_path):
+    write_script(tmp_path, "skipping.py", SKIPPING_SCRIPT)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "skipping.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "skipped 12\n"  # one bad sample in 8, counted in the two workers
+    (counts,) = load_record(tmp_path / "out").facts.skipped_samples
+    assert counts.dataset == "corrupt-shards" and counts.total == 12
+    assert counts.by_process[0] == 0 and sum(counts.by_process[1:]) == 12 and len(counts.by_process) == 3
+    summary = " ".join(result.stderr.split())
+    assert "Skipped samples 12 failed to load, replaced by the next sample (12.5% of 96 delivered)" in summary

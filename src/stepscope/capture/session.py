@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -39,7 +40,7 @@ from stepscope.capture.warn import WarningSink
 from stepscope.errors import UsageError
 from stepscope.record import layout
 from stepscope.record.store import save_record
-from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord
+from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord, SkippedSamples
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -221,7 +222,8 @@ class CaptureSession:
                              cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns,
                              inference=recorder.inference, model_forwards=recorder.model_forwards,
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
-                             training_in_children=in_children, overrides=overrides, **children)
+                             training_in_children=in_children, overrides=overrides,
+                             skipped_samples=_skipped_samples(self.warnings), **children)
         if in_children:
             self.warnings.note(
                 f"the training ran in {len(children['child_pids'])} child process(es) the script started "
@@ -416,6 +418,19 @@ def _training_in_children(recorder: StepRecorder, children: dict[str, Any]) -> b
         return False
     child_cpu, own_cpu = children.get("children_cpu_s"), children.get("main_cpu_s")
     return child_cpu is not None and own_cpu is not None and child_cpu > own_cpu
+
+
+def _skipped_samples(warnings: WarningSink) -> tuple[SkippedSamples, ...]:
+    """What the script's ``stepscope.data.SkipBadSamples`` datasets skipped (read, never imported:
+    a script that made none has not loaded the module)."""
+    module = sys.modules.get("stepscope.data.skip")
+    if module is None:
+        return ()
+    try:
+        return tuple(SkippedSamples(item.dataset, item.total, item.by_process) for item in module.skip_counts())
+    except Exception as exc:  # noqa: BLE001 - instrumentation degrades to a warning
+        warnings.once("skipped-samples", f"could not read the skipped-sample counts ({exc!r})")
+        return ()
 
 
 def _quietly(warnings: WarningSink, cause: str, action) -> None:

@@ -277,6 +277,17 @@ class Overrides:
 
 
 @dataclass(frozen=True)
+class SkippedSamples:
+    """Samples of one :class:`stepscope.data.SkipBadSamples` dataset that failed to load and were
+    replaced by the next index's: ``total``, and per process (``by_process[0]`` is the training
+    process, ``by_process[1 + i]`` DataLoader worker ``i``)."""
+
+    dataset: str
+    total: int
+    by_process: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class CaptureFacts:
     """Typed facts capture measured besides the steps (each None when not measured)."""
 
@@ -297,6 +308,8 @@ class CaptureFacts:
     #: the training ran in those children: the parent's steps are not the training
     training_in_children: bool = False
     overrides: Overrides | None = None  # `--set` / `--max-steps`; None when neither was given
+    #: one entry per SkipBadSamples dataset the script made (empty when it made none)
+    skipped_samples: tuple[SkippedSamples, ...] = ()
 
 
 

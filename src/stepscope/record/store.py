@@ -40,6 +40,7 @@ from stepscope.record.run import (
     ProfilerWindow,
     RunMeta,
     RunRecord,
+    SkippedSamples,
     StepTable,
 )
 
@@ -239,6 +240,10 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
         main_cpu_s=None if data.get("main_cpu_s") is None else float(data["main_cpu_s"]),
         training_in_children=bool(data.get("training_in_children", False)),
         overrides=_overrides(data.get("overrides")),
+        skipped_samples=tuple(
+            SkippedSamples(**{**_known(SkippedSamples, {k: v for k, v in dict(item).items() if k != "by_process"}),
+                              "by_process": tuple(int(count) for count in item.get("by_process", ()) or ())})
+            for item in data.get("skipped_samples", ()) or ()),
     )
 
 

@@ -33,6 +33,7 @@ from stepscope._version import __version__
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES
 from stepscope.report import html_charts as charts
+from stepscope.report.lines import overridden_line, skipped_line
 from stepscope.report.model import Report
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
@@ -155,6 +156,11 @@ def _header(report: Report, run_dir: str | None) -> str:
                       f"batch_size={text(loader.batch_size)} num_workers={loader.num_workers} "
                       f"pin_memory={loader.pin_memory} persistent_workers={loader.persistent_workers}</div>"
                       for loader in report.loaders[:4])
+    facts_of_run = report.evidence.facts
+    if facts_of_run is not None and facts_of_run.overrides is not None:
+        loaders += f'<div class="sub">overridden: {text(overridden_line(facts_of_run.overrides))}</div>'
+    if report.skipped_samples is not None:
+        loaders += f'<div class="sub warning">skipped samples: {text(skipped_line(report.skipped_samples))}</div>'
     where = f'<div class="sub">run directory {text(run_dir)}</div>' if run_dir else ""
     argv = f'<div class="sub">{text(" ".join(meta.argv))}</div>' if meta is not None and meta.argv else ""
     items = "".join(f"<span>{text(name)} <b>{text(value)}</b></span>" for name, value in facts)

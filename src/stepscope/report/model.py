@@ -25,7 +25,7 @@ from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 from stepscope.diagnosis.engine import Diagnosis, rank_findings, run_rules
 from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, StepTable
+from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, SkippedSamples, StepTable
 
 REPORT_KIND = "stepscope.report"
 REPORT_SCHEMA_VERSION = 2
@@ -51,6 +51,24 @@ class RankReport:
                 "trace": self.evidence.trace.to_dict() if self.evidence.trace is not None else None,
                 "evidence": self.evidence.to_dict(), "diagnosis": self.diagnosis.to_dict(),
                 "findings": [item.to_dict() for item in self.diagnosis.findings]}
+
+
+@dataclass(frozen=True)
+class SkipSummary:
+    """Samples the script's ``SkipBadSamples`` datasets replaced because they failed to load."""
+
+    total: int
+    delivered: int | None  # samples in the recorded steps' batches (None when not inferred)
+    datasets: tuple[SkippedSamples, ...]
+
+    @property
+    def share(self) -> float | None:
+        """Skipped per delivered sample: each skip trained on a neighbour's sample instead."""
+        return self.total / self.delivered if self.delivered else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "delivered": self.delivered, "share": self.share,
+                "datasets": [asdict(item) for item in self.datasets]}
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,25 @@ class Report:
         return bool(record is not None and record.facts.training_in_children)
 
     @property
+    def skipped_samples(self) -> SkipSummary | None:
+        """What ``stepscope.data.SkipBadSamples`` skipped, over every rank's record (None when the
+        script used none)."""
+        records = [item.evidence.record for item in self.ranks if item.evidence.record is not None]
+        if not records and self.evidence.record is not None:
+            records = [self.evidence.record]
+        datasets = tuple(item for record in records for item in record.facts.skipped_samples)
+        if not datasets:
+            return None
+        delivered: int | None = 0
+        for record in records:
+            samples = record.steps.samples
+            if delivered is None or not len(samples) or (samples < 0).any():
+                delivered = None
+            else:
+                delivered += int(samples.sum())
+        return SkipSummary(sum(item.total for item in datasets), delivered, datasets)
+
+    @property
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
@@ -182,6 +219,7 @@ class Report:
             "training_in_children": self.training_in_children,
             "mfu": asdict(self.evidence.mfu) if self.evidence.mfu is not None else None,
             "mfu_note": self.evidence.mfu_note,
+            "skipped_samples": skipped.to_dict() if (skipped := self.skipped_samples) is not None else None,
         }
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
+from stepscope.report.lines import overridden_line, skipped_line
 from stepscope.report.model import Report
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
@@ -115,24 +116,10 @@ def _overview(report: Report) -> Table:
     overrides = report.evidence.facts.overrides if report.evidence.facts is not None else None
     if overrides is not None:
         table.add_row("Overridden", Text(printable(overridden_line(overrides))))
+    if report.skipped_samples is not None:
+        table.add_row("Skipped samples", Text(printable(skipped_line(report.skipped_samples)),
+                                              style="yellow" if report.skipped_samples.total else ""))
     return table
-
-
-def overridden_line(overrides: Any) -> str:
-    """`run --set`/`--max-steps`: ``dataloader.num_workers=4 (1 loader) · stopped after 30 steps``."""
-    parts = []
-    for item in overrides.settings:
-        value = str(item.value).lower() if isinstance(item.value, bool) else str(item.value)
-        where = ("" if item.key.startswith("torch.") else
-                 f" ({item.applied} loader{'s' if item.applied != 1 else ''})")
-        if item.key.startswith("torch.") and not item.applied:
-            where = " (not applied)"
-        parts.append(f"{item.key}={value}{where}" + (f" [{len(item.skipped)} note(s) in the record]"
-                                                     if item.skipped else ""))
-    if overrides.max_steps is not None:
-        parts.append(f"stopped after {overrides.max_steps} steps (--max-steps)" if overrides.stopped_at_max_steps
-                     else f"--max-steps {overrides.max_steps} (the script ended first)")
-    return " · ".join(parts)
 
 
 def _loader_line(loader: LoaderInfo) -> str:

@@ -137,7 +137,7 @@ SCENARIOS: dict[str, Scenario] = {
             module="stepscope.zoo.jsonl_text",
             planted_family="healthy",
             title="token model fed from JSONL by stepscope.data",
-            mechanism="IndexedJsonl + BucketBatchSampler + pad_collate on a generated JSONL file: "
+            mechanism="IndexedJsonl + BucketBatchSampler + pad_collate (+ SkipBadSamples) on a generated JSONL file: "
             "sub-millisecond batches with little padding; the per-token MLP dominates the step",
         ),
         Scenario(

@@ -4,8 +4,9 @@ The script writes a JSONL file of token sequences (16–160 tokens each) into a 
 (deleted at the end) and reads it as a user of ``stepscope.data`` would:
 ``IndexedJsonl`` (random access through a line index built once and cached beside the file),
 ``BucketBatchSampler`` (batches of similar length from the cached per-sample token counts, shuffled
-within and across buckets) and ``pad_collate`` (padding to a multiple of 8, with the attention
-mask). Each batch costs well under a millisecond to load and little padding, while the model (a
+within and across buckets), ``pad_collate`` (padding to a multiple of 8, with the attention
+mask) and ``SkipBadSamples``: one line in 64 holds an empty sample, which fails to load and is
+replaced by the next one — counted, and shown in the summary as "Skipped samples". Each batch costs well under a millisecond to load and little padding, while the model (a
 per-token MLP with masked mean pooling) does large matmuls: the step is compute-bound and the input
 pipeline is not what holds it back. Compare ``stepscope demo input-cpu``.
 """
@@ -21,7 +22,7 @@ import orjson
 import torch
 from torch.utils.data import DataLoader
 
-from stepscope.data import BucketBatchSampler, IndexedJsonl, pad_collate
+from stepscope.data import BucketBatchSampler, IndexedJsonl, SkipBadSamples, pad_collate
 from stepscope.zoo._common import parse_args, report
 
 VOCAB = 1000
@@ -29,16 +30,25 @@ WIDTH = 192
 HIDDEN = 768
 
 
+#: Every BAD_EVERY-th sample of the corpus is empty (a broken record, as real corpora have).
+BAD_EVERY = 64
+
+
 def write_corpus(path: str, count: int, seed: int) -> None:
     """``count`` samples ``{"tokens": [...], "target": float}``; the target is learnable from the tokens."""
     rng = random.Random(seed)
     with open(path, "wb") as out:
-        for _ in range(count):
+        for index in range(count):
             tokens = [rng.randrange(VOCAB) for _ in range(rng.randint(16, 160))]
-            out.write(orjson.dumps({"tokens": tokens, "target": sum(tokens) / len(tokens) / VOCAB}) + b"\n")
+            target = sum(tokens) / len(tokens) / VOCAB
+            if index % BAD_EVERY == BAD_EVERY - 1:
+                tokens = []
+            out.write(orjson.dumps({"tokens": tokens, "target": target}) + b"\n")
 
 
 def to_tensors(sample: dict) -> dict:
+    if not sample["tokens"]:
+        raise ValueError("a sample without tokens")
     return {"tokens": torch.tensor(sample["tokens"]), "target": torch.tensor([sample["target"]])}
 
 
@@ -60,8 +70,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="stepscope-jsonl-") as directory:
         path = os.path.join(directory, "corpus.jsonl")
         write_corpus(path, args.steps * args.batch_size, args.seed)
-        dataset = IndexedJsonl(path, transform=to_tensors)
-        sizes = dataset.sizes(lambda sample: len(sample["tokens"]), size_key="tokens")
+        corpus = IndexedJsonl(path, transform=to_tensors)
+        sizes = corpus.sizes(lambda sample: len(sample["tokens"]), size_key="tokens")
+        dataset = SkipBadSamples(corpus, exceptions=ValueError, name="corpus.jsonl")
         batches = BucketBatchSampler(sizes, args.batch_size, num_buckets=6, seed=args.seed)
         loader = DataLoader(dataset, batch_sampler=batches, num_workers=args.num_workers or 0,
                             collate_fn=partial(pad_collate, pad_to_multiple_of=8, sequence_keys=["tokens"]))
@@ -82,6 +93,7 @@ def main() -> None:
                     break
             epoch += 1
     report(losses)
+    print(f"skipped_samples={dataset.skipped}")
 
 
 if __name__ == "__main__":
