@@ -13,6 +13,7 @@ import pytest
 from stepscope.capture import stacks
 from stepscope.capture.recorder import FORWARD, StepRecorder
 from stepscope.capture.stacks import StackSampler, StackTable, WorkerStackStart, _WorkerFile
+from stepscope.capture.warn import WarningSink
 from stepscope.record.run import PHASES, STACK_ROLES, StepTable
 
 
@@ -126,15 +127,20 @@ def test_worker_samples_merge_as_loading_work(tmp_path):
     assert leaf.function.endswith("test_worker_samples_merge_as_loading_work")
 
 
-@pytest.mark.skipif(not stacks.THREAD_SAMPLER_SAFE, reason="a sampler thread is only used on Python >= 3.12")
 def test_switch_interval_is_lowered_while_a_thread_samples_and_restored():
+    """Python >= 3.12: a sampler thread lowers the GIL switch interval and restores it. Before 3.12
+    no sampler thread reads another thread's frames: the interval is untouched and the reason said."""
     previous = sys.getswitchinterval()
     sys.setswitchinterval(stacks.PYTHON_SWITCH_INTERVAL_S)
     worker = threading.Thread(target=busy_for, args=(0.3,))
     worker.start()
     try:
-        sampler = StackSampler(None, 100, thread_id=worker.ident).start()
-        assert sys.getswitchinterval() == pytest.approx(stacks.SWITCH_INTERVAL_S)
+        warnings = WarningSink(emit=False)
+        sampler = StackSampler(None, 100, thread_id=worker.ident, warnings=warnings).start()
+        lowered = stacks.SWITCH_INTERVAL_S if stacks.THREAD_SAMPLER_SAFE else stacks.PYTHON_SWITCH_INTERVAL_S
+        assert sys.getswitchinterval() == pytest.approx(lowered)
+        assert (sampler._thread is None) is (not stacks.THREAD_SAMPLER_SAFE)
+        assert any("unsafe on this Python" in line for line in warnings.messages) is (not stacks.THREAD_SAMPLER_SAFE)
         sampler.stop()
         assert sys.getswitchinterval() == pytest.approx(stacks.PYTHON_SWITCH_INTERVAL_S)
     finally:
