@@ -140,8 +140,20 @@ def claim_run_dir(run_dir: str | Path, rank: int, *, force: bool = False, derive
                            "choose another with -o/--out") from None
     if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
         raise CaptureError(f"run directory {path} belongs to another user; choose another with -o/--out")
+    import socket
+
     job = job_id()
     lock = _take_lock(path, rank, job, force)
+    # Say whose lock this is before looking at the others': a sibling rank claiming at the same
+    # moment reads our job from it (else each would wait for the other, then call it foreign).
+    owner = {"job": job, "pid": os.getpid(), "rank": rank, "hostname": socket.gethostname(),
+             "start_wall_ns": time.time_ns()}
+    try:
+        lock.write(owner)
+    except OSError as exc:
+        lock.release()
+        raise CaptureError(f"cannot write the run directory {path} ({exc.strerror or exc}); "
+                           "choose another with -o/--out") from None
     try:
         foreign = _foreign_entries(path, rank, job, lock)
         if foreign and not force:
@@ -150,19 +162,27 @@ def claim_run_dir(run_dir: str | Path, rank: int, *, force: bool = False, derive
                                "or choose another with -o/--out")
         for name in foreign | _own_stale_entries(path, rank, job, lock):
             _remove(path / name)
-        import socket
-
-        lock.write({"job": job, "pid": os.getpid(), "rank": rank, "hostname": socket.gethostname(),
-                    "start_wall_ns": time.time_ns()})
         _check_writable(path)
     except CaptureError:
-        lock.release()
+        _restore(lock)
         raise
     except OSError as exc:
-        lock.release()
+        _restore(lock)
         raise CaptureError(f"cannot write the run directory {path} ({exc.strerror or exc}); "
                            "choose another with -o/--out") from None
     return path, lock
+
+
+def _restore(lock: RunDirLock) -> None:
+    """Give the lock back as we found it (a refused claim leaves the earlier run's owner mark)."""
+    try:
+        if lock.previous:
+            lock.write(lock.previous)
+        else:
+            os.ftruncate(lock.descriptor, 0)
+    except OSError:
+        pass
+    lock.release()
 
 
 def _read_lock(descriptor: int) -> dict:

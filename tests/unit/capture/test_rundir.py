@@ -71,6 +71,38 @@ def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path, monkeypatch):
         rundir.claim_run_dir(out, 0)
 
 
+def test_ranks_claiming_at_the_same_moment_both_get_the_directory(tmp_path, monkeypatch):
+    """Both ranks hold their own lock before either looks at the other's: each must already say
+    which job it belongs to, or each takes the other for a foreign run in use."""
+    import threading
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    both_locked = threading.Barrier(2, timeout=10)
+    look = rundir._foreign_entries
+
+    def after_both_locked(*args):
+        both_locked.wait()
+        return look(*args)
+
+    monkeypatch.setattr(rundir, "_foreign_entries", after_both_locked)
+    results: dict[int, object] = {}
+
+    def claim(rank: int) -> None:
+        try:
+            results[rank] = rundir.claim_run_dir(tmp_path / "out", rank)[1]
+        except CaptureError as exc:
+            results[rank] = exc
+
+    threads = [threading.Thread(target=claim, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(isinstance(result, rundir.RunDirLock) for result in results.values()), results
+    for result in results.values():
+        result.release()
+
+
 def test_a_ranks_files_from_an_earlier_attempt_of_the_same_job_are_replaced(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
     out = tmp_path / "out"
