@@ -18,6 +18,8 @@ with torch's intra-op threads. Measuring that takes a fraction of a second of fu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import statistics
 import sys
@@ -113,7 +115,8 @@ def cached_peak(threads: int, path: Path | None = None, dtype: str = "fp32") -> 
 
 
 def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
-    """Merge ``peak`` into the cache: the best rate ever seen wins (with that measurement's median).
+    """Merge ``peak`` into the cache: the best rate ever seen wins (with that measurement's median,
+    or a steadier median given with the same best: see :func:`peak_at_torch_import`).
 
     Raises:
         OSError: the cache could not be written.
@@ -124,8 +127,11 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     key = machine_key(peak.threads or 0, peak.dtype)
     entries = read_cache(path)
     old = entries.get(key)
-    if isinstance(old, dict) and float(old.get("flops_best", 0) or 0) >= peak.flops_best:
-        return
+    if isinstance(old, dict):
+        old_best, old_median = float(old.get("flops_best", 0) or 0), float(old.get("flops_median", 0) or 0)
+        if old_best >= peak.flops_best and old_median >= peak.flops_median:
+            return
+        peak = replace(peak, flops_best=max(old_best, peak.flops_best))
     entries[key] = {"flops_best": peak.flops_best, "flops_median": peak.flops_median,
                     "spread": peak.spread, "repetitions": peak.repetitions, "threads": peak.threads,
                     "measured_wall_ns": peak.measured_wall_ns}
@@ -164,8 +170,11 @@ def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
     except Exception as exc:  # noqa: BLE001 - a missing peak only costs MFU
         warn(f"cpu-peak-{dtype}", f"CPU {dtype} matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
         return cached
-    if cached is not None and cached.flops_best >= peak.flops_best:
-        return cached
+    if cached is not None:
+        # the better best of both; the spread of the steadier measurement, so that one steady
+        # measurement settles a disturbed entry (else each run would measure again)
+        peak = replace(peak, flops_best=max(peak.flops_best, cached.flops_best),
+                       flops_median=max(peak.flops_median, cached.flops_median))
     try:
         store_peak(peak)
     except OSError as exc:

@@ -104,3 +104,24 @@ def test_a_disturbed_cached_peak_is_measured_again_and_the_best_kept(cache_home,
     assert steady.flops_best == 2e11
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": pytest.fail("measured again"))
     assert cpu_peak.peak_at_torch_import(lambda *args: None).source == "cache"  # steady now: trusted
+
+
+def test_a_steady_but_slower_measurement_settles_a_disturbed_entry(cache_home, monkeypatch):
+    """A disturbed entry whose best is higher than a later steady measurement's keeps that best,
+    takes the steady spread, and is trusted from then on (not measured again at every run)."""
+    disturbed = CpuPeak(flops_best=3e11, flops_median=1e11, repetitions=7, threads=1)  # median 33% of best
+    cpu_peak.store_peak(disturbed)
+    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
+                        lambda dtype="fp32": CpuPeak(flops_best=2.5e11, flops_median=2.4e11, threads=1, dtype=dtype))
+    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
+    assert (peak.flops_best, peak.flops_median) == (3e11, 2.4e11)
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": pytest.fail("measured again"))
+    assert cpu_peak.peak_at_torch_import(lambda *args: None).source == "cache"
+
+
+def test_a_steadier_median_never_lowers_the_best(cache_home):
+    cpu_peak.store_peak(CpuPeak(flops_best=3e11, flops_median=1e11, repetitions=7, threads=1))
+    cpu_peak.store_peak(CpuPeak(flops_best=2e11, flops_median=1.9e11, repetitions=7, threads=1))
+    entry = cpu_peak.cached_peak(1)
+    assert (entry.flops_best, entry.flops_median) == (3e11, 1.9e11)
