@@ -23,6 +23,11 @@ LOADER_CPU_IDLE = 0.3
 #: Utilisation of all cores above which the machine has no CPU left to give (cf. the sampler's
 #: 90 % saturation level for a core).
 CPU_SATURATED = 0.85
+#: Runnable threads per core at which the cores are saturated whatever the mean utilisation says
+#: (Brendan Gregg's USE method: a run queue longer than the CPU count is saturation; twice the
+#: cores means each runnable thread gets at most half a core). The mean utilisation of a short run
+#: includes its start-up, so a saturated steady state can average below :data:`CPU_SATURATED`.
+RUN_QUEUE_SATURATED = 2.0
 #: Findings whose deciding share lies below ``threshold × NEAR_BAND_HIGH`` are "near the threshold"
 #: (LOW severity), and rules using a band fire from ``threshold × NEAR_BAND_LOW``: the run-to-run
 #: spread of a share on a shared machine (data wait 4–6 % around a 5 % cut in five identical runs)
@@ -69,10 +74,20 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
     other threads rather than idle: the measurement is then not conclusive.
     """
     util, source = ev.loader_cpu.util, ev.loader_cpu.source
-    machine = ev.signals.cpu_util_mean if ev.signals is not None else None
-    if util is not None and util < LOADER_CPU_BUSY and machine is not None and machine >= CPU_SATURATED:
+    if util is not None and util < LOADER_CPU_BUSY and cpu_saturated(ev):
         return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
     return util, source
+
+
+def cpu_saturated(ev: RunEvidence) -> bool:
+    """Every core is busy: the mean utilisation reaches :data:`CPU_SATURATED`, or runnable
+    threads queue at :data:`RUN_QUEUE_SATURATED` per core."""
+    machine = ev.signals.cpu_util_mean if ev.signals is not None else None
+    if machine is not None and machine >= CPU_SATURATED:
+        return True
+    demand = ev.cpu_demand
+    return bool(demand is not None and demand.runnable_per_core is not None
+                and demand.runnable_per_core >= RUN_QUEUE_SATURATED)
 
 
 def code_locations(ev: RunEvidence, phase: str, role: str = "main") -> tuple[CodeLocation, ...]:

@@ -19,12 +19,11 @@ from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import CPU_SATURATED
 
-#: Runnable threads per core at which the run queue is "far above" the cores. Brendan Gregg's USE
-#: method calls any run queue longer than the CPU count saturation; twice the cores means each
-#: runnable thread gets at most half a core.
-RUNNABLE_PER_CORE_HIGH = 2.0
+#: Runnable threads per core at which the run queue is "far above" the cores (see
+#: :data:`~stepscope.diagnosis.rules._common.RUN_QUEUE_SATURATED`).
+RUNNABLE_PER_CORE_HIGH = common.RUN_QUEUE_SATURATED
 #: A run queue that corroborates a thread count: at the saturation level of the run-queue path.
-RUNNABLE_CORROBORATES = 2.0
+RUNNABLE_CORROBORATES = common.RUN_QUEUE_SATURATED
 #: Threads the training tree wants to run (intra-op threads + busy workers' threads) per core.
 THREAD_DEMAND_PER_CORE_HIGH = 2.0
 #: Share of all cores the training tree itself must use for the run queue to be *its* doing
@@ -47,7 +46,7 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
       this run's loaders, not a neighbour's job).
     """
     demand = ev.cpu_demand
-    if demand is None or demand.cpu_util < CPU_SATURATED:
+    if demand is None or not common.cpu_saturated(ev):
         return None
     cores = demand.cores
     wait = ev.steady.data_wait_share if ev.steady is not None else 0.0
