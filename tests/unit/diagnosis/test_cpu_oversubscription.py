@@ -23,8 +23,11 @@ INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
     (dict(cpu_count=2, cpu_util_mean=0.98, workers=workers(1, 0.9, threads=1)), False),
     # crowded, but by other processes: this run uses 0.4 cores
     (dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=5.0, workers=workers(4, 0.1)), False),
-    # cores not busy
-    (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=5.0, workers=workers(4, 0.45)), False),
+    # cores not busy: low utilisation and no run queue
+    (dict(cpu_count=2, cpu_util_mean=0.4, runnable_threads_per_core=1.2, workers=workers(4, 0.45)), False),
+    # a mean under 85 % (the run's start-up is in it), but 4 runnable threads per core while this
+    # run's workers use the cores: saturated
+    (dict(cpu_count=2, cpu_util_mean=0.8, runnable_threads_per_core=4.0, workers=workers(4, 0.4)), True),
     (None, False),
 ])
 def test_oversubscribed_cpu(signals, fires):
