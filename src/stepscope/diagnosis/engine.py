@@ -156,11 +156,14 @@ def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[
 
 
 def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, str]]]:
+    """A cause makes its symptom moot (:data:`SUPERSEDES`) unless the cause is minor: a LOW
+    finding (near its threshold, a few percent of the step) explains no larger finding, so both stay."""
     by_family = {item.family: item for item in findings}
     kept, superseded = [], []
     for item in findings:
         winner = next((other for family, other in by_family.items()
-                       if item.family in SUPERSEDES.get(family, ()) and other is not item), None)
+                       if item.family in SUPERSEDES.get(family, ()) and other is not item
+                       and (other.severity >= Severity.MEDIUM or other.impact >= item.impact)), None)
         if winner is None:
             kept.append(item)
         else:

@@ -125,3 +125,25 @@ def test_findings_round_trip_through_dict():
     ctx = ctx_of(make_record(shares=INPUT, num_workers=0), dict(cpu_count=2, main_cpu_util=1.0))
     for finding in diagnose(ctx):
         assert Finding.from_dict(finding.to_dict()) == finding
+
+
+def test_a_minor_cause_does_not_hide_a_larger_symptom():
+    """A near-threshold input wait (LOW, 3 % of the step) does not explain a low MFU costing most of
+    the step: the compute finding stays (the zoo's small-batch run once came out 'healthy')."""
+    def minor_wait(ev):
+        return Finding("input_pipeline.loader_cpu_bound", "input_pipeline", "wait", Severity.LOW, 0.034, 0.5,
+                       claims=("data_wait",))
+
+    def low_mfu(ev):
+        return Finding("compute.low_mfu", "compute", "MFU 5%", Severity.HIGH, 0.6, 0.7, claims=("compute",))
+
+    def major_wait(ev):
+        return Finding("input_pipeline.loader_cpu_bound", "input_pipeline", "wait", Severity.HIGH, 0.4, 0.8,
+                       claims=("data_wait",))
+
+    record = make_record(steps=20, shares=INPUT)
+    kept = run_rules(build_evidence(record), rules=(minor_wait, low_mfu))
+    assert [item.family for item in kept.findings] == ["compute", "input_pipeline"]
+    settled = run_rules(build_evidence(record), rules=(major_wait, low_mfu))
+    assert [item.family for item in settled.findings] == ["input_pipeline"]
+    assert [(item.family, by) for item, by in settled.superseded] == [("compute", "input_pipeline.loader_cpu_bound")]

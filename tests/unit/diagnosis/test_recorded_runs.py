@@ -17,3 +17,13 @@ def test_starved_workers_on_a_saturated_run_queue_are_oversubscription_not_stora
     families = [finding.family for finding in report.findings]
     assert families[0] == "cpu_oversubscription", [finding.title for finding in report.findings]
     assert "storage_io" not in families
+
+
+def test_a_minor_input_wait_does_not_hide_a_low_mfu():
+    run_dir = RUNS / "small-batch-minor-input-wait"
+    report = build_report(attach_samples(load_record(run_dir, with_samples=False), run_dir))
+    top = report.findings[0]
+    assert top.family == "compute" and top.severity.name in ("HIGH", "CRITICAL"), [f.title for f in report.findings]
+    minor = [finding for finding in report.findings if finding.family == "input_pipeline"]
+    assert minor and minor[0].severity.name == "LOW"
+    assert "healthy" not in {finding.family for finding in report.findings}
