@@ -249,13 +249,41 @@ def test_bad_profiler_options(tmp_path, args, message):
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("scenario, threshold, code", [("input-cpu", "high", 3), ("healthy", "medium", 0)])
-def test_fail_on_guards_against_findings(tmp_path, scenario, threshold, code):
-    result = run_cli(["demo", scenario, "--steps", "20", "--no-monitor", "--no-summary", "-o", "out",
-                      "--fail-on", threshold], tmp_path)
+SLOW_LOADER = """
+    import time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Slow(Dataset):  # every sample waits 20 ms: the step waits for data whatever the machine does
+        def __len__(self):
+            return 64
+        def __getitem__(self, index):
+            time.sleep(0.02)
+            return torch.randn(8)
+
+    model = torch.nn.Linear(8, 1)
+    for x in DataLoader(Slow(), batch_size=4):
+        model(x).sum().backward()
+"""
+
+
+def test_fail_on_guards_against_findings(tmp_path):
+    threshold, code = "high", 3
+    write_script(tmp_path, "slow.py", SLOW_LOADER)
+    result = run_cli(["run", "--no-monitor", "--no-summary", "-o", "out", "--fail-on", threshold, "slow.py"], tmp_path)
     assert result.returncode == code, result.stderr
-    if code:
-        assert f"findings at or above '{threshold}'" in result.stderr
+    assert f"findings at or above '{threshold}'" in result.stderr
+    again = run_cli(["report", "out", "--fail-on", threshold], tmp_path)  # the same gate on the saved run
+    assert again.returncode == code and f"findings at or above '{threshold}'" in again.stderr
+
+
+def test_fail_on_passes_a_run_without_findings(tmp_path):
+    write_script(tmp_path, "ok.py", "print('hi')")
+    result = run_cli(["run", "--no-monitor", "-o", "out", "--fail-on", "info", "ok.py"], tmp_path)
+    assert result.returncode == 0 and result.stdout == "hi\n", result.stderr
+    assert run_cli(["report", "out", "--fail-on", "info"], tmp_path).returncode == 0
+    bad = run_cli(["report", "out", "--fail-on", "bogus"], tmp_path)
+    assert bad.returncode == 2 and "unknown severity 'bogus'" in bad.stderr
 
 
 def test_fail_on_keeps_the_scripts_own_failure(tmp_path):

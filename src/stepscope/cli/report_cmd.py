@@ -20,6 +20,9 @@ def add_parser(subparsers: Any) -> None:
 
     add_export_options(parser)
     add_max_bytes_option(parser)
+    parser.add_argument("--fail-on", metavar="SEVERITY",
+                        help="exit 3 when the run has a finding at or above SEVERITY "
+                             "(info, low, medium, high, critical): a CI gate on a saved run")
     parser.add_argument("--flame", metavar="PHASE", default=None,  # code attribution
                         help="print the folded stacks of PHASE (data_wait, forward, backward, optimizer, "
                              "other, or workers) as collapsed-stack text for flamegraph.pl / speedscope")
@@ -33,6 +36,10 @@ def handle(args: argparse.Namespace) -> int:
 
 def _handle(args: argparse.Namespace) -> int:
     import orjson
+
+    from stepscope.diagnosis.findings import Severity
+
+    fail_on = Severity.parse(args.fail_on) if getattr(args, "fail_on", None) else None
 
     from stepscope.record.store import load_job, load_record, resolve_record_path
     from stepscope.report.exports import export_report, plan_exports
@@ -51,17 +58,31 @@ def _handle(args: argparse.Namespace) -> int:
         report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
     if exports:
         export_report(report, run_dir=record_file.parent, **exports)
-        return 0
-    if args.format == "json":
+    elif args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                                       | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    else:
+        from rich.console import Console
+
+        from stepscope.report.terminal import print_summary
+
+        print_summary(report, str(record_file.parent), console=Console())
+    return fail_on_findings(report.findings, fail_on)
+
+
+def fail_on_findings(findings: Any, fail_on: Any) -> int:
+    """``--fail-on``: :data:`~stepscope.cli.run_cmd.EXIT_FINDINGS` (said on stderr) when a finding
+    reaches ``fail_on``, else 0."""
+    from stepscope.cli.run_cmd import EXIT_FINDINGS
+
+    if fail_on is None or not any(finding.severity >= fail_on for finding in findings):
         return 0
-    from rich.console import Console
-
-    from stepscope.report.terminal import print_summary
-
-    print_summary(report, str(record_file.parent), console=Console())
-    return 0
+    try:
+        print(f"stepscope: findings at or above '{fail_on.name.lower()}' (--fail-on): exit {EXIT_FINDINGS}",
+              file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_FINDINGS
 
 
 def _print_flame(record: Any, phase: str) -> int:

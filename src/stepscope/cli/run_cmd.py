@@ -204,15 +204,11 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     launcher.report_outcome(outcome)
     exception_name = type(outcome.exception).__name__ if outcome.exception is not None else None
     finalize(outcome.exit_code, exception_name, outcome.signal_name)
-    if (options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None
-            and report_box
-            and any(finding.severity >= options.fail_on for finding in report_box[0].findings)):
-        try:
-            print(f"stepscope: findings at or above '{options.fail_on.name.lower()}' (--fail-on): "
-                  f"exit {EXIT_FINDINGS}", file=sys.stderr)
-        except (OSError, ValueError, AttributeError):
-            pass
-        return EXIT_FINDINGS
+    if options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None and report_box:
+        from stepscope.cli.report_cmd import fail_on_findings
+
+        if fail_on_findings(report_box[0].findings, options.fail_on):
+            return EXIT_FINDINGS
     launcher.finish_process(outcome)
     return outcome.exit_code
 
