@@ -138,11 +138,18 @@ class Runner:
             (work / name).write_text(textwrap.dedent(text), encoding="utf-8")
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = str(REPO_SRC) + os.pathsep + self.env.get("PYTHONPATH", "")
-        self.env.setdefault("XDG_CACHE_HOME", str(work / "cache"))
         self.runs = 0
+        self._done: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[Path, dict, dict]] = {}
 
     def run(self, script: str, *args: str, options: tuple[str, ...] = ()) -> tuple[Path, dict, dict]:
-        """Run ``script args`` under capture; returns (run dir, report.json, the record document)."""
+        """Run ``script args`` under capture; returns (run dir, report.json, the record document).
+        Checks that need the same run share it (each only reads it)."""
+        key = (script, args, options)
+        if key not in self._done:
+            self._done[key] = self._run(script, *args, options=options)
+        return self._done[key]
+
+    def _run(self, script: str, *args: str, options: tuple[str, ...] = ()) -> tuple[Path, dict, dict]:
         self.runs += 1
         out = self.work / f"run{self.runs}"
         command = [sys.executable, "-m", "stepscope", "run", "--no-summary", "-o", str(out), *options,

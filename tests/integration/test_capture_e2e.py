@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from support import run_cli, run_python, write_script
+from stepscope.capture.cpu_peak import STEADY_MEDIAN_SHARE
 from stepscope.record.store import load_record
 
 SEEDED_TRAINING = """
@@ -60,11 +61,9 @@ def _share(record, phase: str) -> float:
     return float(steps.phase(phase).sum() / steps.duration_ns.sum())
 
 
-def test_input_bound_demo_waits_for_data_and_healthy_demo_does_not(tmp_path):
-    slow = run_cli(["demo", "input-cpu", "--no-monitor", "-o", "slow", "--steps", "20"], tmp_path)
-    fast = run_cli(["demo", "healthy", "--no-monitor", "-o", "fast", "--steps", "20"], tmp_path)
-    assert slow.returncode == 0 and fast.returncode == 0, slow.stderr + fast.stderr
-    slow_record, fast_record = load_record(tmp_path / "slow"), load_record(tmp_path / "fast")
+@pytest.mark.serial  # phase shares of the zoo's own runs (test_zoo.py), taken on a quiet machine
+def test_input_bound_demo_waits_for_data_and_healthy_demo_does_not(zoo_run):
+    slow_record, fast_record = load_record(zoo_run("input-cpu").dir), load_record(zoo_run("healthy").dir)
     assert _share(slow_record, "data_wait") > 0.35
     # shares of a CPU run on a loaded machine: preemption lands in any phase, so the margins are wide
     assert _share(fast_record, "data_wait") < 0.2
@@ -214,7 +213,7 @@ def test_torchrun_ranks_write_their_records_into_one_run_dir(tmp_path):
             opt.step()
         dist.destroy_process_group()
     """)
-    result = run_python(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+    result = run_python(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                          "-m", "stepscope", "run", "--no-monitor", "ddp.py"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = list((tmp_path / "stepscope-runs").iterdir())
@@ -270,13 +269,18 @@ def test_cpu_peak_is_measured_at_torch_import_once_then_read_from_the_cache(tmp_
     cached = load_record(tmp_path / "second").facts.cpu_peak
     assert measured.source == "measured" and measured.repetitions >= 3
     assert measured.flops_median <= measured.flops_best
-    assert cached.source == "cache" and cached.flops_best == measured.flops_best
+    # a steady first measurement is read from the cache; one taken while other work held the cores
+    # (its median under 70 % of its best) is measured again, keeping the better best
+    steady = measured.flops_median >= STEADY_MEDIAN_SHARE * measured.flops_best
+    assert (cached.source == "cache") is steady, (measured, cached)
+    assert cached.flops_best >= measured.flops_best and (cached.flops_best == measured.flops_best or not steady)
     assert (tmp_path / "cache" / "stepscope" / "cpu_peak.json").is_file()
     scaled = load_record(tmp_path / "fewer")
     assert scaled.facts.cpu_peak.threads == 1
     assert any("scaled" in text for text in scaled.warnings)
 
 
+@pytest.mark.serial  # no CPU MFU is given while other processes hold the cores
 def test_autocast_and_fp32_runs_get_mfu_against_different_peaks(tmp_path):
     write_script(tmp_path, "amp.py", """
         import sys
@@ -292,7 +296,7 @@ def test_autocast_and_fp32_runs_get_mfu_against_different_peaks(tmp_path):
             out.float().pow(2).mean().backward()
             opt.step()
     """)
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # peaks measured here, on the quiet machine
     for dtype in ("bf16", "fp32"):
         result = run_cli(["run", "--no-monitor", "--no-summary", "-o", dtype, "amp.py", dtype], tmp_path, env=env)
         assert result.returncode == 0, result.stderr

@@ -33,6 +33,7 @@ def foreign_load(run_dir) -> bool:
     return any(item["family"] == "foreign_load" for item in report["findings"])
 
 
+@pytest.mark.serial  # speed-ups measured against each other
 def test_try_measures_the_prescribed_workers_and_agrees_with_full_runs(tmp_path):
     base = run_cli(["run", "--no-summary", "-o", "base", *SCRIPT], tmp_path, timeout=120)
     assert base.returncode == 0, base.stderr

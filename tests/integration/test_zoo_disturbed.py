@@ -2,9 +2,10 @@
 
 - Beside two CPU-burning processes, a scenario keeps its planted family on top or names the
   disturbance (``foreign_load`` with the burners' pids) — never a confident wrong verdict alone.
-- The busy-model scenario (a model using every core, a light loader) is run five times: the
-  verdict and every finding at MEDIUM or above are the same in all five runs, and no run is told to
-  add DataLoader workers or cut intra-op threads (both would slow it down).
+- The busy-model scenario (a model using every core, a light loader) is run three times (one of
+  them the zoo test's run): the verdict and every finding at MEDIUM or above are the same in all
+  three runs, and no run is told to add DataLoader workers or cut intra-op threads (both would
+  slow it down).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def _prescribed_settings(findings: list[dict]) -> set[str]:
     return {p["setting"] for item in findings for p in item["prescriptions"] if p["setting"]}
 
 
-@pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+
 @pytest.mark.parametrize("name, planted", [("input-cpu", "input_pipeline"), ("busy-model", "healthy")])
 def test_beside_two_busy_processes(tmp_path, name, planted):
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(2)]
@@ -48,9 +51,8 @@ def test_beside_two_busy_processes(tmp_path, name, planted):
         assert not _prescribed_settings(findings) & {"num_workers", "intra_op_threads"}, describe(findings)
 
 
-@pytest.mark.slow
-def test_busy_model_verdict_is_stable_over_five_runs(tmp_path):
-    reports = [run_demo("busy-model", tmp_path / f"run{index}") for index in range(5)]
+def test_busy_model_verdict_is_stable_over_repeated_runs(tmp_path, zoo_run):
+    reports = [zoo_run("busy-model").report] + [run_demo("busy-model", tmp_path / f"run{index}") for index in range(2)]
     quiet = [report for report in reports if not any(item["family"] == FOREIGN for item in report["findings"])]
     for report in reports:
         settings = _prescribed_settings(report["findings"])
