@@ -92,32 +92,24 @@ def test_damaged_cache_reads_as_empty(cache_home):
     assert cpu_peak.cached_peak(1).flops_best == 2e9
 
 
-def test_a_disturbed_cached_peak_is_measured_again_and_the_best_kept(cache_home, monkeypatch):
-    disturbed = CpuPeak(flops_best=3e10, flops_median=1.2e10, repetitions=7, threads=1)  # median 40% of best
-    cpu_peak.store_peak(disturbed)
+@pytest.mark.parametrize("cached, measured, kept", [
+    # a faster steady measurement replaces the disturbed entry (median 40 % of its best)
+    ((3e10, 1.2e10), (2e11, 1.9e11), (2e11, 1.9e11)),
+    # a slower steady one keeps the disturbed entry's best and settles its spread
+    ((3e11, 1e11), (2.5e11, 2.4e11), (3e11, 2.4e11)),
+])
+def test_a_disturbed_cached_peak_is_measured_again_until_a_steady_measurement_settles_it(
+        cache_home, monkeypatch, cached, measured, kept):
+    cpu_peak.store_peak(CpuPeak(flops_best=cached[0], flops_median=cached[1], repetitions=7, threads=1))
     monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
-    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
-                        lambda dtype="fp32": CpuPeak(flops_best=2e11, flops_median=1.9e11, threads=1, dtype=dtype))
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": CpuPeak(
+        flops_best=measured[0], flops_median=measured[1], threads=1, dtype=dtype))
     peak = cpu_peak.peak_at_torch_import(lambda *args: None)
-    assert peak.flops_best == 2e11 and peak.source == "measured"
-    steady = cpu_peak.cached_peak(1)
-    assert steady.flops_best == 2e11
+    assert (peak.flops_best, peak.flops_median) == kept and peak.source == "measured"
+    entry = cpu_peak.cached_peak(1)
+    assert (entry.flops_best, entry.flops_median) == kept
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": pytest.fail("measured again"))
     assert cpu_peak.peak_at_torch_import(lambda *args: None).source == "cache"  # steady now: trusted
-
-
-def test_a_steady_but_slower_measurement_settles_a_disturbed_entry(cache_home, monkeypatch):
-    """A disturbed entry whose best is higher than a later steady measurement's keeps that best,
-    takes the steady spread, and is trusted from then on (not measured again at every run)."""
-    disturbed = CpuPeak(flops_best=3e11, flops_median=1e11, repetitions=7, threads=1)  # median 33% of best
-    cpu_peak.store_peak(disturbed)
-    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
-    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak",
-                        lambda dtype="fp32": CpuPeak(flops_best=2.5e11, flops_median=2.4e11, threads=1, dtype=dtype))
-    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
-    assert (peak.flops_best, peak.flops_median) == (3e11, 2.4e11)
-    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": pytest.fail("measured again"))
-    assert cpu_peak.peak_at_torch_import(lambda *args: None).source == "cache"
 
 
 def test_a_steadier_median_never_lowers_the_best(cache_home):
