@@ -212,5 +212,28 @@ def merge_findings(per_rank: list[RankReport]) -> tuple[Finding, ...]:
             extra.setdefault("rank", worst_rank)
             title = f"{title} — rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
         merged.append(replace(worst, title=title, extra=extra))
-    ranked = rank_findings(merged)
+    ranked = rank_findings(_link_straggler_causes(merged))
     return tuple(sorted(ranked, key=lambda item: item.family not in JOB_FAMILIES))
+
+
+#: The straggler's phase -> the families of the slow rank's own findings that are its cause.
+STRAGGLER_CAUSES = {"data_wait": frozenset({"input_pipeline", "storage_io", "cpu_oversubscription"}),
+                    "forward": frozenset({"compute", "launch_overhead", "host_device_sync"})}
+
+
+def _link_straggler_causes(merged: list[Finding]) -> list[Finding]:
+    """The slow rank's own finding that explains a straggler says so: both describe one cause
+    (each cost is of its own rank's step: the straggler's of the waiting ranks', the cause's of the
+    slow rank's), so the job report does not read as two problems."""
+    stragglers = [item for item in merged if item.family == "straggler" and "rank" in item.extra]
+    out = []
+    for item in merged:
+        cause_of = next((other for other in stragglers
+                         if item.family in STRAGGLER_CAUSES.get(str(other.extra.get("phase")), ())
+                         and item.extra.get("ranks") == [other.extra["rank"]]), None)
+        if cause_of is not None:
+            rank = cause_of.extra["rank"]
+            item = replace(item, title=f"{item.title} (why rank {rank} straggles)",
+                           extra={**item.extra, "cause_of": cause_of.rule_id})
+        out.append(item)
+    return out

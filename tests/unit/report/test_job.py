@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -48,3 +49,16 @@ def test_a_rank_that_ended_is_not_waited_for(tmp_path):
     save_record(_rank(0, 2), layout.record_path(tmp_path, 0))
     layout.lock_path(tmp_path, 1).write_text("{}")  # rank 1 claimed the directory, then died
     assert wait_for_ranks(tmp_path, 2, timeout_s=30) == [0]
+
+
+def test_the_slow_rank_s_own_finding_is_named_as_the_straggler_s_cause():
+    """The zoo's straggler job, recorded: rank 0 waits for rank 1 in the all-reduce, rank 1 waits
+    for its slow loader. Rank 1's own input finding is the straggler's cause and says so."""
+    run_dir = Path(__file__).resolve().parents[2] / "data" / "runs" / "straggler-two-ranks"
+    findings = build_job_report(run_dir).findings
+    straggler = findings[0]
+    assert straggler.family == "straggler" and straggler.extra["rank"] == 1
+    assert straggler.extra["phase"] == "data_wait"
+    (cause,) = [item for item in findings if item.extra.get("cause_of") == straggler.rule_id]
+    assert cause.family in ("input_pipeline", "storage_io") and cause.extra["ranks"] == [1]
+    assert cause.title.endswith("(why rank 1 straggles)")
