@@ -217,11 +217,11 @@ def check_mfu_dtype(runner: Runner) -> str:
 
 
 def check_sync_and_pinned_memory(runner: Runner) -> str:
+    if not runner.cuda:  # the trace window itself is checked by trace-window
+        raise Skip("no CUDA device: host-device syncs and copies need one")
     _, report, _ = runner.run("sync.py", runner.device, options=("--trace",))
     trace = report["trace"]
     assert trace is not None, "the --trace window was not analyzed"
-    if not runner.cuda:
-        raise Skip("no CUDA device: host-device syncs and copies need one (the trace window was analyzed)")
     assert (trace["sync_count_per_step"] or 0) >= 1, f"no syncs found per step: {trace['sync_count_per_step']}"
     findings = [item for item in report["findings"] if item["family"] == "host_device_sync"]
     assert findings, "no host_device_sync finding: " + "; ".join(item["title"] for item in report["findings"])

@@ -210,7 +210,10 @@ def _rank_main(rank: int, world_size: int, store: str, paths: list[str], out: st
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
         dataset = ShardedJsonl(paths, chunk_bytes=1024, shuffle_buffer=8)  # rank and workers detected
-        loader = DataLoader(dataset, batch_size=7, num_workers=2, collate_fn=ids_of, multiprocessing_context=context)
+        # spawned workers each import torch anew: one per rank is enough to cross processes there
+        workers = 2 if context == "fork" else 1
+        loader = DataLoader(dataset, batch_size=7, num_workers=workers, collate_fn=ids_of,
+                            multiprocessing_context=context)
         ids = [ident for batch in loader for ident in batch]
         with open(f"{out}.{rank}", "w", encoding="utf-8") as handle:
             json.dump(ids, handle)
