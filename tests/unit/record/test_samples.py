@@ -132,11 +132,12 @@ def test_empty_file_is_empty_samples(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"hello", "not a gzip file"),
-    (gzip.compress(b'{"type": "header", "kind": "something.else"}\n'), "not a stepscope samples file"),
-    (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 99}) + b"\n"), "upgrade"),
-    (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 1}) + b"\n{bad\n{}\n"),
-     "damaged samples"),
-])
+    (gzip.compress(b'{"type": "header", "kind": "something.else"}\n', mtime=0), "not a stepscope samples file"),
+    (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 99}) + b"\n", mtime=0),
+     "upgrade"),
+    (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 1}) + b"\n{bad\n{}\n",
+                   mtime=0), "damaged samples"),
+], ids=["not-gzip", "other-kind", "newer-schema", "damaged"])  # ids stable across processes (pytest-xdist)
 def test_bad_files_raise_input_error_with_the_path(tmp_path, content, message):
     path = tmp_path / "s.jsonl.gz"
     path.write_bytes(content)
