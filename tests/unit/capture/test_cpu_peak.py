@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -41,7 +42,10 @@ def test_first_call_measures_and_caches_then_the_cache_answers(cache_home, monke
 
     def counting(*args, **kwargs):
         calls.append(1)
-        return real(repetitions=3, max_s=0.05)
+        measured = real(repetitions=3, max_s=0.05)
+        # a real measurement, made steady: one disturbed by other work is measured again by design
+        # (test_a_disturbed_cached_peak_is_measured_again_until_a_steady_measurement_settles_it)
+        return replace(measured, flops_median=max(measured.flops_median, 0.9 * measured.flops_best))
 
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", counting)
     first = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
