@@ -67,22 +67,9 @@ def _handle(args: argparse.Namespace) -> int:
         from stepscope.report.terminal import print_summary
 
         print_summary(report, str(record_file.parent), console=Console())
+    from stepscope.cli.run_cmd import fail_on_findings
+
     return fail_on_findings(report.findings, fail_on)
-
-
-def fail_on_findings(findings: Any, fail_on: Any) -> int:
-    """``--fail-on``: :data:`~stepscope.cli.run_cmd.EXIT_FINDINGS` (said on stderr) when a finding
-    reaches ``fail_on``, else 0."""
-    from stepscope.cli.run_cmd import EXIT_FINDINGS
-
-    if fail_on is None or not any(finding.severity >= fail_on for finding in findings):
-        return 0
-    try:
-        print(f"stepscope: findings at or above '{fail_on.name.lower()}' (--fail-on): exit {EXIT_FINDINGS}",
-              file=sys.stderr)
-    except (OSError, ValueError, AttributeError):
-        pass
-    return EXIT_FINDINGS
 
 
 def _print_flame(record: Any, phase: str) -> int:

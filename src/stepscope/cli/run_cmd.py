@@ -205,12 +205,23 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     exception_name = type(outcome.exception).__name__ if outcome.exception is not None else None
     finalize(outcome.exit_code, exception_name, outcome.signal_name)
     if options.fail_on is not None and outcome.exit_code == 0 and outcome.exception is None and report_box:
-        from stepscope.cli.report_cmd import fail_on_findings
-
         if fail_on_findings(report_box[0].findings, options.fail_on):
             return EXIT_FINDINGS
     launcher.finish_process(outcome)
     return outcome.exit_code
+
+
+def fail_on_findings(findings: Any, fail_on: Any) -> int:
+    """``--fail-on`` of ``run`` and ``report``: :data:`EXIT_FINDINGS` (said on stderr) when a
+    finding reaches ``fail_on``, else 0."""
+    if fail_on is None or not any(finding.severity >= fail_on for finding in findings):
+        return 0
+    try:
+        print(f"stepscope: findings at or above '{fail_on.name.lower()}' (--fail-on): exit {EXIT_FINDINGS}",
+              file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_FINDINGS
 
 
 def _make_profiler(name: str, run_dir: Path) -> Any:
