@@ -65,9 +65,27 @@ def run_demo(name: str, out: Path) -> dict:
     return json.loads((out / "report.json").read_text(encoding="utf-8"))
 
 
-def describe(findings: list[dict]) -> str:
-    return "; ".join(f"{item['family']} {item['severity']} {item['impact']:.3f} ({item['title']})"
+def describe(findings: list[dict], report: dict | None = None) -> str:
+    """The findings in one line; with ``report``, also the machine's side of the run, so a verdict
+    that differs on another machine (a CI box) says why from the failure message alone."""
+    text = "; ".join(f"{item['family']} {item['severity']} {item['impact']:.3f} ({item['title']})"
                      for item in findings) or "no findings"
+    return text if report is None else f"{text}\n  machine: {machine_context(report)}"
+
+
+def machine_context(report: dict) -> str:
+    signals = report.get("signals") or {}
+    evidence = report.get("evidence") or {}
+    picked = {name: signals.get(name) for name in ("cpu_count", "cpu_util_mean", "steal_share", "iowait_share",
+                                                 "runnable_threads_per_core", "main_cpu_util", "worker_count")}
+    picked["tree_cores"] = round(sum(item.get("cpu_util", 0.0) for item in signals.get("workers") or []), 3)
+    picked["cpu_demand"] = evidence.get("cpu_demand")
+    picked["foreign"] = evidence.get("foreign")
+    picked["periodic_stall"] = {key: value for key, value in (evidence.get("periodic_stall") or {}).items()
+                                if key != "slow_steps"} or None
+    durations = ((report.get("summary") or {}).get("step_time") or {})
+    picked["step_time"] = durations or None
+    return json.dumps(picked, default=str)
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -87,15 +105,15 @@ def test_planted_family_is_the_top_finding(zoo_run, name):
     if name == "jsonl-text":  # its corpus has broken lines: SkipBadSamples' counts reach the report
         assert report["summary"]["skipped_samples"]["total"] > 0
     if top["family"] == "foreign_load" and scenario.planted_family != "foreign_load":
-        assert top["title"].startswith("Other processes used"), describe(findings)  # the disturbance is said
-        print(f"the machine was crowded by other processes: {describe(findings)}")
+        assert top["title"].startswith("Other processes used"), describe(findings, report)  # the disturbance is said
+        print(f"the machine was crowded by other processes: {describe(findings, report)}")
         return
-    assert top["family"] == scenario.planted_family, describe(findings)
+    assert top["family"] == scenario.planted_family, describe(findings, report)
     assert report["verdict"]["family"] == scenario.planted_family
     if scenario.planted_family == "healthy":
-        assert all(item["severity"] in LOW_SEVERITIES for item in findings), describe(findings)
+        assert all(item["severity"] in LOW_SEVERITIES for item in findings), describe(findings, report)
     else:
-        assert top["severity"] not in LOW_SEVERITIES, describe(findings)
+        assert top["severity"] not in LOW_SEVERITIES, describe(findings, report)
         assert top["prescriptions"], "a finding without a prescription"
 
 

@@ -37,6 +37,7 @@ from stepscope.analysis.run.code_locations import CodeAttribution, attribute_cod
 from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
+from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
@@ -122,8 +123,10 @@ class ForeignProcess:
 class ForeignLoad:
     """Processes outside the job that used the machine during the run."""
 
-    cpu_share: float  # share of all cores used outside the training tree
+    cpu_share: float  # share of all cores used outside the training tree (steal included)
     processes: tuple[ForeignProcess, ...]  # the busiest ones, when the sampler named them
+    #: of which the hypervisor gave other guests (steal): cores a virtual machine did not get
+    steal_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,7 @@ class RunEvidence:
     code: CodeAttribution | None = None
     gc: GcPauseSummary | None = None
     comm: CommShares | None = None
+    stall: PeriodicStall | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -207,6 +211,7 @@ class RunEvidence:
             "gc": self.gc.to_dict() if self.gc is not None else None,
             "ranks": [item.rank for item in self.ranks],
             "communication": asdict(self.comm) if self.comm is not None else None,
+            "periodic_stall": asdict(self.stall) if self.stall is not None else None,
         }
 
 
@@ -249,6 +254,7 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
         code=code_attribution(record, steady), gc=gc_summary(record, steady),
+        stall=find_periodic_stall(record, steady.mask, steady.step_time_s, loader) if steady is not None else None,
     )
 
 
@@ -405,10 +411,11 @@ def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores:
     if signals is None or not cores or signals.cpu_util_mean is None or not signals.workers:
         return None
     tree = (sum(load.cpu_util for load in signals.workers) + sibling_cores) / cores
-    share = max(0.0, float(signals.cpu_util_mean) - tree)
+    steal = float(signals.steal_share or 0.0)
+    share = max(0.0, float(signals.cpu_util_mean) - tree) + steal
     processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes
                       if pid not in sibling_pids)
-    return ForeignLoad(round(share, 4), processes)
+    return ForeignLoad(round(share, 4), processes, round(steal, 4))
 
 
 # -- operators and MFU ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class MacroSignals:
     idlest_core_util: float | None = None
     saturated_cores: int | None = None  # cores above 90% on average
     iowait_share: float | None = None  # mean iowait share of CPU time, 0..1
+    steal_share: float | None = None  # share of CPU time the hypervisor gave other guests, 0..1
     load_per_core: float | None = None  # runnable load average / cores
     runnable_threads_per_core: float | None = None
     # processes of the training tree

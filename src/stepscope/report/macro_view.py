@@ -43,9 +43,15 @@ def _cpu(signals: MacroSignals) -> Text:
     if signals.saturated_cores:
         text.append(f", {signals.saturated_cores} saturated", style="red")
     text.append(f"; iowait {format_ratio(signals.iowait_share)}")
+    if signals.steal_share is not None and signals.steal_share >= STEAL_SHOWN:
+        text.append(f"; steal {format_ratio(signals.steal_share)}", style="yellow")
     if signals.runnable_threads_per_core is not None:
         text.append(f"; {signals.runnable_threads_per_core:.2f} runnable/core")
     return text
+
+
+#: Hypervisor steal worth a mention in the CPU line (below it, accounting noise of a VM).
+STEAL_SHOWN = 0.01
 
 
 def _processes(signals: MacroSignals) -> Text:

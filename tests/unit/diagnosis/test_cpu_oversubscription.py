@@ -47,3 +47,13 @@ def test_never_prescribes_more_workers():
         if item.setting == "worker_threads":
             assert item.suggested == 1
     assert any(item.setting == "num_workers" for item in finding.prescriptions)
+
+
+def test_on_a_virtual_machine_the_cores_the_hypervisor_kept_are_not_the_runs():
+    # 4 workers × 4 threads; the tree runs 1.2 cores because the hypervisor gave 0.6 of the 2 to
+    # other guests: saturated, and the tree uses most of what the guest got
+    stolen = dict(cpu_count=2, cpu_util_mean=0.68, steal_share=0.3, runnable_threads_per_core=4.0,
+                  workers=workers(4, 0.3, threads=4))
+    assert oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), stolen)) is not None
+    quiet_host = dict(stolen, steal_share=0.0)  # the same numbers without steal: half the machine idles
+    assert oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), quiet_host)) is None

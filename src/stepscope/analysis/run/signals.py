@@ -78,6 +78,7 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         idlest_core_util=idlest,
         saturated_cores=saturated,
         iowait_share=iowait_share(samples, mask),
+        steal_share=cpu_time_share(samples, mask, "cpu_steal"),
         load_per_core=_per_core(_mean(samples["load1"][1:][mask], floor=0.0), cores),
         runnable_threads_per_core=runnable_threads_per_core(samples, mask),
         main_cpu_util=next((load.cpu_util for load in loads if load.role == "main"), None),
@@ -224,13 +225,20 @@ def core_extremes(shares: np.ndarray) -> tuple[float | None, float | None, int |
     return busiest, idlest, saturated
 
 
+_CPU_TIME = ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_steal")
+
+
+def cpu_time_share(samples: Samples, mask: np.ndarray, column: str) -> float | None:
+    """Share of all CPU time (user, system, idle, iowait and steal) counted in one column."""
+    parts = {name: counter_deltas(samples[name])[mask] for name in _CPU_TIME}
+    valid = ~np.isnan(sum(parts.values()))
+    total = float(sum(part[valid].sum() for part in parts.values()))
+    return float(parts[column][valid].sum()) / total if total > 0 else None
+
+
 def iowait_share(samples: Samples, mask: np.ndarray) -> float | None:
     """Share of all CPU time spent idle waiting for I/O."""
-    parts = [counter_deltas(samples[name])[mask] for name in
-             ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_steal")]
-    valid = ~np.isnan(sum(parts))
-    total = float(sum(part[valid].sum() for part in parts))
-    return float(parts[3][valid].sum()) / total if total > 0 else None
+    return cpu_time_share(samples, mask, "cpu_iowait")
 
 
 def runnable_threads_per_core(samples: Samples, mask: np.ndarray) -> float | None:

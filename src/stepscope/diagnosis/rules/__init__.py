@@ -16,7 +16,7 @@ from stepscope.diagnosis.engine import Rule
 from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.compute import low_mfu
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
-from stepscope.diagnosis.rules.foreign_load import others_on_the_machine
+from stepscope.diagnosis.rules.foreign_load import neighbour_bursts, others_on_the_machine
 from stepscope.diagnosis.rules.garbage_collection import collector_pauses
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
@@ -41,6 +41,7 @@ RULES: tuple[Rule, ...] = (
     near_capacity,
     oversubscribed_cpu,
     others_on_the_machine,
+    neighbour_bursts,
     collector_pauses,
     other_dominates,
 )

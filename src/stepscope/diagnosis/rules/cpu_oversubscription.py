@@ -8,6 +8,8 @@ This rule fires first and the input-pipeline rule stands down when it does.
 
 Evidence (sampler): all cores busy, and either the run queue far above the core count or the
 threads the training tree runs (main intra-op threads + workers' threads) far above the cores.
+On a virtual machine whose hypervisor serves other guests (steal), "most of the cores" is
+measured against the cores the guest got.
 """
 
 from __future__ import annotations
@@ -55,11 +57,14 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     # and the crowd must be this run's: its own processes use most of the cores (a neighbour's job
     # fills the run queue just as well)
     queue_agrees = demand.runnable_per_core is None or demand.runnable_per_core >= RUNNABLE_CORROBORATES
-    ours = demand.tree_cores >= TREE_SHARE_OF_CORES * cores
+    # the cores there were to use: on a virtual machine, less what the hypervisor gave other guests
+    # (steal); other processes' load is not subtracted (a neighbour's crowd is not this run's doing)
+    steal = (ev.foreign.steal_share if ev.foreign is not None else 0.0) * cores
+    ours = demand.tree_cores >= TREE_SHARE_OF_CORES * max(1.0, cores - steal)
     by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees and ours
                   and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
     by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
-                and demand.busy_workers > 0 and demand.tree_cores >= TREE_SHARE_OF_CORES * cores
+                and demand.busy_workers > 0 and ours
                 and wait >= common.INPUT_MODERATE)
     if not (by_threads or by_queue):
         return None

@@ -3,9 +3,17 @@
 On a shared machine this is the first thing a user needs to know: every CPU-based number of the run
 (data-wait shares, loader CPU, MFU against the machine's peak) was measured on a machine somebody
 else was also using. Evidence: the sampler's whole-machine CPU less what the training tree (main
-process and DataLoader workers) used, and the busiest processes outside the tree by pid.
+process and DataLoader workers) used, plus the time a virtual machine's hypervisor gave other
+guests (steal: cores the run did not get), and the busiest processes outside the tree by pid.
 
-The cost is not a measured share of the step (what the run would gain on a quiet machine is not
+A neighbour can also cost the run in bursts too short to move the mean: every second or so it takes
+the cores for a fraction of a second and one step stalls. The evidence bundle's periodic-stall
+analysis tells those stalls apart from the loop's own (a checkpoint, an evaluation): the stalled
+steps ran beside markedly more CPU outside the training tree, enough to account for the stall
+(:mod:`stepscope.analysis.run.stalls`). :func:`neighbour_bursts` reports them with their measured
+cost; the periodic-stall rule then stands down.
+
+The cost of the whole-run finding is not a measured share of the step (what the run would gain on a quiet machine is not
 observed), so the finding ranks by an explicit estimate — the share of the cores the others held —
 and says so. The engine also lowers the confidence of the CPU-based findings of such a run.
 """
@@ -20,8 +28,12 @@ from stepscope.diagnosis.rules import _common as common
 FOREIGN_NOTED = 0.25
 #: Above this share others hold half the machine: CPU MFU is not trusted at all.
 FOREIGN_HIGH = 0.5
+#: Hypervisor steal named in the finding (the rest of the share is other processes).
+STEAL_NAMED = 0.01
 #: Processes named in the finding.
 SHOWN_PROCESSES = 3
+#: A neighbour's bursts costing less than this share of the run are not reported (as periodic stalls).
+NEIGHBOUR_MIN_COST = 0.01
 
 
 def others_on_the_machine(ev: RunEvidence) -> Finding | None:
@@ -35,7 +47,12 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
     for process in named:
         evidence.append(Evidence("foreign_process_cpu", round(process.cpu_util, 2), None, "sampler", "cores",
                                  f"pid {process.pid} ({process.name})"))
-    who = ", ".join(f"pid {item.pid} {item.name} {item.cpu_util:.0%} of a core" for item in named)
+    parts = [f"pid {item.pid} {item.name} {item.cpu_util:.0%} of a core" for item in named]
+    if foreign.steal_share >= STEAL_NAMED:
+        evidence.append(Evidence("steal_share", round(foreign.steal_share, 3), None, "sampler", "ratio",
+                                 "all cores: time the hypervisor gave other virtual machines"))
+        parts.append(f"other virtual machines {foreign.steal_share:.0%} (hypervisor steal)")
+    who = ", ".join(parts)
     title = (f"Other processes used {foreign.cpu_share:.0%} of the {cores or '?'} cores during the run"
              + (f" ({who})" if who else ""))
     summary = ("The run shared the machine: its CPU-based measurements (data wait, loader CPU, MFU) "
@@ -49,3 +66,42 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
         prescriptions, summary, severity=Severity.HIGH if foreign.cpu_share >= FOREIGN_HIGH else Severity.MEDIUM,
         impact_basis="estimate: the share of the machine's cores that other processes held",
     )
+
+
+def neighbour_bursts(ev: RunEvidence) -> Finding | None:
+    stall = ev.stall
+    if stall is None or not stall.neighbour or ev.steady is None or stall.cost_share < NEIGHBOUR_MIN_COST:
+        return None
+    named = ev.foreign.processes[:SHOWN_PROCESSES] if ev.foreign is not None else ()
+    every = f"every ~{stall.wall_period_s:.1f} s" if stall.wall_period_s else f"every ~{stall.period_steps} steps"
+    evidence = [
+        Evidence("outside_cores_stalled", stall.outside_cores_stalled, None, "sampler", "cores",
+                 "other processes + steal, in the stalled steps"),
+        Evidence("outside_cores_normal", stall.outside_cores_normal, None, "sampler", "cores",
+                 "other processes + steal, in the other steps (median)"),
+        Evidence("neighbour_share_of_stall", stall.neighbour_share, None, "sampler", "ratio",
+                 "the stalls' lost time the outside CPU accounts for"),
+        Evidence("stall_cost_share", round(stall.cost_share, 4), NEIGHBOUR_MIN_COST, "steps", "ratio",
+                 f"{stall.count} stalls of ~{common.ms(stall.stall_s)} in {stall.phase.replace('_', ' ')}"),
+    ]
+    if stall.wall_period_s:
+        evidence.append(Evidence("burst_period_s", round(stall.wall_period_s, 3), None, "steps", "s",
+                                 f"median time between stalls (~{stall.period_steps} steps)"))
+    for process in named:
+        evidence.append(Evidence("foreign_process_cpu", round(process.cpu_util, 2), None, "sampler", "cores",
+                                 f"pid {process.pid} ({process.name})"))
+    who = ", ".join(f"pid {item.pid} {item.name}" for item in named)
+    title = (f"Other processes used the cores in bursts {every}: a step stalls ~{common.ms(stall.stall_s)} "
+             f"each time ({common.pct(stall.cost_share)} of the run)")
+    summary = (f"{stall.count} steps stalled by ~{common.ms(stall.stall_s)}, {every}, while "
+               f"~{stall.outside_cores_stalled:.1f} cores were busy outside the training tree "
+               f"(~{stall.outside_cores_normal:.1f} in the other steps)"
+               + (f"; the busiest neighbours: {who}" if who else "")
+               + ". The loop itself does not stall: a checkpoint or logging change would not help.")
+    prescriptions = [Prescription(
+        f"Find what runs {every} beside the job" + (f" (check {who})" if who else "")
+        + " and move it off the training cores (taskset/cgroups), or train on a dedicated node",
+        f"~{common.ms(stall.stall_s)} lost {every} to CPU taken outside the training tree")]
+    return common.finding(
+        "foreign_load.neighbour_bursts", "foreign_load", title, stall.cost_share, 0.7, evidence,
+        prescriptions, summary, stall_steps=list(stall.slow_steps[:50]), period_steps=stall.period_steps)
