@@ -31,3 +31,10 @@ def entry(request) -> str:
     if request.param == "console" and not CONSOLE_SCRIPT.exists():
         pytest.skip("the stepscope console script is not installed in this environment")
     return request.param
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """End-to-end (``slow``) tests first, each group in its own order: the parallel part then ends
+    on short tests that spread over the workers, not on one long run that leaves a core idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import warnings
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-pl = pytest.importorskip("lightning.pytorch")
-
-from stepscope.integrations.lightning import DeviceStatsMonitor  # noqa: E402
-from stepscope.profilers import AdvancedProfiler, Profiler, SimpleProfiler  # noqa: E402
-from stepscope.profilers.pytorch import PyTorchProfiler  # noqa: E402
+from stepscope.profilers import AdvancedProfiler, Profiler, SimpleProfiler
+from stepscope.profilers.pytorch import PyTorchProfiler
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -24,49 +18,7 @@ pytestmark = [
 ]
 
 
-class TinyModel(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-
-    def training_step(self, batch, batch_idx):
-        return self.layer(batch[0]).sum()
-
-    def validation_step(self, batch, batch_idx):
-        self.layer(batch[0])
-
-    def test_step(self, batch, batch_idx):
-        self.layer(batch[0])
-
-    def predict_step(self, batch, batch_idx):
-        return self.layer(batch[0])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _loader(batches: int = 4) -> DataLoader:
-    return DataLoader(TensorDataset(torch.randn(batches * 2, 4)), batch_size=2)
-
-
-def _trainer(root, profiler, batches: int = 3, **kwargs) -> pl.Trainer:
-    options = dict(
-        max_epochs=1, limit_train_batches=batches, limit_val_batches=2, limit_test_batches=2, limit_predict_batches=2,
-        num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False, logger=False,
-        enable_checkpointing=False, default_root_dir=str(root), profiler=profiler,
-    )  # fmt: skip
-    options.update(kwargs)
-    return pl.Trainer(**options)
-
-
-def _all_stages(trainer: pl.Trainer, model: TinyModel) -> None:
-    trainer.fit(model, _loader(), _loader())
-    trainer.validate(model, _loader(), verbose=False)
-    trainer.test(model, _loader(), verbose=False)
-    trainer.predict(model, _loader())
-
-
-def test_profilers_are_lightning_profilers():
+def test_profilers_are_lightning_profilers(lit):
     from lightning.pytorch.profilers import Profiler as LightningProfiler
 
     for profiler in (SimpleProfiler(), AdvancedProfiler(), PyTorchProfiler()):
@@ -74,10 +26,10 @@ def test_profilers_are_lightning_profilers():
     assert issubclass(Profiler, LightningProfiler)
 
 
-def test_simple_profiler_writes_one_file_per_stage(tmp_path, console):
+def test_simple_profiler_writes_one_file_per_stage(tmp_path, console, lit):
     profiler = SimpleProfiler(filename="profiler")
     assert profiler.dirpath is None
-    _all_stages(_trainer(tmp_path, profiler), TinyModel())
+    lit.all_stages(lit.trainer(tmp_path, profiler), lit.TinyModel())
     assert profiler.dirpath == str(tmp_path)  # trainer.log_dir with logger=False
     names = sorted(path.name for path in tmp_path.glob("*.txt"))
     assert names == ["fit-profiler.txt", "predict-profiler.txt", "test-profiler.txt", "validate-profiler.txt"]
@@ -92,109 +44,95 @@ def test_simple_profiler_writes_one_file_per_stage(tmp_path, console):
     assert console.getvalue().count("profiler report written to") == 4
 
 
-def test_simple_profiler_report_is_visible_without_a_filename(tmp_path, console):
+def test_simple_profiler_report_is_visible_without_a_filename(tmp_path, console, lit):
     profiler = SimpleProfiler()
-    trainer = _trainer(tmp_path, profiler)
-    model = TinyModel()
-    trainer.fit(model, _loader(), _loader())
-    trainer.test(model, _loader(), verbose=False)
+    trainer = lit.trainer(tmp_path, profiler)
+    model = lit.TinyModel()
+    trainer.fit(model, lit.loader(), lit.loader())
+    trainer.test(model, lit.loader(), verbose=False)
     assert console.getvalue().count("Profiler Report") == 2  # Lightning logs it at INFO: silent by default
     assert "FIT Profiler Report" in console.getvalue() and "TEST Profiler Report" in console.getvalue()
 
 
-def test_advanced_profiler_nested_hooks_in_a_trainer(tmp_path, console):
+def test_advanced_profiler_nested_hooks_in_a_trainer(tmp_path, console, lit):
     profiler = AdvancedProfiler(filename="profiler", line_count_restriction=5)
-    _trainer(tmp_path, profiler).fit(TinyModel(), _loader(), _loader())
+    lit.trainer(tmp_path, profiler).fit(lit.TinyModel(), lit.loader(), lit.loader())
     text = (tmp_path / "fit-profiler.txt").read_text()
     assert "Profile stats for: run_training_batch" in text
     assert "Profile stats for: [Strategy]SingleDeviceStrategy.training_step" in text
     assert "Nested actions" in text
 
 
-def test_pytorch_profiler_fit_labels_traces_and_report(tmp_path, console):
+def test_pytorch_profiler_fit_labels_traces_and_report(tmp_path, console, lit):
     profiler = PyTorchProfiler(filename="profile", schedule=None)
-    trainer = _trainer(tmp_path, profiler, batches=2)
-    model = TinyModel()
-    trainer.fit(model, _loader(), _loader())
+    trainer = lit.trainer(tmp_path, profiler, batches=2)
+    model = lit.TinyModel()
+    trainer.fit(model, lit.loader(), lit.loader())
     names = {event.name for event in profiler.function_events}
     assert "[pl][profile][Strategy]SingleDeviceStrategy.validation_step" in names
     assert "[pl][module]torch.nn.modules.linear.Linear: layer.0" in names
     assert (tmp_path / "fit-profile.txt").read_text().startswith("FIT Profiler Report\nProfile stats for: records")
     assert any(path.name.startswith("fit-profile-") for path in tmp_path.glob("*.pt.trace.json"))
-    trainer.test(model, _loader(), verbose=False)  # the same profiler starts a new session
+    trainer.test(model, lit.loader(), verbose=False)  # the same profiler starts a new session
     assert (tmp_path / "test-profile.txt").read_text().startswith("TEST Profiler Report")
 
 
 @pytest.mark.parametrize("stage", ["validate", "test", "predict"])
-def test_pytorch_profiler_evaluation_stages(tmp_path, console, stage):
+def test_pytorch_profiler_evaluation_stages(tmp_path, console, stage, lit):
     profiler = PyTorchProfiler(filename="profile", schedule=None)
-    trainer = _trainer(tmp_path, profiler)
-    getattr(trainer, stage)(TinyModel(), _loader())
+    trainer = lit.trainer(tmp_path, profiler)
+    getattr(trainer, stage)(lit.TinyModel(), lit.loader())
     step = {"validate": "validation", "test": "test", "predict": "predict"}[stage]
     assert any(event.name.endswith(f"{step}_step") for event in profiler.function_events)
     assert (tmp_path / f"{stage}-profile.txt").stat().st_size > 0
     assert any(f"{stage}-profile-" in path.name for path in tmp_path.glob("*.pt.trace.json"))
 
 
-def test_short_stage_overrides_the_default_schedule_with_a_warning(tmp_path, console):
+def test_short_stage_overrides_the_default_schedule_with_a_warning(tmp_path, console, lit):
     profiler = PyTorchProfiler(filename="profile")
     with pytest.warns(UserWarning, match="not enough steps to properly record traces"):
-        _trainer(tmp_path, profiler, batches=2, limit_val_batches=0).fit(TinyModel(), _loader())
+        lit.trainer(tmp_path, profiler, batches=2, limit_val_batches=0).fit(lit.TinyModel(), lit.loader())
     assert profiler._schedule is None
     assert "aten::" in (tmp_path / "fit-profile.txt").read_text()
 
 
-def test_long_enough_stage_keeps_the_default_schedule(tmp_path, console):
+def test_long_enough_stage_keeps_the_default_schedule(tmp_path, console, lit):
     profiler = PyTorchProfiler(filename="profile")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*not enough steps.*")
-        _trainer(tmp_path, profiler, batches=6, limit_val_batches=0).fit(TinyModel(), _loader(6))
+        lit.trainer(tmp_path, profiler, batches=6, limit_val_batches=0).fit(lit.TinyModel(), lit.loader(6))
     assert profiler._schedule is not None
     assert len(list(tmp_path.glob("fit-profile-*training_step*.pt.trace.json"))) == 1
 
 
-class CopyProfilerDuringTraining(pl.Callback):
-    """Deep-copies the trainer's profiler mid-step, as SWA's model averaging copies modules."""
-
-    def __init__(self) -> None:
-        self.copies: list[Profiler] = []
-        self.output_file_at_fit_end = "unset"
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.copies.append(copy.deepcopy(trainer.profiler))
-
-    def on_fit_end(self, trainer, pl_module):
-        self.output_file_at_fit_end = trainer.profiler._output_file
-
-
 @pytest.mark.parametrize("make", [SimpleProfiler, AdvancedProfiler, lambda: PyTorchProfiler(schedule=None)])
-def test_profiler_deepcopies_while_training_and_tears_down(tmp_path, console, make):
+def test_profiler_deepcopies_while_training_and_tears_down(tmp_path, console, make, lit):
     profiler = make()
-    callback = CopyProfilerDuringTraining()
-    _trainer(tmp_path, profiler, callbacks=[callback]).fit(TinyModel(), _loader(), _loader())
+    callback = lit.CopyProfilerDuringTraining()
+    lit.trainer(tmp_path, profiler, callbacks=[callback]).fit(lit.TinyModel(), lit.loader(), lit.loader())
     assert len(callback.copies) == 3 and all(type(c) is type(profiler) for c in callback.copies)
     assert callback.output_file_at_fit_end is None and profiler._output_file is None
 
 
 @pytest.mark.slow
-def test_ddp_spawn_writes_one_report_per_rank_with_rank_in_name(tmp_path):
+def test_ddp_spawn_writes_one_report_per_rank_with_rank_in_name(tmp_path, lit):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profiler")
-    trainer = _trainer(tmp_path, profiler, strategy="ddp_spawn", accelerator="cpu", devices=2)
-    trainer.fit(TinyModel(), _loader(), _loader())
+    trainer = lit.trainer(tmp_path, profiler, strategy="ddp_spawn", accelerator="cpu", devices=2)
+    trainer.fit(lit.TinyModel(), lit.loader(), lit.loader())
     names = sorted(path.name for path in tmp_path.glob("*.txt"))
     assert names == ["fit-profiler-0.txt", "fit-profiler-1.txt"]
     assert all(path.stat().st_size > 0 for path in tmp_path.glob("*.txt"))
 
 
 # -- DeviceStatsMonitor callback -------------------------------------------------------------------
-def test_device_stats_monitor_logs_readable_cpu_stats(tmp_path):
+def test_device_stats_monitor_logs_readable_cpu_stats(tmp_path, lit):
     from lightning.pytorch.loggers import CSVLogger
 
     logger = CSVLogger(tmp_path, name="", version="")
-    trainer = _trainer(tmp_path, None, logger=logger, log_every_n_steps=1, callbacks=[DeviceStatsMonitor()])
-    model = TinyModel()
-    trainer.fit(model, _loader(), _loader())
-    trainer.test(model, _loader(), verbose=False)
+    trainer = lit.trainer(tmp_path, None, logger=logger, log_every_n_steps=1, callbacks=[lit.DeviceStatsMonitor()])
+    model = lit.TinyModel()
+    trainer.fit(model, lit.loader(), lit.loader())
+    trainer.test(model, lit.loader(), verbose=False)
     with open(tmp_path / "metrics.csv") as handle:
         header = next(csv.reader(handle))
     for hook in ("on_train_batch_start", "on_train_batch_end", "on_validation_batch_end", "on_test_batch_start"):
@@ -202,23 +140,32 @@ def test_device_stats_monitor_logs_readable_cpu_stats(tmp_path):
             assert f"DeviceStatsMonitor.{hook}/{key}" in header
 
 
-def test_device_stats_monitor_needs_a_logger(tmp_path):
-    trainer = _trainer(tmp_path, None, callbacks=[DeviceStatsMonitor()])
+def test_device_stats_monitor_needs_a_logger(tmp_path, lit):
+    trainer = lit.trainer(tmp_path, None, callbacks=[lit.DeviceStatsMonitor()])
     with pytest.raises(Exception, match=r"Cannot use `DeviceStatsMonitor` callback with `Trainer\(logger=False\)`"):
-        trainer.fit(TinyModel(), _loader())
+        trainer.fit(lit.TinyModel(), lit.loader())
 
 
-def test_device_stats_monitor_warns_about_unknown_filter_keys(tmp_path):
+def test_device_stats_monitor_warns_about_unknown_filter_keys(tmp_path, lit):
     from lightning.pytorch.loggers import CSVLogger
 
-    monitor = DeviceStatsMonitor(filter_keys={"cpu_percent", "gpu_utilization_percent"})
-    trainer = _trainer(tmp_path, None, logger=CSVLogger(tmp_path, name="", version=""), callbacks=[monitor], log_every_n_steps=1)
+    monitor = lit.DeviceStatsMonitor(filter_keys={"cpu_percent", "gpu_utilization_percent"})
+    trainer = lit.trainer(tmp_path, None, logger=CSVLogger(tmp_path, name="", version=""), callbacks=[monitor], log_every_n_steps=1)
     with pytest.warns(UserWarning, match="filter_keys contains keys not found in device stats"):
-        trainer.fit(TinyModel(), _loader())
+        trainer.fit(lit.TinyModel(), lit.loader())
     with open(tmp_path / "metrics.csv") as handle:
         header = next(csv.reader(handle))
     logged = [key for key in header if key.startswith("DeviceStatsMonitor")]
     assert logged and {key.rsplit("/", 1)[1] for key in logged} == {"cpu_percent"}
+
+
+@pytest.fixture(scope="module")
+def lit():
+    """The Lightning model, trainer and callbacks (Lightning is imported here, not at collection)."""
+    pytest.importorskip("lightning.pytorch")
+    import lightning_parts
+
+    return lightning_parts
 
 
 @pytest.fixture
