@@ -254,7 +254,9 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
         code=code_attribution(record, steady), gc=gc_summary(record, steady),
-        stall=find_periodic_stall(record, steady.mask, steady.step_time_s, loader) if steady is not None else None,
+        stall=None if steady is None else find_periodic_stall(
+            record, steady.mask, steady.step_time_s, loader,
+            tuple(item for item in ranks if item is not record and item.meta.hostname == meta.hostname)),
     )
 
 

@@ -17,7 +17,8 @@ TICKS = 100
 INTERVAL_NS = 10_000_000  # 10 ms samples on 10 ms steps: the arithmetic stays readable
 
 
-def samples_beside(record, outside: dict[int, float], tree_cores: float = 1.8, steal: dict[int, float] | None = None):
+def samples_beside(record, outside: dict[int, float], tree_cores: float = 1.8, steal: dict[int, float] | None = None,
+                   tree_steps: dict[int, float] | None = None):
     """Samples over the record's steps: the tree uses ``tree_cores`` (less what the outside takes),
     ``outside`` maps step index -> cores busy outside the tree during it, ``steal`` -> cores stolen."""
     steps = record.steps
@@ -30,7 +31,7 @@ def samples_beside(record, outside: dict[int, float], tree_cores: float = 1.8, s
         index = int(np.searchsorted(steps.start_ns, ts, side="right") - 1)
         others = outside.get(index, 0.0)
         taken = (steal or {}).get(index, 0.0)
-        ours = max(0.0, min(tree_cores, 2.0 - others - taken))
+        ours = max(0.0, min((tree_steps or {}).get(index, tree_cores), 2.0 - others - taken))
         seconds = INTERVAL_NS / 1e9
         builder.add({"ts_ns": ts, "cpu_user": [round(user / 2)] * 2, "cpu_system": [0, 0],
                      "cpu_idle": [round(idle / 2)] * 2, "cpu_iowait": [0, 0], "cpu_steal": [round(stolen / 2)] * 2,
@@ -109,3 +110,20 @@ def test_steal_counts_as_load_outside_the_run():
     assert ev.foreign.steal_share == pytest.approx(0.35, abs=0.03)
     finding = next(item for item in run_rules(ev).findings if item.rule_id == "foreign_load.other_processes")
     assert "other virtual machines 35% (hypervisor steal)" in finding.title
+
+
+def test_the_jobs_other_rank_on_this_machine_is_not_a_neighbour():
+    # rank 1 (same machine) burns a core in the stalled steps: rank 0 sees that CPU outside its own
+    # tree, but it is the job's, not a neighbour's
+    stalls = every(7, 0.01)
+    record = make_record(steps=60, added=stalls)
+    rank0 = with_samples(record, samples_beside(record, outside={index: 1.0 for index in stalls}))
+    rank1 = dataclasses.replace(with_samples(record, samples_beside(record, outside={}, tree_cores=0.0,
+                                                                    tree_steps={index: 1.0 for index in stalls})),
+                                meta=dataclasses.replace(record.meta, rank=1))
+    alone = build_evidence(rank0)
+    assert alone.stall.neighbour  # without the job's view, the bursts look like a neighbour's
+    in_job = build_evidence(rank0, ranks=(rank0, rank1))
+    assert in_job.stall is not None and not in_job.stall.neighbour, in_job.stall
+    unsampled = build_evidence(rank0, ranks=(rank0, dataclasses.replace(rank1, samples=None)))
+    assert not unsampled.stall.neighbour and "without samples" in unsampled.stall.notes[0]

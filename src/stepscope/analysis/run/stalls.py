@@ -127,9 +127,14 @@ def periodic_stall(values: np.ndarray, step_s: float) -> dict[str, object] | Non
             "baseline_s": baseline, "limit_s": limit}
 
 
-def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
-                        loader: LoaderInfo | None) -> PeriodicStall | None:
-    """The costliest periodic stall over the steady steps ``mask``, with its neighbour test."""
+def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float, loader: LoaderInfo | None,
+                        siblings: tuple[RunRecord, ...] = ()) -> PeriodicStall | None:
+    """The costliest periodic stall over the steady steps ``mask``, with its neighbour test.
+
+    ``siblings`` are the job's other ranks on this machine: their training trees are not outside
+    the job, so their CPU (from their own samples, on the same clock) is taken out of the outside
+    CPU; without their samples the neighbour test is not made (it would count them as neighbours).
+    """
     steps = record.steps
     index = np.flatnonzero(mask)
     if len(index) < MIN_STALLS * 2:
@@ -157,16 +162,23 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
                          excess_s=excess, baseline_s=float(stall["baseline_s"]),  # type: ignore[arg-type]
                          limit_s=float(stall["limit_s"]), cost_share=excess / total_s,  # type: ignore[arg-type]
                          step_time_s=step_time_s, wall_period_s=wall)
-    return _with_neighbour_test(base, record, index)
+    return _with_neighbour_test(base, record, index, siblings)
 
 
-def _with_neighbour_test(stall: PeriodicStall, record: RunRecord, steady: np.ndarray) -> PeriodicStall:
+def _with_neighbour_test(stall: PeriodicStall, record: RunRecord, steady: np.ndarray,
+                         siblings: tuple[RunRecord, ...] = ()) -> PeriodicStall:
     samples = record.samples
     if samples is None:
         return stall
     outside, tree = outside_cores_per_step(samples, record.steps)
     if outside is None or tree is None:
         return stall
+    for sibling in siblings:
+        sibling_tree = outside_cores_per_step(sibling.samples, record.steps)[1] if sibling.samples is not None else None
+        if sibling_tree is None:
+            return replace(stall, notes=(*stall.notes, f"rank {sibling.meta.rank} shares this machine without "
+                                         "samples: whose CPU stalled the steps is not known"))
+        outside = np.maximum(outside - np.nan_to_num(sibling_tree), 0.0)
     slow = np.asarray(stall.slow_steps)
     normal = np.setdiff1d(steady, slow)
     stalled_out, normal_out = outside[slow], outside[normal]
