@@ -52,3 +52,13 @@ def test_a_few_aligned_spikes_are_not_a_period():
     # 3 spikes two steps apart in a 60-step run: a period of 2 would predict ~30
     record = make_record(steps=60, added={20: {"forward": 0.03}, 22: {"forward": 0.03}, 24: {"forward": 0.03}})
     assert recurring_slow_steps(ctx_of(record)) is None
+
+
+def test_the_models_phases_stall_on_exact_step_counts():
+    # 6, 7, 6, 8 ... steps apart: a timer or another process, not an evaluation every N steps
+    jittered = {index: {"backward": 0.04} for index in (5, 11, 18, 24, 32, 38, 45, 51, 58)}
+    assert recurring_slow_steps(ctx_of(make_record(steps=60, added=jittered))) is None
+    # the same jitter outside the model (a time-based checkpoint or log) is still a period
+    timed = {index: {"other": 0.04} for index in jittered}
+    finding = recurring_slow_steps(ctx_of(make_record(steps=60, added=timed)))
+    assert finding is not None and finding.extra["period_steps"] in (6, 7)

@@ -10,8 +10,11 @@ Detection (steady-state steps; warm-up and the FLOP-counted step excluded), per 
 2. at least :data:`MIN_STALLS` stalls, in at most :data:`MAX_SLOW_SHARE` of the steps (otherwise
    the "stall" is the normal step);
 3. the period is the most common gap between consecutive stalls; at least :data:`REGULARITY` of
-   the gaps must be within one step of it, and at least :data:`COVERAGE` of the stalls the period
-   predicts over the steady state must be there (a few aligned noise spikes are not a period);
+   the gaps must be within one step of it — *exactly* it in the model's own phases
+   (:data:`STEP_LOCKED`: an evaluation pass or an accumulation boundary every N steps comes every N
+   steps, while a timer or another process lands 6, 7, 6, 8 steps apart) — and at least
+   :data:`COVERAGE` of the stalls the period predicts over the steady state must be there (a few
+   aligned noise spikes are not a period);
 4. the cost is the stalls' excess over the baseline divided by all steady time;
 5. the phase with the costliest periodic stall wins. A data-wait period up to ``num_workers`` is
    skipped: workers deliver batches in turn (or in bursts), so a starved pipeline waits every few
@@ -53,6 +56,10 @@ MIN_STALLS = 3
 MAX_SLOW_SHARE = 0.4
 #: Share of gaps between slow steps within ±1 of the period.
 REGULARITY = 0.6
+#: Phases whose periodic extra work comes from the loop's step count, so its gaps are exact; in the
+#: others (data, worker start-up, "other" with its time-based checkpoints and logs) a step's jitter
+#: is allowed.
+STEP_LOCKED = frozenset({"forward", "backward", "optimizer", "communication"})
 #: Share of the stalls a period predicts over the steady state that must be observed.
 COVERAGE = 0.5
 #: Cores busy outside the training tree during the stalled steps, above the other steps' median,
@@ -109,8 +116,9 @@ def phase_columns(steps: StepTable, mask: np.ndarray) -> dict[str, np.ndarray]:
     return columns
 
 
-def periodic_stall(values: np.ndarray, step_s: float) -> dict[str, object] | None:
-    """The periodic stall in one phase column (seconds), or None (see the module docstring)."""
+def periodic_stall(values: np.ndarray, step_s: float, exact: bool = False) -> dict[str, object] | None:
+    """The periodic stall in one phase column (seconds), or None (see the module docstring);
+    ``exact``: the gaps must equal the period rather than fall within a step of it."""
     baseline = float(np.median(values))
     limit = max(STALL_FACTOR * baseline, baseline + STALL_MIN_EXCESS_S,
                 baseline + STALL_MIN_STEP_SHARE * step_s)
@@ -119,7 +127,7 @@ def periodic_stall(values: np.ndarray, step_s: float) -> dict[str, object] | Non
         return None
     gaps = np.diff(slow)
     period, _ = Counter(gaps.tolist()).most_common(1)[0]
-    regular = float(np.mean(np.abs(gaps - period) <= 1))
+    regular = float(np.mean(np.abs(gaps - period) <= (0 if exact else 1)))
     if period < 2 or regular < REGULARITY or len(slow) < COVERAGE * len(values) / period:
         return None
     excess = float((values[slow] - baseline).sum())
@@ -145,7 +153,7 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
     round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
     found = {}
     for phase, values in phase_columns(steps, mask).items():
-        stall = periodic_stall(values, step_time_s)
+        stall = periodic_stall(values, step_time_s, exact=phase in STEP_LOCKED)
         if stall is None or (phase == "data_wait" and round_robin and int(stall["period"]) <= round_robin):  # type: ignore[call-overload]
             continue  # workers deliver in turn/bursts: the input pipeline's pattern, not a stall
         found[phase] = stall
