@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from stepscope.analysis.run.signals import counter_deltas
 from stepscope.record.run import PHASES, LoaderInfo, RunRecord, StepTable
 from stepscope.record.samples import Samples
 
@@ -237,10 +238,8 @@ def outside_cores_per_step(samples: Samples, steps: StepTable) -> tuple[np.ndarr
 
 
 def _summed_deltas(counter: np.ndarray) -> np.ndarray:
-    values = counter.astype(np.float64)
-    values[counter < 0] = np.nan
-    deltas = np.diff(values, axis=0)
-    deltas[deltas < 0] = np.nan
+    """Per-interval differences of a cumulative counter, summed over its items (NaN unknown)."""
+    deltas = counter_deltas(counter)
     return deltas.sum(axis=1) if deltas.ndim == 2 else deltas
 
 
