@@ -76,15 +76,16 @@ def describe(findings: list[dict], report: dict | None = None) -> str:
 def machine_context(report: dict) -> str:
     signals = report.get("signals") or {}
     evidence = report.get("evidence") or {}
-    picked = {name: signals.get(name) for name in ("cpu_count", "cpu_util_mean", "steal_share", "iowait_share",
+    picked = {name: signals.get(name) for name in ("sample_count", "cpu_count", "cpu_util_mean", "steal_share",
+                                                 "iowait_share", "rss_growth_bytes_per_s",
                                                  "runnable_threads_per_core", "main_cpu_util", "worker_count")}
     picked["tree_cores"] = round(sum(item.get("cpu_util", 0.0) for item in signals.get("workers") or []), 3)
     picked["cpu_demand"] = evidence.get("cpu_demand")
     picked["foreign"] = evidence.get("foreign")
     picked["periodic_stall"] = {key: value for key, value in (evidence.get("periodic_stall") or {}).items()
                                 if key != "slow_steps"} or None
-    durations = ((report.get("summary") or {}).get("step_time") or {})
-    picked["step_time"] = durations or None
+    steady = (report.get("summary") or {}).get("steady_state") or {}
+    picked["steady"] = {key: steady.get(key) for key in ("count", "total_s", "median_s", "p90_s", "max_s")}
     return json.dumps(picked, default=str)
 
 

@@ -82,7 +82,7 @@ SCENARIOS: dict[str, Scenario] = {
             module="stepscope.zoo.memory_leak",
             planted_family="memory_pressure",
             title="outputs and buffers retained every step",
-            mechanism="a list that is never cleared keeps ~8 MiB per step alive: RSS grows steadily",
+            mechanism="a list that is never cleared keeps ~4 MiB per step alive: RSS grows steadily",
         ),
         Scenario(
             name="oversubscribed",
