@@ -33,7 +33,7 @@ def use_threads(_worker_id: int) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], steps=40, batch_size=8)
+    args = parse_args(__doc__.splitlines()[0], steps=80, batch_size=8)  # ~1 s of steps: ~18 samples at 10 Hz
     torch.manual_seed(args.seed)
     workers = 4 if args.num_workers is None else args.num_workers
     loader = DataLoader(MatrixAugmented(args.steps * args.batch_size, args.seed), batch_size=args.batch_size,
