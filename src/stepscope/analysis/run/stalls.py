@@ -117,7 +117,19 @@ def phase_columns(steps: StepTable, mask: np.ndarray) -> dict[str, np.ndarray]:
     return columns
 
 
-def periodic_stall(values: np.ndarray, step_s: float, exact: bool = False) -> dict[str, object] | None:
+@dataclass(frozen=True)
+class PhaseStall:
+    """A periodic stall in one phase column (see :func:`periodic_stall`)."""
+
+    slow: np.ndarray  # positions in the column
+    period: int
+    regular: float
+    excess_s: float
+    baseline_s: float
+    limit_s: float
+
+
+def periodic_stall(values: np.ndarray, step_s: float, exact: bool = False) -> PhaseStall | None:
     """The periodic stall in one phase column (seconds), or None (see the module docstring);
     ``exact``: the gaps must equal the period rather than fall within a step of it."""
     baseline = float(np.median(values))
@@ -131,9 +143,7 @@ def periodic_stall(values: np.ndarray, step_s: float, exact: bool = False) -> di
     regular = float(np.mean(np.abs(gaps - period) <= (0 if exact else 1)))
     if period < 2 or regular < REGULARITY or len(slow) < COVERAGE * len(values) / period:
         return None
-    excess = float((values[slow] - baseline).sum())
-    return {"slow": slow, "period": int(period), "regular": regular, "excess_s": excess,
-            "baseline_s": baseline, "limit_s": limit}
+    return PhaseStall(slow, int(period), regular, float((values[slow] - baseline).sum()), baseline, limit)
 
 
 def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float, loader: LoaderInfo | None,
@@ -152,25 +162,23 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
     if total_s <= 0:
         return None
     round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
-    found = {}
+    found: dict[str, PhaseStall] = {}
     for phase, values in phase_columns(steps, mask).items():
         stall = periodic_stall(values, step_time_s, exact=phase in STEP_LOCKED)
-        if stall is None or (phase == "data_wait" and round_robin and int(stall["period"]) <= round_robin):  # type: ignore[call-overload]
+        if stall is None or (phase == "data_wait" and round_robin and stall.period <= round_robin):
             continue  # workers deliver in turn/bursts: the input pipeline's pattern, not a stall
         found[phase] = stall
     if not found:
         return None
-    phase = max(found, key=lambda name: float(found[name]["excess_s"]))  # type: ignore[arg-type]
+    phase = max(found, key=lambda name: found[name].excess_s)
     stall = found[phase]
-    slow = index[np.asarray(stall["slow"])]
+    slow = index[stall.slow]
     starts = steps.start_ns[slow]
     wall = float(np.median(np.diff(starts))) / 1e9 if len(starts) > 1 else None
-    excess = float(stall["excess_s"])  # type: ignore[arg-type]
-    base = PeriodicStall(phase=phase, period_steps=int(stall["period"]),  # type: ignore[call-overload]
-                         slow_steps=tuple(int(item) for item in slow), regularity=float(stall["regular"]),  # type: ignore[arg-type]
-                         excess_s=excess, baseline_s=float(stall["baseline_s"]),  # type: ignore[arg-type]
-                         limit_s=float(stall["limit_s"]), cost_share=excess / total_s,  # type: ignore[arg-type]
-                         step_time_s=step_time_s, wall_period_s=wall)
+    base = PeriodicStall(phase=phase, period_steps=stall.period, slow_steps=tuple(int(item) for item in slow),
+                         regularity=stall.regular, excess_s=stall.excess_s, baseline_s=stall.baseline_s,
+                         limit_s=stall.limit_s, cost_share=stall.excess_s / total_s, step_time_s=step_time_s,
+                         wall_period_s=wall)
     return _with_neighbour_test(base, record, index, siblings)
 
 
