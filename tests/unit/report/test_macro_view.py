@@ -45,3 +45,11 @@ def test_render_macro(signals, expected):
     for fragment in expected:
         assert fragment in text, (fragment, text)
     assert len(text.splitlines()) <= 8
+
+
+def test_steal_is_shown_on_a_virtual_machine_whose_host_takes_time():
+    from dataclasses import replace
+
+    assert "steal 12.0%" in render(replace(TYPICAL, steal_share=0.12))
+    assert "steal" not in render(replace(TYPICAL, steal_share=0.004))  # accounting noise of a VM
+    assert "steal" not in render(TYPICAL)
