@@ -35,6 +35,10 @@ def render_macro(signals: MacroSignals) -> Group:
     return Group(grid, *notes)
 
 
+#: Hypervisor steal worth a mention in the CPU line (below it, accounting noise of a VM).
+STEAL_SHOWN = 0.01
+
+
 def _cpu(signals: MacroSignals) -> Text:
     text = Text(f"{signals.cpu_count or '?'} cores: mean {format_ratio(signals.cpu_util_mean)}, ")
     text.append("busiest ")
@@ -48,10 +52,6 @@ def _cpu(signals: MacroSignals) -> Text:
     if signals.runnable_threads_per_core is not None:
         text.append(f"; {signals.runnable_threads_per_core:.2f} runnable/core")
     return text
-
-
-#: Hypervisor steal worth a mention in the CPU line (below it, accounting noise of a VM).
-STEAL_SHOWN = 0.01
 
 
 def _processes(signals: MacroSignals) -> Text:

@@ -57,6 +57,9 @@ MIN_STALLS = 3
 MAX_SLOW_SHARE = 0.4
 #: Share of gaps between slow steps within ±1 of the period.
 REGULARITY = 0.6
+#: Stalls costing less than this share of the run are not reported, as the loop's or a neighbour's
+#: (the severity scale's LOW).
+MIN_COST = 0.01
 #: Phases whose periodic extra work comes from the loop's step count, so its gaps are exact; in the
 #: others (data, worker start-up, "other" with its time-based checkpoints and logs) a step's jitter
 #: is allowed.

@@ -79,12 +79,17 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
     return util, source
 
 
+def steal_share(ev: RunEvidence) -> float:
+    """Share of all CPU time a virtual machine's hypervisor gave other guests (0 when unknown)."""
+    return (ev.signals.steal_share if ev.signals is not None else None) or 0.0
+
+
 def cpu_saturated(ev: RunEvidence) -> bool:
     """Every core is busy: the mean utilisation reaches :data:`CPU_SATURATED`, or runnable
     threads queue at :data:`RUN_QUEUE_SATURATED` per core. On a virtual machine the time the
     hypervisor gave other guests (steal) is time the cores were not free either."""
     machine = ev.signals.cpu_util_mean if ev.signals is not None else None
-    if machine is not None and machine + (ev.signals.steal_share or 0.0) >= CPU_SATURATED:  # type: ignore[union-attr]
+    if machine is not None and machine + steal_share(ev) >= CPU_SATURATED:
         return True
     demand = ev.cpu_demand
     return bool(demand is not None and demand.runnable_per_core is not None

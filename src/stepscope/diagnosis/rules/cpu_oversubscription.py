@@ -59,7 +59,7 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     queue_agrees = demand.runnable_per_core is None or demand.runnable_per_core >= RUNNABLE_CORROBORATES
     # the cores there were to use: on a virtual machine, less what the hypervisor gave other guests
     # (steal); other processes' load is not subtracted (a neighbour's crowd is not this run's doing)
-    steal = (ev.foreign.steal_share if ev.foreign is not None else 0.0) * cores
+    steal = common.steal_share(ev) * cores
     ours = demand.tree_cores >= TREE_SHARE_OF_CORES * max(1.0, cores - steal)
     by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees and ours
                   and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)

@@ -21,6 +21,7 @@ and says so. The engine also lowers the confidence of the CPU-based findings of 
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.stalls import MIN_COST
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
@@ -32,8 +33,6 @@ FOREIGN_HIGH = 0.5
 STEAL_NAMED = 0.01
 #: Processes named in the finding.
 SHOWN_PROCESSES = 3
-#: A neighbour's bursts costing less than this share of the run are not reported (as periodic stalls).
-NEIGHBOUR_MIN_COST = 0.01
 
 
 def others_on_the_machine(ev: RunEvidence) -> Finding | None:
@@ -70,7 +69,7 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
 
 def neighbour_bursts(ev: RunEvidence) -> Finding | None:
     stall = ev.stall
-    if stall is None or not stall.neighbour or ev.steady is None or stall.cost_share < NEIGHBOUR_MIN_COST:
+    if stall is None or not stall.neighbour or ev.steady is None or stall.cost_share < MIN_COST:
         return None
     named = ev.foreign.processes[:SHOWN_PROCESSES] if ev.foreign is not None else ()
     every = f"every ~{stall.wall_period_s:.1f} s" if stall.wall_period_s else f"every ~{stall.period_steps} steps"
@@ -81,7 +80,7 @@ def neighbour_bursts(ev: RunEvidence) -> Finding | None:
                  "other processes + steal, in the other steps (median)"),
         Evidence("neighbour_share_of_stall", stall.neighbour_share, None, "sampler", "ratio",
                  "the stalls' lost time the outside CPU accounts for"),
-        Evidence("stall_cost_share", round(stall.cost_share, 4), NEIGHBOUR_MIN_COST, "steps", "ratio",
+        Evidence("stall_cost_share", round(stall.cost_share, 4), MIN_COST, "steps", "ratio",
                  f"{stall.count} stalls of ~{common.ms(stall.stall_s)} in {stall.phase.replace('_', ' ')}"),
     ]
     if stall.wall_period_s:

@@ -15,12 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.stalls import REGULARITY
+from stepscope.analysis.run.stalls import MIN_COST, REGULARITY
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
-
-#: Stalls costing less than this share of the run are not reported (the severity scale's LOW).
-MIN_COST = 0.01
 
 #: phase -> (likely cause, prescriptions as (action, why, setting, current, suggested))
 _CAUSES: dict[str, tuple[str, list[tuple[str, str | None, str | None, Any, Any]]]] = {
