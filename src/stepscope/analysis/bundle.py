@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
-from stepscope.analysis.run.code_locations import CodeAttribution, attribute_code
+from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
 from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
@@ -157,6 +157,9 @@ class RankSteady:
     comm: CommShares | None = None
     node: int = 0
     hostname: str = ""
+    #: the rank's top user-code location outside the model ("other" phase, steady state), with its
+    #: measured share of that rank's step; None without stack samples there
+    other_code: CodeLocation | None = None
 
     def own_work_s(self, phases: tuple[str, ...]) -> float:
         """Mean seconds per step in ``phases``."""
@@ -278,7 +281,15 @@ def comm_shares(record: RunRecord, steady: SteadyState | None) -> CommShares | N
 def rank_steady(record: RunRecord, state: SteadyState) -> RankSteady:
     loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
     return RankSteady(record.meta.rank, state, loader, comm_shares(record, state), record.meta.node_rank,
-                      record.meta.hostname)
+                      record.meta.hostname, other_code(record, state))
+
+
+def other_code(record: RunRecord, state: SteadyState) -> CodeLocation | None:
+    """The top user location of the "other" phase over the steady state (None without samples)."""
+    if not len(record.stack_samples):
+        return None
+    phase = attribute_code(record, state.mask, top=3).phase("other")
+    return next((item for item in phase.locations if not item.library), None) if phase is not None else None
 
 
 def code_attribution(record: RunRecord, steady: SteadyState | None) -> CodeAttribution | None:

@@ -1,7 +1,8 @@
 """Sampling the Python stacks of the training thread and of DataLoader workers, tied to steps.
 
-**Mechanism.** The main thread samples *itself*: an interval timer (``setitimer(ITIMER_PROF)``)
-raises ``SIGPROF`` ``rate_hz`` times per second of the process's CPU time, and Python runs the
+**Mechanism.** The main thread samples *itself*: a POSIX timer on the main thread's own CPU clock
+(:mod:`stepscope.capture.cputimer`; ``setitimer(ITIMER_PROF)`` where there is none) raises
+``SIGPROF`` in that thread ``rate_hz`` times per second of its CPU time, and Python runs the
 handler in the main thread between two bytecodes, where ``sys._getframe`` gives the thread's own,
 consistent stack and the step recorder's phase is exactly the one the sampled code runs in. No
 other thread's frames are read: a daemon thread reading the training thread's frames with
@@ -19,10 +20,13 @@ the stack as interned frame ids. The step index is assigned afterwards from the 
 committed steps (:func:`stepscope.record.run.steps_of`), which stays right when the recorder merges
 or re-opens steps.
 
-**Bias.** Ticks follow CPU time: code that computes is sampled in proportion to the CPU it uses
-(all threads of the process count, so a phase running many intra-op threads draws more ticks per
-second of wall time), and a main thread blocked in a system call draws none until the call returns
-— a wait (for data, a lock, a sleep) is seen through the phase times, not the samples. A
+**Bias.** Ticks follow the sampled thread's CPU time: code that computes is sampled in proportion
+to the time the thread spends on it (intra-op threads beside it do not add ticks), and a thread
+blocked in a system call draws none until the call returns — a wait (for data, a lock, a sleep)
+is seen through the phase times, not the samples. The tick is delivered to the sampled thread
+itself: a process-wide ``ITIMER_PROF`` signal caught by an intra-op thread waits, on CPython 3.11,
+for the main thread's next GIL acquisition, which moved the samples of pure-Python code to the
+next torch call (:mod:`stepscope.capture.cputimer` has the measurement). A
 collection of the garbage collector is sampled where it was triggered; its time is measured
 exactly by the GC pause overlay (:mod:`stepscope.capture.gc_pauses`).
 
@@ -54,11 +58,16 @@ from stepscope.record.run import PHASES, STACK_ROLES, StackFrame, StackSamples, 
 
 #: Default rate; 100 Hz costs well under 1% of the benchmark step (BENCHMARKS.md).
 DEFAULT_RATE_HZ = 100.0
+#: A wall-clock sample stands for the time since the previous one, up to this many ticks (a longer
+#: gap is not the sampled code's: the process was stopped, or sampling paused).
+MAX_WEIGHT_TICKS = 50
 #: Innermost frames kept per sample.
 MAX_DEPTH = 128
 #: Worker samples are written to their file in chunks of this many samples (and at exit).
 WORKER_CHUNK = 64
 MECHANISM = "signal:SIGPROF"  # the main thread samples itself (a sampler thread on Python >= 3.12 elsewhere)
+#: ... on a wall-clock timer that signals the main thread only (workers on their CPU clock)
+MECHANISM_WALL = "signal:SIGPROF:wall"
 #: GIL switch interval while sampling, in the training process (Python's default is 5 ms)…
 SWITCH_INTERVAL_S = 0.0005
 #: …and inside DataLoader workers (where the sampler is the only other Python thread).
@@ -82,6 +91,7 @@ class StackTable:
         self.ts_ns = array("q")
         self.phase = array("b")
         self.stack = array("l")
+        self.weight = array("q")  # ns of the sampled thread's time each sample stands for
         self._code_ids: dict[tuple[int, int], int] = {}  # (id(code), instruction offset) -> frame id
         self._codes: list[Any] = []
         self._location_ids: dict[tuple[str, int, str], int] = {}
@@ -93,14 +103,17 @@ class StackTable:
     def _intern(self, frame: Any) -> int:
         code = frame.f_code
         self._codes.append(code)  # alive, so its id() is never reused
-        location = (code.co_filename, frame.f_lineno or 0, getattr(code, "co_qualname", code.co_name))
+        line = frame.f_lineno
+        if line is None:  # an instruction with no line of its own (a loop's back-edge): the line before it
+            line = _line_before(code, frame.f_lasti)
+        location = (code.co_filename, line, getattr(code, "co_qualname", code.co_name))
         frame_id = self._location_ids.get(location)
         if frame_id is None:
             frame_id = self._location_ids[location] = len(self.frames)
             self.frames.append(location)
         return frame_id
 
-    def add(self, ts_ns: int, phase: int, frame: Any, root: Any = None) -> None:
+    def add(self, ts_ns: int, phase: int, frame: Any, root: Any = None, weight: int = 0) -> None:
         """Record one sample: ``frame`` is the innermost frame of the sampled thread; the walk
         stops at ``root`` when given (a worker's ``_worker_loop``: the frames above it are the
         parent's, inherited through fork)."""
@@ -128,6 +141,42 @@ class StackTable:
         self.ts_ns.append(ts_ns)
         self.phase.append(phase)
         self.stack.append(stack_id)
+        self.weight.append(weight)
+
+
+def _line_before(code: Any, offset: int) -> int:
+    """A line for the instruction at ``offset``, which has none of its own.
+
+    CPython gives the implicit back-edge of a loop no line, and a signal handler often runs just
+    there (the loop checks for pending signals on its back-edge): such a sample belongs to the
+    loop, so a backward jump takes the line of its target (the loop's header). Any other
+    instruction takes the line of the last instruction before it that has one, else the ``def``
+    line."""
+    import dis
+
+    lines = [(start, number) for start, _end, number in code.co_lines()]
+
+    def line_at(where: int) -> int | None:
+        found = None
+        for start, number in lines:
+            if start > where:
+                break
+            if number is not None:
+                found = number
+        return found
+
+    line = None
+    try:
+        for instruction in dis.get_instructions(code):
+            if instruction.offset == offset:
+                if "JUMP_BACKWARD" in instruction.opname and isinstance(instruction.argval, int):
+                    line = line_at(instruction.argval)
+                break
+        if line is None:
+            line = line_at(offset)
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return int(line if line is not None else getattr(code, "co_firstlineno", 0) or 0)
 
 
 class _SamplerThread(threading.Thread):
@@ -168,7 +217,7 @@ class _SamplerThread(threading.Thread):
             if frame is None:
                 self.missed += 1
             else:
-                table.add(clock(), phase_of(), frame, root)
+                table.add(clock(), phase_of(), frame, root, interval_ns)
                 del frame
                 if self.on_sample is not None:
                     self.on_sample()
@@ -197,7 +246,8 @@ _TIMER_SIGNAL = "SIGPROF"
 class _SignalSampler:
     """Samples the thread that starts it (the main thread) from a ``SIGPROF`` handler.
 
-    ``setitimer(ITIMER_PROF)`` raises ``SIGPROF`` every ``1/rate_hz`` s of the process's CPU time;
+    A timer on the thread's own CPU clock raises ``SIGPROF`` in that thread every ``1/rate_hz`` s of
+    its CPU time (``setitimer(ITIMER_PROF)``, process CPU time, where no such timer exists);
     Python runs the handler in the main thread between two bytecodes, where ``sys._getframe`` is the
     thread's own, consistent stack — no frame of another thread is ever read (reading another
     thread's frames from a sampler thread crashes CPython 3.11 now and then: the interpreter may
@@ -211,12 +261,17 @@ class _SignalSampler:
     """
 
     def __init__(self, table: StackTable, rate_hz: float, phase_of: Any, on_sample: Any = None,
-                 root: Any = None):
+                 root: Any = None, wall: bool = False):
         import signal
 
         self.signal = signal
         self.table = table
         self.interval_s = 1.0 / rate_hz
+        self.wall = wall  # ticks on the wall clock (else the thread's CPU clock)
+        self._interval_ns = int(1e9 / rate_hz)
+        self._max_weight_ns = MAX_WEIGHT_TICKS * self._interval_ns
+        self._last_ns = 0
+        self._busy = False
         self.phase_of = phase_of
         self.on_sample = on_sample
         self.root = root
@@ -225,6 +280,7 @@ class _SignalSampler:
         self.error: str | None = None
         self._previous: Any = None
         self._patched: list[tuple[str, Any]] = []
+        self._timer: Any = None
         self.active = False
 
     def start(self) -> None:
@@ -238,21 +294,37 @@ class _SignalSampler:
         self._previous = signal.signal(number, self._handler)
         signal.siginterrupt(number, False)
         self._patch()
-        signal.setitimer(signal.ITIMER_PROF, self.interval_s, self.interval_s)
+        self._timer = _thread_timer(number, self.interval_s, self.wall)
+        if self._timer is None:  # no POSIX thread timer here: the process-wide profiling timer
+            self.wall = False
+            signal.setitimer(signal.ITIMER_PROF, self.interval_s, self.interval_s)
+        self._last_ns = _now()
         self.active = True
 
     def _handler(self, _signum: int, frame: Any) -> None:
+        if self._busy or (frame is not None and frame.f_code is _HANDLER_CODE):
+            return  # a tick during the handler itself (a descheduled thread): its time goes to the next sample
         if frame is None:
             self.missed += 1
             return
+        self._busy = True
         begin = time.thread_time_ns()
         try:
-            self.table.add(_now(), self.phase_of(), frame, self.root)
+            now = _now()
+            if self.wall:
+                # the wall time since the previous sample: one sample when the thread sat in a C call
+                # through several ticks (Python runs the handler once, when the call returns)
+                weight, self._last_ns = min(now - self._last_ns, self._max_weight_ns), now
+            else:
+                weight = self._interval_ns
+            self.table.add(now, self.phase_of(), frame, self.root, weight)
             if self.on_sample is not None:
                 self.on_sample()
         except Exception as exc:  # noqa: BLE001 - never raise into the script's code
             self.error = f"{type(exc).__name__}: {exc}"
             self.stop()
+        finally:
+            self._busy = False
         self.cpu_ns += time.thread_time_ns() - begin
 
     def _patch(self) -> None:
@@ -283,9 +355,31 @@ class _SignalSampler:
         if not self.active:
             return
         self.active = False
-        signal.setitimer(signal.ITIMER_PROF, 0.0, 0.0)
-        signal.signal(getattr(signal, _TIMER_SIGNAL),
-                      self._previous if self._previous is not None else signal.SIG_DFL)
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
+        else:
+            signal.setitimer(signal.ITIMER_PROF, 0.0, 0.0)
+        number = getattr(signal, _TIMER_SIGNAL)
+        signal.signal(number, signal.SIG_IGN)  # discards a tick already raised: SIG_DFL would end the process
+        signal.signal(number, self._previous if self._previous is not None else signal.SIG_DFL)
+
+
+_HANDLER_CODE = _SignalSampler._handler.__code__
+
+
+def _thread_timer(signum: int, interval_s: float, wall: bool) -> Any:
+    """A timer that signals the calling thread only (:mod:`stepscope.capture.cputimer`), on the
+    wall clock or on the thread's CPU clock; None where there is none."""
+    from stepscope.capture import cputimer
+
+    if not cputimer.available():
+        return None
+    try:
+        return cputimer.ThreadTimer(signum, interval_s,
+                                    cputimer.CLOCK_MONOTONIC if wall else cputimer.CLOCK_THREAD_CPUTIME_ID)
+    except OSError:
+        return None
 
 
 #: Python versions on which a sampler thread may read another thread's frames: 3.11 crashes now
@@ -295,12 +389,13 @@ THREAD_SAMPLER_SAFE = sys.version_info >= (3, 12)
 
 
 def sampler_for(table: StackTable, thread_id: int, rate_hz: float, phase_of: Any, on_sample: Any = None,
-                root: Any = None) -> _SamplerThread | _SignalSampler | None:
+                root: Any = None, wall: bool = False) -> _SamplerThread | _SignalSampler | None:
     """The sampler for ``thread_id``: a ``SIGPROF`` handler when it is the main thread (any Python),
-    else a sampler thread where that is safe, else None."""
+    ticking on the wall clock when ``wall`` (else on the thread's CPU clock), else a sampler thread
+    where that is safe, else None."""
     if thread_id == threading.main_thread().ident and hasattr(__import__("signal"), "setitimer") \
             and threading.current_thread() is threading.main_thread():
-        return _SignalSampler(table, rate_hz, phase_of, on_sample=on_sample, root=root)
+        return _SignalSampler(table, rate_hz, phase_of, on_sample=on_sample, root=root, wall=wall)
     if THREAD_SAMPLER_SAFE:
         return _SamplerThread(table, thread_id, rate_hz, phase_of, on_sample=on_sample, root=root)
     return None
@@ -343,7 +438,10 @@ class StackSampler:
 
     def start(self) -> StackSampler:
         """Start sampling (see :func:`sampler_for`) and, once torch is imported, the worker hook."""
-        sampler = sampler_for(self.table, self.thread_id, self.rate_hz, self._phase)
+        # the training thread on the wall clock: its blocked time (a sleep, a socket, a lock) is part
+        # of the step and is attributed to the line that blocks; workers on their CPU clock (their
+        # idle time between batches explains nothing)
+        sampler = sampler_for(self.table, self.thread_id, self.rate_hz, self._phase, wall=True)
         if sampler is None:
             self.warnings.once("stacks-unsafe", "Python stacks not sampled: a sampler thread reading another "
                                                 "thread's frames is unsafe on this Python; GC pauses are still timed")
@@ -406,6 +504,8 @@ class StackSampler:
         role = [_MAIN] * len(ts)
         pid = [os.getpid()] * len(ts)
         stack = list(table.stack)
+        tick_ns = int(1e9 / self.rate_hz)
+        weight = [*table.weight, *[tick_ns] * (len(ts) - len(table.weight))]
         worker_rows = _read_worker_files(self.worker_dir, frames, stacks, ts, phase, int(2 * 10**9 // self.rate_hz))
         for row in worker_rows:
             ts.append(row[0])
@@ -413,6 +513,7 @@ class StackSampler:
             role.append(_WORKER)
             pid.append(row[1])
             stack.append(row[2])
+            weight.append(tick_ns)
         thread = self._thread
         if thread is not None and thread.error:
             self.warnings.once("stacks-failed", f"stack sampling stopped early ({thread.error})")
@@ -426,8 +527,10 @@ class StackSampler:
         kept_stacks = [all_stacks[int(old)] for old in used_stacks]
         used_frames = sorted({frame for item in kept_stacks for frame in item})
         frame_index = {old: new for new, old in enumerate(used_frames)}
+        wall = isinstance(thread, _SignalSampler) and thread.wall
         return StackSamples(
-            rate_hz=self.rate_hz, mechanism=MECHANISM,
+            rate_hz=self.rate_hz, mechanism=MECHANISM_WALL if wall else MECHANISM,
+            weight_ns=_column(weight)[keep],
             frames=tuple(StackFrame(*all_frames[old]) for old in used_frames),
             stacks=tuple(tuple(frame_index[frame] for frame in item) for item in kept_stacks),
             ts_ns=_column(ts)[keep], step=step[keep], phase=_column(phase)[keep],

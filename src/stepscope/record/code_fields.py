@@ -9,7 +9,7 @@ frame and stack once::
     "stack_samples": {"rate_hz": 100.0, "mechanism": "thread:sys._current_frames",
                       "frames": [["train.py", 41, "tokenize"], ...], "stacks": [[0, 3, 7], ...],
                       "columns": {"ts_ns": [...], "step": [...], "phase": [...], "role": [...],
-                                  "pid": [...], "stack": [...]},
+                                  "pid": [...], "stack": [...], "weight_ns": [...]},
                       "library_paths": [...], "user_paths": [...], "sampler_cpu_ns": 0, "missed": 0}
     "gc_pauses": {"enabled": true, "columns": {"start_ns": [...], "duration_ns": [...], ...}}
 """
@@ -53,7 +53,8 @@ def stack_samples_to_document(samples: StackSamples) -> dict[str, Any] | None:
     return {"rate_hz": samples.rate_hz, "mechanism": samples.mechanism,
             "frames": [[frame.file, frame.line, frame.function] for frame in samples.frames],
             "stacks": [list(stack) for stack in samples.stacks],
-            "columns": _encode_columns(samples, StackSamples.COLUMNS),
+            "columns": _encode_columns(samples, StackSamples.COLUMNS + (
+                StackSamples.OPTIONAL_COLUMNS if len(samples.weight_ns) else ())),
             "library_paths": list(samples.library_paths), "user_paths": list(samples.user_paths),
             "sampler_cpu_ns": samples.sampler_cpu_ns, "missed": samples.missed}
 
@@ -68,7 +69,8 @@ def stack_samples_from_document(data: dict[str, Any] | None) -> StackSamples:
         library_paths=tuple(str(item) for item in data.get("library_paths", ())),
         user_paths=tuple(str(item) for item in data.get("user_paths", ())),
         sampler_cpu_ns=int(data.get("sampler_cpu_ns", 0)), missed=int(data.get("missed", 0)),
-        **_decode_columns(data["columns"], StackSamples.COLUMNS))
+        **_decode_columns(data["columns"], StackSamples.COLUMNS + tuple(
+            name for name in StackSamples.OPTIONAL_COLUMNS if name in data["columns"])))
 
 
 def gc_pauses_to_document(pauses: GcPauses) -> dict[str, Any] | None:

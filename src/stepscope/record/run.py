@@ -357,14 +357,28 @@ class StackSamples:
     user_paths: tuple[str, ...] = ()
     sampler_cpu_ns: int = 0  # time the main process's sampler thread spent taking samples
     missed: int = 0  # ticks that found no frame of the sampled thread
+    #: ns of the sampled thread's time each sample stands for (empty in older records: one tick each)
+    weight_ns: np.ndarray = field(default_factory=_int_column)
 
     COLUMNS = ("ts_ns", "step", "phase", "role", "pid", "stack")
+    #: Columns absent from records written before them.
+    OPTIONAL_COLUMNS = ("weight_ns",)
+
+    def weights(self) -> np.ndarray:
+        """Per sample, the time it stands for (float ns): ``weight_ns`` where recorded, else one
+        tick (``1 / rate_hz``) each."""
+        if len(self.weight_ns) == len(self) and len(self):
+            weights: np.ndarray = np.maximum(self.weight_ns, 0).astype(np.float64)
+            return weights
+        return np.full(len(self), 1e9 / self.rate_hz if self.rate_hz else 1.0)
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
 
     def check(self) -> None:
         lengths = {len(getattr(self, name)) for name in self.COLUMNS}
+        if len(self.weight_ns) and len(self.weight_ns) != len(self):
+            lengths.add(len(self.weight_ns))
         if len(lengths) > 1:
             raise ValueError(f"stack sample columns differ in length: {sorted(lengths)}")
         if len(self) and (int(self.stack.max()) >= len(self.stacks) or int(self.stack.min()) < 0):

@@ -218,7 +218,8 @@ def merge_findings(per_rank: list[RankReport]) -> tuple[Finding, ...]:
 
 #: The straggler's phase -> the families of the slow rank's own findings that are its cause.
 STRAGGLER_CAUSES = {"data_wait": frozenset({"input_pipeline", "storage_io", "cpu_oversubscription"}),
-                    "forward": frozenset({"compute", "launch_overhead", "host_device_sync"})}
+                    "forward": frozenset({"compute", "launch_overhead", "host_device_sync"}),
+                    "other": frozenset({"outside_model", "garbage_collection", "periodic_stall"})}
 
 
 def _link_straggler_causes(merged: list[Finding]) -> list[Finding]:

@@ -158,6 +158,15 @@ SCENARIOS: dict[str, Scenario] = {
             "gradient all-reduce",
             nproc=2,
         ),
+        Scenario(
+            name="slow-rank",
+            module="stepscope.zoo.slow_rank",
+            planted_family="straggler",
+            title="DDP on 2 gloo processes: rank 1 blocks ~20 ms per step outside the model",
+            mechanism="after each optimizer step rank 1 runs a blocking per-rank chore (rank_chore()); "
+            "rank 0 waits for it in the next gradient all-reduce",
+            nproc=2,
+        ),
     )
 }
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from stepscope.capture import stacks
+from stepscope.capture import cputimer, stacks
 from stepscope.capture.recorder import FORWARD, StepRecorder
 from stepscope.capture.stacks import StackSampler, StackTable, WorkerStackStart, _WorkerFile
 from stepscope.capture.warn import WarningSink
@@ -39,7 +39,8 @@ def test_samples_name_the_running_function_and_the_recorder_phase():
     assert set(samples.phase.tolist()) == {PHASES.index("forward")}
     assert set(samples.role.tolist()) == {STACK_ROLES.index("main")}
     assert (samples.step == -1).all()  # no committed steps
-    assert samples.mechanism == stacks.MECHANISM and samples.rate_hz == 200
+    assert samples.mechanism == (stacks.MECHANISM_WALL if cputimer.available() else stacks.MECHANISM)
+    assert samples.rate_hz == 200 and len(samples.weight_ns) == len(samples)
     assert samples.sampler_cpu_ns > 0
 
 
@@ -47,9 +48,13 @@ def test_stop_is_idempotent_and_restores_the_signal():
     import signal
 
     sampler = StackSampler(None, 100).start()
-    assert signal.getitimer(signal.ITIMER_PROF)[1] == pytest.approx(0.01)
+    if cputimer.available():  # a timer of the main thread's own, not the process-wide one
+        assert sampler._thread._timer is not None and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+    else:
+        assert signal.getitimer(signal.ITIMER_PROF)[1] == pytest.approx(0.01)
     sampler.stop()
     sampler.stop()
+    assert sampler._thread._timer is None
     assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL
 
@@ -162,3 +167,100 @@ def test_a_failing_sampler_ends_quietly_and_says_why(capsys):
     assert capsys.readouterr().err == ""
     sampler.freeze(StepTable.empty())
     assert any("stack sampling stopped early" in message for message in sampler.warnings.messages)
+
+
+def _shares(samples, names):
+    weights = samples.weights()
+    totals = dict.fromkeys(names, 0.0)
+    for stack_id, weight in zip(samples.stack.tolist(), weights.tolist()):
+        function = samples.frames[samples.stacks[stack_id][-1]].function
+        for name in names:
+            if function.startswith(name):
+                totals[name] += weight
+    whole = float(weights.sum())
+    return {name: value / whole for name, value in totals.items()}
+
+
+def pure_python(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for value in range(300):
+            value * value  # noqa: B018 - the planted pure-Python work
+
+
+def intra_op_work(seconds: float) -> None:
+    import torch
+
+    a = torch.randn(160, 160)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a @ a  # noqa: B018
+
+
+def tiny_torch_call(tensor):
+    return tensor + 1
+
+
+@pytest.mark.skipif(not cputimer.available(), reason="no POSIX thread timers on this platform")
+def test_pure_python_beside_multithreaded_torch_calls_gets_its_share_of_the_time():
+    """The training thread is sampled on its own timer: each function draws its share of the wall
+    time. With the process-wide ITIMER_PROF the intra-op threads' CPU drew extra ticks into the torch
+    calls, and a tick caught by one of them waited for the main thread's next GIL acquisition
+    (CPython 3.11): here the pure-Python half measured 0.38-0.41 that way."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    small = torch.randn(8)
+    python_s = 0.0
+    sampler = StackSampler(None, 500).start()
+    began = time.perf_counter()
+    try:
+        for _ in range(80):
+            intra_op_work(0.005)  # a matmul may overrun its 5 ms on a busy machine: the time is measured
+            start = time.perf_counter()
+            pure_python(0.005)
+            python_s += time.perf_counter() - start
+            tiny_torch_call(small)
+    finally:
+        sampler.stop()
+        torch.set_num_threads(threads)
+    measured = python_s / (time.perf_counter() - began)
+    shares = _shares(sampler.freeze(StepTable.empty()), ("pure_python", "intra_op_work", "tiny_torch_call"))
+    assert shares["pure_python"] == pytest.approx(measured, abs=0.08), (shares, measured)
+    assert shares["tiny_torch_call"] < 0.05, shares
+
+
+@pytest.mark.skipif(not cputimer.available(), reason="no POSIX thread timers on this platform")
+def test_blocked_time_is_sampled_on_the_wall_clock_at_the_line_that_blocks():
+    sampler = StackSampler(None, 200).start()
+    try:
+        for _ in range(10):
+            time.sleep(0.03)  # blocked: no CPU, yet 3/4 of the wall time
+            busy_for(0.01)
+    finally:
+        sampler.stop()
+    samples = sampler.freeze(StepTable.empty())
+    weights = samples.weights()
+    sleeping = np.array([samples.frames[samples.stacks[stack][-1]].function.endswith(
+        "test_blocked_time_is_sampled_on_the_wall_clock_at_the_line_that_blocks") for stack in samples.stack])
+    assert float(weights[sleeping].sum() / weights.sum()) == pytest.approx(0.75, abs=0.12)
+
+
+def test_a_loop_back_edge_without_a_line_is_the_loops_line():
+    def loop(labels):
+        count = 0
+        for label in labels:
+            for klass in range(3):
+                if klass == label:
+                    count += 1
+        return count
+
+    import dis
+
+    code = loop.__code__
+    first = code.co_firstlineno
+    backward = [ins for ins in dis.get_instructions(code) if "JUMP_BACKWARD" in ins.opname]
+    assert backward
+    lines = {stacks._line_before(code, ins.offset) for ins in backward}
+    assert lines <= {first + 2, first + 3}  # the two `for` lines, never the body's

@@ -14,10 +14,13 @@ Algorithm (:func:`attribute_code`):
    work that line asked for, so their time is the line's. A stack without any user frame keeps its
    innermost frame, marked ``library``. A location is ``(file, line, function)``, where
    comprehensions fold into the function that holds them (:func:`function_name`).
-4. Count per (phase, location). ``share_of_phase`` is the location's samples over the phase's;
-   ``share_of_step`` its samples over all main-thread samples of the steps (sampling is uniform in
-   time, so counts are time shares); ``estimated_s`` is ``share_of_phase`` × the phase's measured
-   time in those steps (exact phase totals from the step table, split by the samples).
+4. Weigh per (phase, location): each sample stands for the time of its ``weight_ns`` (a
+   wall-clock sample of the training thread: the time since its previous sample, so one sample
+   taken when a long C call returned counts for the ticks it spanned; older records: one tick
+   each). ``share_of_phase`` is the location's weight over the phase's; ``share_of_step`` its
+   weight over all main-thread samples of the steps; ``estimated_s`` is ``share_of_phase`` × the
+   phase's measured time in those steps (exact phase totals from the step table, split by the
+   samples).
 5. Worker samples are reported apart: shares among worker samples, and ``share_of_step`` =
    worker share × the data-wait share of the step (the part of the step the main thread waited
    while the workers ran that line).
@@ -206,8 +209,9 @@ def attribute_code(record: RunRecord, step_mask: np.ndarray | None = None,
                 "sampling period: raise --stacks-hz)")
         return CodeAttribution(samples.rate_hz, samples.mechanism, len(steps), 0, (), None, (note,))
     locations, is_library = stack_locations(samples)
+    weights = samples.weights()
     main = chosen & (samples.role == _MAIN)
-    total_main = int(main.sum())
+    total_main = float(weights[main].sum())
     step_total = float(steps.duration_ns.sum())
     phases = []
     for phase_index, phase in enumerate(PHASES):
@@ -215,39 +219,45 @@ def attribute_code(record: RunRecord, step_mask: np.ndarray | None = None,
         if not selected.any():
             continue
         phase_s = float(steps.phase(phase).sum()) / 1e9 if len(steps) else None
-        phases.append(_phase_code(samples, phase, "main", selected, locations, is_library, total_main,
-                                  1.0, phase_s, top))
+        phases.append(_phase_code(samples, phase, "main", selected, locations, is_library, weights,
+                                  total_main, 1.0, phase_s, top))
     workers = None
     worker_rows = chosen & (samples.role == _WORKER)
     if worker_rows.any():
         wait_share = float(steps.data_wait_ns.sum()) / step_total if step_total > 0 else 0.0
-        workers = _phase_code(samples, "data_wait", "worker", worker_rows, locations, is_library,
-                              int(worker_rows.sum()), wait_share, None, top)
+        workers = _phase_code(samples, "data_wait", "worker", worker_rows, locations, is_library, weights,
+                              float(weights[worker_rows].sum()), wait_share, None, top)
     return CodeAttribution(samples.rate_hz, samples.mechanism, len(steps), int(chosen.sum()),
                            tuple(phases), workers)
 
 
 def _phase_code(samples: StackSamples, phase: str, role: str, selected: np.ndarray, locations: np.ndarray,
-                is_library: np.ndarray, denominator: int, scale: float, phase_s: float | None,
-                top: int) -> PhaseCode:
+                is_library: np.ndarray, weights: np.ndarray, denominator: float, scale: float,
+                phase_s: float | None, top: int) -> PhaseCode:
     stack_ids = samples.stack[selected]
-    count = len(stack_ids)
+    selected_weights = weights[selected]
+    total = float(selected_weights.sum())
     keys = _location_keys(samples)
-    counts: Counter[tuple[str, int, str]] = Counter()
+    weight_of: dict[tuple[str, int, str], float] = {}
+    hits_of: Counter[tuple[str, int, str]] = Counter()
     library_of: dict[tuple[str, int, str], bool] = {}
-    for frame_id, library in zip(locations[stack_ids].tolist(), is_library[stack_ids].tolist()):
-        counts[keys[frame_id]] += 1
-        library_of[keys[frame_id]] = bool(library)
+    for frame_id, library, weight in zip(locations[stack_ids].tolist(), is_library[stack_ids].tolist(),
+                                         selected_weights.tolist()):
+        key = keys[frame_id]
+        weight_of[key] = weight_of.get(key, 0.0) + weight
+        hits_of[key] += 1
+        library_of[key] = bool(library)
     items = []
-    for key, hits in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]:
-        share = hits / count
+    for key, weight in sorted(weight_of.items(), key=lambda item: (-item[1], item[0]))[:top]:
+        share = weight / total if total > 0 else 0.0
         items.append(CodeLocation(
             file=key[0], line=key[1], function=key[2], library=library_of[key],
-            samples=hits, share_of_phase=share,
-            share_of_step=(hits / denominator) * scale if role == "main" else share * scale,
+            samples=hits_of[key], share_of_phase=share,
+            share_of_step=(weight / denominator) * scale if role == "main" and denominator > 0 else share * scale,
             estimated_s=share * phase_s if phase_s is not None else None))
-    return PhaseCode(phase=phase, role=role, samples=count,
-                     share_of_step=count / denominator * scale if role == "main" else scale,
+    return PhaseCode(phase=phase, role=role, samples=len(stack_ids),
+                     share_of_step=(total / denominator * scale if denominator > 0 else 0.0) if role == "main"
+                     else scale,
                      locations=tuple(items))
 
 
@@ -286,13 +296,18 @@ def collapse_stacks(record: RunRecord, phase: str, step_mask: np.ndarray | None 
         chosen &= (samples.role == _MAIN) & (samples.phase == PHASES.index(phase))
     flags = library_frames(samples)
     names = [_frame_text(frame) for frame in samples.frames]
+    # counts in ticks of the sampling rate: a sample that stands for several ticks counts for them
+    tick = 1e9 / samples.rate_hz if samples.rate_hz else 1.0
+    ticks: dict[int, float] = {}
+    for stack_id, weight in zip(samples.stack[chosen].tolist(), samples.weights()[chosen].tolist()):
+        ticks[stack_id] = ticks.get(stack_id, 0.0) + weight / tick
     folded: Counter[tuple[str, ...]] = Counter()
-    for stack_id, hits in Counter(samples.stack[chosen].tolist()).items():
+    for stack_id, hits in ticks.items():
         stack = samples.stacks[stack_id]
         kept = stack if keep_library else tuple(frame_id for frame_id in stack if not flags[frame_id])
         if not kept and stack:
             kept = (stack[-1],)
-        folded[tuple(names[frame_id] for frame_id in kept)] += hits
+        folded[tuple(names[frame_id] for frame_id in kept)] += max(1, round(hits))
     return tuple(FoldedStack(frames, hits) for frames, hits in
                  sorted(folded.items(), key=lambda item: (-item[1], item[0])))
 

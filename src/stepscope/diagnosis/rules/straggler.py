@@ -1,8 +1,10 @@
 """Stragglers: one rank is slower than the others, and every collective waits for it.
 
 Evidence: per-rank steady-state means of each rank's *own* work — data wait, forward, optimizer
-(``ev.ranks``, one record per rank) — and, when capture timed the collectives, the other ranks'
-communication wait. Backward time is deliberately not used: DDP's all-reduce equalises it across
+and the time outside the model ("other": a per-rank evaluation, a blocking upload, logging) —
+(``ev.ranks``, one record per rank) and, when capture timed the collectives, the other ranks'
+communication wait. A slow rank's "other" time is named by its own code attribution (the line,
+with its measured share of that rank's step). Backward time is deliberately not used: DDP's all-reduce equalises it across
 ranks, which hides a backward straggler (TraceML issue #252). The skew score of a phase is
 ``(slowest − median of the others) / median of the others``; TraceML warns at 0.10 and calls 0.20
 critical. The finding is the same on every rank of the job (the waiting ranks too), so a rank that
@@ -24,7 +26,7 @@ SKEW_WARN = 0.10
 #: TraceML's straggler score critical level.
 SKEW_CRITICAL = 0.20
 #: Phases compared across ranks (not backward, see the module docstring).
-STRAGGLER_PHASES = ("data_wait", "forward", "optimizer")
+STRAGGLER_PHASES = ("data_wait", "forward", "optimizer", "other")
 #: Scores above this are shown capped (the other ranks' time in the phase is near zero).
 MAX_SCORE = 10.0
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
@@ -39,8 +41,11 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
         return None
     per_rank = list(ev.ranks)
     step = max(item.steady.step_time_mean_s for item in per_rank)
+    timed = all(item.comm is not None for item in per_rank)
     best = None
     for phase in STRAGGLER_PHASES:
+        if phase == "other" and not timed:
+            continue  # "other" holds what the phases leave: only the others' measured wait ties it to a rank
         seconds = np.array([item.own_work_s((phase,)) for item in per_rank])
         slowest = int(np.argmax(seconds))
         others = np.delete(seconds, slowest)
@@ -110,6 +115,19 @@ def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
         fix = Prescription(f"Rank {rank} computes slower: check for a throttled or shared GPU "
                            "(stepscope gpu-procs), uneven batch shapes, or a slower node",
                            f"forward {common.ms(lost_s)} per step above the other ranks")
+    elif phase == "other":
+        location = slow.other_code
+        where = (f" — {location.label} takes {common.pct(location.share_of_step)} of its step"
+                 if location is not None else "")
+        what = f"spends {common.ms(lost_s)} per step longer outside the model than the others{where}"
+        target = f"{location.label} on rank {rank}" if location is not None else f"rank {rank}'s work outside the model"
+        fix = Prescription(
+            f"Take {target} off the training step: run it every N steps, asynchronously (a thread or "
+            "process), or on every rank alike",
+            f"rank {rank} spends {common.ms(own_s)} per step outside forward, backward and the optimizer, "
+            f"{common.ms(lost_s)} more than the others, and they wait for it in the next collective"
+            + (f" (measured: {location.label}, {common.pct(location.share_of_step)} of rank {rank}'s step)"
+               if location is not None else ""))
     else:
         what = f"spends {common.ms(lost_s)} per step longer in the optimizer than the others"
         fix = Prescription(f"Rank {rank}'s optimizer step is slower: check its node's CPU load and "
