@@ -37,18 +37,41 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "attribution_scripts"
 
-#: (name, what `stepscope run` gets after its options, regex of a frame of the training loop)
-WORKLOADS: tuple[tuple[str, list[str], str], ...] = (
-    ("loop-bookkeeping", ["-m", "stepscope.zoo.loop_bookkeeping", "--steps", "300"], r"^main \("),
-    ("metrics-confusion", ["-m", "stepscope.zoo.metrics_confusion"], r"^main \("),
-    ("input-cpu", ["-m", "stepscope.zoo.input_cpu", "--steps", "120"], r"^train \("),
-    ("tokenize-main", ["-m", "stepscope.zoo.tokenize_main"], r"^main \("),
-    ("worker-tokenize", ["-m", "stepscope.zoo.worker_tokenize", "--steps", "60"], r"^train \("),
-    ("gc-cycles", ["-m", "stepscope.zoo.gc_cycles"], r"^main \("),
-    ("tiny-ops", ["-m", "stepscope.zoo.tiny_ops", "--steps", "60"], r"^train \("),
-    ("small-batch", ["-m", "stepscope.zoo.small_batch", "--steps", "200"], r"^train \("),
-    ("c-calls", [str(SCRIPTS / "c_calls.py")], r"^main \("),
+ZOO = HERE.parent / "src" / "stepscope" / "zoo"
+#: (name, what `stepscope run` gets after its options, (file, function) holding the training loop)
+WORKLOADS: tuple[tuple[str, list[str], tuple[Path, str]], ...] = (
+    ("loop-bookkeeping", ["-m", "stepscope.zoo.loop_bookkeeping", "--steps", "500"], (ZOO / "loop_bookkeeping.py", "main")),
+    ("metrics-confusion", ["-m", "stepscope.zoo.metrics_confusion", "--steps", "1500"],
+     (ZOO / "metrics_confusion.py", "main")),
+    ("input-cpu", ["-m", "stepscope.zoo.input_cpu", "--steps", "200"], (ZOO / "_common.py", "train")),
+    ("tokenize-main", ["-m", "stepscope.zoo.tokenize_main", "--steps", "200"], (ZOO / "tokenize_main.py", "main")),
+    ("worker-tokenize", ["-m", "stepscope.zoo.worker_tokenize", "--steps", "150"], (ZOO / "_common.py", "train")),
+    ("gc-cycles", ["-m", "stepscope.zoo.gc_cycles"], (ZOO / "gc_cycles.py", "main")),
+    ("tiny-ops", ["-m", "stepscope.zoo.tiny_ops", "--steps", "150"], (ZOO / "_common.py", "train")),
+    ("small-batch", ["-m", "stepscope.zoo.small_batch", "--steps", "600"], (ZOO / "_common.py", "train")),
+    ("storage-latency", ["-m", "stepscope.zoo.storage_latency", "--steps", "150"], (ZOO / "_common.py", "train")),
+    ("c-calls", [str(SCRIPTS / "c_calls.py"), "1500"], (SCRIPTS / "c_calls.py", "main")),
 )
+
+
+def loop_pattern(path: Path, function: str) -> str:
+    """A regex of py-spy frames inside the training loop: the function's outermost loop whose body
+    calls ``backward``/``step`` (or, for a loop without them, its first loop), by line range."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    node = next(item for item in ast.walk(tree) if isinstance(item, ast.FunctionDef) and item.name == function)
+    loops = [item for item in ast.walk(node) if isinstance(item, (ast.For, ast.While))]
+
+    def trains(loop: ast.AST) -> bool:
+        return any(isinstance(call, ast.Attribute) and call.attr in ("backward", "step") for call in ast.walk(loop))
+
+    loop = next((item for item in loops if trains(item)), loops[0])
+    lines = "|".join(str(line) for line in range(loop.lineno, (loop.end_lineno or loop.lineno) + 1))
+    return rf"^{function} \({re.escape(str(path))}:({lines})\)$"
+
+
+from stepscope.analysis.run.code_locations import function_name  # noqa: E402
 
 
 def user_frame(frame: str) -> bool:
@@ -87,6 +110,7 @@ def pyspy_shares(raw: Path, loop: str, main_only: bool) -> tuple[collections.Cou
         if not user:
             continue
         function, path, line = parse_frame(user[-1])
+        function = function_name(function)  # py-spy names qualnames: fold comprehensions as stepscope does
         lines[(path, line)] += n
         functions[(path, function)] += n
     return lines, functions, total
@@ -119,6 +143,42 @@ def named_location(report: dict, record_dir: Path) -> tuple[dict, str] | None:
                     "function": location.function, "share_of_step": location.share_of_step,
                     "share_of_phase": location.share_of_phase, "phase": phase.phase}, "main"
     return None
+
+
+def record_dir_of(run_dir: Path) -> Path:
+    return run_dir
+
+
+def function_share(run_dir: Path, location: dict, role: str) -> float:
+    """stepscope's share for the named location's whole function (all its lines), like py-spy's
+    function column: of the step (main thread) or of the workers' samples."""
+    from stepscope.analysis.run.code_locations import attribute_code
+    from stepscope.record.store import load_record
+
+    attribution = attribute_code(load_record(run_dir), top=1000)
+    parts = [attribution.workers] if role == "worker" else list(attribution.phases)
+    total = 0.0
+    for part in parts:
+        if part is None:
+            continue
+        for item in part.locations:
+            if item.file == location["file"] and item.function == location["function"]:
+                total += item.share_of_phase if role == "worker" else item.share_of_step
+    return total
+
+
+def phase_share_error(run_dir: Path) -> float:
+    """Largest difference, in points, between a phase's share of the step from the samples and
+    from the step timestamps (exact): the sampler's own check, whatever the reference profiler."""
+    from stepscope.analysis.run.code_locations import attribute_code
+    from stepscope.analysis.run.steady import steady_state
+    from stepscope.record.store import load_record
+
+    record = load_record(run_dir)
+    steady = steady_state(record)
+    attribution = attribute_code(record, steady.mask)
+    sampled = {item.phase: item.share_of_step for item in attribution.phases}
+    return max(abs(sampled.get(phase, 0.0) - share) for phase, share in steady.shares.items()) * 100
 
 
 def attach_workers(parent: int, out_dir: Path, stop: threading.Event, procs: list) -> None:
@@ -155,6 +215,9 @@ def attach_workers(parent: int, out_dir: Path, stop: threading.Event, procs: lis
 def run_one(name: str, target: list[str], loop: str, work: Path) -> dict:
     run_dir = work / name
     raw = work / f"{name}.spy"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for stale in work.glob("worker.*.spy"):
+        stale.unlink()
     command = ["py-spy", "record", "--idle", "--full-filenames", "-r", "100", "-f", "raw", "-o", str(raw), "--",
                sys.executable, "-m", "stepscope", "run", "--no-summary", "-o", str(run_dir), *target]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -191,25 +254,26 @@ def run_one(name: str, target: list[str], loop: str, work: Path) -> dict:
         functions: collections.Counter = collections.Counter()
         total = 0
         for path in work.glob("worker.*.spy"):
-            more = pyspy_shares(path, loop, main_only=False)
+            # the worker's main thread (stepscope samples that one; the queue feeder and the
+            # resource sharer are threads of their own)
+            more = pyspy_shares(path, r"^_worker_loop \(", main_only=True)
             lines.update(more[0])
             functions.update(more[1])
             total += more[2]
-            path.unlink()
         # worker samples are the loading work of the data-wait phase: compare shares of the
         # workers' samples, stepscope's being share_of_step / data-wait share
         ours = location["share_of_phase"]
     else:
         lines, functions, total = pyspy_shares(raw, loop, main_only=True)
         ours = location["share_of_step"]
-    short = location["function"].rsplit(".", 1)[-1]
     theirs_line = lines.get((location["file"], location["line"]), 0) / total if total else None
-    theirs_function = sum(count for (path, function), count in functions.items()
-                          if path == location["file"] and function == short) / total if total else None
+    theirs_function = functions.get((location["file"], location["function"]), 0) / total if total else None
+    function_ours = function_share(record_dir_of(run_dir), location, role)
     py_top = functions.most_common(1)[0][0] if functions else None
     top = report["findings"][0] if report.get("findings") else {}
     return {"workload": name, "named": location["label"], "role": role, "phase": location["phase"],
-            "stepscope": ours, "py_spy_line": theirs_line, "py_spy_function": theirs_function,
+            "stepscope": ours, "stepscope_function": function_ours, "phase_error": phase_share_error(run_dir),
+            "py_spy_line": theirs_line, "py_spy_function": theirs_function,
             "py_spy_samples": total, "py_spy_top_function": f"{Path(py_top[0]).name} {py_top[1]}()" if py_top else None,
             "top_finding": top.get("title", "")}
 
@@ -218,28 +282,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="keep the run directories and py-spy files here")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         sys.exit("py-spy is not on PATH: pip install py-spy")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, target, loop in WORKLOADS:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = str(args.keep) if args.keep else scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        for name, target, (path, function) in WORKLOADS:
             if args.only and name not in args.only:
                 continue
-            rows.append(run_one(name, target, loop, Path(tmp)))
+            for _attempt in range(3):  # py-spy now and then reads no sample of a run: measure it again
+                row = run_one(name, target, loop_pattern(path, function), Path(tmp))
+                if row.get("py_spy_samples"):
+                    break
+            rows.append(row)
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| workload | named location (phase) | stepscope | py-spy, that line | py-spy, that function | "
-          "error (points) | py-spy's top function |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| workload | named location (phase) | line: stepscope / py-spy | error | function: stepscope / py-spy "
+          "| error | phase shares, samples vs timestamps | py-spy's top function |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for row in rows:
         if "error" in row:
-            print(f"| {row['workload']} | {row['error']} | | | | | |")
+            print(f"| {row['workload']} | {row['error']} | | | | | | |")
             continue
         line, function = row["py_spy_line"], row["py_spy_function"]
-        error = abs(row["stepscope"] - line) * 100 if line is not None else None
         where = "workers" if row["role"] == "worker" else row["phase"]
-        print(f"| {row['workload']} | `{row['named']}` ({where}) | {row['stepscope']:.0%} | "
-              f"{line:.0%} | {function:.0%} | {error:.1f} | {row['py_spy_top_function']} |")
+        print(f"| {row['workload']} | `{row['named']}` ({where}) | {row['stepscope']:.0%} / {line:.0%} | "
+              f"{abs(row['stepscope'] - line) * 100:.1f} | {row['stepscope_function']:.0%} / {function:.0%} | "
+              f"{abs(row['stepscope_function'] - function) * 100:.1f} | ≤ {row['phase_error']:.1f} | "
+              f"{row['py_spy_top_function']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -86,7 +86,8 @@ def synthetic_samples(start_ns: int, end_ns: int, *, cores: int = 8, gpus: int =
         rows.append(np.stack([np.arange(n), np.full(n, proc_id), ticks, rss, np.zeros(n), np.zeros(n),
                               np.zeros(n), np.full(n, 4), np.zeros(n)], axis=1))
     table = np.concatenate(rows)
-    proc = {name: table[:, i].astype(np.int64) for i, name in enumerate(PROCESS_COLUMNS) if name != "state"}
+    proc = {name: table[:, i].astype(np.int64) if i < table.shape[1] else np.full(len(table), -1, dtype=np.int64)
+            for i, name in enumerate(PROCESS_COLUMNS) if name != "state"}
     proc["state"] = np.full(len(table), "R", dtype="<U1")
     gpu_procs = {name: np.zeros(0, dtype=np.int64) for name in ("sample", "gpu", "pid", "mem_bytes")}
     return Samples(meta, series, proc, gpu_procs, processes)

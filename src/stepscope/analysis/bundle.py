@@ -35,6 +35,7 @@ import numpy as np
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
 from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
 from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
+from stepscope.analysis.run.input_profile import ColdStart, InputProfile, cold_start, input_profile
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
@@ -67,6 +68,10 @@ class StorageSigns:
     iowait_share: float | None
     page_cache_warming: bool
     first_epoch_ratio: float | None  # first epoch's fetch wait per step over later epochs'
+    #: the input pipeline per epoch (or third): data wait, reads, iowait, loaders' CPU
+    profile: InputProfile | None = None
+    #: the first epoch waited on storage (cold data), with its measured excess; None otherwise
+    cold: ColdStart | None = None
 
 
 @dataclass(frozen=True)
@@ -373,10 +378,13 @@ def compute_cores(steady: SteadyState | None, signals: MacroSignals | None, load
 
 
 def storage_signs(record: RunRecord, signals: MacroSignals | None) -> StorageSigns:
+    profile = input_profile(record)
     return StorageSigns(
         iowait_share=signals.iowait_share if signals is not None else None,
         page_cache_warming=bool(signals.page_cache_warming) if signals is not None else False,
         first_epoch_ratio=first_epoch_ratio(record),
+        profile=profile if profile.segments else None,
+        cold=cold_start(profile, record),
     )
 
 

@@ -63,7 +63,14 @@ class MacroSignals:
     # memory
     memory_used_share_max: float | None = None
     memory_total_bytes: int | None = None  # host RAM
+    # the training process's memory trend over the window: anonymous resident bytes (heap and
+    # stacks) where the sampler read them, else the RSS (``rss_growth_basis`` says which); the
+    # slopes of the first and second half tell a steady leak from a ramp that levels off
     rss_growth_bytes_per_s: float | None = None
+    rss_growth_first_half_bytes_per_s: float | None = None
+    rss_growth_second_half_bytes_per_s: float | None = None
+    rss_growth_points: int | None = None
+    rss_growth_basis: str | None = None  # "anonymous" | "rss"
     swap_in_bytes_per_s: float | None = None
     swap_out_bytes_per_s: float | None = None
     # network

@@ -60,6 +60,7 @@ def _load() -> ctypes.CDLL | None:
             libc.timer_settime.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_ITimerSpec),
                                            ctypes.c_void_p]
             libc.timer_delete.argtypes = [ctypes.c_void_p]
+            libc.timer_gettime.argtypes = [ctypes.c_void_p, ctypes.POINTER(_ITimerSpec)]
             _libc = libc
         except (OSError, AttributeError):
             return None
@@ -92,6 +93,19 @@ class ThreadTimer:
             errno = ctypes.get_errno()
             self.close()
             raise OSError(errno, "timer_settime failed")
+
+    def remaining_ns(self) -> int:
+        """Time until the timer's next tick (on its clock); -1 when it cannot be read.
+
+        The ticks lie on a fixed grid (each expiry is the previous one plus the interval), so the
+        change of ``now + remaining_ns()`` between two samples counts the ticks that fired in
+        between, however late the handler ran."""
+        if self._timer is None:
+            return -1
+        spec = _ITimerSpec()
+        if self._libc.timer_gettime(self._timer, ctypes.byref(spec)) != 0:
+            return -1
+        return spec.it_value.tv_sec * 10**9 + spec.it_value.tv_nsec
 
     def close(self) -> None:
         """Delete the timer (idempotent)."""

@@ -200,6 +200,14 @@ def parse_proc_stat(text: bytes) -> ProcStat:
     )
 
 
+def parse_statm_anon(text: bytes) -> int:
+    """Anonymous resident bytes from ``/proc/<pid>/statm``: resident less shared (file-backed and
+    shared-memory) pages, i.e. the process's heap and stacks. Unlike the RSS it does not grow when
+    library code pages are first touched, which is how a short run's RSS "grows" with no leak."""
+    fields = text.split()
+    return max(0, int(fields[1]) - int(fields[2])) * PAGE_SIZE
+
+
 def read_proc_stat(pid: int) -> ProcStat:
     return parse_proc_stat(read_text(f"/proc/{pid}/stat"))
 

@@ -35,8 +35,8 @@ from stepscope.record import layout
 from stepscope.record.samples import CLOCK, SamplesWriter
 
 DEFAULT_INTERVAL_S = 0.1
-#: Memory, swap, disk, network and per-process I/O counters are read at this period (2 Hz); CPU per
-#: core and per process, the run queue and GPU utilization at every sample.
+#: Memory, swap, network and per-process I/O counters are read at this period (2 Hz); CPU per
+#: core and per process, the run queue, disk counters (from /proc) and GPU utilization at every sample.
 SLOW_EVERY_S = 0.5
 #: GPU clocks, power, temperature and per-process memory are read at this period (see capture/gpu.py).
 GPU_SLOW_EVERY_S = 1.0

@@ -58,8 +58,8 @@ from stepscope.record.run import PHASES, STACK_ROLES, StackFrame, StackSamples, 
 
 #: Default rate; 100 Hz costs well under 1% of the benchmark step (BENCHMARKS.md).
 DEFAULT_RATE_HZ = 100.0
-#: A wall-clock sample stands for the time since the previous one, up to this many ticks (a longer
-#: gap is not the sampled code's: the process was stopped, or sampling paused).
+#: A wall-clock sample stands for the ticks since the previous one, up to this many (a longer gap
+#: is not the sampled code's: the process was stopped, or sampling paused).
 MAX_WEIGHT_TICKS = 50
 #: Innermost frames kept per sample.
 MAX_DEPTH = 128
@@ -269,8 +269,7 @@ class _SignalSampler:
         self.interval_s = 1.0 / rate_hz
         self.wall = wall  # ticks on the wall clock (else the thread's CPU clock)
         self._interval_ns = int(1e9 / rate_hz)
-        self._max_weight_ns = MAX_WEIGHT_TICKS * self._interval_ns
-        self._last_ns = 0
+        self._last_expiry_ns = 0
         self._busy = False
         self.phase_of = phase_of
         self.on_sample = on_sample
@@ -298,7 +297,8 @@ class _SignalSampler:
         if self._timer is None:  # no POSIX thread timer here: the process-wide profiling timer
             self.wall = False
             signal.setitimer(signal.ITIMER_PROF, self.interval_s, self.interval_s)
-        self._last_ns = _now()
+        else:  # the first tick's expiry, less one interval: where the tick count starts
+            self._last_expiry_ns = _now() + self._timer.remaining_ns() - self._interval_ns
         self.active = True
 
     def _handler(self, _signum: int, frame: Any) -> None:
@@ -312,9 +312,21 @@ class _SignalSampler:
         try:
             now = _now()
             if self.wall:
-                # the wall time since the previous sample: one sample when the thread sat in a C call
-                # through several ticks (Python runs the handler once, when the call returns)
-                weight, self._last_ns = min(now - self._last_ns, self._max_weight_ns), now
+                # the ticks that fired since the previous sample: a thread in a long C call runs the
+                # handler once, when the call returns, for all the ticks that fell in the call. The
+                # timer's next expiry moves on by one interval per tick fired, wherever the handler
+                # ran. (The wall time since the previous sample would also charge this sample with
+                # the time before the call, and over-weigh every late-handled tick.)
+                remaining = self._timer.remaining_ns() if self._timer is not None else -1
+                if remaining < 0:
+                    weight = self._interval_ns
+                else:
+                    expiry = now + remaining
+                    ticks = min(round((expiry - self._last_expiry_ns) / self._interval_ns), MAX_WEIGHT_TICKS)
+                    self._last_expiry_ns = expiry
+                    if ticks <= 0:
+                        return  # a SIGPROF that is not our timer's tick
+                    weight = ticks * self._interval_ns
             else:
                 weight = self._interval_ns
             self.table.add(now, self.phase_of(), frame, self.root, weight)

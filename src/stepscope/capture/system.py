@@ -35,9 +35,10 @@ _CMDLINE_MAX_CHARS = 1000
 class SystemProbe:
     """Cumulative machine counters. The CPU, disk and NIC lists are fixed at construction.
 
-    CPU ticks, the run queue and the load are read at every sample. Memory, swap, disk and network
-    counters are read every ``slow_every`` samples and repeated in between: for cumulative
-    counters a rate over any longer window stays exact, and this halves the sampler's cost.
+    CPU ticks, the run queue and the load are read at every sample, and so are the disk counters
+    from /proc. Memory, swap and network counters (and the disks through psutil) are read every
+    ``slow_every`` samples and repeated in between: for cumulative counters a rate over any longer
+    window stays exact, and this halves the sampler's cost.
 
     Args:
         use_procfs: read /proc directly (default: when available); ``False`` forces psutil.
@@ -83,11 +84,16 @@ class SystemProbe:
             slow: dict[str, Any] = dict(self._memory())
             del slow["mem_total_bytes"], slow["swap_total_bytes"]
             slow["swap_in_bytes"], slow["swap_out_bytes"] = self._swap_io()
-            slow.update(self._disks())
+            if not self.linux:
+                slow.update(self._disks())
             slow.update(self._net())
             self._slow = slow
         self._tick += 1
         out.update(self._slow)
+        if self.linux:
+            # disk reads at every sample (16 µs from /proc/diskstats): a first epoch that reads from
+            # disk for under a second must show its rate, not one reading at 2 Hz
+            out.update(self._disks())
         return out
 
     def close(self) -> None:
@@ -180,9 +186,10 @@ class _Tracked:
     io_file: procfs.ProcFile | None = None
     io: tuple[int, int, int] = (-1, -1, -1)  # last reading
     samples: int = 0
+    statm_file: procfs.ProcFile | None = None  # anonymous resident memory (tree mode on Linux)
 
     def close(self) -> None:
-        for handle in (self.stat_file, self.io_file):
+        for handle in (self.stat_file, self.io_file, self.statm_file):
             if handle is not None:
                 handle.close()
 
@@ -250,7 +257,8 @@ class ProcessTree:
                 events.append({"type": "role", "id": entry.proc_id, "role": role, "loader_id": loader_id,
                                "ts_ns": ts_ns})
         columns: dict[str, list[Any]] = {name: [] for name in (
-            "id", "cpu_ticks", "rss_bytes", "read_bytes", "write_bytes", "read_chars", "threads", "state")}
+            "id", "cpu_ticks", "rss_bytes", "read_bytes", "write_bytes", "read_chars", "threads", "state",
+            "rss_anon_bytes")}
         for pid, entry in list(self.tracked.items()):
             stat = self._tracked_stat(entry)
             if stat is None or stat.start_ticks != entry.start_ticks or (stat.state == "Z" and self._tree_mode):
@@ -265,7 +273,7 @@ class ProcessTree:
             entry.samples += 1
             io = entry.io
             for name, value in zip(columns, (entry.proc_id, stat.cpu_ticks, stat.rss_bytes, *io,
-                                             stat.threads, stat.state)):
+                                             stat.threads, stat.state, self._anon(entry))):
                 columns[name].append(value)
         if self.target_pid is not None and self.target_pid not in self.tracked:
             self.target_alive = False
@@ -325,6 +333,11 @@ class ProcessTree:
         else:
             role, loader_id = self.roles.get(pid, (ROLE_OTHER, None))
         entry = _Tracked(self.count, pid, stat.start_ticks, role, loader_id, stat_file, io_file)
+        if stat_file is not None:
+            try:
+                entry.statm_file = procfs.ProcFile(f"/proc/{pid}/statm")
+            except OSError:
+                pass
         self.count += 1
         self.tracked[pid] = entry
         events.append({
@@ -388,6 +401,14 @@ class ProcessTree:
             return procfs.parse_proc_stat(entry.stat_file.read())
         except (OSError, ValueError, IndexError):  # ESRCH: reaped
             return None
+
+    def _anon(self, entry: _Tracked) -> int:
+        if entry.statm_file is None:
+            return -1
+        try:
+            return procfs.parse_statm_anon(entry.statm_file.read())
+        except (OSError, ValueError, IndexError):
+            return -1
 
     def _tracked_io(self, entry: _Tracked) -> tuple[int, int, int]:
         if entry.io_file is None:

@@ -157,12 +157,15 @@ def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[
 
 def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, str]]]:
     """A cause makes its symptom moot (:data:`SUPERSEDES`) unless the cause is minor: a LOW
-    finding (near its threshold, a few percent of the step) explains no larger finding, so both stay."""
+    finding (near its threshold, a few percent of the step) explains no larger finding, so both stay.
+    A finding that explains only part of the symptom (``extra["partial"]``: the cold first epoch of
+    an input pipeline that still waits once warm) supersedes nothing."""
     by_family = {item.family: item for item in findings}
     kept, superseded = [], []
     for item in findings:
         winner = next((other for family, other in by_family.items()
                        if item.family in SUPERSEDES.get(family, ()) and other is not item
+                       and not other.extra.get("partial")
                        and (other.severity >= Severity.MEDIUM or other.impact >= item.impact)), None)
         if winner is None:
             kept.append(item)

@@ -10,7 +10,7 @@ In memory, :class:`Samples` holds one numpy array per column (torch-free, like `
 
 Counters are raw and cumulative (CPU ticks, bytes): a rate is the difference of two samples over
 the difference of their ``ts_ns``. -1 means "not measured". At the default 10 Hz, memory, swap,
-disk, network and per-process I/O are read at 2 Hz and repeat their last reading in between (see
+network and per-process I/O (and disks without /proc) are read at 2 Hz and repeat their last reading in between (see
 ``SLOW_EVERY_S`` in capture/sampler.py): rates over windows of half a second or more are exact.
 
 ``ts_ns`` is ``time.monotonic_ns()`` — on Linux the CLOCK_MONOTONIC that ``time.perf_counter_ns()``
@@ -108,6 +108,8 @@ PROCESS_COLUMNS: dict[str, str] = {
     "read_chars": "cumulative bytes read by syscalls, page-cache hits included (-1 unknown)",
     "threads": "thread count",
     "state": "scheduler state letter: R running, S sleeping, D disk wait, Z zombie, T stopped",
+    "rss_anon_bytes": "anonymous resident bytes (RSS less file-backed and shared pages: heap and stacks; "
+                      "-1 unknown or in older files)",
 }
 
 #: Rows of processes holding GPU memory (read about once a second, see ``gpu_procs_read``).

@@ -56,6 +56,14 @@ SCENARIOS: dict[str, Scenario] = {
             "CPU stays idle",
         ),
         Scenario(
+            name="cold-files",
+            module="stepscope.zoo.cold_files",
+            planted_family="storage_io",
+            title="first epoch reads 256 MiB of files evicted from the page cache, num_workers=2",
+            mechanism="the data set is written and dropped from the page cache before training; the first of "
+            "3 epochs waits for the disk, the later ones read from memory",
+        ),
+        Scenario(
             name="small-batch",
             module="stepscope.zoo.small_batch",
             planted_family="compute",

@@ -32,7 +32,8 @@ def make(n: int, *, cores: int = 2, gpus: int = 0, processes=(), proc_rows=(), *
     series["procs_running"] = np.ones(n, dtype=np.int64)
     for name, values in columns.items():
         series[name] = np.asarray(values, dtype=series[name].dtype).reshape(series[name].shape)
-    proc = {name: np.asarray([row[i] for row in proc_rows], dtype="<U1" if name == "state" else np.int64)
+    proc = {name: np.asarray([row[i] if i < len(row) else -1 for row in proc_rows],
+                             dtype="<U1" if name == "state" else np.int64)
             for i, name in enumerate(PROCESS_COLUMNS)}
     empty_gpu = {name: np.zeros(0, dtype=np.int64) for name in ("sample", "gpu", "pid", "mem_bytes")}
     return Samples(meta, series, proc, empty_gpu, tuple(processes))
@@ -152,6 +153,35 @@ def test_rss_growth_of_the_main_process():
     rows = rows_for(0, range(20), 1, rss=lambda k: 1_000_000 + k * 100_000)  # +100 kB per 0.1 s
     samples = make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows)
     assert sig.rss_growth_bytes_per_s(samples, mask(20)) == pytest.approx(1_000_000)
+
+
+def anon_rows(proc_id, samples, rss, anon):
+    """Process rows with ``rss_anon_bytes`` (the column after ``state``)."""
+    return [(s, proc_id, k, rss(k), 0, 0, 0, 2, "R", anon(k)) for k, s in enumerate(samples)]
+
+
+def test_memory_trend_follows_the_heap_not_library_pages():
+    # the RSS climbs 40 MB as code pages are first touched; the heap (anonymous memory) is flat
+    rows = anon_rows(0, range(20), rss=lambda k: 300_000_000 + min(k, 10) * 4_000_000, anon=lambda k: 200_000_000)
+    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), mask(20))
+    assert trend["rss_growth_basis"] == "anonymous" and trend["rss_growth_bytes_per_s"] == pytest.approx(0)
+
+
+def test_memory_trend_halves_tell_a_ramp_from_a_leak():
+    ramp = anon_rows(0, range(20), rss=lambda k: 0, anon=lambda k: 100_000_000 + min(k, 8) * 10_000_000)
+    leak = anon_rows(0, range(20), rss=lambda k: 0, anon=lambda k: 100_000_000 + k * 10_000_000)
+    main = [ProcessInfo(0, 10, role="main")]
+    levelled = sig.memory_trend(make(20, processes=main, proc_rows=ramp), mask(20))
+    steady = sig.memory_trend(make(20, processes=main, proc_rows=leak), mask(20))
+    assert levelled["rss_growth_first_half_bytes_per_s"] > 50e6 and levelled["rss_growth_second_half_bytes_per_s"] < 1e6
+    assert steady["rss_growth_first_half_bytes_per_s"] == pytest.approx(100e6)
+    assert steady["rss_growth_second_half_bytes_per_s"] == pytest.approx(100e6)
+
+
+def test_memory_trend_falls_back_to_the_rss_of_older_samples():
+    rows = rows_for(0, range(20), 1, rss=lambda k: 1_000_000 + k * 100_000)  # no rss_anon_bytes: -1
+    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), mask(20))
+    assert trend["rss_growth_basis"] == "rss" and trend["rss_growth_bytes_per_s"] == pytest.approx(1_000_000)
 
 
 # -- memory ----------------------------------------------------------------------------------------

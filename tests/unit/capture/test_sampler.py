@@ -348,3 +348,26 @@ def test_sidecar_that_runs_out_of_space_keeps_what_it_wrote_and_says_so_once(tmp
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("could not write the samples")
     assert len(load_samples(layout.samples_path(tmp_path, 0))) >= 1  # what fitted is kept
+
+
+def test_anonymous_memory_grows_with_the_heap_not_with_mapped_files(tmp_path, children):
+    # the target maps and touches a 64 MiB file (file-backed RSS), then allocates 64 MiB of heap
+    data = tmp_path / "blob"
+    data.write_bytes(b"\1" * (64 << 20))
+    target = spawn("""
+        import mmap, sys, time
+        with open(sys.argv[1], "rb") as handle:
+            view = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            sum(view[i] for i in range(0, len(view), 4096))  # touch every page: RSS +64 MiB, file-backed
+            time.sleep(0.6)
+            heap = bytearray(64 << 20)  # zeroed: heap +64 MiB, anonymous
+            time.sleep(30)
+    """, str(data))
+    children.append(target)
+    samples = sample_in_process(tmp_path / "s.jsonl.gz", target.pid, 2.5, interval=0.05)
+    (main,) = samples.processes_with_role("main")
+    rows = samples.proc["id"] == main.id
+    rss, anon = samples.proc["rss_bytes"][rows], samples.proc["rss_anon_bytes"][rows]
+    assert (anon >= 0).all() and (anon <= rss).all()
+    assert rss.max() - rss.min() > 100 << 20  # both the file and the heap
+    assert 48 << 20 < anon.max() - anon.min() < 80 << 20  # only the heap

@@ -16,6 +16,11 @@ MiB = 2**20
     (growing_memory, dict(rss_growth_bytes_per_s=0.2 * MiB), None, False),
     (growing_memory, dict(rss_growth_bytes_per_s=6 * MiB), None, False),  # 3.9 s × 6 MiB/s = 23 MiB: settling, not a leak
     (growing_memory, None, None, False),
+    # a ramp that levels off (an allocator's or a cache's warm-up) is not a leak
+    (growing_memory, dict(rss_growth_bytes_per_s=200 * MiB, rss_growth_first_half_bytes_per_s=380 * MiB,
+                          rss_growth_second_half_bytes_per_s=1 * MiB), None, False),
+    (growing_memory, dict(rss_growth_bytes_per_s=200 * MiB, rss_growth_first_half_bytes_per_s=210 * MiB,
+                          rss_growth_second_half_bytes_per_s=190 * MiB, rss_growth_basis="anonymous"), None, True),
     (near_capacity, dict(memory_used_share_max=0.95), None, True),
     (near_capacity, None, dict(memory_peak_bytes=75 * 2**30, memory_capacity_bytes=80 * 2**30), True),
     (near_capacity, dict(memory_used_share_max=0.5, gpu_memory_used_share_max=0.6), None, False),

@@ -48,7 +48,7 @@ def exact_samples() -> Samples:
     series["gpu_mem_used_bytes"] = np.full((n, 1), 7)
     rows = [(s, 0, 50 * s, 1000 + s, 0, 0, 0, 3, "R") for s in range(n)] + \
            [(s, 1, 25 * s, 10, 0, 0, 0, 1, "R") for s in range(1, n)]
-    proc = {name: np.array([row[i] for row in rows], dtype="<U1" if name == "state" else np.int64)
+    proc = {name: np.array([row[i] if i < len(row) else -1 for row in rows], dtype="<U1" if name == "state" else np.int64)
             for i, name in enumerate(PROCESS_COLUMNS)}
     gpu_procs = {name: np.zeros(0, dtype=np.int64) for name in ("sample", "gpu", "pid", "mem_bytes")}
     processes = (ProcessInfo(0, 10, role="main"), ProcessInfo(1, 11, role="dataloader_worker"))

@@ -13,11 +13,16 @@ Algorithm (:func:`attribute_code`):
 3. Fold: a sample's *location* is its innermost user frame — library frames below it are the
    work that line asked for, so their time is the line's. A stack without any user frame keeps its
    innermost frame, marked ``library``. A location is ``(file, line, function)``, where
-   comprehensions fold into the function that holds them (:func:`function_name`).
+   comprehensions fold into the function that holds them (:func:`function_name`). A *leaf*
+   function — one that calls no other user code in the phase's samples — is one location, named at
+   its hottest line, with the time of all its lines: they are all its own work, and inside a tight
+   loop a sampler that runs at bytecode boundaries cannot split the time between the loop's lines
+   as well as it measures the whole (BENCHMARKS.md, "Code attribution against py-spy"). The
+   function that drives the loop keeps one location per line.
 4. Weigh per (phase, location): each sample stands for the time of its ``weight_ns`` (a
-   wall-clock sample of the training thread: the time since its previous sample, so one sample
-   taken when a long C call returned counts for the ticks it spanned; older records: one tick
-   each). ``share_of_phase`` is the location's weight over the phase's; ``share_of_step`` its
+   wall-clock sample of the training thread: the timer ticks that fired since its previous sample,
+   so one sample taken when a long C call returned counts for the ticks that fell in the call;
+   older records: one tick each). ``share_of_phase`` is the location's weight over the phase's; ``share_of_step`` its
    weight over all main-thread samples of the steps; ``estimated_s`` is ``share_of_phase`` × the
    phase's measured time in those steps (exact phase totals from the step table, split by the
    samples).
@@ -238,20 +243,30 @@ def _phase_code(samples: StackSamples, phase: str, role: str, selected: np.ndarr
     selected_weights = weights[selected]
     total = float(selected_weights.sum())
     keys = _location_keys(samples)
+    drivers = _drivers(samples, np.unique(stack_ids))
     weight_of: dict[tuple[str, int, str], float] = {}
     hits_of: Counter[tuple[str, int, str]] = Counter()
     library_of: dict[tuple[str, int, str], bool] = {}
+    line_weight: dict[tuple[str, int, str], float] = {}
     for frame_id, library, weight in zip(locations[stack_ids].tolist(), is_library[stack_ids].tolist(),
                                          selected_weights.tolist()):
-        key = keys[frame_id]
+        line_key = keys[frame_id]
+        line_weight[line_key] = line_weight.get(line_key, 0.0) + weight
+        # a leaf function (one that calls no other user code here) is one location, named at its
+        # hottest line: its lines are all its own work. The function that drives the loop keeps a
+        # location per line (its lines are unrelated statements: zero_grad, the loss, a log call).
+        key = line_key if library or (line_key[0], line_key[2]) in drivers else (line_key[0], -1, line_key[2])
         weight_of[key] = weight_of.get(key, 0.0) + weight
         hits_of[key] += 1
         library_of[key] = bool(library)
+    hottest: dict[tuple[str, int, str], int] = {}
+    for (file, line, function), weight in sorted(line_weight.items(), key=lambda item: -item[1]):
+        hottest.setdefault((file, -1, function), line)
     items = []
     for key, weight in sorted(weight_of.items(), key=lambda item: (-item[1], item[0]))[:top]:
         share = weight / total if total > 0 else 0.0
         items.append(CodeLocation(
-            file=key[0], line=key[1], function=key[2], library=library_of[key],
+            file=key[0], line=hottest.get(key, key[1]), function=key[2], library=library_of[key],
             samples=hits_of[key], share_of_phase=share,
             share_of_step=(weight / denominator) * scale if role == "main" and denominator > 0 else share * scale,
             estimated_s=share * phase_s if phase_s is not None else None))
@@ -259,6 +274,18 @@ def _phase_code(samples: StackSamples, phase: str, role: str, selected: np.ndarr
                      share_of_step=(total / denominator * scale if denominator > 0 else 0.0) if role == "main"
                      else scale,
                      locations=tuple(items))
+
+
+def _drivers(samples: StackSamples, stack_ids: np.ndarray) -> set[tuple[str, str]]:
+    """``(file, function)`` of user frames that call other user code in these stacks."""
+    flags = library_frames(samples)
+    keys = _location_keys(samples)
+    drivers: set[tuple[str, str]] = set()
+    for stack_id in stack_ids.tolist():
+        user = [frame_id for frame_id in samples.stacks[stack_id] if not flags[frame_id]]
+        for frame_id in user[:-1]:
+            drivers.add((keys[frame_id][0], keys[frame_id][2]))
+    return drivers
 
 
 # -- flame view ---------------------------------------------------------------------------------------

@@ -24,12 +24,13 @@ from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
 from stepscope.diagnosis.rules.outside_model import other_dominates
 from stepscope.diagnosis.rules.periodic_stall import recurring_slow_steps
-from stepscope.diagnosis.rules.storage_io import loader_waits_on_io
+from stepscope.diagnosis.rules.storage_io import cold_data, loader_waits_on_io
 from stepscope.diagnosis.rules.straggler import slow_rank
 
 RULES: tuple[Rule, ...] = (
     loader_cpu_bound,
     loader_waits_on_io,
+    cold_data,
     low_mfu,
     tiny_ops_dominate,
     sync_and_copies,

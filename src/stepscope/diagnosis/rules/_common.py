@@ -53,6 +53,14 @@ def finding(rule_id: str, family: str, title: str, impact: float, confidence: fl
     )
 
 
+def warm_fetch_wait_share(ev: RunEvidence) -> float:
+    """The steady fetch-wait share, or — when the first epoch waited on cold storage — the share
+    left once the data is cached (the cold part is the ``storage_io.cold_data`` finding's)."""
+    share = ev.steady.fetch_wait_share if ev.steady is not None else 0.0
+    cold = ev.storage.cold
+    return min(share, cold.later_wait_share) if cold is not None else share
+
+
 def pct(value: float) -> str:
     return f"{100 * value:.0f}%" if value >= 0.1 else f"{100 * value:.1f}%"
 

@@ -82,7 +82,7 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     steady = ev.steady
     if steady is None:
         return _from_trace(ev)
-    wait = steady.fetch_wait_share
+    wait = common.warm_fetch_wait_share(ev)
     if wait < INPUT_MODERATE * common.NEAR_BAND_LOW:
         return None
     util, util_source = common.loader_cpu_util(ev)
@@ -108,7 +108,11 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     near = common.near_threshold(wait, INPUT_MODERATE)
     confidence = (0.9 if util is not None else 0.6) - (0.2 if near else 0.0)
     level = "highly" if wait >= INPUT_HIGH else "moderately" if wait >= INPUT_MODERATE else "slightly"
-    title = f"Input pipeline is CPU-bound: the step waits {common.pct(wait)} of its time for data"
+    # the title says only what was measured: "CPU-bound" needs the loaders' CPU
+    title = (f"Input pipeline is CPU-bound: the step waits {common.pct(wait)} of its time for data"
+             if util is not None else
+             f"Input pipeline: the step waits {common.pct(wait)} of its time for data (CPU-bound or waiting "
+             "on storage: the loaders' CPU is not conclusive)")
     summary = (f"The run is {level} input-bound (XProf levels 5%/20%): {common.pct(wait)} of the "
                f"step is spent waiting for the next batch")
     summary += (f", while the process(es) producing batches use {util:.0%} of a core."
@@ -117,9 +121,15 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
     summary += common.loading_code(ev, evidence)
+    prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
+    if util is None:
+        prescriptions.append(Prescription(
+            "If the data comes from a network or a cold disk: stage it locally, or raise prefetch_factor",
+            "the same wait would follow from storage latency, which these measurements cannot rule out"))
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, wait, confidence,
-                          evidence, _minor_prescriptions(ev) if near else _prescriptions(ev, util), summary,
-                          severity=Severity.LOW if near else None, claims=("data_wait",))
+                          evidence, prescriptions, summary,
+                          severity=Severity.LOW if near else None, claims=("data_wait",),
+                          conclusive={"cpu_bound": util is not None})
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:

@@ -26,6 +26,9 @@ LEAK_BYTES_PER_S = 4 << 20
 #: …and it adds at least this much over the steady state: a short run's allocator and cache
 #: settling (tens of MiB) is not a leak.
 LEAK_MIN_GROWTH_BYTES = 128 << 20
+#: The growth holds across the run when the second half's slope is at least this share of the
+#: first half's (a leak grows alike in both; a warm-up ramp is flat by the second half).
+LEVELS_OFF = 0.5
 #: Horizon within which a leak exhausting the remaining memory is urgent.
 LEAK_HORIZON_S = 3600.0
 LEAK_IMPACT_SOON = 0.5
@@ -64,10 +67,20 @@ def growing_memory(ev: RunEvidence) -> Finding | None:
     span_s = ev.steady.total_s if ev.steady is not None else None
     if span_s is not None and growth * span_s < LEAK_MIN_GROWTH_BYTES:
         return None
+    first = common.field_of(signals, "rss_growth_first_half_bytes_per_s")
+    second = common.field_of(signals, "rss_growth_second_half_bytes_per_s")
+    if second is not None and (second < LEAK_BYTES_PER_S or (first is not None and second < LEVELS_OFF * first)):
+        return None  # it grew, then levelled off: an allocator's or a cache's ramp, not a leak
+    basis = common.field_of(signals, "rss_growth_basis") or "rss"
     total = common.field_of(signals, "memory_total_bytes")
     used = common.field_of(signals, "memory_used_share_max")
+    what = "anonymous memory (heap)" if basis == "anonymous" else "RSS"
     evidence = [Evidence("rss_growth_bytes_per_s", round(growth), LEAK_BYTES_PER_S, "sampler", "B/s",
-                         "training process, steady state")]
+                         f"training process's {what}, steady state, least-squares fit over "
+                         f"{common.field_of(signals, 'rss_growth_points') or '?'} samples")]
+    if first is not None and second is not None:
+        evidence.append(Evidence("rss_growth_halves_bytes_per_s", f"{first / 2**20:.1f} → {second / 2**20:.1f} MiB/s",
+                                 None, "sampler", "text", "slope over the first and the second half"))
     if span_s is not None:
         evidence.append(Evidence("rss_growth_bytes", round(growth * span_s), LEAK_MIN_GROWTH_BYTES, "sampler",
                                  "bytes", "over the steady state"))

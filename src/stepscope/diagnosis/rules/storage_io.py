@@ -19,6 +19,7 @@ import math
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
+from stepscope.analysis.run.input_profile import COLD_MIN_READ_BYTES_PER_S, COLD_WAIT_RATIO
 from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY, LOADER_CPU_IDLE
 
 #: Mean iowait share of CPU time that points at storage (iostat/sar practice: a healthy compute
@@ -42,20 +43,37 @@ def io_signs(ev: RunEvidence) -> tuple[float | None, bool, float | None, list[bo
                                           epoch_ratio is not None and epoch_ratio >= FIRST_EPOCH_SLOWER]
 
 
+def cold_data(ev: RunEvidence) -> Finding | None:
+    """The first epoch waited on storage (:func:`_cold_data`); :func:`loader_waits_on_io` and the
+    CPU-bound input rule then judge only the wait that is left once the data is cached."""
+    if ev.storage.cold is None or ev.storage.cold.excess_share < common.MIN_GAIN:
+        return None
+    return _cold_data(ev)
+
+
 def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     stats = ev.steady
-    if stats is None or stats.fetch_wait_share < INPUT_MODERATE:
+    if stats is None or common.warm_fetch_wait_share(ev) < INPUT_MODERATE:
         return None
     util, util_source = common.loader_cpu_util(ev)
     iowait, warming, epoch_ratio, signs = io_signs(ev)
+    if ev.storage.cold is not None:
+        # the page cache warming and the slow first epoch are the cold-data finding's: what is left
+        # once the data is cached is judged by the rest
+        later = ev.storage.profile.segments[1:] if ev.storage.profile is not None else ()
+        waits = [item.iowait_share for item in later if item.iowait_share is not None]
+        iowait = max(waits) if waits else None
+        warming, epoch_ratio = False, None
+        signs = [iowait is not None and iowait >= IOWAIT_HIGH, False, False]
     idle = util is not None and util < LOADER_CPU_BUSY
     # without a conclusive CPU measurement only the disk's own signs count: iowait or a slow first
     # epoch. Reads high early and low late alone also fit a script importing its libraries.
     strong = signs[0] or signs[2]
     if not idle and not (util is None and strong):
         return None
-    wait = stats.fetch_wait_share
-    evidence = [Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio", "steady state")]
+    wait = common.warm_fetch_wait_share(ev)
+    evidence = [Evidence("fetch_wait_share", round(wait, 4), INPUT_MODERATE, "steps", "ratio",
+                         "steady state" if ev.storage.cold is None else "once the data is cached (later epochs)")]
     if util is not None:
         evidence.append(Evidence("loader_cpu_util", round(util, 3), LOADER_CPU_BUSY,
                                  common.evidence_source(util_source), "cores", util_source))
@@ -85,7 +103,67 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     summary += common.loading_code(ev, evidence)
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
-                          summary, claims=("data_wait",))
+                          summary, claims=("data_wait",),
+                          conclusive={"storage": any(signs), "latency": idle, "cpu_bound": False})
+
+
+def _cold_data(ev: RunEvidence) -> Finding:
+    """The first epoch read its data from storage: slower than the later ones, with disk reads
+    that fall as the page cache warms. Told by time, whatever the cores did (module docstring)."""
+    cold = ev.storage.cold
+    profile = ev.storage.profile
+    assert cold is not None and profile is not None
+    segment = "epoch" if profile.kind == "epoch" else "third of the run"
+    first = profile.segments[0]
+    mib = 2**20
+    evidence = [
+        Evidence("first_segment_wait_ratio", round(cold.wait_ratio, 2), COLD_WAIT_RATIO, "steps", "x",
+                 f"data wait per step, first {segment} vs later"),
+        Evidence("disk_read_bytes_per_s_first", round(cold.read_early_bytes_per_s), COLD_MIN_READ_BYTES_PER_S,
+                 "sampler", "B/s", f"first {segment}"),
+        Evidence("disk_read_bytes_per_s_later", round(cold.read_late_bytes_per_s), None, "sampler", "B/s",
+                 f"later {segment}s (highest)"),
+        Evidence("cold_wait_excess_s", round(cold.excess_s, 4), None, "steps", "s",
+                 f"extra data wait of the first {segment} over {first.steps} steps"),
+        Evidence("later_wait_share", round(cold.later_wait_share, 4), None, "steps", "ratio",
+                 f"data wait share once warm (later {segment}s)"),
+    ]
+    for index, item in enumerate(profile.segments):
+        reads = "?" if item.read_bytes_per_s is None else f"{item.read_bytes_per_s / mib:.0f} MiB/s"
+        cpu = "" if item.loader_cpu_util is None else f", workers {item.loader_cpu_util:.0%} of a core"
+        evidence.append(Evidence(f"{profile.kind}_{index + 1}", f"wait {common.ms(item.fetch_wait_s)}/step, "
+                                 f"reads {reads}{cpu}", None, "steps", "text", f"steps {item.first_step}–"
+                                 f"{item.first_step + item.steps - 1}"))
+    title = (f"Input pipeline waits on storage in the first {segment}: data wait {cold.wait_ratio:.1f}× the later "
+             f"{segment}s', disk reads {cold.read_early_bytes_per_s / mib:.0f} → "
+             f"{cold.read_late_bytes_per_s / mib:.0f} MiB/s as the page cache warms")
+    summary = (f"The first {segment} read the data set from storage: its steps waited "
+               f"{common.ms(first.fetch_wait_s)} each for data, {cold.wait_ratio:.1f}× the later {segment}s', "
+               f"while the disk read {cold.read_early_bytes_per_s / mib:.0f} MiB/s, and "
+               f"{cold.read_late_bytes_per_s / mib:.0f} MiB/s once the page cache held it. The cold reads cost "
+               f"{common.ms(cold.excess_s)} ({common.pct(cold.excess_share)} of this run's step time); a run of more "
+               f"epochs pays it once, a run reading more data than the cache holds pays it every epoch.")
+    if cold.later_wait_share >= INPUT_MODERATE:
+        summary += (f" Once warm the step still waits {common.pct(cold.later_wait_share)} for data: that part is "
+                    "not storage.")
+    summary += common.loading_code(ev, evidence)
+    prescriptions = [
+        Prescription("Stage the data set on local disk (or in RAM: /dev/shm) before training, or pre-read it "
+                     "once (vmtouch -t, cat > /dev/null) so the first epoch starts warm",
+                     f"the first {segment} waited {common.ms(cold.excess_s)} more than a warm one"),
+        Prescription("Read fewer, larger objects: pack samples into shards (WebDataset/tar, LMDB, Parquet) and "
+                     "read them sequentially", "cold per-sample reads pay the storage latency once per sample"),
+    ]
+    loader = ev.main_loader
+    if loader is not None and loader.num_workers > 0 and (loader.prefetch_factor or 2) < IO_PREFETCH:
+        prescriptions.append(Prescription(f"DataLoader(prefetch_factor={IO_PREFETCH})",
+                                          "more reads in flight per worker overlap the cold reads",
+                                          "prefetch_factor", loader.prefetch_factor or 2, IO_PREFETCH))
+    confidence = 0.85 if cold.wait_ratio >= FIRST_EPOCH_SLOWER else 0.7
+    return common.finding("storage_io.cold_data", "storage_io", title, cold.excess_share, confidence, evidence,
+                          prescriptions, summary, claims=("data_wait",),
+                          partial=cold.later_wait_share >= INPUT_MODERATE,
+                          conclusive={"storage": True, "cpu_bound": False})
 
 
 def _prescriptions(ev: RunEvidence, cached_later: bool, idle: bool = True) -> list[Prescription]:
