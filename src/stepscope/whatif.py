@@ -1,8 +1,8 @@
 """What-if trials: measure each prescription of a diagnosis instead of trusting its estimate.
 
-`stepscope try script.py args…` (:mod:`stepscope.cli.try_cmd`) diagnoses a short run, turns every
-prescription whose ``setting`` maps to a `stepscope run --set` key (:data:`SETTING_KEYS`) into a
-candidate, and runs short trials — `stepscope run --max-steps N --set … --no-summary -o DIR` in a
+`stepscope try script.py args…` (:mod:`stepscope.cli.try_cmd`) and `stepscope run --verify`
+(:mod:`stepscope.verify`, which chooses the candidates: each prescription that a `stepscope run
+--set` key can apply, and the variants worth trying beside it) run short trials — `stepscope run --max-steps N --set … --no-summary -o DIR` in a
 subprocess each — of the baseline and of every candidate, ``repeats`` times, interleaved (every
 round runs the baseline and each candidate once, in an order rotated from round to round) so that
 a machine whose speed drifts slows all of them alike.
@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.overrides import SETTING_KEYS, describe, parse_settings, parse_value
-from stepscope.errors import UsageError
+
 
 BASELINE = "baseline"
 COMBINED = "all of the above"
@@ -111,63 +110,6 @@ class WhatIf:
         data = asdict(self)
         data["kind"] = "stepscope.whatif"
         return data
-
-
-# -- candidates from a diagnosis -----------------------------------------------------------------
-def candidates_from_findings(findings: Iterable[dict[str, Any]], only: Sequence[str] = ()
-                             ) -> tuple[list[Candidate], list[CodeChange]]:
-    """Machine-applicable prescriptions (first one per key, in ranking order) and the others.
-
-    ``findings`` are ``report.json``'s ``findings`` (dicts). A prescription is applicable when its
-    ``setting`` maps to a `--set` key and ``suggested`` is a valid value different from ``current``.
-    With two or more candidates, their combination is tried too (when the settings agree).
-    ``only`` keeps the candidates of those keys (the others are dropped, not listed).
-    """
-    candidates: list[Candidate] = []
-    code: list[CodeChange] = []
-    seen: set[str] = set()
-    for finding in findings:
-        source = str(finding.get("rule_id", ""))
-        for item in finding.get("prescriptions", ()) or ():
-            setting, action = item.get("setting"), str(item.get("action", ""))
-            key = SETTING_KEYS.get(str(setting)) if setting is not None else None
-            suggested = item.get("suggested")
-            if key is None or suggested is None:
-                code.append(CodeChange(action, source, setting))
-                continue
-            try:
-                value = parse_value(key, str(suggested))
-            except UsageError:
-                code.append(CodeChange(action, source, setting))
-                continue
-            if key in seen or _same(item.get("current"), value) or (only and key not in only):
-                continue
-            seen.add(key)
-            gain = item.get("expected_gain")
-            candidates.append(Candidate(describe({key: value}), {key: value}, source, action,
-                                        float(gain) if isinstance(gain, (int, float)) else None))
-    if len(candidates) >= 2:
-        merged: dict[str, int | bool] = {}
-        for candidate in candidates:
-            merged.update(candidate.settings)
-        try:
-            parse_settings(f"{key}={value}" for key, value in merged.items())
-        except UsageError:
-            pass
-        else:
-            candidates.append(Candidate(COMBINED, merged, "", "every change above together"))
-    return candidates, code
-
-
-def _same(current: Any, value: int | bool) -> bool:
-    if current is None:
-        return False
-    if isinstance(value, bool):
-        return bool(current) is value
-    try:
-        return int(current) == value
-    except (TypeError, ValueError):
-        return False
 
 
 # -- trials ------------------------------------------------------------------------------------
@@ -259,7 +201,8 @@ def stepscope_command() -> list[str]:
 
 
 def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_dir: Path, *, max_steps: int,
-              log: Path, monitor: bool = False, timeout_s: float | None = None) -> tuple[int | None, str | None]:
+              log: Path, monitor: bool = False, timeout_s: float | None = None,
+              cwd: str | None = None) -> tuple[int | None, str | None]:
     """`stepscope run --max-steps N --set … --no-summary -o RUN_DIR TARGET…` in a subprocess (with
     ``--no-monitor --stacks-hz 0`` unless ``monitor``); the script's output goes to ``log``.
     Returns (exit status, error or None)."""
@@ -273,7 +216,7 @@ def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_d
     try:
         with open(log, "wb") as out:
             result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    timeout=timeout_s, env=_child_env())
+                                    timeout=timeout_s, env=_child_env(), cwd=cwd)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout_s:g} s"
     if result.returncode != 0:
@@ -343,17 +286,20 @@ def figures(record: Any) -> tuple[float, float | None, int] | None:
 
 def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
                repeats: int, progress: Callable[[str], None] = lambda line: None,
-               timeout_s: float | None = None) -> list[TrialResult]:
-    """Every trial of :func:`trial_order`, measured."""
+               timeout_s: float | None = None, results: list[TrialResult] | None = None,
+               cwd: str | None = None) -> list[TrialResult]:
+    """Every trial of :func:`trial_order`, measured, appended to ``results`` (a list the caller
+    keeps: after a Ctrl-C it holds the trials measured so far)."""
     settings = {BASELINE: {}, **{candidate.name: candidate.settings for candidate in candidates}}
     names = list(settings)
     slug = {name: "baseline" if name == BASELINE else f"c{index}" for index, name in enumerate(names)}
     order = trial_order(names, repeats)
-    results = []
+    results = [] if results is None else results
     for number, (repeat, name) in enumerate(order, 1):
         run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
         code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps,
-                                log=out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log", timeout_s=timeout_s)
+                                log=out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log", timeout_s=timeout_s,
+                                cwd=cwd)
         result = measure(run_dir, name, repeat, code, error)
         results.append(result)
         figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
@@ -363,5 +309,5 @@ def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_
 
 
 __all__ = ["BASELINE", "COMBINED", "Candidate", "agrees", "CodeChange", "Comparison", "TrialResult", "WhatIf",
-           "best_change", "candidates_from_findings", "compare", "measure", "run_trial", "run_trials",
+           "best_change", "compare", "measure", "run_trial", "run_trials",
            "trial_order", "verdict"]

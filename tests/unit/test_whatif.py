@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.whatif import (BASELINE, agrees, COMBINED, Candidate, TrialResult, best_change, candidates_from_findings,
-                              compare, trial_order, verdict)
+from stepscope.whatif import BASELINE, Candidate, TrialResult, agrees, best_change, compare, trial_order, verdict
 
 
 def trial(name: str, step_ms: float | None, repeat: int = 0, batch: int | None = 8) -> TrialResult:
@@ -68,41 +67,6 @@ def test_trials_are_interleaved_and_rotated():
     order = trial_order([BASELINE, "a", "b"], 3)
     assert order == [(0, BASELINE), (0, "a"), (0, "b"), (1, "a"), (1, "b"), (1, BASELINE),
                      (2, "b"), (2, BASELINE), (2, "a")]
-
-
-FINDINGS = [
-    {"rule_id": "input_pipeline.loader_cpu_bound", "prescriptions": [
-        {"action": "DataLoader(num_workers=2)", "setting": "num_workers", "current": 0, "suggested": 2,
-         "expected_gain": 0.45},
-        {"action": "DataLoader(persistent_workers=True)", "setting": "persistent_workers", "current": False,
-         "suggested": True},
-        {"action": "Make each sample cheaper", "setting": None}]},
-    {"rule_id": "cpu_oversubscription.threads_exceed_cores", "prescriptions": [
-        {"action": "DataLoader(num_workers=1)", "setting": "num_workers", "current": 4, "suggested": 1},
-        {"action": "worker_init_fn …", "setting": "worker_threads", "current": 4, "suggested": 1},
-        {"action": "torch.set_num_threads(1)", "setting": "intra_op_threads", "current": 2, "suggested": 1},
-        {"action": "already so", "setting": "pin_memory", "current": True, "suggested": True}]},
-]
-
-
-def test_candidates_from_prescriptions():
-    candidates, code = candidates_from_findings(FINDINGS)
-    assert [c.name for c in candidates] == ["dataloader.num_workers=2", "dataloader.persistent_workers=true",
-                                            "torch.num_threads=1", COMBINED]
-    assert candidates[0].expected_gain == 0.45 and candidates[0].source == "input_pipeline.loader_cpu_bound"
-    assert candidates[-1].settings == {"dataloader.num_workers": 2, "dataloader.persistent_workers": True,
-                                       "torch.num_threads": 1}
-    assert [change.action for change in code] == ["Make each sample cheaper", "worker_init_fn …"]
-    only, _ = candidates_from_findings(FINDINGS, only=["dataloader.num_workers"])
-    assert [c.name for c in only] == ["dataloader.num_workers=2"]
-
-
-def test_a_combination_that_contradicts_itself_is_not_tried():
-    findings = [{"rule_id": "x", "prescriptions": [
-        {"action": "a", "setting": "num_workers", "current": 2, "suggested": 0},
-        {"action": "b", "setting": "prefetch_factor", "current": 2, "suggested": 4}]}]
-    candidates, _ = candidates_from_findings(findings)
-    assert COMBINED not in [c.name for c in candidates] and len(candidates) == 2
 
 
 def test_agreement_of_one_outside_observation_uses_the_trials_noise():

@@ -244,7 +244,8 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         signals = compute_signals(record.samples, record.steps)
     steady = steady_state(record)
     meta = record.meta
-    cpu_count = meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None
+    # the cores the run could use: its affinity mask when recorded (taskset, a cpuset), else the machine's
+    cpu_count = meta.cpu_count_usable or meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None
     gpu = next((device for device in meta.devices if device.kind in GPU_KINDS), None)
     loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
     foreign = foreign_load(signals, cpu_count, sibling_cores, sibling_pids)

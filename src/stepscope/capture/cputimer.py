@@ -86,7 +86,8 @@ class ThreadTimer:
         timer = ctypes.c_void_p()
         if libc.timer_create(clock, ctypes.byref(event), ctypes.byref(timer)) != 0:
             raise OSError(ctypes.get_errno(), "timer_create failed")
-        self._libc, self._timer = libc, timer
+        self._libc = libc
+        self._timer: ctypes.c_void_p | None = timer
         seconds, nanos = divmod(max(int(interval_s * 1e9), 1000), 10**9)
         spec = _ITimerSpec(_TimeSpec(seconds, nanos), _TimeSpec(seconds, nanos))
         if libc.timer_settime(timer, 0, ctypes.byref(spec), None) != 0:

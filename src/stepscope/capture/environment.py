@@ -12,6 +12,14 @@ from stepscope._version import __version__
 from stepscope.record.run import DeviceInfo
 
 
+def usable_cpus() -> int | None:
+    """CPUs this process may run on (``sched_getaffinity``: taskset, a cgroup cpuset), else None."""
+    try:
+        return len(os.sched_getaffinity(0)) or None
+    except (AttributeError, OSError):
+        return None
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -52,6 +60,7 @@ def static_meta() -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_count_logical": os.cpu_count() or 0,
         "cpu_count_physical": physical,
+        "cpu_count_usable": usable_cpus(),
         "pid": os.getpid(),
         "cwd": os.getcwd(),
         "argv": tuple(sys.argv),

@@ -56,6 +56,11 @@ def _handle(args: argparse.Namespace) -> int:
         report = build_job_report(record_file.parent)  # every rank merged into one report
     else:
         report = build_report(record, run_dir=record_file.parent, ranks=load_job(args.run_dir))
+    from stepscope import verify
+
+    verification = verify.load(record_file.parent)  # a `run --verify`: its trials' measurements
+    if verification is not None:
+        report = verify.apply_to_report(report, verification)
     if exports:
         export_report(report, run_dir=record_file.parent, **exports)
     elif args.format == "json":

@@ -16,7 +16,7 @@ DEFAULT_STACKS_HZ = 100.0  # = stepscope.capture.stacks.DEFAULT_RATE_HZ (not imp
 
 #: Options that take a value (needed to find where the script's own arguments begin).
 _VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard", "--stacks-hz",
-                  "--set", "--max-steps"}
+                  "--set", "--max-steps", "--verify-budget"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -71,6 +71,11 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                              "dataloader.batch_size, torch.num_threads")
     parser.add_argument("--max-steps", type=int, metavar="N",
                         help="stop the script cleanly after N steps (exit 0; the record says so)")
+    parser.add_argument("--verify", action="store_true",
+                        help="after the run, trial every prescription --set can apply (short, interleaved, "
+                             "repeated runs of the script: its code runs again) and show the measured gains")
+    parser.add_argument("--verify-budget", type=float, metavar="S",
+                        help="seconds the --verify trials may take (default: about 14 trials' worth, 60-900 s)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -99,6 +104,8 @@ class CaptureOptions:
     stacks_hz: float = DEFAULT_STACKS_HZ
     overrides: dict[str, Any] | None = None  # `--set`, parsed (stepscope.capture.overrides)
     max_steps: int | None = None
+    verify: bool = False
+    verify_budget_s: float | None = None
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -118,6 +125,9 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
 
     overrides = parse_settings(getattr(args, "overrides", None) or ())
     max_steps = parse_max_steps(getattr(args, "max_steps", None))
+    budget = getattr(args, "verify_budget", None)
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise UsageError(f"--verify-budget must be a positive number of seconds, got {budget:g}")
     return CaptureOptions(
         out=args.out,
         sample_interval_s=None if args.no_monitor else 1.0 / args.sample_hz,
@@ -131,6 +141,8 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         stacks_hz=args.stacks_hz,
         overrides=overrides or None,
         max_steps=max_steps,
+        verify=bool(getattr(args, "verify", False)) or budget is not None,
+        verify_budget_s=budget,
     )
 
 
@@ -183,8 +195,14 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
             return
         from stepscope.report.build import write_report
 
+        verifying = options.verify and exit_code == 0 and exception is None and interrupted_by is None
         report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir),
-                                       print_summary=options.summary and record.meta.rank == 0))
+                                       print_summary=options.summary and record.meta.rank == 0 and not verifying))
+        if verifying and record.meta.rank == 0:
+            from stepscope.cli.verify_run import verify_after_run
+
+            report_box[0] = verify_after_run(report_box[0], record, target, session.run_dir, options,
+                                             shown_as=str(shown_dir), should_stop=lambda: bool(guard.pending))
         if (options.html or options.tensorboard) and record.meta.rank == 0:
             from stepscope.report.exports import export_after_run
 

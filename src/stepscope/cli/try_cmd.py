@@ -119,8 +119,13 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
                              f"the script's output is in {out_dir / 'logs' / 'diagnosis.log'}")
     else:
         diagnosis_dir = str(findings_source.parent)
-    findings = _findings(findings_source)
-    candidates, code_changes = whatif.candidates_from_findings(findings, only=only)
+    from stepscope import verify
+
+    document = _report(findings_source)
+    findings = verify.findings_of(document)
+    candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document))
+                  if not only or set(item.settings) <= set(only)]
+    code_changes = verify.code_changes(findings)
     if not candidates:
         notes.append("no prescription can be applied with `stepscope run --set`: nothing to try")
         trials: list[whatif.TrialResult] = []
@@ -145,15 +150,14 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
     return 0
 
 
-def _findings(path: Path) -> list[dict[str, Any]]:
+def _report(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        findings = document["findings"]
-        if not isinstance(findings, list):
+        if not isinstance(document, dict) or not isinstance(document["findings"], list):
             raise TypeError("findings is not a list")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"not a stepscope report.json ({exc})") from None
-    return [item for item in findings if isinstance(item, dict)]
+    return document
 
 
 def _progress(line: str) -> None:
@@ -197,7 +201,7 @@ def render(result: Any) -> None:
         speed = "-" if row.speedup is None or row.name == "baseline" else (
             f"×{row.speedup:.2f}\n({_range(row.speedup_low, row.speedup_high, '{:.2f}')})")
         expected = (f"×{1 / (1 - row.expected_gain):.2f}" if row.expected_gain is not None
-                    and 0 <= row.expected_gain < 1 else "-")
+                    and -1 < row.expected_gain < 1 else "-")
         verdict = row.verdict + (f" ({row.failed} failed)" if row.failed and row.verdict != "failed" else "")
         table.add_row(Text(printable(row.name)), time_text, rate, speed, expected, verdict)
     if rows:

@@ -81,7 +81,12 @@ class Prescription:
 
     ``expected_gain`` is the share of step time the change is expected to save, computed from
     the measured times *after* what it takes away (``cost``: e.g. workers take cores from the
-    intra-op threads); None when it cannot be computed (then ``why`` says so).
+    intra-op threads); None when it cannot be computed (then ``why`` says so). ``expected_range``
+    is ``(low, high)`` around it: the model's measured error (BENCHMARKS.md, "Worker plan
+    calibration"). ``set`` holds the ``stepscope run --set KEY=VALUE`` pairs that apply the
+    change to an unmodified script (None for a code change). After ``run --verify``,
+    ``measured_gain`` is ``{"median", "low", "high", "trials"}`` (share of the step saved, from
+    interleaved trials), and ``withdrawn`` is True when the trials measured no gain beyond noise.
     """
 
     action: str
@@ -91,6 +96,32 @@ class Prescription:
     suggested: Any = None
     expected_gain: float | None = None
     cost: str = ""
+    set: dict[str, Any] | None = None
+    expected_range: tuple[float, float] | None = None
+    measured_gain: dict[str, float] | None = None
+    withdrawn: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """``report.json``'s prescription: ``expected_gain`` as ``{"low", "high", "estimate"}``."""
+        data = asdict(self)
+        expected = data.pop("expected_gain")
+        span = data.pop("expected_range")
+        data["expected_gain"] = None if expected is None else {
+            "low": span[0] if span else expected, "high": span[1] if span else expected, "estimate": expected}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Prescription:
+        """Reads both shapes: report schema 3 (``expected_gain`` an object) and older (a number)."""
+        fields = dict(data)
+        expected = fields.pop("expected_gain", None)
+        span = None
+        if isinstance(expected, dict):
+            span = (float(expected["low"]), float(expected["high"]))
+            expected = expected.get("estimate")
+        known = {name for name in cls.__dataclass_fields__ if name not in ("expected_gain", "expected_range")}
+        kept = {key: value for key, value in fields.items() if key in known}
+        return cls(**kept, expected_gain=None if expected is None else float(expected), expected_range=span)
 
 
 @dataclass(frozen=True)
@@ -124,6 +155,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["severity"] = self.severity.name.lower()
+        data["prescriptions"] = [item.to_dict() for item in self.prescriptions]
         return data
 
     @classmethod
@@ -136,7 +168,7 @@ class Finding:
             impact=float(data["impact"]),
             confidence=float(data["confidence"]),
             evidence=tuple(Evidence(**item) for item in data.get("evidence", ())),
-            prescriptions=tuple(Prescription(**item) for item in data.get("prescriptions", ())),
+            prescriptions=tuple(Prescription.from_dict(item) for item in data.get("prescriptions", ())),
             summary=data.get("summary", ""),
             extra=dict(data.get("extra", {})),
             impact_basis=str(data.get("impact_basis", "measured")),

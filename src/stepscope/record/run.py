@@ -163,6 +163,8 @@ class RunMeta:
     cpu_model: str = ""
     cpu_count_logical: int = 0
     cpu_count_physical: int | None = None
+    #: CPUs the process may run on (its affinity mask: taskset, cgroup cpusets); None in older records
+    cpu_count_usable: int | None = None
     devices: tuple[DeviceInfo, ...] = ()
     argv: tuple[str, ...] = ()
     target: str = ""

@@ -47,19 +47,31 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
     report = build_report(record, run_dir=run_dir)
     if record.meta.world_size > 1 and record.meta.rank == 0:
         report = _job_report(record, run_dir, report)
+    save_report(report, run_dir, record)
+    if print_summary:
+        print_report(report, shown_as or str(run_dir), console=console)
+    return report
+
+
+def save_report(report: Report, run_dir: Path, record: RunRecord) -> None:
+    """``report.json`` (``report.rank<R>.json`` for other ranks); a write error is a warning."""
     path = layout.report_path(run_dir) if record.meta.rank == 0 else run_dir / f"report.rank{record.meta.rank}.json"
     try:
         save_report_json(report, path)
     except OSError as exc:
         _warn(f"could not write {path} ({exc.strerror or exc}); the summary below is not saved")
-    if print_summary and _stream_usable(sys.stderr if console is None else None):
-        from stepscope.report.terminal import print_summary as show
 
-        try:
-            show(report, shown_as or str(run_dir), console=console)
-        except (OSError, ValueError):  # stderr closed or unwritable under us
-            pass
-    return report
+
+def print_report(report: Report, shown_as: str, console: Any = None) -> None:
+    """The summary on stderr (or ``console``), unless that stream is gone."""
+    if not _stream_usable(sys.stderr if console is None else None):
+        return
+    from stepscope.report.terminal import print_summary as show
+
+    try:
+        show(report, shown_as, console=console)
+    except (OSError, ValueError):  # stderr closed or unwritable under us
+        pass
 
 
 def _job_report(record: RunRecord, run_dir: Path, fallback: Report) -> Report:

@@ -33,7 +33,7 @@ from stepscope._version import __version__
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES
 from stepscope.report import html_charts as charts
-from stepscope.report.lines import overridden_line, skipped_line
+from stepscope.report.lines import gain_line, overridden_line, skipped_line, withdrawn_line
 from stepscope.report.model import Report
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
@@ -193,11 +193,11 @@ def _finding(finding: Finding, number: int) -> str:
         + (f" [{text(item.source)}]" if item.source else "") + "</li>" for item in finding.evidence)
     prescriptions = "".join(
         f"<li>→ {text(item.action)}"
-        + (f" <b>(expected to save ~{format_ratio(item.expected_gain)} of the step)</b>"
-           if item.expected_gain is not None else "")
+        + (f" <b>({text(gain_line(item))})</b>" if gain_line(item) else "")
         + (f' <span class="why">— {text(item.why)}</span>' if item.why else "")
         + (f' <span class="why">; cost: {text(item.cost)}</span>' if item.cost else "") + "</li>"
-        for item in finding.prescriptions)
+        for item in finding.prescriptions if not item.withdrawn) + "".join(
+        f'<li class="why">{text(withdrawn_line(item))}</li>' for item in finding.prescriptions if item.withdrawn)
     summary = f"<div>{text(finding.summary, 2000)}</div>" if finding.summary else ""
     return (f'<div class="finding {level}"><div class="title"><span class="badge {level}">{level.upper()}</span>'
             f"{number}. {text(finding.title)}</div>"

@@ -28,7 +28,7 @@ from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, SkippedSamples, StepTable
 
 REPORT_KIND = "stepscope.report"
-REPORT_SCHEMA_VERSION = 2
+REPORT_SCHEMA_VERSION = 3
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class Report:
     #: a multi-rank job merged by :func:`stepscope.report.job.build_job_report`: the rank table,
     #: the spread, the missing ranks (a :class:`stepscope.report.job.JobSummary`)
     job: Any = None
+    #: ``stepscope run --verify``: the trials of the prescriptions (``stepscope.verify.Verification.to_dict()``)
+    verification: dict[str, Any] | None = None
 
     # -- what renderers read ------------------------------------------------------------------
     @property
@@ -201,6 +203,7 @@ class Report:
             "ranks": [item.to_dict() for item in self.ranks],
             "trace_analysis": self.trace_analysis.to_dict() if self.trace_analysis is not None else None,
             "job": self.job.to_dict() if self.job is not None else None,
+            "verification": self.verification,
         }
 
     def _summary(self) -> dict[str, Any]:

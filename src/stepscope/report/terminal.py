@@ -12,7 +12,7 @@ from rich.text import Text
 
 from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
-from stepscope.report.lines import overridden_line, skipped_line
+from stepscope.report.lines import gain_line, overridden_line, skipped_line, verification_line, withdrawn_line
 from stepscope.report.model import Report
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
@@ -148,16 +148,21 @@ def finding_block(finding: Finding, rank: int) -> Group:
         body.append(Text(printable(f"• {item.metric} = {format_value(item.value, item.unit)}"
                                    + (f" (threshold {format_value(item.threshold, item.unit)})" if item.threshold is not None else "")
                                    + (f" [{item.source}]" if item.source else "")), style="bright_black"))
-    for prescription in finding.prescriptions[:3]:
+    shown = [item for item in finding.prescriptions if not item.withdrawn]
+    for prescription in shown[:3]:
         line = Text("→ ", style="green")
         line.append(printable(prescription.action), style="green")
-        if prescription.expected_gain is not None:
-            line.append(f" (expected to save ~{format_ratio(prescription.expected_gain)} of the step)", style="green")
+        gain = gain_line(prescription)
+        if gain:
+            line.append(f" ({gain})", style="green")
         if prescription.why:
             line.append(f" — {printable(prescription.why)}", style="bright_black")
         if prescription.cost:
             line.append(f"; cost: {printable(prescription.cost)}", style="bright_black")
         body.append(line)
+    for prescription in finding.prescriptions:
+        if prescription.withdrawn:
+            body.append(Text(printable(withdrawn_line(prescription)), style="bright_black"))
     return Group(head, Padding(Group(*body), (0, 0, 0, 3)))
 
 
@@ -228,6 +233,8 @@ def render(report: Report, run_dir: str | None = None, macro: Any = None) -> Pan
     if report.job is not None:
         parts += [Text(""), rank_table(report.job)]
     parts += [Text(""), Text("Verdict", style="bold underline"), _verdict(report)]
+    if report.verification is not None:
+        parts.append(Text(printable(verification_line(report.verification)), style="bright_black"))
     for message in report.warnings[:MAX_WARNINGS]:
         parts.append(Text(f"warning: {printable(message)}", style="yellow"))
     if run_dir:

@@ -16,6 +16,7 @@ How the join works, step by step:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,7 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         disk_read_bytes_per_s_late=late,
         page_cache_warming=page_cache_warming(early, late),
         memory_used_share_max=memory_used_share_max(samples, mask),
-        **memory_trend(samples, mask),
+        **memory_trend(samples, mask).fields(),
         swap_in_bytes_per_s=counter_rate(samples["swap_in_bytes"], seconds, mask),
         swap_out_bytes_per_s=counter_rate(samples["swap_out_bytes"], seconds, mask),
         net_bytes_per_s=None if net is None and net_sent is None else (net or 0.0) + (net_sent or 0.0),
@@ -349,11 +350,28 @@ def memory_used_share_max(samples: Samples, mask: np.ndarray) -> float | None:
 
 def rss_growth_bytes_per_s(samples: Samples, mask: np.ndarray) -> float | None:
     """Least-squares slope of the training process's memory over the window (:func:`memory_trend`)."""
-    value = memory_trend(samples, mask)["rss_growth_bytes_per_s"]
-    return None if value is None else float(value)
+    return memory_trend(samples, mask).slope
 
 
-def memory_trend(samples: Samples, mask: np.ndarray) -> dict[str, float | int | str | None]:
+@dataclass(frozen=True)
+class MemoryTrend:
+    slope: float | None = None
+    first_half: float | None = None
+    second_half: float | None = None
+    points: int | None = None
+    basis: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """As :class:`MacroSignals` fields."""
+        return {"rss_growth_bytes_per_s": self.slope, "rss_growth_first_half_bytes_per_s": self.first_half,
+                "rss_growth_second_half_bytes_per_s": self.second_half, "rss_growth_points": self.points,
+                "rss_growth_basis": self.basis}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields()[name]
+
+
+def memory_trend(samples: Samples, mask: np.ndarray) -> MemoryTrend:
     """The main process's memory trend over the window, as :class:`MacroSignals` fields.
 
     The series is the anonymous resident memory (RSS less file-backed and shared pages: the heap,
@@ -363,9 +381,6 @@ def memory_trend(samples: Samples, mask: np.ndarray) -> dict[str, float | int | 
     parent's shared pages again in theirs, so neither workers nor file pages are summed here.
     Slopes are least-squares fits over the whole window and over each half.
     """
-    none: dict[str, float | int | str | None] = {
-        "rss_growth_bytes_per_s": None, "rss_growth_first_half_bytes_per_s": None,
-        "rss_growth_second_half_bytes_per_s": None, "rss_growth_points": None, "rss_growth_basis": None}
     main = [info.id for info in samples.processes_with_role("main")]
     inside = np.zeros(len(samples), dtype=bool)
     inside[1:] = mask
@@ -379,14 +394,12 @@ def memory_trend(samples: Samples, mask: np.ndarray) -> dict[str, float | int | 
         rows[np.flatnonzero(rows)[~keep]] = False
         values, basis = proc["rss_bytes"][rows], "rss"
     if len(values) < MIN_TREND_INTERVALS:
-        return none
+        return MemoryTrend()
     seconds = samples.ts_ns[proc["sample"][rows]] / 1e9
     values = values.astype(np.float64)
     half = len(values) // 2
-    return {"rss_growth_bytes_per_s": trend_per_s(seconds, values),
-            "rss_growth_first_half_bytes_per_s": trend_per_s(seconds[:half + 1], values[:half + 1]),
-            "rss_growth_second_half_bytes_per_s": trend_per_s(seconds[half:], values[half:]),
-            "rss_growth_points": int(len(values)), "rss_growth_basis": basis}
+    return MemoryTrend(trend_per_s(seconds, values), trend_per_s(seconds[:half + 1], values[:half + 1]),
+                       trend_per_s(seconds[half:], values[half:]), int(len(values)), basis)
 
 
 def trend_per_s(seconds: np.ndarray, values: np.ndarray) -> float | None:

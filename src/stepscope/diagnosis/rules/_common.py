@@ -53,6 +53,17 @@ def finding(rule_id: str, family: str, title: str, impact: float, confidence: fl
     )
 
 
+#: The measured error of each gain model, in shares of the step: (median, 90th percentile) of
+#: |predicted − measured| over real trials (BENCHMARKS.md, "Worker plan calibration").
+GAIN_ERROR = {"workers": (0.05, 0.12)}
+
+
+def gain_range(point: float, model: str) -> tuple[float, float]:
+    """The range a model's predicted gain is stated with: ± its 90th-percentile error."""
+    error = GAIN_ERROR[model][1]
+    return max(-1.0, point - error), min(0.99, point + error)
+
+
 def warm_fetch_wait_share(ev: RunEvidence) -> float:
     """The steady fetch-wait share, or — when the first epoch waited on cold storage — the share
     left once the data is cached (the cold part is the ``storage_io.cold_data`` finding's)."""

@@ -7,11 +7,13 @@ the loaders are idle while the step waits (that is ``storage_io``); the engine's
 lets ``cpu_oversubscription`` and ``storage_io`` supersede it. Between 60 % and 150 % of the
 threshold the finding is LOW ("near the threshold"), so identical runs do not flip the verdict.
 
-Prescriptions are priced with the measured times (:func:`plan_workers`): k workers make a batch
-cost ``max(C', L/k)`` — compute C, loading CPU L, and C' the compute stretched when the model's u
-busy cores and the workers together want more than the N cores (:func:`plan_workers`). Workers are prescribed only when that saves at least
-:data:`~stepscope.diagnosis.rules._common.MIN_GAIN` of the step; a model that already uses every
-core is told to make loading cheaper, never "more workers", and never to cut its threads.
+Prescriptions are priced with the measured times (:func:`predict`, a contention model fitted on
+real trials): k workers and t intra-op threads make a batch cost the slower of the workers
+producing it and the model computing it, both slowed when the runnable threads outnumber the
+cores. Workers are prescribed — with one intra-op thread in the main process when only that pair
+helps — only when the low end of the calibrated range of the gain (:func:`common.gain_range`)
+saves at least :data:`~stepscope.diagnosis.rules._common.MIN_GAIN` of the step; otherwise the
+run is told to make loading cheaper.
 """
 
 from __future__ import annotations
@@ -31,10 +33,26 @@ LOADER_INIT_MODERATE = 0.03
 
 
 @dataclass(frozen=True)
+class LoadingModel:
+    """What one batch costs now, from the evidence: the inputs of :func:`predict`."""
+
+    per_batch_s: float  # the step time per batch
+    wait_s: float  # of which waiting for data
+    compute_s: float  # the rest: the model, and what the loop does besides
+    load_cpu_s: float  # CPU time loading one batch takes (one core)
+    cores: float  # cores the run can have (its CPUs less what other processes held)
+    compute_cores: float  # cores the model keeps busy while it computes
+    compute_cores_measured: bool
+    threads: int  # the main process's intra-op threads now
+    workers: int  # DataLoader workers now
+
+
+@dataclass(frozen=True)
 class WorkerPlan:
-    """What k DataLoader workers are expected to do to a step (per batch, seconds)."""
+    """What k DataLoader workers and t intra-op threads are expected to do to a step (per batch)."""
 
     workers: int
+    threads: int
     step_s: float  # expected step time per batch
     gain: float  # share of the current step saved
     cpu_bound: bool  # the machine's cores, not the workers, set the expected step
@@ -42,38 +60,94 @@ class WorkerPlan:
     compute_cores_measured: bool
 
 
-#: Extra slowdown of a model whose intra-op threads must share cores with busy workers: parallel
-#: regions wait for their slowest thread, and a preempted OpenMP thread stalls the whole region
-#: (official MNIST/DCGAN examples on 2 cores ran 45–55 % slower with one worker added).
-CONTENTION_PENALTY = 0.25
+#: The model's constants, fitted on real trials (``benchmarks/calibrate_workers.py fit``; the
+#: table and the model's error are in BENCHMARKS.md, "Worker plan calibration"):
+#: CPU per batch a worker spends besides the user's loading code (collate, pickling, the queues).
+WORKER_OVERHEAD_S = 0.0008
+#: time per batch the main process spends receiving a batch from a worker.
+RECEIVE_OVERHEAD_S = 0.0003
+#: share of the time an idle intra-op thread stays runnable (OpenMP threads spin after each
+#: parallel region, so a model on t threads competes with workers as ~1 + SPIN·(t−1) threads).
+SPIN = 1.0
+#: share of the compute that speeds up with intra-op threads (the rest is Python and small ops).
+THREAD_SCALING = 0.8
 
 
-def plan_workers(step_s: float, wait_s: float, load_cpu_s: float, cores: float, current: int,
-                 compute_cores: float | None, assumed_cores: float) -> WorkerPlan:
-    """The best worker count and its expected effect, per batch.
+def predict(model: LoadingModel, workers: int, threads: int) -> float:
+    """The expected step time per batch with ``workers`` DataLoader workers and ``threads`` intra-op
+    threads in the main process.
 
-    k busy workers and the model's ``u`` threads want ``u + k·b`` cores (``b``: the workers' busy
-    fraction, ``L / (k·T')``). While that fits in the ``N`` cores, compute keeps its time C and the
-    step is ``max(C, L/k)``; beyond, compute stretches by the oversubscription
-    ``(u + k·b) / N`` and by :data:`CONTENTION_PENALTY`. The fixed point is found by iteration.
-    ``cores`` is what the run can have: the machine's cores less those other processes held.
+    The model's compute on t threads is ``C · (1 + f·(u_t − u)) / …``: it scales by the cores it can
+    keep busy (``u``, measured), for the share ``f`` of it that threads speed up. With workers, the
+    runnable threads are the model's ``1 + s·(t−1)`` (idle OpenMP threads spin) and the busy workers;
+    when they outnumber the N cores each gets ``N / runnable`` of one, which slows loading and
+    compute alike. The step is whichever is slower: k workers producing a batch each
+    ``(L + o) / (k · share)``, or the main process computing it ``(C_t + q) / share``. Without
+    workers the main process loads and computes in turn: ``C_t + L``.
     """
-    compute_s = max(step_s - wait_s, 1e-9)
-    used = compute_cores if compute_cores is not None else assumed_cores
-    used = min(max(used, 0.0), float(cores))
+    used_now = max(model.compute_cores, 1.0)
+    used = min(used_now, float(max(threads, 1)), model.cores)
+    compute_s = model.compute_s * (1.0 + THREAD_SCALING * (used_now / used - 1.0))
+    if workers == 0:
+        # loading in the main process: its time now, unless the thread count changed the compute
+        return compute_s + model.wait_s if model.workers == 0 else compute_s + model.load_cpu_s
+    spinning = 1.0 + SPIN * (max(threads, 1) - 1) if threads > 1 else 1.0
+    busy, step = 1.0, compute_s
+    for _ in range(12):
+        runnable = spinning + workers * busy
+        share = min(1.0, model.cores / runnable)
+        produce = (model.load_cpu_s + WORKER_OVERHEAD_S) / (workers * share)
+        compute = (compute_s + RECEIVE_OVERHEAD_S) / share
+        step = max(produce, compute)
+        busy = min(1.0, (model.load_cpu_s + WORKER_OVERHEAD_S) / share / (workers * step)) if step > 0 else 1.0
+    return step
+
+
+def loading_model(ev: RunEvidence, util: float | None) -> LoadingModel | None:
+    steady = ev.steady
+    if steady is None or not ev.cpu_count:
+        return None
+    loader = ev.main_loader
+    cores = ev.cpu_count
+    per_batch = steady.step_time_mean_s / steady.batches_per_step
+    wait_s = common.warm_fetch_wait_share(ev) * per_batch
+    compute_s = max(per_batch - wait_s, 1e-6)
+    workers = loader.num_workers if loader is not None else 0
+    # CPU time loading one batch: the wait itself with num_workers=0; with workers, each produces
+    # one batch per (wait + compute) × workers of wall time, busy `util` of it
+    load_wall_s = wait_s if workers == 0 else (wait_s + compute_s) * workers
+    load_cpu_s = load_wall_s * (util if util is not None else 1.0)
+    threads = int(ev.intra_op_threads or 1)
+    assumed = float(min(threads, cores))
+    used = ev.compute_cores if ev.compute_cores is not None else assumed
+    foreign = ev.foreign.cpu_share if ev.foreign is not None else 0.0
+    available = max(0.5, cores * (1.0 - foreign))
+    return LoadingModel(per_batch, wait_s, compute_s, load_cpu_s, available, min(max(used, 0.0), float(cores)),
+                        ev.compute_cores is not None, threads, workers)
+
+
+def predict_step(ev: RunEvidence, workers: int, threads: int) -> float | None:
+    """:func:`predict` from the evidence of a run (None when it lacks what the model needs)."""
+    util, _ = common.loader_cpu_util(ev)
+    model = loading_model(ev, util)
+    return None if model is None else predict(model, workers, threads)
+
+
+def plan_workers(model: LoadingModel) -> WorkerPlan:
+    """The best worker count — alone, or with one intra-op thread in the main process when only the
+    pair helps (each thread then stays on its core) — and its expected effect, per batch."""
     best: WorkerPlan | None = None
-    for workers in range(max(current + 1, 1), max(math.ceil(cores), current + 1) + 1):
-        expected, crowded = max(compute_s, load_cpu_s / workers), False
-        for _ in range(8):
-            busy = min(1.0, load_cpu_s / (workers * expected)) if expected > 0 else 1.0
-            active = used + workers * busy
-            crowded = active > cores
-            stretched = compute_s * (active / cores) * (1 + CONTENTION_PENALTY) if crowded else compute_s
-            expected = max(stretched, load_cpu_s / workers)
-        plan = WorkerPlan(workers, expected, (step_s - expected) / step_s if step_s > 0 else 0.0,
-                          crowded, used, compute_cores is not None)
-        if best is None or plan.step_s < best.step_s * 0.99:
-            best = plan
+    ceiling = max(math.ceil(model.cores), model.workers + 1)
+    thread_options = sorted({model.threads, 1}, reverse=True)
+    for workers in range(max(model.workers + 1, 1), ceiling + 1):
+        for threads in thread_options:
+            step = predict(model, workers, threads)
+            spinning = 1.0 + SPIN * (threads - 1) if threads > 1 else 1.0
+            plan = WorkerPlan(workers, threads, step, (model.per_batch_s - step) / model.per_batch_s,
+                              spinning + workers > model.cores, model.compute_cores, model.compute_cores_measured)
+            # fewer threads only when it buys a clear gain over keeping them
+            if best is None or plan.step_s < best.step_s * (0.99 if threads == best.threads else 0.95):
+                best = plan
     assert best is not None
     return best
 
@@ -154,32 +228,36 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
     loader = ev.main_loader
     cores = ev.cpu_count
     out: list[Prescription] = []
-    per_batch = steady.step_time_mean_s / steady.batches_per_step
-    wait_s = steady.fetch_wait_share * per_batch
-    compute_s = max(per_batch - wait_s, 1e-6)
     workers = loader.num_workers if loader is not None else 0
-    # CPU time loading one batch: the wait itself with num_workers=0; with workers, each produces
-    # one batch per (wait + compute) × workers of wall time, busy `util` of it
-    load_wall_s = wait_s if workers == 0 else (wait_s + compute_s) * workers
-    load_cpu_s = load_wall_s * (util if util is not None else 1.0)
-    if cores and workers < cores:
-        assumed = float(min(ev.intra_op_threads or 1, cores))
-        foreign = ev.foreign.cpu_share if ev.foreign is not None else 0.0
-        available = max(0.5, cores * (1.0 - foreign))
-        plan = plan_workers(per_batch, wait_s, load_cpu_s, available, workers, ev.compute_cores, assumed)
+    model = loading_model(ev, util)
+    if model is not None and cores and workers < cores:
+        plan = plan_workers(model)
         measured = "measured" if plan.compute_cores_measured else "assumed from its intra-op threads"
         cost = (f"workers take cores from the model, which uses {plan.compute_cores:.1f} of {cores} "
                 f"({measured})")
+        foreign = ev.foreign.cpu_share if ev.foreign is not None else 0.0
         if foreign >= 0.1:
-            cost += f"; other processes held {foreign:.0%} of the cores, so the run had ~{available:.1f}"
-        if plan.gain >= common.MIN_GAIN:
-            why = (f"loading one batch takes ~{common.ms(load_cpu_s)} of CPU and the model "
-                   f"~{common.ms(compute_s)}; with {plan.workers} worker(s) the step is expected to drop from "
-                   f"~{common.ms(per_batch)} to ~{common.ms(plan.step_s)} per batch")
+            cost += f"; other processes held {foreign:.0%} of the cores, so the run had ~{model.cores:.1f}"
+        low, high = common.gain_range(plan.gain, "workers")
+        if low >= common.MIN_GAIN:
+            why = (f"loading one batch takes ~{common.ms(model.load_cpu_s)} of CPU and the model "
+                   f"~{common.ms(model.compute_s)}; with {plan.workers} worker(s)")
+            settings: dict[str, int | bool] = {"dataloader.num_workers": plan.workers}
+            action = f"DataLoader(num_workers={plan.workers})"
+            if plan.threads != model.threads:
+                settings["torch.num_threads"] = plan.threads
+                action += f" and torch.set_num_threads({plan.threads}) in the training process"
+                why += (f" and {plan.threads} intra-op thread(s) in the training process (its {model.threads} "
+                        "threads would fight the workers for the cores; workers alone would gain "
+                        f"~{common.pct(max(0.0, 1 - predict(model, plan.workers, model.threads) / model.per_batch_s))})")
+                cost += f"; the model computes on {plan.threads} thread(s)"
+            why += (f" the step is expected to drop from ~{common.ms(model.per_batch_s)} to "
+                    f"~{common.ms(plan.step_s)} per batch")
             if plan.cpu_bound:
                 why += f", the {cores} cores then shared by loading and the model"
-            out.append(Prescription(f"DataLoader(num_workers={plan.workers})", why, "num_workers", workers,
-                                    plan.workers, expected_gain=round(plan.gain, 4), cost=cost))
+            out.append(Prescription(action, why, "num_workers", workers, plan.workers,
+                                    expected_gain=round(plan.gain, 4), cost=cost, set=settings,
+                                    expected_range=(round(low, 4), round(high, 4))))
         else:
             out.append(_cheaper_loading(ev, cores, workers,
                                         f"more workers are not expected to help: the model already uses "
@@ -194,7 +272,8 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
         out.append(Prescription("DataLoader(persistent_workers=True)",
                                 f"worker start-up costs {common.pct(steady.loader_init_share)} of the step",
                                 "persistent_workers", False, True,
-                                expected_gain=round(steady.loader_init_share, 4)))
+                                expected_gain=round(steady.loader_init_share, 4),
+                                set={"dataloader.persistent_workers": True}))
     return out
 
 

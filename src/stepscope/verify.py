@@ -1,0 +1,371 @@
+"""`stepscope run --verify`: the diagnosis tests its own prescriptions before it shows them.
+
+After the run, every machine-applicable prescription of the top findings (one whose change
+`stepscope run --set` can make to the unmodified script) and the variants a careful engineer would
+try beside it — DataLoader workers with and without one intra-op thread in the training process,
+one worker fewer or more, persistent workers, a deeper prefetch — are trialled as short,
+interleaved, repeated runs of the same script (:mod:`stepscope.whatif`: ``--max-steps``, same
+seeds, ``--no-monitor --stacks-hz 0``). Each prescription then carries its measured gain with the
+trials' bounds; one that measured no gain beyond noise, or a loss, is withdrawn (kept in
+``report.json`` with its measurement); the best measured change, when it is not among the
+prescriptions, is added to the top finding as its own prescription.
+
+The trials run the script's code again: whatever it writes (checkpoints, logs, output files) it
+writes again, once per trial, in its own working directory. stepscope says so before the trials
+start. The time budget is explicit (``--verify-budget``; by default :func:`default_budget`), and
+Ctrl-C stops the trials cleanly: what was measured is kept.
+
+`stepscope try` uses the same candidates and the same comparison (one implementation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.overrides import SETTING_KEYS, describe, parse_settings, parse_value
+from stepscope.diagnosis.findings import Finding, Prescription
+from stepscope.errors import UsageError
+from stepscope.whatif import BASELINE, Candidate, CodeChange, Comparison, TrialResult, compare, run_trials
+
+#: Findings whose prescriptions are tried (the top of the verdict).
+TOP_FINDINGS = 3
+#: At most this many candidates besides the baseline.
+MAX_CANDIDATES = 6
+#: Trials of each candidate and of the baseline when the budget allows (never fewer than 2: one
+#: trial has no noise bound).
+REPEATS = 3
+MIN_REPEATS = 2
+#: Steps per trial (the run's own length caps it).
+TRIAL_STEPS = 40
+#: The default budget: this many trials' worth of time, within these bounds (seconds).
+BUDGET_TRIALS = 14
+BUDGET_MIN_S = 60.0
+BUDGET_MAX_S = 900.0
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What the trials measured, for ``report.json``'s ``verification`` and the summary."""
+
+    steps: int
+    repeats: int
+    budget_s: float
+    elapsed_s: float
+    comparisons: tuple[Comparison, ...]
+    best: str | None
+    notes: tuple[str, ...]
+    interrupted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"steps": self.steps, "repeats": self.repeats, "budget_s": round(self.budget_s, 1),
+                "elapsed_s": round(self.elapsed_s, 1), "best": self.best, "interrupted": self.interrupted,
+                "notes": list(self.notes), "trials": [asdict(row) for row in self.comparisons]}
+
+
+def prescription_settings(item: Prescription) -> dict[str, int | bool] | None:
+    """The `--set` pairs that apply a prescription, or None for a code change."""
+    if item.set:
+        try:
+            return parse_settings(f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+                                  for key, value in item.set.items())
+        except UsageError:
+            return None
+    key = SETTING_KEYS.get(str(item.setting)) if item.setting is not None else None
+    if key is None or item.suggested is None:
+        return None
+    try:
+        return {key: parse_value(key, str(item.suggested))}
+    except UsageError:
+        return None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the run used, for the variants worth trying."""
+
+    cores: int | None = None
+    threads: int | None = None  # intra-op threads of the training process
+    workers: int | None = None  # the main DataLoader's
+    persistent_workers: bool = False
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    gpu: bool = False
+    #: the diagnosis's model of a workers/threads change, ``(workers, threads) -> gain`` (share of
+    #: the step saved), to try the most promising variants first; None: in the order found
+    predict_gain: Callable[[int, int], float | None] | None = field(default=None, compare=False)
+
+
+#: Families whose cost is the wait for data: the input pipeline's settings are worth trying.
+DATA_FAMILIES = frozenset({"input_pipeline", "storage_io"})
+#: Families whose cost is compute per operator: a larger batch is worth trying.
+BATCH_FAMILIES = frozenset({"compute", "launch_overhead"})
+
+
+def candidates(findings: Sequence[Finding], setup: Setup) -> list[Candidate]:
+    """What to try, at most :data:`MAX_CANDIDATES`: the machine-applicable prescriptions of the top
+    findings first, then what a careful engineer would try beside them for the families they name
+    — workers (one more, as many as cores) with and without one intra-op thread in the training
+    process, persistent workers, a deeper prefetch, pinned memory on a GPU, a doubled batch."""
+    out: list[Candidate] = []
+    seen: set[str] = set()
+
+    def add(settings: dict[str, int | bool], source: str, action: str, gain: float | None) -> None:
+        try:
+            settings = parse_settings(f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+                                      for key, value in settings.items())
+        except UsageError:
+            return  # contradictory (prefetch without workers): not a trial
+        name = describe(settings)
+        if name and name not in seen and len(out) < MAX_CANDIDATES:
+            seen.add(name)
+            out.append(Candidate(name, settings, source, action, gain))
+
+    top = list(findings[:TOP_FINDINGS])
+    prescribed: dict[str, int | bool] = {}
+    count = 0
+    for finding in top:
+        for item in finding.prescriptions:
+            settings = prescription_settings(item)
+            if settings is not None and not _unchanged(settings, item):
+                add(settings, finding.rule_id, item.action, item.expected_gain)
+                if not set(settings) & set(prescribed):  # the first prescription of each setting
+                    prescribed.update(settings)
+                    count += 1
+    if count >= 2:
+        add(dict(prescribed), "", "every change above together", None)
+    for finding in top:
+        variants = _variants(finding.family, setup)
+        if setup.predict_gain is not None:
+            variants.sort(key=lambda item: -(_predicted(item, setup) or -1.0))
+        for settings in variants:
+            add(settings, finding.rule_id, action_of(settings), _predicted(settings, setup))
+    return out
+
+
+def _predicted(settings: dict[str, int | bool], setup: Setup) -> float | None:
+    """The diagnosis's predicted gain of a workers/threads variant (None for other settings)."""
+    if setup.predict_gain is None or set(settings) - {"dataloader.num_workers", "torch.num_threads"}:
+        return None
+    workers = int(settings.get("dataloader.num_workers", setup.workers or 0))
+    threads = int(settings.get("torch.num_threads", setup.threads or 1))
+    return setup.predict_gain(workers, threads)
+
+
+def action_of(settings: dict[str, int | bool]) -> str:
+    """``DataLoader(num_workers=2) and torch.set_num_threads(1) in the training process``."""
+    loader = ", ".join(f"{key.split('.', 1)[1]}={value}" for key, value in settings.items()
+                       if key.startswith("dataloader."))
+    parts = [f"DataLoader({loader})"] if loader else []
+    if "torch.num_threads" in settings:
+        parts.append(f"torch.set_num_threads({settings['torch.num_threads']}) in the training process")
+    return " and ".join(parts)
+
+
+def _variants(family: str, setup: Setup) -> list[dict[str, int | bool]]:
+    out: list[dict[str, int | bool]] = []
+    workers = setup.workers or 0
+    if family in DATA_FAMILIES and setup.workers is not None:
+        cores = max(setup.cores or 1, 1)
+        counts = sorted({workers + 1, max(workers + 1, cores)} | ({2 * cores} if family == "storage_io" else set()))
+        for count in counts:
+            out.append({"dataloader.num_workers": count})
+            if setup.threads and setup.threads > 1:
+                out.append({"dataloader.num_workers": count, "torch.num_threads": 1})
+        if workers > 0 and not setup.persistent_workers:
+            out.append({"dataloader.persistent_workers": True})
+        if workers > 0 and (setup.prefetch_factor or 2) < 4:
+            out.append({"dataloader.prefetch_factor": 4})
+        if setup.gpu and not setup.pin_memory:
+            out.append({"dataloader.pin_memory": True})
+    if family in BATCH_FAMILIES and setup.batch_size:
+        out.append({"dataloader.batch_size": 2 * setup.batch_size})
+    # one more or one less thread of a CPU run never pays for a trial of its own; threads are
+    # tried with the workers they make room for
+    return out
+
+
+def code_changes(findings: Sequence[Finding]) -> list[CodeChange]:
+    """Prescriptions of the top findings that need a change to the script: listed, not tried."""
+    return [CodeChange(item.action, finding.rule_id, item.setting) for finding in findings[:TOP_FINDINGS]
+            for item in finding.prescriptions if prescription_settings(item) is None]
+
+
+def findings_of(document: dict[str, Any]) -> list[Finding]:
+    """The findings of a ``report.json`` document (either schema)."""
+    out = []
+    for item in document.get("findings", ()) or ():
+        try:
+            out.append(Finding.from_dict(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def setup_of_document(document: dict[str, Any]) -> Setup:
+    """What the run of a ``report.json`` used (its busiest DataLoader, threads, cores, device)."""
+    loaders = [item for item in document.get("loaders", ()) or () if isinstance(item, dict)]
+    loader = max(loaders, key=lambda item: (item.get("wait_ns", 0), item.get("batches", 0))) if loaders else None
+    evidence = document.get("evidence") or {}
+    run = document.get("run") or {}
+    devices = run.get("devices", ()) or ()
+    return Setup(cores=evidence.get("cpu_count"), threads=evidence.get("intra_op_threads"),
+                 workers=loader.get("num_workers") if loader else None,
+                 persistent_workers=bool(loader.get("persistent_workers")) if loader else False,
+                 pin_memory=bool(loader.get("pin_memory")) if loader else False,
+                 prefetch_factor=loader.get("prefetch_factor") if loader else None,
+                 batch_size=loader.get("batch_size") if loader else None,
+                 gpu=any(isinstance(item, dict) and item.get("kind") in ("cuda", "rocm", "xpu") for item in devices))
+
+
+def _unchanged(settings: dict[str, int | bool], item: Prescription) -> bool:
+    current = item.current
+    if len(settings) != 1 or current is None:
+        return False
+    (value,) = settings.values()
+    try:
+        return (bool(current) is value) if isinstance(value, bool) else int(current) == value
+    except (TypeError, ValueError):
+        return False
+
+
+def default_budget(startup_s: float, step_s: float, steps: int) -> float:
+    """Seconds: :data:`BUDGET_TRIALS` trials of ``steps`` steps, each paying the script's start-up."""
+    return min(BUDGET_MAX_S, max(BUDGET_MIN_S, BUDGET_TRIALS * (startup_s + steps * step_s)))
+
+
+def plan(candidate_count: int, trial_s: float, budget_s: float) -> tuple[int, int]:
+    """(candidates kept, repeats) that fit the budget: as many candidates as fit in
+    :data:`MIN_REPEATS` rounds, in :data:`REPEATS` rounds when that keeps as many; (0, 0) when even
+    one candidate against the baseline twice does not fit."""
+    best = (0, 0)
+    for repeats in range(MIN_REPEATS, REPEATS + 1):
+        kept = min(candidate_count, int(budget_s // (repeats * trial_s)) - 1) if trial_s > 0 else candidate_count
+        if kept >= 1 and kept >= best[0]:
+            best = (kept, repeats)
+    return best
+
+
+def gain_of(row: Comparison) -> dict[str, float] | None:
+    """``{"median", "low", "high", "trials"}``: share of the step saved (1 − 1/speed-up)."""
+    if row.speedup is None or row.speedup_low is None or row.speedup_high is None or row.speedup_low <= 0:
+        return None
+    return {"median": round(1 - 1 / row.speedup, 4), "low": round(1 - 1 / row.speedup_low, 4),
+            "high": round(1 - 1 / row.speedup_high, 4), "trials": row.runs - row.failed}
+
+
+def apply(findings: Sequence[Finding], verification: Verification) -> tuple[Finding, ...]:
+    """The findings with each tried prescription measured (and withdrawn where the trials saw no
+    gain beyond noise), its prescriptions ordered best measured first, and the best measured
+    change added to the top finding when no prescription was it."""
+    rows = {row.name: row for row in verification.comparisons if row.name != BASELINE}
+    out: list[Finding] = []
+    best_row = rows.get(verification.best) if verification.best else None
+    best_named = False
+    for finding in findings:
+        updated = []
+        for item in finding.prescriptions:
+            settings = prescription_settings(item)
+            row = rows.get(describe(settings)) if settings is not None else None
+            if row is None or row.verdict in ("failed", "no noise bound"):
+                updated.append(item)
+                continue
+            gain = gain_of(row)
+            withdrawn = row.verdict != "faster"
+            best_named |= best_row is not None and row is best_row
+            updated.append(replace(item, set=dict(settings or {}), measured_gain=gain, withdrawn=withdrawn))
+        ranked = sorted(updated, key=lambda item: (item.withdrawn,
+                                                   -(item.measured_gain or {}).get("median", -1.0)
+                                                   if item.measured_gain else 1.0))
+        out.append(replace(finding, prescriptions=tuple(ranked)))
+    if best_row is not None and not best_named and out:
+        gain = gain_of(best_row)
+        source = next((item for item in verification.comparisons if item.name == best_row.name), best_row)
+        tried = sum(1 for row in verification.comparisons if row.name != BASELINE)
+        added = Prescription(
+            action_of(best_row.settings),
+            f"the fastest of the {tried} changes tried (stepscope run "
+            f"{' '.join('--set ' + key + '=' + _text(value) for key, value in best_row.settings.items())} …)",
+            set=dict(best_row.settings), measured_gain=gain)
+        del source
+        top = out[0]
+        out[0] = replace(top, prescriptions=(added, *top.prescriptions))
+    return tuple(out)
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path, *, steps: int, budget_s: float,
+           trial_s: float, progress: Callable[[str], None] = lambda line: None,
+           timeout_s: float | None = None, cwd: str | None = None) -> Verification:
+    """Run the trials (as many as the budget allows) and compare them."""
+    import time
+
+    started = time.monotonic()
+    kept, repeats = plan(len(found), trial_s, budget_s)
+    notes: list[str] = []
+    if kept < len(found):
+        notes.append(f"{len(found) - kept} candidate(s) not tried: the budget of {budget_s:.0f} s fits "
+                     f"{kept} at ~{trial_s:.0f} s a trial (raise --verify-budget)")
+    chosen = list(found[:kept])
+    trials: list[TrialResult] = []
+    interrupted = False
+    if chosen:
+        try:
+            run_trials(target_argv, chosen, out_dir, steps=steps, repeats=repeats, progress=progress,
+                       timeout_s=timeout_s, results=trials, cwd=cwd)
+        except KeyboardInterrupt:
+            interrupted = True
+            notes.append(f"trials stopped by Ctrl-C after {len(trials)}: what was measured is kept")
+    comparisons = compare(trials, chosen) if chosen else ()
+    best = _best(comparisons)
+    return Verification(steps, repeats, budget_s, time.monotonic() - started, tuple(comparisons),
+                        best.name if best is not None else None, tuple(notes), interrupted)
+
+
+def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
+    faster = [row for row in comparisons if row.verdict == "faster" and row.speedup is not None]
+    return max(faster, key=lambda row: row.speedup or 0.0) if faster else None
+
+
+__all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "findings_of", "setup_of_document", "default_budget", "gain_of", "plan", "prescription_settings",
+           "verify"]
+
+
+# -- persistence and the report --------------------------------------------------------------------
+VERIFICATION_FILE = "verification.json"
+
+
+def save(verification: Verification, run_dir: Path) -> Path:
+    import json
+
+    path = Path(run_dir) / VERIFICATION_FILE
+    path.write_text(json.dumps(verification.to_dict(), indent=1), encoding="utf-8")
+    return path
+
+
+def load(run_dir: Path) -> Verification | None:
+    """The trials of a verified run (``stepscope report`` shows them again), or None."""
+    import json
+
+    path = Path(run_dir) / VERIFICATION_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = tuple(Comparison(**row) for row in data["trials"])
+        return Verification(int(data["steps"]), int(data["repeats"]), float(data["budget_s"]),
+                            float(data["elapsed_s"]), rows, data.get("best"), tuple(data.get("notes", ())),
+                            bool(data.get("interrupted", False)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def apply_to_report(report: Any, verification: Verification) -> Any:
+    """The report with its findings measured (:func:`apply`) and the verification attached."""
+    return replace(report, findings=apply(report.findings, verification), verification=verification.to_dict())

@@ -1,0 +1,114 @@
+"""`run --verify`: what is tried, within which budget, and how the measurements change the verdict
+(fake trials; the real ones are in tests/integration/test_whatif_zoo.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stepscope import verify
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
+from stepscope.whatif import BASELINE, TrialResult, compare
+
+
+def finding(rule_id: str, family: str, *prescriptions: Prescription, impact: float = 0.5) -> Finding:
+    return Finding(rule_id, family, f"{family} title", Severity.HIGH, impact, 0.9,
+                   (Evidence("x", 1.0),), tuple(prescriptions))
+
+
+WORKERS = Prescription("DataLoader(num_workers=2)", "why", "num_workers", 0, 2, expected_gain=0.5,
+                       set={"dataloader.num_workers": 2}, expected_range=(0.38, 0.62))
+PERSISTENT = Prescription("DataLoader(persistent_workers=True)", "", "persistent_workers", False, True)
+CHEAPER = Prescription("Make each sample cheaper to produce")
+INPUT = finding("input_pipeline.loader_cpu_bound", "input_pipeline", WORKERS, PERSISTENT, CHEAPER)
+
+
+def test_prescriptions_first_then_their_combination_then_what_an_engineer_would_try():
+    setup = verify.Setup(cores=2, threads=2, workers=0)
+    names = [item.name for item in verify.candidates([INPUT], setup)]
+    assert names[:3] == ["dataloader.num_workers=2", "dataloader.persistent_workers=true",
+                         "dataloader.num_workers=2 dataloader.persistent_workers=true"]
+    # the workers with one intra-op thread in the training process: the pair a careful engineer tries
+    assert "dataloader.num_workers=2 torch.num_threads=1" in names
+    assert "dataloader.num_workers=1 torch.num_threads=1" in names or len(names) == verify.MAX_CANDIDATES
+    assert len(names) <= verify.MAX_CANDIDATES and len(set(names)) == len(names)
+    assert [change.action for change in verify.code_changes([INPUT])] == ["Make each sample cheaper to produce"]
+
+
+def test_variants_are_ordered_by_the_models_predicted_gain():
+    predicted = {(1, 2): 0.05, (1, 1): 0.2, (2, 2): 0.0, (2, 1): 0.35}
+    setup = verify.Setup(cores=2, threads=2, workers=0, predict_gain=lambda k, t: predicted.get((k, t)))
+    bare = finding("input_pipeline.loader_cpu_bound", "input_pipeline", CHEAPER)  # no --set prescription
+    names = [item.name for item in verify.candidates([bare], setup)]
+    assert names[0] == "dataloader.num_workers=2 torch.num_threads=1"
+    assert verify.candidates([bare], setup)[0].expected_gain == 0.35
+
+
+def test_the_budget_keeps_the_first_candidates_and_at_least_two_rounds():
+    assert verify.plan(4, trial_s=5.0, budget_s=75.0) == (4, 3)  # 5 names × 3 rounds × 5 s
+    assert verify.plan(4, trial_s=5.0, budget_s=60.0) == (4, 2)  # more candidates before more rounds
+    assert verify.plan(4, trial_s=5.0, budget_s=30.0) == (2, 2)
+    assert verify.plan(4, trial_s=30.0, budget_s=60.0) == (0, 0)  # not even one candidate twice
+    assert verify.BUDGET_MIN_S <= verify.default_budget(3.0, 0.02, 40) <= verify.BUDGET_MAX_S
+
+
+def trials(name: str, *step_ms: float) -> list[TrialResult]:
+    return [TrialResult(name, index, ms / 1e3, 16e3 / ms, 1e3 / ms, 30) for index, ms in enumerate(step_ms)]
+
+
+def verification(*rows: tuple[str, tuple[float, ...]]) -> verify.Verification:
+    found = verify.candidates([INPUT], verify.Setup(cores=2, threads=2, workers=0))
+    chosen = [item for item in found if item.name in {name for name, _ in rows}]
+    results = trials(BASELINE, 40, 41, 42) + [item for name, times in rows for item in trials(name, *times)]
+    comparisons = compare(results, chosen)
+    faster = [row for row in comparisons if row.verdict == "faster"]
+    best = max(faster, key=lambda row: row.speedup or 0).name if faster else None
+    return verify.Verification(40, 3, 60.0, 50.0, tuple(comparisons), best, ())
+
+
+def test_a_prescription_measured_within_noise_is_withdrawn_and_the_best_goes_first():
+    result = verification(("dataloader.num_workers=2", (39, 43, 44)),  # within noise of 40-42
+                          ("dataloader.persistent_workers=true", (30, 31, 32)))
+    (updated,) = verify.apply([INPUT], result)
+    first, *rest = updated.prescriptions
+    assert first.action == PERSISTENT.action and not first.withdrawn
+    assert first.measured_gain["median"] == pytest.approx(1 - 31 / 41, abs=1e-3)
+    assert first.measured_gain["low"] < first.measured_gain["median"] < first.measured_gain["high"]
+    withdrawn = next(item for item in rest if item.action == WORKERS.action)
+    assert withdrawn.withdrawn and withdrawn.measured_gain is not None
+    assert rest[-1].action == WORKERS.action  # withdrawn last; the code change keeps its place before it
+
+
+def test_the_best_measured_change_is_added_when_no_prescription_was_it():
+    result = verification(("dataloader.num_workers=2", (39, 43, 44)),
+                          ("dataloader.num_workers=2 torch.num_threads=1", (20, 21, 22)))
+    result = verify.Verification(result.steps, result.repeats, result.budget_s, result.elapsed_s,
+                                 result.comparisons, "dataloader.num_workers=2 torch.num_threads=1", ())
+    (updated,) = verify.apply([INPUT], result)
+    added = updated.prescriptions[0]
+    assert added.set == {"dataloader.num_workers": 2, "torch.num_threads": 1}
+    assert added.action == "DataLoader(num_workers=2) and torch.set_num_threads(1) in the training process"
+    assert added.measured_gain["median"] == pytest.approx(1 - 21 / 41, abs=1e-3)
+
+
+def test_verification_round_trips_and_report_json_carries_set_measured_gain_and_withdrawn(tmp_path):
+    result = verification(("dataloader.num_workers=2", (39, 43, 44)), ("dataloader.persistent_workers=true", (30, 31, 32)))
+    verify.save(result, tmp_path)
+    again = verify.load(tmp_path)
+    assert again is not None and again.comparisons == result.comparisons and again.best == result.best
+    (updated,) = verify.apply([INPUT], again)
+    data = json.loads(json.dumps(updated.to_dict()))
+    by_action = {item["action"]: item for item in data["prescriptions"]}
+    workers = by_action[WORKERS.action]
+    assert workers["set"] == {"dataloader.num_workers": 2} and workers["withdrawn"] is True
+    assert workers["expected_gain"] == {"low": 0.38, "high": 0.62, "estimate": 0.5}
+    assert set(by_action[PERSISTENT.action]["measured_gain"]) == {"median", "low", "high", "trials"}
+    assert Finding.from_dict(data) == updated  # report schema 3 reads back
+    old = dict(data, prescriptions=[{"action": "a", "expected_gain": 0.2}])  # schema 2: a number
+    assert Finding.from_dict(old).prescriptions[0].expected_gain == 0.2
+
+
+def test_a_damaged_verification_file_is_no_verification(tmp_path):
+    (tmp_path / verify.VERIFICATION_FILE).write_text("{not json")
+    assert verify.load(tmp_path) is None
