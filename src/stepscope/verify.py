@@ -107,7 +107,7 @@ DATA_FAMILIES = frozenset({"input_pipeline", "storage_io"})
 BATCH_FAMILIES = frozenset({"compute", "launch_overhead"})
 
 
-def candidates(findings: Sequence[Finding], setup: Setup) -> list[Candidate]:
+def candidates(findings: Sequence[Finding], setup: Setup, variants: bool = True) -> list[Candidate]:
     """What to try, at most :data:`MAX_CANDIDATES`: the machine-applicable prescriptions of the top
     findings first, then what a careful engineer would try beside them for the families they name
     — workers (one more, as many as cores) with and without one intra-op thread in the training
@@ -139,7 +139,7 @@ def candidates(findings: Sequence[Finding], setup: Setup) -> list[Candidate]:
                     count += 1
     if count >= 2:
         add(dict(prescribed), "", "every change above together", None)
-    for finding in top:
+    for finding in top if variants else ():
         variants = _variants(finding.family, setup)
         if setup.predict_gain is not None:
             variants.sort(key=lambda item: -(_predicted(item, setup) or -1.0))

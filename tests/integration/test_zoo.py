@@ -131,3 +131,43 @@ def test_fail_on_gates_the_zoo_runs(zoo_run, name, threshold, code):
     proc = subprocess.run([sys.executable, "-m", "stepscope", "report", str(zoo_run(name).dir), "--fail-on", threshold],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == code, proc.stderr[-2000:]
+
+
+def test_the_bookkeeping_title_names_the_function_that_owns_the_time(zoo_run):
+    """metrics-confusion: the pure-Python update_confusion() owns "other"; its call site in main()
+    only converts two tensors to lists (the signal sampler once named the call site)."""
+    top = zoo_run("metrics-confusion").report["findings"][0]
+    assert top["family"] == "outside_model" and "update_confusion()" in top["title"], top["title"]
+    assert "main()" not in top["title"]
+
+
+def test_cold_files_are_storage_and_no_memory_growth(zoo_run):
+    report = zoo_run("cold-files").report
+    families = [item["family"] for item in report["findings"]]
+    assert families[0] == "storage_io" or families[0] == "foreign_load", describe(report["findings"], report)
+    assert "memory_pressure" not in families, describe(report["findings"], report)
+    cold = next(item for item in report["findings"] if item["rule_id"] == "storage_io.cold_data")
+    assert "first epoch" in cold["title"] and cold["extra"]["conclusive"]["storage"]
+    assert report["signals"]["rss_growth_basis"] == "anonymous"
+
+
+def test_a_slow_ranks_own_work_outside_the_model_is_the_straggler_with_its_line(zoo_run):
+    """slow-rank: rank 1 sleeps 20 ms per step in rank_chore(); rank 0 waits in the all-reduce. The
+    straggler is rank 1, named with that line and a share within 10 points of the sleep's, and no
+    communication advice is given (the wait is rank 1's work, not the network's)."""
+    run = zoo_run("slow-rank")
+    report = run.report
+    top = report["findings"][0]
+    assert top["family"] == "straggler", describe(report["findings"], report)
+    assert top["extra"]["rank"] == 1 and top["extra"]["phase"] == "other"
+    assert "rank_chore()" in top["title"], top["title"]
+    assert "communication" not in {item["family"] for item in report["findings"]}
+    text = json.dumps(report["findings"])
+    assert "bucket_cap_mb" not in text and "no_sync" not in text and "compress" not in text.lower()
+    from stepscope.analysis.run.steady import steady_state
+    from stepscope.record.store import load_record
+
+    steady = steady_state(load_record(run.dir, 1))
+    sleep_share = 0.020 / steady.step_time_mean_s  # the planted sleep's share of rank 1's step
+    named = float(top["title"].split("rank_chore() takes ")[1].split("%")[0]) / 100
+    assert abs(named - sleep_share) <= 0.10, (named, sleep_share, top["title"])

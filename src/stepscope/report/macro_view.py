@@ -84,7 +84,8 @@ def _memory(signals: MacroSignals) -> Text:
     text = Text(f"used up to {format_ratio(signals.memory_used_share_max)}")
     if signals.rss_growth_bytes_per_s is not None:
         sign = "+" if signals.rss_growth_bytes_per_s >= 0 else "-"
-        text.append(f"; main RSS {sign}{_rate(abs(signals.rss_growth_bytes_per_s))}")
+        what = "main heap" if signals.rss_growth_basis == "anonymous" else "main RSS"
+        text.append(f"; {what} {sign}{_rate(abs(signals.rss_growth_bytes_per_s))}")
     swap_in, swap_out = signals.swap_in_bytes_per_s, signals.swap_out_bytes_per_s
     if swap_in or swap_out:
         text.append(f"; swap in {_rate(swap_in)}, out {_rate(swap_out)}", style="red")

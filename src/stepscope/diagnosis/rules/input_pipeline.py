@@ -11,9 +11,10 @@ Prescriptions are priced with the measured times (:func:`predict`, a contention 
 real trials): k workers and t intra-op threads make a batch cost the slower of the workers
 producing it and the model computing it, both slowed when the runnable threads outnumber the
 cores. Workers are prescribed — with one intra-op thread in the main process when only that pair
-helps — only when the low end of the calibrated range of the gain (:func:`common.gain_range`)
-saves at least :data:`~stepscope.diagnosis.rules._common.MIN_GAIN` of the step; otherwise the
-run is told to make loading cheaper.
+helps — only when they are expected to save at least
+:data:`~stepscope.diagnosis.rules._common.MIN_GAIN` of the step, and the gain is stated as the
+calibrated range (:func:`common.gain_range`), which may reach below zero ("it may not help":
+`run --verify` measures it); otherwise the run is told to make loading cheaper.
 """
 
 from __future__ import annotations
@@ -60,46 +61,64 @@ class WorkerPlan:
     compute_cores_measured: bool
 
 
-#: The model's constants, fitted on real trials (``benchmarks/calibrate_workers.py fit``; the
-#: table and the model's error are in BENCHMARKS.md, "Worker plan calibration"):
-#: CPU per batch a worker spends besides the user's loading code (collate, pickling, the queues).
-WORKER_OVERHEAD_S = 0.0008
-#: time per batch the main process spends receiving a batch from a worker.
-RECEIVE_OVERHEAD_S = 0.0003
-#: share of the time an idle intra-op thread stays runnable (OpenMP threads spin after each
-#: parallel region, so a model on t threads competes with workers as ~1 + SPIN·(t−1) threads).
-SPIN = 1.0
-#: share of the compute that speeds up with intra-op threads (the rest is Python and small ops).
-THREAD_SCALING = 0.8
+@dataclass(frozen=True)
+class ModelConstants:
+    """The constants of :func:`predict`, fitted on real trials (``benchmarks/calibrate_workers.py
+    search``; the fit and the model's error are in BENCHMARKS.md, "Worker plan calibration")."""
+
+    #: CPU per batch a worker spends besides the user's loading code (collate, pickling, queues).
+    worker_overhead_s: float = 0.001
+    #: time per batch the training process spends receiving a batch from a worker (shared memory,
+    #: unpickling, the queue).
+    receive_overhead_s: float = 0.0005
+    #: how much slower the model's parallel regions get when busy workers leave its intra-op
+    #: threads fewer cores than threads (a region waits for its preempted thread at the barrier).
+    barrier: float = 1.0
+    #: share of the compute that speeds up with intra-op threads (the rest is Python and small ops).
+    thread_scaling: float = 0.5
+    #: how much of the machine bound's excess over the other bounds is lost again when threads want
+    #: more CPU than the cores give (preempted threads of a parallel region wait for each other).
+    crowding: float = 0.0
+    #: a worker's loading CPU over the same loading in the training process (measured ~1.35 on the
+    #: 2-core development VM, the same pure-Python code forked: caches, copy-on-write).
+    worker_slowdown: float = 1.2
 
 
-def predict(model: LoadingModel, workers: int, threads: int) -> float:
+CONSTANTS = ModelConstants()
+
+
+def predict(model: LoadingModel, workers: int, threads: int, constants: ModelConstants = CONSTANTS) -> float:
     """The expected step time per batch with ``workers`` DataLoader workers and ``threads`` intra-op
-    threads in the main process.
+    threads in the training process.
 
-    The model's compute on t threads is ``C · (1 + f·(u_t − u)) / …``: it scales by the cores it can
-    keep busy (``u``, measured), for the share ``f`` of it that threads speed up. With workers, the
-    runnable threads are the model's ``1 + s·(t−1)`` (idle OpenMP threads spin) and the busy workers;
-    when they outnumber the N cores each gets ``N / runnable`` of one, which slows loading and
-    compute alike. The step is whichever is slower: k workers producing a batch each
-    ``(L + o) / (k · share)``, or the main process computing it ``(C_t + q) / share``. Without
-    workers the main process loads and computes in turn: ``C_t + L``.
+    The model's compute on t threads scales by the cores it keeps busy (``u``, measured) for the
+    share ``f`` of it that threads speed up: ``C_t = C·(1 + f·(u/u_t − 1))``. Without workers the
+    training process loads and computes in turn: ``C_t + L``. With k workers the step is bound by
+    the slowest of: the workers, ``(w·L + o)/k`` per batch (``w``: a worker's slowdown); the
+    training process, ``C_t + q``; and the machine, all the CPU a batch needs over the N cores,
+    ``(C_t·u_t + q + w·L + k·o)/N``. When busy workers leave the model's t > 1 threads fewer cores
+    than threads, its compute is stretched by ``1 + barrier·short`` (``short``: the cores it lacks,
+    at most 1): a parallel region waits for its preempted thread. When the machine is the bound,
+    its excess over the other two is stretched by ``1 + crowding``.
     """
+    c = constants
     used_now = max(model.compute_cores, 1.0)
-    used = min(used_now, float(max(threads, 1)), model.cores)
-    compute_s = model.compute_s * (1.0 + THREAD_SCALING * (used_now / used - 1.0))
+    used = max(1.0, min(used_now, float(max(threads, 1)), model.cores))
+    compute_s = model.compute_s * (1.0 + c.thread_scaling * (used_now / used - 1.0))
     if workers == 0:
-        # loading in the main process: its time now, unless the thread count changed the compute
-        return compute_s + model.wait_s if model.workers == 0 else compute_s + model.load_cpu_s
-    spinning = 1.0 + SPIN * (max(threads, 1) - 1) if threads > 1 else 1.0
-    busy, step = 1.0, compute_s
-    for _ in range(12):
-        runnable = spinning + workers * busy
-        share = min(1.0, model.cores / runnable)
-        produce = (model.load_cpu_s + WORKER_OVERHEAD_S) / (workers * share)
-        compute = (compute_s + RECEIVE_OVERHEAD_S) / share
-        step = max(produce, compute)
-        busy = min(1.0, (model.load_cpu_s + WORKER_OVERHEAD_S) / share / (workers * step)) if step > 0 else 1.0
+        return compute_s + (model.wait_s if model.workers == 0 else model.load_cpu_s)
+    load_s = c.worker_slowdown * model.load_cpu_s
+    producing = (load_s + c.worker_overhead_s) / workers
+    step = max(producing, compute_s + c.receive_overhead_s)
+    for _ in range(4):  # the barrier penalty depends on how busy the workers are, which depends on the step
+        busy_workers = workers * min(1.0, producing / step) if step > 0 else float(workers)
+        short = max(0.0, min(1.0, used + busy_workers - model.cores)) if threads > 1 else 0.0
+        stretched = compute_s * (1.0 + c.barrier * short)
+        training = stretched + c.receive_overhead_s
+        bound = max(producing, training)
+        demand = stretched * used + c.receive_overhead_s + load_s + workers * c.worker_overhead_s
+        machine = demand / model.cores
+        step = max(bound, machine) + c.crowding * max(0.0, machine - bound)
     return step
 
 
@@ -126,11 +145,11 @@ def loading_model(ev: RunEvidence, util: float | None) -> LoadingModel | None:
                         ev.compute_cores is not None, threads, workers)
 
 
-def predict_step(ev: RunEvidence, workers: int, threads: int) -> float | None:
+def predict_step(ev: RunEvidence, workers: int, threads: int, constants: ModelConstants = CONSTANTS) -> float | None:
     """:func:`predict` from the evidence of a run (None when it lacks what the model needs)."""
     util, _ = common.loader_cpu_util(ev)
     model = loading_model(ev, util)
-    return None if model is None else predict(model, workers, threads)
+    return None if model is None else predict(model, workers, threads, constants)
 
 
 def plan_workers(model: LoadingModel) -> WorkerPlan:
@@ -142,9 +161,9 @@ def plan_workers(model: LoadingModel) -> WorkerPlan:
     for workers in range(max(model.workers + 1, 1), ceiling + 1):
         for threads in thread_options:
             step = predict(model, workers, threads)
-            spinning = 1.0 + SPIN * (threads - 1) if threads > 1 else 1.0
             plan = WorkerPlan(workers, threads, step, (model.per_batch_s - step) / model.per_batch_s,
-                              spinning + workers > model.cores, model.compute_cores, model.compute_cores_measured)
+                              min(threads, model.compute_cores) + workers > model.cores, model.compute_cores,
+                              model.compute_cores_measured)
             # fewer threads only when it buys a clear gain over keeping them
             if best is None or plan.step_s < best.step_s * (0.99 if threads == best.threads else 0.95):
                 best = plan
@@ -239,7 +258,7 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
         if foreign >= 0.1:
             cost += f"; other processes held {foreign:.0%} of the cores, so the run had ~{model.cores:.1f}"
         low, high = common.gain_range(plan.gain, "workers")
-        if low >= common.MIN_GAIN:
+        if plan.gain >= common.MIN_GAIN:
             why = (f"loading one batch takes ~{common.ms(model.load_cpu_s)} of CPU and the model "
                    f"~{common.ms(model.compute_s)}; with {plan.workers} worker(s)")
             settings: dict[str, int | bool] = {"dataloader.num_workers": plan.workers}
