@@ -140,10 +140,10 @@ def candidates(findings: Sequence[Finding], setup: Setup, variants: bool = True)
     if count >= 2:
         add(dict(prescribed), "", "every change above together", None)
     for finding in top if variants else ():
-        variants = _variants(finding.family, setup)
+        beside = _variants(finding.family, setup)
         if setup.predict_gain is not None:
-            variants.sort(key=lambda item: -(_predicted(item, setup) or -1.0))
-        for settings in variants:
+            beside.sort(key=lambda item: -(_predicted(item, setup) or -1.0))
+        for settings in beside:
             add(settings, finding.rule_id, action_of(settings), _predicted(settings, setup))
     return out
 

@@ -125,6 +125,23 @@ SCENARIOS: dict[str, Scenario] = {
             "sum of squares: the 'other' phase dominates, on step_metrics()'s one line",
         ),
         Scenario(
+            name="tokenize-main",
+            module="stepscope.zoo.tokenize_main",
+            planted_family="input_pipeline",
+            title="pure-Python tokenising in __getitem__, num_workers=0, a model on 2 intra-op threads",
+            mechanism="each batch of 16 texts is tokenised and hashed character by character in the main "
+            "process (~17 ms); on 2 cores workers alone fight the model's threads, workers with one "
+            "intra-op thread help (what run --verify measures)",
+        ),
+        Scenario(
+            name="metrics-confusion",
+            module="stepscope.zoo.metrics_confusion",
+            planted_family="outside_model",
+            title="a confusion matrix updated by a pure-Python double loop after every step",
+            mechanism="update_confusion() loops over the batch and the 50 classes in Python: the 'other' phase "
+            "dominates, inside that function (its call site only converts two tensors to lists)",
+        ),
+        Scenario(
             name="gc-cycles",
             module="stepscope.zoo.gc_cycles",
             planted_family="garbage_collection",
