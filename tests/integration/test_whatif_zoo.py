@@ -1,7 +1,8 @@
-"""`stepscope try` on the zoo's input-bound scenario finds the prescribed worker count, measures it,
-and its measured speed-up agrees with two full runs (baseline and changed setting) within its noise
-bounds (:func:`stepscope.whatif.agrees`: the full runs' ratio, one draw with the trials' run-to-run
-noise, overlaps the trials' min–max speed-up)."""
+"""`stepscope run --verify` on the tokenising twin: what the trials measured decides what is shown,
+and the best change's measured speed-up agrees with a full run of it within its noise bounds
+(:func:`stepscope.whatif.agrees`: the full runs' ratio, one draw with the trials' run-to-run noise,
+overlaps the trials' min–max speed-up). `stepscope try` runs the same trials (one implementation):
+its own test checks the table it prints."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from stepscope.whatif import Comparison, agrees, figures
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = ["-m", "stepscope.zoo.input_cpu", "--steps", "60"]  # long enough to outlast prefetched batches
 
 
 def samples_per_s(run_dir) -> float:
@@ -33,38 +33,6 @@ def foreign_load(run_dir) -> bool:
     return any(item["family"] == "foreign_load" for item in report["findings"])
 
 
-@pytest.mark.serial  # speed-ups measured against each other
-def test_try_measures_the_prescribed_workers_and_agrees_with_full_runs(tmp_path):
-    base = run_cli(["run", "--no-summary", "-o", "base", *SCRIPT], tmp_path, timeout=120)
-    assert base.returncode == 0, base.stderr
-    tried = run_cli(["try", "--from", "base", "--only", "dataloader.num_workers", "--steps", "60",
-                     "--repeats", "2", "--format", "json", "-o", "tries", *SCRIPT], tmp_path, timeout=240)
-    assert tried.returncode == 0, tried.stderr
-    result = json.loads(tried.stdout)
-    baseline, candidate = result["comparisons"]
-    workers = candidate["settings"]["dataloader.num_workers"]
-    assert candidate["name"] == f"dataloader.num_workers={workers}" and workers >= 1
-    assert candidate["source"] in ("input_pipeline.loader_cpu_bound", "storage_io.loader_waits_on_io")
-    assert baseline["runs"] == candidate["runs"] == 2 and candidate["failed"] == 0
-    assert candidate["speedup_low"] <= candidate["speedup"] <= candidate["speedup_high"]
-    full = run_cli(["run", "--no-summary", "-o", "full", "--set", f"dataloader.num_workers={workers}", *SCRIPT],
-                   tmp_path, timeout=120)
-    assert full.returncode == 0, full.stderr
-    full_speedup = samples_per_s(tmp_path / "full") / samples_per_s(tmp_path / "base")
-    numbers = (f"try: x{candidate['speedup']:.2f} ({candidate['speedup_low']:.2f}-{candidate['speedup_high']:.2f}) "
-               f"{candidate['verdict']}; full runs: x{full_speedup:.2f}")
-    print(numbers)
-    # two repeats bound the run-to-run noise from below only: the check allows at least ±25 %
-    row = Comparison(**{**candidate, "speedup_low": min(candidate["speedup_low"], candidate["speedup"] / NOISE_FLOOR),
-                        "speedup_high": max(candidate["speedup_high"], candidate["speedup"] * NOISE_FLOOR)})
-    crowded = [name for name in ("base", "full") if foreign_load(tmp_path / name)]
-    if crowded and not agrees(full_speedup, row):
-        # as the zoo tests do: on a machine crowded by other processes (the sampler names them), run-to-run
-        # noise can exceed what two trials bound; say so rather than fail on someone else's load
-        pytest.skip(f"other processes held >= 25% of the cores during the {', '.join(crowded)} run(s): {numbers}")
-    assert agrees(full_speedup, row), (candidate, full_speedup)
-
-
 def test_try_diagnoses_first_and_prints_the_table(tmp_path):
     result = run_cli(["try", "--steps", "12", "--repeats", "1", "--only", "dataloader.num_workers", "-o", "tries",
                       "-m", "stepscope.zoo.input_cpu", "--steps", "12"], tmp_path, timeout=180,
@@ -80,7 +48,7 @@ def test_try_diagnoses_first_and_prints_the_table(tmp_path):
     assert document["kind"] == "stepscope.whatif" and len(document["comparisons"]) == 2
 
 
-TOKENIZE = ["-m", "stepscope.zoo.tokenize_main", "--steps", "80"]
+TOKENIZE = ["-m", "stepscope.zoo.tokenize_main", "--steps", "60"]
 
 
 @pytest.mark.serial  # speed-ups measured against each other
@@ -89,7 +57,7 @@ def test_verify_withdraws_what_did_not_help_and_its_best_change_holds_in_a_full_
     threads): workers alone fight the model's threads for the cores, workers with one thread help.
     Whatever this machine measures, no prescription is shown as a gain the trials did not see, and
     a full run of the best measured change lands inside its bounds."""
-    run = run_cli(["run", "--verify", "--verify-budget", "110", "--no-summary", "-o", "v", *TOKENIZE], tmp_path,
+    run = run_cli(["run", "--verify", "--verify-budget", "80", "--no-summary", "-o", "v", *TOKENIZE], tmp_path,
                   timeout=400)
     assert run.returncode == 0, run.stderr
     assert "--verify:" in run.stderr and "they run stepscope.zoo.tokenize_main again" in run.stderr
