@@ -123,8 +123,8 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
 
     document = _report(findings_source)
     findings = verify.findings_of(document)
-    # --only KEY: the prescriptions of that key alone, without the variants tried beside them
-    candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document), variants=not only)
+    # --only KEY: the candidates (prescriptions, then the variants beside them) that change only those keys
+    candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document))
                   if not only or set(item.settings) <= set(only)]
     code_changes = verify.code_changes(findings)
     if not candidates:
