@@ -163,7 +163,8 @@ class CompileWatcher:
         args = record.args if isinstance(record.args, tuple) else ()
         if record.levelno >= logging.WARNING and str(record.msg).startswith("torch._dynamo hit config.") \
                 and len(args) >= 4:
-            self.limit_hits.append((_now(), str(args[2])[:MAX_TEXT], int(args[1]) if str(args[1]).isdigit() else -1,
+            limit = str(args[1])
+            self.limit_hits.append((_now(), str(args[2])[:MAX_TEXT], int(limit) if limit.isdigit() else -1,
                                     str(args[3])[:MAX_TEXT]))
 
     # -- at the end of the run --------------------------------------------------------------------

@@ -18,7 +18,8 @@ from typing import Any
 from stepscope.errors import InputError, UsageError
 
 #: Options of `try` that take a value (to find where the script's own arguments begin).
-_VALUE_OPTIONS = {"-o", "--out", "--steps", "--repeats", "--format", "--from", "--timeout-s", "--only"}
+_VALUE_OPTIONS = {"-o", "--out", "--steps", "--repeats", "--format", "--from", "--timeout-s", "--only",
+                  "--max-candidates"}
 DEFAULT_STEPS = 30
 DEFAULT_REPEATS = 3
 
@@ -49,6 +50,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--only", action="append", default=[], metavar="KEY",
                         help="try only the prescriptions of this `run --set` key (repeatable), "
                              "e.g. dataloader.num_workers")
+    parser.add_argument("--max-candidates", type=int, default=None, metavar="N",
+                        help="try at most the first N candidates (most promising first)")
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
                         help="give up on a trial after S seconds (default: no limit)")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
@@ -67,6 +70,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--steps must be at least 2, got {args.steps}")
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.max_candidates is not None and args.max_candidates < 1:
+        raise UsageError(f"--max-candidates must be at least 1, got {args.max_candidates}")
     if args.timeout_s is not None and not args.timeout_s > 0:
         raise UsageError(f"--timeout-s must be positive, got {args.timeout_s}")
     from stepscope.capture.overrides import KEYS, accepted_keys
@@ -81,7 +86,8 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(args.from_run, "no report.json here; pass a directory written by 'stepscope run'")
     out_dir = _out_dir(args.out, target.name)
     return run(target.name, target_argv, out_dir, steps=args.steps, repeats=args.repeats, fmt=args.format,
-               findings_source=findings_source, timeout_s=args.timeout_s, only=tuple(args.only))
+               findings_source=findings_source, timeout_s=args.timeout_s, only=tuple(args.only),
+               max_candidates=args.max_candidates)
 
 
 def _out_dir(out: str | None, name: str) -> Path:
@@ -99,7 +105,8 @@ def _out_dir(out: str | None, name: str) -> Path:
 
 
 def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats: int, fmt: str,
-        findings_source: Path | None, timeout_s: float | None, only: tuple[str, ...] = ()) -> int:
+        findings_source: Path | None, timeout_s: float | None, only: tuple[str, ...] = (),
+        max_candidates: int | None = None) -> int:
     from stepscope import whatif
 
     started = time.monotonic()
@@ -126,6 +133,7 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
     # --only KEY: the candidates (prescriptions, then the variants beside them) that change only those keys
     candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document))
                   if not only or set(item.settings) <= set(only)]
+    candidates = candidates[:max_candidates] if max_candidates is not None else candidates
     code_changes = verify.code_changes(findings)
     if not candidates:
         notes.append("no prescription can be applied with `stepscope run --set`: nothing to try")

@@ -1,0 +1,188 @@
+"""torch.compile, diagnosed: the recompile limit, recompilations, graph breaks, compile time.
+
+Evidence: :class:`~stepscope.analysis.run.compile_summary.CompileSummary` (``ev.compile``),
+built from what capture read of dynamo itself (compilation callbacks and metrics, graph-break and
+recompile-limit log records; :mod:`stepscope.capture.compile_watch`), and the steps.
+
+- ``compile.recompile_limit``: a frame hit ``torch._dynamo.config.recompile_limit`` and runs eager
+  from then on — HIGH whatever it costs, because the user believes the model is compiled.
+- ``compile.recompiling``: a frame compiled more than twice: which input and dimension the failed
+  guards name, and the time it cost.
+- ``compile.graph_breaks``: the compiled code broke into several graphs: each break's reason and
+  user line, with the rewrite its reason calls for.
+- ``compile.compile_time``: compiling took a large share of this run (≥ 20 %: a short job or many
+  compilations); a LOW note below that.
+
+The engine's precedence lets a recompiling or eager-falling-back run not also be called
+launch-bound, stalling or healthy (``SUPERSEDES``).
+"""
+
+from __future__ import annotations
+
+from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.compile_summary import CompileSummary, FrameCompiles
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
+from stepscope.diagnosis.rules import _common as common
+
+#: More compilations than this for one frame is recompiling (the first compile and one dynamic
+#: recompile, dynamo's default reaction to a second shape, are expected).
+RECOMPILES_NORMAL = 1
+#: Compile time above this share of the run is worth acting on (a high finding at 20 %: XProf's
+#: HIGH level for any one category).
+COMPILE_SHARE_HIGH = 0.20
+COMPILE_SHARE_NOTE = 0.02
+#: Risk weight of a frame that fell back to eager when its eager cost was not measured.
+EAGER_IMPACT = 0.2
+
+
+def _summary(ev: RunEvidence) -> CompileSummary | None:
+    return ev.compile
+
+
+def recompile_limit(ev: RunEvidence) -> Finding | None:
+    summary = _summary(ev)
+    if summary is None or not summary.limit_hits:
+        return None
+    frame = summary.limit_hits[0]
+    step = frame.limit_hit_step if frame.limit_hit_step is not None and frame.limit_hit_step >= 0 else None
+    evidence = [Evidence("compilations", frame.compilations, frame.limit, "compile", "count",
+                         f"{frame.label}, recompile limit {frame.limit}"),
+                Evidence("eager_since_step", step if step is not None else "before the first step", None,
+                         "compile", "step", frame.label)]
+    if frame.triggers:
+        evidence.append(Evidence("last_guard_failure", frame.triggers[-1], None, "compile", "text", frame.label))
+    impact, basis = EAGER_IMPACT, "estimate: the frame's eager cost was not measured against its compiled steps"
+    extra = ""
+    if summary.speedup is not None and summary.eager_step_s is not None and summary.compiled_step_s is not None:
+        impact = max(0.0, 1.0 - summary.compiled_step_s / summary.eager_step_s)
+        basis = "measured"
+        extra = (f" Its eager steps take {common.ms(summary.eager_step_s)} against {common.ms(summary.compiled_step_s)} "
+                 f"compiled (×{summary.speedup:.2f}).")
+        evidence.append(Evidence("eager_over_compiled", round(summary.speedup, 3), None, "steps", "x",
+                                 "median step after the fall-back over the compiled steps before it"))
+    changing = f" the guards say {frame.changing} changes" if frame.changing else ""
+    since = f"since step {step}" if step is not None else "from the start"
+    title = (f"torch.compile gave up on {frame.function}(): after {frame.compilations} compilations it runs eager "
+             f"{since} (recompile limit {frame.limit})")
+    summary_text = (f"Dynamo compiled {frame.label} {frame.compilations} times —{changing or ' each for a new guard failure'} "
+                    f"— until it hit torch._dynamo.config.recompile_limit ({frame.limit}); from then on the frame runs "
+                    f"without compilation, while the script still looks compiled.{extra}")
+    return common.finding("compile.recompile_limit", "compile", title, impact, 0.9, evidence,
+                          _shape_prescriptions(frame), summary_text, severity=max(Severity.HIGH,
+                                                                                  severity_for_impact(impact)),
+                          impact_basis=basis, claims=("compute",))
+
+
+def recompiling(ev: RunEvidence) -> Finding | None:
+    summary = _summary(ev)
+    if summary is None:
+        return None
+    frames = [item for item in summary.frames if item.recompiles > RECOMPILES_NORMAL and item.limit_hit_step is None]
+    if not frames:
+        return None
+    frame = max(frames, key=lambda item: item.recompiles)
+    recompile_s = frame.compile_s * frame.recompiles / max(frame.compilations, 1)
+    share = recompile_s / summary.run_s if summary.run_s > 0 else 0.0
+    evidence = [Evidence("recompilations", frame.recompiles, RECOMPILES_NORMAL, "compile", "count", frame.label),
+                Evidence("recompile_s", round(recompile_s, 3), None, "compile", "s", "estimated: the frame's compile "
+                         "time × its recompilations' share of its compilations")]
+    for reason in frame.triggers[:3]:
+        evidence.append(Evidence("guard_failure", reason, None, "compile", "text", frame.label))
+    changing = f": {frame.changing} changes" if frame.changing else ""
+    title = (f"torch.compile recompiles {frame.function}() {frame.recompiles} times{changing} "
+             f"({common.ms(recompile_s)}, {common.pct(share)} of the run)")
+    text = (f"Each new value of a guarded input compiles {frame.label} again. "
+            + (f"The failed guards name {frame.changing}." if frame.changing else
+               f"The failed guards: {'; '.join(frame.triggers[:2])}."))
+    return common.finding("compile.recompiling", "compile", title, share, 0.85, evidence, _shape_prescriptions(frame),
+                          text, claims=("compute",))
+
+
+def graph_breaks(ev: RunEvidence) -> Finding | None:
+    summary = _summary(ev)
+    if summary is None or not summary.graph_breaks:
+        return None
+    top = max(summary.graph_breaks, key=lambda item: item.count)
+    evidence = [Evidence("graph_breaks", summary.graph_break_count, 0, "compile", "count", "breaks recorded")]
+    for item in summary.graph_breaks[:3]:
+        evidence.append(Evidence("graph_break", f"{item.label}: {item.reason}", None, "compile", "text",
+                                 f"{item.count}×"))
+    where = f"{top.label}"
+    title = (f"torch.compile breaks the graph at {where} ({_short(top.reason)})"
+             + (f" and {len(summary.graph_breaks) - 1} more place(s)" if len(summary.graph_breaks) > 1 else ""))
+    text = ("A graph break splits the compiled code into several graphs and runs the code between them eagerly; "
+            "a data-dependent one (.item(), a Python branch on a tensor) also waits for the value.")
+    return common.finding("compile.graph_breaks", "compile", title, 0.05, 0.85, evidence,
+                          [*_break_prescriptions(top.reason, where),
+                           Prescription("torch.compile(model, fullgraph=True) while fixing them",
+                                        "turns every graph break into an error with its line, so none is missed")],
+                          text, impact_basis="estimate: a graph break's cost is not timed apart from the step "
+                                             "(a trace shows the graphs per step)", claims=("compute",))
+
+
+def compile_time(ev: RunEvidence) -> Finding | None:
+    summary = _summary(ev)
+    if summary is None or summary.compile_s <= 0 or summary.compile_share < COMPILE_SHARE_NOTE:
+        return None
+    share = summary.compile_share
+    evidence = [Evidence("compile_s", round(summary.compile_s, 3), None, "compile", "s",
+                         f"{summary.compilations} compilation(s)"),
+                Evidence("compile_share", round(share, 4), COMPILE_SHARE_HIGH, "compile", "ratio", "of the steps' time")]
+    bought = ""
+    if summary.break_even_steps is not None and summary.speedup is not None:
+        bought = (f" It bought ×{summary.speedup:.2f} per step (measured), which pays the compile time back after "
+                  f"~{summary.break_even_steps:.0f} steps.")
+        evidence.append(Evidence("break_even_steps", round(summary.break_even_steps), None, "steps", "count",
+                                 "compile time over the time a compiled step saves"))
+    title = f"Compiling took {common.ms(summary.compile_s)}, {common.pct(share)} of this run"
+    prescriptions = [
+        Prescription("Keep the compile caches between runs: a persistent TORCHINDUCTOR_CACHE_DIR (and the FX graph "
+                     "cache, on by default) on a disk that outlives the job",
+                     "a warm cache turns most of the next run's compilation into loads"),
+        Prescription("For short jobs on fresh machines: torch.compiler.save_cache_artifacts() after a run and "
+                     "load_cache_artifacts() before the next (the 'mega-cache')",
+                     "ships the compiled artifacts with the job instead of compiling them again"),
+    ]
+    severe = share >= COMPILE_SHARE_HIGH
+    return common.finding("compile.compile_time", "compile", title, share, 0.9, evidence, prescriptions,
+                          "Compilation ran inside the steps (the compile phase)." + bought,
+                          severity=None if severe else Severity.LOW, claims=("compute",))
+
+
+def _short(reason: str) -> str:
+    text = reason.strip().split("\n")[0]
+    return text if len(text) <= 90 else text[:87] + "…"
+
+
+def _shape_prescriptions(frame: FrameCompiles) -> list[Prescription]:
+    changing = frame.changing
+    name, _, dim = (changing or "").partition(", dim ")
+    mark = (f"torch._dynamo.mark_dynamic({name}, {dim}) before the call" if changing
+            else "torch._dynamo.mark_dynamic(tensor, dim) on the input whose size changes")
+    return [
+        Prescription("torch.compile(model, dynamic=True)",
+                     "one graph for every size of the changing dimension instead of one per size"
+                     + (f" ({changing})" if changing else "")),
+        Prescription(mark, "marks only that dimension dynamic; the rest stays specialised"),
+        Prescription("Bucket or pad the lengths to a few sizes: stepscope.data.BucketBatchSampler with pad_collate",
+                     "a handful of shapes compile once each and then hit the cache"),
+        Prescription("torch._dynamo.mark_static(tensor, dim) where a value should not vary",
+                     "a size that varies by accident is better fixed than compiled for"),
+    ]
+
+
+def _break_prescriptions(reason: str, where: str) -> list[Prescription]:
+    lowered = reason.lower()
+    if "item" in lowered or "data-dependent" in lowered or "data dependent" in lowered or "generic_jump" in lowered \
+            or "bool" in lowered:
+        return [Prescription(f"Keep the branch at {where} on the device: torch.where(cond, a, b), or torch.cond for "
+                             "two code paths, instead of a Python if on tensor.item()",
+                             "a Python branch on a tensor's value needs the value on the host: a sync and a break")]
+    if "print" in lowered or "logging" in lowered or "logger" in lowered:
+        return [Prescription(f"Move the print/logging at {where} out of forward (log outside the compiled code, "
+                             "every N steps)", "dynamo cannot trace I/O: each call breaks the graph")]
+    return [Prescription(f"Rewrite or move out of the compiled region the call at {where}",
+                         f"dynamo does not trace it: {_short(reason)}")]
+
+
+__all__ = ["compile_time", "graph_breaks", "recompile_limit", "recompiling"]
