@@ -92,7 +92,12 @@ def machine_context(report: dict) -> str:
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+#: The compiled scenarios' verdicts rest on what dynamo reports, not on CPU timing: they run with the
+#: parallel tests (tests/integration/test_compile.py).
+SERIAL_SCENARIOS = [name for name in SCENARIOS if not name.startswith("compile-")]
+
+
+@pytest.mark.parametrize("name", SERIAL_SCENARIOS)
 def test_planted_family_is_the_top_finding(zoo_run, name):
     scenario = SCENARIOS[name]
     assert scenario.planted_family in FAMILIES, f"unknown family {scenario.planted_family!r}"

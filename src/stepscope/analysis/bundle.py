@@ -34,6 +34,7 @@ import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
 from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
+from stepscope.analysis.run.compile_summary import CompileSummary, summarize_compile
 from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
 from stepscope.analysis.run.input_profile import ColdStart, InputProfile, cold_start, input_profile
 from stepscope.analysis.run.mfu import mfu, peak_flops
@@ -195,6 +196,8 @@ class RunEvidence:
     foreign: ForeignLoad | None = None
     code: CodeAttribution | None = None
     gc: GcPauseSummary | None = None
+    #: torch.compile over the run (compilations, recompiles, graph breaks, the recompile limit)
+    compile: CompileSummary | None = None
     comm: CommShares | None = None
     stall: PeriodicStall | None = None
 
@@ -220,6 +223,7 @@ class RunEvidence:
             "ranks": [item.rank for item in self.ranks],
             "communication": asdict(self.comm) if self.comm is not None else None,
             "periodic_stall": asdict(self.stall) if self.stall is not None else None,
+            "compile": self.compile.to_dict() if self.compile is not None else None,
         }
 
 
@@ -262,7 +266,7 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
         else min(cores, float(cpu_count or cores)),
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
-        code=code_attribution(record, steady), gc=gc_summary(record, steady),
+        code=code_attribution(record, steady), gc=gc_summary(record, steady), compile=summarize_compile(record),
         stall=None if steady is None else find_periodic_stall(
             record, steady.mask, steady.step_time_s, loader,
             tuple(item for item in ranks if item is not record and item.meta.hostname == meta.hostname)),

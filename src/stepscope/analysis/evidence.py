@@ -131,6 +131,10 @@ class TraceEvidence:
     idle_sync_share: float | None = None  # host inside a synchronising runtime call
     idle_launch_share: float | None = None  # host in other runtime calls / kernel-issuing operators
     idle_other_share: float | None = None  # none of these (Python, host-only work, untraced)
+    # torch.compile in the trace (stepscope.analysis.trace.compiled_regions); None without compiled code
+    compiled_graphs_per_step: float | None = None
+    compiled_recompiled_frames: tuple[str, ...] = ()  # frames with a variant F/N, N > 0
+    compiled_variants: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -29,18 +29,26 @@ Which of these a torch version has is probed, and the record says what was avail
 from __future__ import annotations
 
 import logging
+import os
 import re
+import threading
 import time
 from typing import Any
 
 from stepscope.capture.warn import WarningSink
+from stepscope.record.run import Compilation, CompileFacts, GraphBreak, RecompileLimitHit
 
 _now = time.perf_counter_ns
+_MAIN_THREAD = threading.main_thread().ident
 
 #: "Graph break in user code at FILE:LINE\nGraph Break Reason: REASON" (torch's own log line, kept
 #: stable by its test_exc.py::test_graph_break_log) and the short form of a repeated break.
 _BREAK_AT = re.compile(r"Graph break(?: \(user stack suppressed due to duplicate graph break\))? in user code at "
-                       r"(?P<file>.+?):(?P<line>\d+)\s*\nGraph Break Reason: (?P<reason>[^\n]*)")
+                       r"(?P<file>.+?):(?P<line>\d+)\s*\nGraph Break Reason: (?P<reason>.*?)(?:\n\s*User code traceback|$)",
+                       re.S)
+#: The lines of a break's reason that say what was unsupported (the first line is often generic:
+#: "Encountered graph break when attempting to trace CALL").
+_SPECIFIC = re.compile(r"^\s*(Unsupported|Data-dependent|Attempted|Dynamo does not|torch\.\*|Failed|Call to)", re.M)
 #: At most this many graph-break records are kept (a break in a loop repeats).
 MAX_BREAKS = 2000
 MAX_TEXT = 500
@@ -69,10 +77,12 @@ class CompileWatcher:
         compile_phase: the recorder's index of the compile phase.
     """
 
-    def __init__(self, recorder: Any, warnings: WarningSink, compile_phase: int):
+    def __init__(self, recorder: Any, warnings: WarningSink, compile_phase: int, skip: Any = frozenset):
         self.recorder = recorder
         self.warnings = warnings
         self.phase = compile_phase
+        self.skip = skip  # () -> code objects of capture's wrappers, never to be compiled as frames
+        self._skipped: set[Any] = set()
         self.spans: list[tuple[int, int, str, str]] = []  # (start_ns, end_ns, compile id, trigger)
         self.breaks: list[tuple[int, str, int, str]] = []  # (ts_ns, file, line, reason)
         self.limit_hits: list[tuple[int, str, int, str]] = []  # (ts_ns, function, limit, last reason)
@@ -87,6 +97,7 @@ class CompileWatcher:
         import torch._dynamo as dynamo
 
         self._dynamo = dynamo
+        self.skip_wrappers()
         try:
             from torch._dynamo.callback import callback_handler
 
@@ -140,12 +151,32 @@ class CompileWatcher:
                 pass
 
     # -- callbacks (compile time only) -------------------------------------------------------------
+    def skip_wrappers(self) -> None:
+        """Mark capture's wrappers as frames dynamo skips (it still compiles the frames they call):
+        ``torch.compile(model)`` enters ``nn.Module.__call__`` first, which capture wraps, and
+        dynamo would otherwise compile the wrapper — another frame, other guards, other
+        recompilations than the script has without capture."""
+        try:
+            from torch._dynamo.eval_frame import skip_code
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.once("compile-skip", f"capture's wrappers could not be hidden from torch.compile ({exc})")
+            return
+        for code in self.skip():
+            if code not in self._skipped:
+                skip_code(code)
+                self._skipped.add(code)
+
     def _on_start(self, args: Any) -> None:
+        if threading.get_ident() != _MAIN_THREAD:
+            return  # the step recorder belongs to the training thread
+        self.skip_wrappers()  # wrappers installed since (the model's own class, after discovery)
         trigger = str(getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")).lower()
         self._open.append((_now(), str(getattr(args, "compile_id", "")), trigger))
         self.recorder.enter(self.phase)
 
     def _on_end(self, args: Any) -> None:
+        if threading.get_ident() != _MAIN_THREAD:
+            return
         end = _now()
         self.recorder.leave(self.phase)
         if self._open:
@@ -157,7 +188,7 @@ class CompileWatcher:
             return
         match = _BREAK_AT.search(record.getMessage())
         if match is not None:
-            self.breaks.append((_now(), match["file"], int(match["line"]), match["reason"][:MAX_TEXT]))
+            self.breaks.append((_now(), match["file"], int(match["line"]), break_reason(match["reason"])))
 
     def _on_convert_frame(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
@@ -228,4 +259,70 @@ class CompileWatcher:
             return None
 
 
-__all__ = ["CompileWatcher"]
+def break_reason(text: str) -> str:
+    """The most specific line of a graph break's reason (``Unsupported Tensor.item() call …``)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    specific = next((line for line in lines if _SPECIFIC.match(line)), None)
+    return (specific or (lines[0] if lines else ""))[:MAX_TEXT]
+
+
+def compile_facts(raw: dict[str, Any] | None) -> CompileFacts | None:
+    """The record's :class:`CompileFacts` from :meth:`CompileWatcher.facts`: each compilation is
+    dynamo's metrics entry joined by compile id with the callbacks' timing on our clock."""
+    if raw is None:
+        return None
+    spans: dict[str, tuple[int, int]] = {}
+    for start, end, compile_id, _trigger in raw["spans"]:
+        spans.setdefault(str(compile_id), (int(start), int(end)))
+    compilations = []
+    seen: set[str] = set()
+    for item in raw["compilations"]:
+        compile_id = str(item.get("compile_id") or "")
+        if not compile_id or compile_id in seen:
+            continue
+        seen.add(compile_id)
+        start, end = spans.get(compile_id, (-1, -1))
+        duration_s = item.get("entire_frame_compile_time_s")
+        duration_ns = end - start if start >= 0 else int(float(duration_s or 0.0) * 1e9)
+        failure = None
+        if item.get("fail_type"):
+            failure = f"{item['fail_type']}: {item.get('fail_reason') or ''}".strip()
+        frame, _, attempt = compile_id.partition("/")
+        latency = item.get("guard_latency_us")
+        compilations.append(Compilation(
+            compile_id=compile_id, frame=frame.split("-")[-1], function=str(item.get("co_name") or "?"),
+            file=str(item.get("co_filename") or ""), line=int(item.get("co_firstlineno") or 0), start_ns=start,
+            duration_ns=max(0, duration_ns), trigger=str(item.get("recompile_reason") or ""),
+            graph_breaks=None if item.get("num_graph_breaks") is None else int(item["num_graph_breaks"]),
+            guard_latency_us=None if latency is None else float(latency), failure=failure))
+    compilations.sort(key=lambda item: (item.start_ns if item.start_ns >= 0 else 2**62, item.compile_id))
+    breaks: dict[tuple[str, int, str], list[int]] = {}
+    for ts, file, line, reason in raw["graph_breaks"]:
+        key = (str(file), int(line), str(reason))
+        breaks.setdefault(key, []).append(int(ts))
+    limit = raw.get("recompile_limit")
+    hits = []
+    for ts, function, limit_seen, reason in raw["limit_hits"]:
+        name, file, line = _function_info(str(function))
+        hits.append(RecompileLimitHit(int(ts), name, file, line, int(limit_seen if limit_seen >= 0 else limit or -1),
+                                      str(reason)))
+    return CompileFacts(
+        sources=tuple(raw.get("sources", ())), compilations=tuple(compilations),
+        graph_breaks=tuple(GraphBreak(file, line, reason, len(times), min(times))
+                           for (file, line, reason), times in breaks.items()),
+        limit_hits=tuple(hits), recompile_limit=None if limit is None else int(limit),
+        counters=dict(raw.get("counters") or {}))
+
+
+_FUNCTION_INFO = re.compile(r"^'(?P<name>[^']*)' \((?P<file>.*):(?P<line>\d+)\)$")
+
+
+def _function_info(text: str) -> tuple[str, str, int]:
+    """dynamo's ``'forward' (/path/model.py:12)`` -> ``("forward", "/path/model.py", 12)``."""
+    match = _FUNCTION_INFO.match(text.strip())
+    if match is None:
+        return text, "", 0
+    return match["name"], os.path.abspath(match["file"]) if match["file"] else "", int(match["line"])
+
+
+__all__ = ["CompileWatcher", "compile_facts"]

@@ -1,4 +1,14 @@
-"""FLOPs, operators and compute dtypes of one training step (``FlopCounterMode`` + a dispatch counter).
+"""FLOPs, operators and compute dtypes of one training step (a dispatch mode counting with
+``torch.utils.flop_counter``'s registry).
+
+``FlopCounterMode`` itself is not used: it registers global module hooks (its module tracker), and
+``torch.compile(module)`` warns on the script's stderr when global hooks exist; a torch *function*
+mode (the autocast probe) is left out once torch.compile has compiled something, because dynamo
+guards on the function-mode stack (the step would recompile). The dispatch mode declares
+``ignore_compile_internals``: otherwise dynamo runs a compiled frame eagerly under it and stops
+compiling that frame for the rest of the run (4 graphs compiled instead of 8, measured). The
+compiled graph's operators still reach the mode (inductor's fused kernels do not: their FLOPs
+are missed, matmuls through extern kernels are counted).
 
 Counting slows the step it covers, so it covers exactly one step, after warm-up, and the record
 names that step (``record.facts.compute.step_index``) so statistics can leave it out.
@@ -58,11 +68,13 @@ class FlopProbe:
     """
 
     def __init__(self, warnings: WarningSink, in_data_wait: Callable[[], bool] = lambda: False,
-                 param_dtypes: Callable[[], tuple[str, ...]] = tuple, step: int = FLOP_STEP):
+                 param_dtypes: Callable[[], tuple[str, ...]] = tuple, step: int = FLOP_STEP,
+                 compiled: Callable[[], bool] = lambda: False):
         self.warn = warnings
         self.in_data_wait = in_data_wait
         self.param_dtypes = param_dtypes
         self.step = step
+        self.compiled = compiled  # torch.compile has compiled something: no torch function mode then
         self.result: ComputeFacts | None = None
         self.done = False
         self._mode: Any = None
@@ -78,28 +90,22 @@ class FlopProbe:
 
     def _enter(self) -> None:
         try:
-            from torch.utils.flop_counter import FlopCounterMode
-
-            mode = FlopCounterMode(display=False)
-            mode.__enter__()
-            self._mode = mode
-            self._ops = OpCounter(self.in_data_wait).__enter__()
+            self._ops = OpCounter(self.in_data_wait, function_mode=not _safe_flag(self.compiled)).__enter__()
+            self._mode = self._ops
         except Exception as exc:  # noqa: BLE001
             self.done = True
             self.warn.once("flops", f"FLOP counting unavailable ({type(exc).__name__}: {exc}); no MFU")
 
     def _exit(self, index: int) -> None:
-        mode, self._mode = self._mode, None
+        self._mode = None
         ops, self._ops = self._ops, None
         self.done = True
         try:
             assert ops is not None
             ops.__exit__(None, None, None)
-            mode.__exit__(None, None, None)
-            total = int(mode.get_total_flops())
             self.result = ComputeFacts(
-                step_index=index, flops=total, ops=ops.count, data_ops=ops.data_count,
-                matmul_flops_by_dtype=_split_by_dtype(mode, ops.matmul_dtypes, total),
+                step_index=index, flops=int(ops.flops), ops=ops.count, data_ops=ops.data_count,
+                matmul_flops_by_dtype=_split_by_dtype(ops.flops_by_op, ops.matmul_dtypes, int(ops.flops)),
                 autocast=ops.autocast, param_dtypes=_safe(self.param_dtypes),
             )
         except Exception as exc:  # noqa: BLE001
@@ -107,16 +113,21 @@ class FlopProbe:
 
     def close(self) -> None:
         """Leave the mode if the run ended inside the counted step (the count is discarded)."""
-        if self._mode is not None:
-            mode, self._mode = self._mode, None
+        if self._ops is not None:
             ops, self._ops = self._ops, None
+            self._mode = None
             self.done = True
             try:
-                if ops is not None:
-                    ops.__exit__(None, None, None)
-                mode.__exit__(None, None, None)
+                ops.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _safe_flag(getter: Callable[[], bool]) -> bool:
+    try:
+        return bool(getter())
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _safe(getter: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
@@ -126,17 +137,12 @@ def _safe(getter: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
         return ()
 
 
-def _split_by_dtype(mode: Any, matmul_dtypes: dict[str, str], total: int) -> dict[str, int]:
+def _split_by_dtype(per_op: dict[str, int], matmul_dtypes: dict[str, str], total: int) -> dict[str, int]:
     """FLOPs per input dtype: each counted operator's FLOPs go to the dtype its inputs had."""
     if total <= 0:
         return {}
     split: dict[str, int] = {}
-    try:
-        per_op = mode.get_flop_counts().get("Global", {})
-    except Exception:  # noqa: BLE001
-        per_op = {}
-    for op, flops in per_op.items():
-        name = str(getattr(op, "__name__", op)).split(".")[0]
+    for name, flops in per_op.items():
         dtype = matmul_dtypes.get(name)
         if dtype is not None and flops:
             split[dtype] = split.get(dtype, 0) + int(flops)
@@ -155,13 +161,17 @@ class OpCounter:
     dtype seen per operator name; mixed use within one name is rare) and the autocast state.
     """
 
-    def __init__(self, in_data_wait: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, in_data_wait: Callable[[], bool] = lambda: False, function_mode: bool = True) -> None:
         self.count = 0
         self.data_count = 0
+        self.flops = 0
+        self.flops_by_op: dict[str, int] = {}
         self.matmul_dtypes: dict[str, str] = {}
         self.autocast: str | None = None
         self.in_data_wait = in_data_wait
+        self.function_mode = function_mode
         self._mode: Any = None
+        self._function_mode: Any = None
 
     def __enter__(self) -> OpCounter:
         import torch
@@ -178,20 +188,36 @@ class OpCounter:
                     counter.autocast = _autocast_state(torch)
                 return func(*args, **(kwargs or {}))
 
+        from torch.utils.flop_counter import flop_registry
+
         class _Mode(TorchDispatchMode):
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                # without this, dynamo stops compiling a frame once it ran under a dispatch mode
+                # (measured: 4 graphs compiled instead of 8 for the rest of a run)
+                return True
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
                 if counter.in_data_wait():
                     counter.data_count += 1
-                else:
-                    counter.count += 1
-                    name = func.__name__.split(".")[0]
-                    if name in _MATMUL_OPS:
-                        counter._note_matmul(name, args)
-                return func(*args, **(kwargs or {}))
+                    return out
+                counter.count += 1
+                name = func.__name__.split(".")[0]
+                if name in _MATMUL_OPS:
+                    counter._note_matmul(name, args)
+                flop_count = flop_registry.get(func._overloadpacket)
+                if flop_count is not None:
+                    flops = int(flop_count(*args, **kwargs, out_val=out))
+                    counter.flops += flops
+                    counter.flops_by_op[name] = counter.flops_by_op.get(name, 0) + flops
+                return out
 
         self._torch = torch
-        self._function_mode: Any = _AutocastProbe()
-        self._function_mode.__enter__()
+        if self.function_mode:  # a torch function mode changes what dynamo guards on: not beside torch.compile
+            self._function_mode = _AutocastProbe()
+            self._function_mode.__enter__()
         self._mode = _Mode()
         self._mode.__enter__()
         return self
@@ -205,7 +231,8 @@ class OpCounter:
 
     def __exit__(self, *exc: object) -> None:
         self._mode.__exit__(*exc)
-        self._function_mode.__exit__(*exc)
+        if self._function_mode is not None:
+            self._function_mode.__exit__(*exc)
         self._mode = None
         self._function_mode = None
 

@@ -24,7 +24,7 @@ from typing import Any
 from stepscope.record.run import PHASES, GcPauses, StepTable, steps_of
 
 _PHASE_OF_RECORDER = tuple(PHASES.index(name) for name in ("other", "data_wait", "forward", "backward", "optimizer",
-                                                          "communication"))
+                                                          "communication", "compile"))
 _now = time.perf_counter_ns
 
 

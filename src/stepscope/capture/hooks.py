@@ -19,6 +19,8 @@ Every wrapper degrades to the original call if anything of ours fails, with one 
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 import json
 import os
@@ -200,6 +202,8 @@ class TorchHooks:
         self.live = True  # False in forked children (DataLoader workers): they must record nothing
         _disable_in_forked_children(self)
         self._undo: list[Callable[[], None]] = []
+        self._codes: set[Any] = set()  # code objects of the installed wrappers
+        self.compile_requested = False  # the script called torch.compile
         self.installed = False
         self._root_classes: set[type] = set()
         self._discovering = False
@@ -225,6 +229,7 @@ class TorchHooks:
             ("optimizer", self._install_optimizer),
             ("forward", self._install_forward if self.watch_forward else None),
             ("collectives", self._install_collectives),
+            ("torch.compile", self._install_compile_flag),
         ):
             if installer is None:
                 continue
@@ -244,8 +249,30 @@ class TorchHooks:
             except Exception:  # noqa: BLE001
                 pass
 
+    def _install_compile_flag(self, torch: Any) -> None:
+        """Note that the script called ``torch.compile`` (the FLOP step then keeps out of what
+        dynamo guards on, :mod:`stepscope.capture.flops`)."""
+        original = torch.compile
+        hooks = self
+
+        @functools.wraps(original)
+        def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's own name
+            hooks.compile_requested = True
+            return original(*args, **kwargs)
+
+        self._patch(torch, "compile", compile)
+
     def _patch(self, owner: Any, name: str, replacement: Any) -> Any:
+        code = getattr(replacement, "__code__", None)
+        if code is not None:
+            self._codes.add(code)
         return patch_attribute(owner, name, replacement, self._undo)
+
+    def wrapper_codes(self) -> frozenset[Any]:
+        """The code objects of every wrapper installed: torch.compile must not compile them as frames
+        (:mod:`stepscope.capture.compile_watch` marks them skipped, so dynamo compiles the frames
+        below them, as without capture)."""
+        return frozenset(self._codes)
 
     # -- DataLoader --------------------------------------------------------------------------
     def _install_loader(self, torch: Any) -> None:

@@ -45,8 +45,8 @@ from typing import Any
 
 from stepscope.record.run import STEP_COLUMNS, StepTable
 
-OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION = range(6)
-PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "communication")
+OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, COMPILE = range(7)
+PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "communication", "compile")
 
 #: Step-boundary modes used until an optimizer (or an explicit ``step()``) takes over.
 FALLBACK_MODES = frozenset({"batch", "backward", "forward"})
@@ -91,7 +91,7 @@ class StepRecorder:
 
     # -- phase accounting ------------------------------------------------------------------
     def _reset_step(self) -> None:
-        self._acc = [0, 0, 0, 0, 0, 0]
+        self._acc = [0, 0, 0, 0, 0, 0, 0]
         self._overlap_ns = 0
         self._init_ns = 0
         self._wait_cpu_ns = 0
@@ -338,7 +338,7 @@ class StepRecorder:
         first = self.count - rows
         cols = self.columns
         for index, name in enumerate(("other_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns",
-                                      "communication_ns")):
+                                      "communication_ns", "compile_ns")):
             self._acc[index] += sum(cols[name][first:self.count])
         self._overlap_ns += sum(cols["communication_overlap_ns"][first:self.count])
         self._init_ns += sum(cols["loader_init_ns"][first:self.count])
@@ -367,7 +367,8 @@ class StepRecorder:
         cols["communication_ns"].append(acc[COMMUNICATION])
         cols["communication_overlap_ns"].append(step["overlap"])
         cols["other_ns"].append(duration - acc[DATA_WAIT] - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER]
-                                - acc[COMMUNICATION])
+                                - acc[COMMUNICATION] - acc[COMPILE])
+        cols["compile_ns"].append(acc[COMPILE])
         cols["batches"].append(step["batches"])
         cols["samples"].append(step["samples"] if step["batches"] else -1)
         cols["optimizer_steps"].append(step["opt_steps"])

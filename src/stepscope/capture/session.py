@@ -29,6 +29,7 @@ from typing import Any
 
 from stepscope.capture import environment
 from stepscope.capture.flops import FlopProbe
+from stepscope.capture.compile_watch import compile_facts
 from stepscope.capture.gc_pauses import GcPauseRecorder
 from stepscope.capture.hooks import ChildProcesses, TorchHooks
 from stepscope.capture.overrides import MaxStepsReached, OverrideApplier
@@ -106,7 +107,9 @@ class CaptureSession:
                                 overrides=self.overrides)
         if max_steps is not None:
             self._bound_steps(max_steps)
-        self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes)
+        self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes,
+                                compiled=lambda: self.hooks.compile_requested or (
+                                    self.compile_watch is not None and bool(self.compile_watch.spans)))
                       if count_flops else None)
         self.trace = TraceWindow(self.run_dir / layout.TRACES_DIR, self.rank, self.warnings) if trace else None
         # code attribution: stack samples and GC pauses (stacks_hz=0 disables both)
@@ -119,6 +122,8 @@ class CaptureSession:
         self._lock = threading.Lock()
         self._started = False
         self._torch_watcher: Any = None
+        self._dynamo_watcher: Any = None
+        self.compile_watch: Any = None  # stepscope.capture.compile_watch.CompileWatcher, once dynamo is imported
         self._device_checked_at = 0
         self.cpu_peaks: dict[str, CpuPeak | None] = {}  # matmul dtype -> this machine's peak
         #: Polled between the steps of finalisation: True when the process should end now
@@ -139,12 +144,22 @@ class CaptureSession:
         from stepscope.capture.torch_import import when_torch_imported
 
         self._torch_watcher = when_torch_imported(self._install_hooks)
+        self._dynamo_watcher = when_torch_imported(self._watch_compile, "torch._dynamo")
         self.children = ChildProcesses(self.recorder.in_data_wait)
         _quietly(self.warnings, "child-processes", self.children.install)
         self._started = True
         global ACTIVE
         ACTIVE = self
         return self
+
+    def _watch_compile(self) -> None:
+        """torch.compile's compilations, graph breaks and recompile limit (once dynamo is imported)."""
+        from stepscope.capture.compile_watch import CompileWatcher
+        from stepscope.capture.recorder import COMPILE
+
+        watcher = CompileWatcher(self.recorder, self.warnings, COMPILE, skip=self.hooks.wrapper_codes)
+        _quietly(self.warnings, "compile", watcher.install)
+        self.compile_watch = watcher
 
     def _install_hooks(self) -> None:
         self.hooks.install()
@@ -194,8 +209,9 @@ class CaptureSession:
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()
         recorder = self.recorder
-        if self._torch_watcher is not None:
-            self._torch_watcher.remove()
+        for watcher in (self._torch_watcher, self._dynamo_watcher):
+            if watcher is not None:
+                watcher.remove()
         recorder.finish()  # the last commit still reaches the FLOP probe and the trace window
         self.hooks.uninstall()
         if self.flops is not None:
@@ -218,7 +234,11 @@ class CaptureSession:
             overrides = (self.overrides or OverrideApplier({})).frozen(self.max_steps, self.stopped_at_max_steps)
         children = self.children.uninstall() if self.children is not None else {}
         in_children = _training_in_children(recorder, children)
-        facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None,
+        compiled = None
+        if self.compile_watch is not None:
+            self.compile_watch.remove()
+            compiled = _quietly(self.warnings, "compile", lambda: compile_facts(self.compile_watch.facts()))
+        facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None, compile=compiled,
                              cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns,
                              inference=recorder.inference, model_forwards=recorder.model_forwards,
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
@@ -433,11 +453,13 @@ def _skipped_samples(warnings: WarningSink) -> tuple[SkippedSamples, ...]:
         return ()
 
 
-def _quietly(warnings: WarningSink, cause: str, action) -> None:
+def _quietly(warnings: WarningSink, cause: str, action) -> Any:
+    """``action()``, or None with a warning when it fails."""
     try:
-        action()
+        return action()
     except Exception as exc:  # noqa: BLE001
         warnings.once(cause, f"{cause} failed ({type(exc).__name__}: {exc})")
+        return None
 
 
 def _code_attribution(stacks: Any, gc_pauses: Any, steps: Any, warnings: WarningSink) -> dict[str, Any]:

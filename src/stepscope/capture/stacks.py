@@ -76,7 +76,7 @@ PYTHON_SWITCH_INTERVAL_S = 0.005
 
 #: Recorder phase index (capture.recorder: other, data_wait, forward, backward, optimizer) -> PHASES index.
 _PHASE_OF_RECORDER = tuple(PHASES.index(name) for name in ("other", "data_wait", "forward", "backward", "optimizer",
-                                                          "communication"))
+                                                          "communication", "compile"))
 _DATA_WAIT = PHASES.index("data_wait")
 _MAIN, _WORKER = STACK_ROLES.index("main"), STACK_ROLES.index("worker")
 _now = time.perf_counter_ns

@@ -15,14 +15,16 @@ from typing import Any
 
 
 class TorchImportWatcher(importlib.abc.MetaPathFinder):
-    """A meta-path finder that wraps torch's loader to call ``callback`` after it executes."""
+    """A meta-path finder that wraps a module's loader (torch's by default) to call ``callback``
+    after the module executes."""
 
-    def __init__(self, callback: Callable[[], None]):
+    def __init__(self, callback: Callable[[], None], module: str = "torch"):
         self.callback = callback
+        self.module = module
         self._searching = False
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None):
-        if fullname != "torch" or self._searching:
+        if fullname != self.module or self._searching:
             return None
         self._searching = True
         try:
@@ -63,14 +65,15 @@ def _find_after(watcher: TorchImportWatcher, fullname: str, path: Any, target: A
     return importlib.machinery.PathFinder.find_spec(fullname, path)
 
 
-def when_torch_imported(callback: Callable[[], None]) -> TorchImportWatcher | None:
-    """Call ``callback`` now if torch is loaded, else right after it is imported.
+def when_torch_imported(callback: Callable[[], None], module: str = "torch") -> TorchImportWatcher | None:
+    """Call ``callback`` now if ``module`` (torch by default) is loaded, else right after it is
+    imported.
 
     Returns the watcher (call ``remove()`` to cancel), or None when the callback already ran.
     """
-    if sys.modules.get("torch") is not None:
+    if sys.modules.get(module) is not None:
         callback()
         return None
-    watcher = TorchImportWatcher(callback)
+    watcher = TorchImportWatcher(callback, module)
     sys.meta_path.insert(0, watcher)
     return watcher

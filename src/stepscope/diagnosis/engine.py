@@ -53,6 +53,8 @@ SUPERSEDES: dict[str, frozenset[str]] = {
     "communication": frozenset({"compute"}),
     # a checkpoint or evaluation every N steps lands in "other": the stall names it better
     "periodic_stall": frozenset({"outside_model"}),
+    # recompilations are slow steps, an eager fall-back launches every op: the compile finding names the cause
+    "compile": frozenset({"launch_overhead", "periodic_stall", "compute"}),
 }
 
 #: Families whose evidence is CPU time or CPU-relative rates: other processes on the machine make
@@ -70,6 +72,7 @@ CLAIM_PHASES: dict[str, tuple[str, ...]] = {
     "compute": ("forward", "backward", "optimizer"),
     "other": ("other",),
     "communication": ("communication",),
+    "compile": ("compile",),
 }
 
 

@@ -27,6 +27,7 @@ Family = Literal[
     "foreign_load",
     "garbage_collection",
     "outside_model",
+    "compile",
     "healthy",
 ]
 

@@ -23,8 +23,10 @@ SCHEMA_VERSION = 2
 RECORD_KIND = "stepscope.run_record"
 
 #: Phases, in the order they are rendered. They partition each step exactly:
-#: ``data_wait + forward + backward + optimizer + communication + other == duration``.
-PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "communication", "other")
+#: ``data_wait + forward + backward + optimizer + communication + other + compile == duration``.
+#: (``compile`` — torch.compile compiling inside the step — came last so that older phase indices
+#: stay valid.)
+PHASES: tuple[str, ...] = ("data_wait", "forward", "backward", "optimizer", "communication", "other", "compile")
 
 #: Every step column and what it holds. ``-1`` means "unknown" where a value may be missing.
 STEP_COLUMNS: dict[str, str] = {
@@ -42,6 +44,8 @@ STEP_COLUMNS: dict[str, str] = {
     "communication_overlap_ns": "collective time that ran while another phase computed (DDP buckets during "
                                 "backward); not part of the partition",
     "other_ns": "the rest of the step",
+    "compile_ns": "time torch.compile spent compiling inside the step (dynamo's compilation callbacks); "
+                  "not part of forward or backward; 0 in records written before it",
     "batches": "batches fetched from DataLoaders during the step (micro-batches)",
     "samples": "samples in those batches (-1 when it could not be inferred)",
     "optimizer_steps": "optimizer.step calls that ended in the step",
@@ -67,6 +71,7 @@ class StepTable:
     communication_ns: np.ndarray
     communication_overlap_ns: np.ndarray
     other_ns: np.ndarray
+    compile_ns: np.ndarray
     batches: np.ndarray
     samples: np.ndarray
     optimizer_steps: np.ndarray
@@ -290,6 +295,56 @@ class SkippedSamples:
 
 
 @dataclass(frozen=True)
+class Compilation:
+    """One compilation of a frame by torch.compile (dynamo), as dynamo's own metrics report it."""
+
+    compile_id: str  # "frame/attempt", e.g. "0/3": frame 0's fourth compilation
+    frame: str
+    function: str
+    file: str
+    line: int
+    start_ns: int  # monotonic clock (the compile callbacks'), -1 unknown
+    duration_ns: int
+    trigger: str  # "" for a frame's first compilation, else the guard that failed
+    graph_breaks: int | None = None
+    guard_latency_us: float | None = None  # guard-check cost per call of this variant
+    failure: str | None = None  # what made dynamo give up on this attempt
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    file: str
+    line: int
+    reason: str
+    count: int  # times the break was logged (once per compilation that met it)
+    first_ns: int
+
+
+@dataclass(frozen=True)
+class RecompileLimitHit:
+    """A frame hit ``torch._dynamo.config.recompile_limit``: it runs eager from then on."""
+
+    ts_ns: int
+    function: str
+    file: str
+    line: int
+    limit: int
+    last_reason: str
+
+
+@dataclass(frozen=True)
+class CompileFacts:
+    """What capture saw of torch.compile (see :mod:`stepscope.capture.compile_watch`)."""
+
+    sources: tuple[str, ...] = ()  # what this torch version gave
+    compilations: tuple[Compilation, ...] = ()
+    graph_breaks: tuple[GraphBreak, ...] = ()
+    limit_hits: tuple[RecompileLimitHit, ...] = ()
+    recompile_limit: int | None = None
+    counters: dict[str, Any] = field(default_factory=dict)  # dynamo's counters (graph_break, stats)
+
+
+@dataclass(frozen=True)
 class CaptureFacts:
     """Typed facts capture measured besides the steps (each None when not measured)."""
 
@@ -310,6 +365,8 @@ class CaptureFacts:
     #: the training ran in those children: the parent's steps are not the training
     training_in_children: bool = False
     overrides: Overrides | None = None  # `--set` / `--max-steps`; None when neither was given
+    #: torch.compile: compilations, graph breaks, recompile-limit hits; None when nothing compiled
+    compile: CompileFacts | None = None
     #: one entry per SkipBadSamples dataset the script made (empty when it made none)
     skipped_samples: tuple[SkippedSamples, ...] = ()
 

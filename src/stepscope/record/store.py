@@ -31,13 +31,17 @@ from stepscope.record.run import (
     RECORD_KIND,
     SCHEMA_VERSION,
     CaptureFacts,
+    Compilation,
+    CompileFacts,
     ComputeFacts,
     CpuPeak,
     DeviceInfo,
+    GraphBreak,
     LoaderInfo,
     Override,
     Overrides,
     ProfilerWindow,
+    RecompileLimitHit,
     RunMeta,
     RunRecord,
     SkippedSamples,
@@ -240,11 +244,26 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
         main_cpu_s=None if data.get("main_cpu_s") is None else float(data["main_cpu_s"]),
         training_in_children=bool(data.get("training_in_children", False)),
         overrides=_overrides(data.get("overrides")),
+        compile=_compile(data.get("compile")),
         skipped_samples=tuple(
             SkippedSamples(**{**_known(SkippedSamples, {k: v for k, v in dict(item).items() if k != "by_process"}),
                               "by_process": tuple(int(count) for count in item.get("by_process", ()) or ())})
             for item in data.get("skipped_samples", ()) or ()),
     )
+
+
+def _compile(data: Any) -> CompileFacts | None:
+    """``facts.compile`` (absent in records written before it, and when nothing was compiled)."""
+    if data is None:
+        return None
+    return CompileFacts(
+        sources=tuple(str(item) for item in data.get("sources", ()) or ()),
+        compilations=tuple(Compilation(**_known(Compilation, dict(item))) for item in data.get("compilations", ()) or ()),
+        graph_breaks=tuple(GraphBreak(**_known(GraphBreak, dict(item))) for item in data.get("graph_breaks", ()) or ()),
+        limit_hits=tuple(RecompileLimitHit(**_known(RecompileLimitHit, dict(item)))
+                         for item in data.get("limit_hits", ()) or ()),
+        recompile_limit=None if data.get("recompile_limit") is None else int(data["recompile_limit"]),
+        counters=dict(data.get("counters") or {}))
 
 
 def _overrides(data: Any) -> Overrides | None:

@@ -33,7 +33,7 @@ from stepscope._version import __version__
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES
 from stepscope.report import html_charts as charts
-from stepscope.report.lines import gain_line, overridden_line, skipped_line, withdrawn_line
+from stepscope.report.lines import compile_line, gain_line, overridden_line, skipped_line, withdrawn_line
 from stepscope.report.model import Report
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
@@ -161,6 +161,8 @@ def _header(report: Report, run_dir: str | None) -> str:
         loaders += f'<div class="sub">overridden: {text(overridden_line(facts_of_run.overrides))}</div>'
     if report.skipped_samples is not None:
         loaders += f'<div class="sub warning">skipped samples: {text(skipped_line(report.skipped_samples))}</div>'
+    if report.evidence.compile is not None:
+        loaders += f'<div class="sub">torch.compile: {text(compile_line(report.evidence.compile))}</div>'
     where = f'<div class="sub">run directory {text(run_dir)}</div>' if run_dir else ""
     argv = f'<div class="sub">{text(" ".join(meta.argv))}</div>' if meta is not None and meta.argv else ""
     items = "".join(f"<span>{text(name)} <b>{text(value)}</b></span>" for name, value in facts)

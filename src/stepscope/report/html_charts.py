@@ -26,9 +26,9 @@ from html import escape
 import numpy as np
 
 PHASE_COLORS = {"data_wait": "#e4572e", "forward": "#4c78a8", "backward": "#72b7b2",
-                "optimizer": "#b279a2", "communication": "#eeca3b", "other": "#b8b0a8"}
+                "optimizer": "#b279a2", "communication": "#eeca3b", "other": "#b8b0a8", "compile": "#54a24b"}
 PHASE_LABELS = {"data_wait": "data wait", "forward": "forward", "backward": "backward",
-                "optimizer": "optimizer", "communication": "communication", "other": "other"}
+                "optimizer": "optimizer", "communication": "communication", "other": "other", "compile": "compile"}
 SERIES_COLORS = ("#4c78a8", "#e4572e", "#54a24b", "#b279a2", "#eeca3b", "#72b7b2", "#ff9da6", "#9d755d")
 CATEGORY_COLORS = {"Kernel": "#4c78a8", "Memcpy": "#eeca3b", "Memset": "#f2cf5b", "Communication": "#b279a2",
                    "Runtime": "#e45756", "DataLoader": "#e4572e", "CPU Exec": "#54a24b", "Other": "#b8b0a8"}

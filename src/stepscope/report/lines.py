@@ -80,3 +80,22 @@ def verification_line(verification: dict[str, Any]) -> str:
     head += f"; best measured: {best}" if best else "; no change beat the baseline beyond noise"
     notes = [str(item) for item in verification.get("notes", ())]
     return head + ("" if not notes else " — " + "; ".join(notes))
+
+
+def compile_line(summary: Any) -> str:
+    """torch.compile: ``9 compilations (8 recompiles) of 1 frame · 2.5 s compiling (38% of the steps) ·
+    forward() runs eager since step 8 (recompile limit 8) · 2 graph breaks``."""
+    frames = len(summary.frames)
+    parts = [f"{summary.compilations} compilation{'s' if summary.compilations != 1 else ''}"
+             + (f" ({summary.recompiles} recompile{'s' if summary.recompiles != 1 else ''})" if summary.recompiles else "")
+             + f" of {frames} frame{'s' if frames != 1 else ''}",
+             f"{summary.compile_s:.2f} s compiling ({format_ratio(summary.compile_share)} of the steps)"]
+    for frame in summary.limit_hits:
+        since = f"since step {frame.limit_hit_step}" if frame.limit_hit_step is not None and frame.limit_hit_step >= 0 \
+            else "from the start"
+        parts.append(f"{frame.function}() runs eager {since} (recompile limit {frame.limit})")
+    if summary.graph_break_count:
+        parts.append(f"{summary.graph_break_count} graph break{'s' if summary.graph_break_count != 1 else ''}")
+    if summary.speedup is not None:
+        parts.append(f"eager/compiled step ×{summary.speedup:.2f}")
+    return " · ".join(parts)

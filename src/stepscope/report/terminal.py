@@ -12,7 +12,8 @@ from rich.text import Text
 
 from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.record.run import PHASES, LoaderInfo
-from stepscope.report.lines import gain_line, overridden_line, skipped_line, verification_line, withdrawn_line
+from stepscope.report.lines import (compile_line, gain_line, overridden_line, skipped_line, verification_line,
+                                    withdrawn_line)
 from stepscope.report.model import Report
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
@@ -24,6 +25,7 @@ PHASE_STYLE = {
     "optimizer": ("optimizer", "magenta"),
     "communication": ("communication", "yellow"),
     "other": ("other", "bright_black"),
+    "compile": ("compile", "green"),
 }
 SEVERITY_STYLE = {
     Severity.CRITICAL: "bold red",
@@ -65,7 +67,7 @@ def phase_bar(shares: dict[str, float], width: int = BAR_WIDTH) -> Text:
 
 def _phase_legend(shares: dict[str, float], measured: tuple[str, ...] | None = None) -> Text:
     legend = Text()
-    shown = [phase for phase in PHASES if phase != "communication" or shares.get(phase, 0.0) > 0]
+    shown = [phase for phase in PHASES if phase not in ("communication", "compile") or shares.get(phase, 0.0) > 0]
     for index, phase in enumerate(shown):
         label, style = PHASE_STYLE[phase]
         if index:
@@ -105,6 +107,9 @@ def _overview(report: Report) -> Table:
     if mfu is not None:
         table.add_row("MFU", Text(f"{format_ratio(mfu.value)} (range {format_ratio(mfu.low)}–{format_ratio(mfu.high)}) "
                                   f"of the {printable(mfu.peak_source)}"))
+    compiled = report.evidence.compile
+    if compiled is not None:
+        table.add_row("Compile", Text(printable(compile_line(compiled))))
     gc = report.evidence.gc
     if gc is not None and gc.count:
         largest = f", largest {format_duration(gc.largest.duration_s)}" if gc.largest is not None else ""

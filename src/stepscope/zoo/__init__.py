@@ -150,6 +150,37 @@ SCENARIOS: dict[str, Scenario] = {
             "collections walk the ever larger cache (GC pauses measured with gc.callbacks)",
         ),
         Scenario(
+            name="compile-recompiles",
+            module="stepscope.zoo.compile_recompiles",
+            planted_family="compile",
+            title="torch.compile(dynamic=False) fed a new sequence length every step",
+            mechanism="each new length fails a shape guard and recompiles the forward, until the frame hits "
+            "the recompile limit (8) and runs eager for new lengths",
+        ),
+        Scenario(
+            name="compile-graph-break",
+            module="stepscope.zoo.compile_graph_break",
+            planted_family="compile",
+            title="a compiled forward branching on tensor.item()",
+            mechanism="dynamo cannot trace .item(): the frame breaks into two graphs and the code after the "
+            "break is compiled again for the values it specialises on",
+        ),
+        Scenario(
+            name="compile-short",
+            module="stepscope.zoo.compile_short",
+            planted_family="compile",
+            title="a compiled MLP trained for 20 steps",
+            mechanism="compiling the model takes most of a job this short and never pays back",
+        ),
+        Scenario(
+            name="compile-healthy",
+            module="stepscope.zoo.compile_healthy",
+            planted_family="healthy",
+            title="a compiled MLP, one graph compiled once, 200 steps",
+            mechanism="fixed shapes and no data-dependent Python: one compilation, then the compiled graph; "
+            "its compile time a small share of the run",
+        ),
+        Scenario(
             name="healthy",
             module="stepscope.zoo.healthy",
             planted_family="healthy",

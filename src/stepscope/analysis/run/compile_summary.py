@@ -120,7 +120,9 @@ def summarize_compile(record: RunRecord) -> CompileSummary | None:
     for item, step in zip(facts.compilations, step_of.tolist()):
         frames.setdefault(item.frame, []).append((item, step))
     out = []
-    for frame, items in frames.items():
+    for frame, all_items in frames.items():
+        # an attempt dynamo gave up on (the recompile limit, an unsupported construct) compiled nothing
+        items = [entry for entry in all_items if entry[0].failure is None] or all_items
         first, first_step = items[0]
         triggers = tuple(item.trigger for item, _ in items[1:] if item.trigger)
         hit = next((limit for limit in facts.limit_hits if limit.function == first.function

@@ -27,6 +27,7 @@ from stepscope.analysis.trace.launch_stats import LaunchStats, launch_stats
 from stepscope.analysis.trace.memory import MemoryView, memory_view
 from stepscope.analysis.trace.op_tree import build_op_tree
 from stepscope.analysis.trace.operators import OperatorTable, operator_table
+from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
 from stepscope.analysis.trace.python_overhead import PythonOverhead, python_overhead
 from stepscope.analysis.trace.step_breakdown import StepBreakdown, TraceSteps, find_steps, step_breakdown
 from stepscope.analysis.trace.stragglers import RankSummary
@@ -61,6 +62,7 @@ class RankAnalysis:
     counters: dict[str, float | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     idle_causes: IdleCauses | None = None
+    compiled: CompiledRegions | None = None  # torch.compile's regions, graphs and guard checks
 
     def to_dict(self, full: bool = True) -> dict[str, Any]:
         limit = None if full else 25
@@ -84,6 +86,7 @@ class RankAnalysis:
             "counters": dict(self.counters),
             "warnings": list(self.warnings),
             "idle_causes": None if self.idle_causes is None else self.idle_causes.to_dict(),
+            "compiled_regions": None if self.compiled is None else self.compiled.to_dict(),
         }
 
 
@@ -162,6 +165,7 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         counters=_counters(links, steps),
         warnings=trace.warnings,
         idle_causes=idle_causes(links),
+        compiled=compiled_regions(links, steps),
     )
 
 
@@ -209,6 +213,9 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
         median_kernel_us=item.counters.get("median_kernel_us"),
         launch_delay_us_median=launches["launch_delay_us"]["p50"] if launches.get("count") else None,
         python_share=None if python is None else python.share("python"),
+        compiled_graphs_per_step=None if item.compiled is None else item.compiled.graphs_per_step,
+        compiled_recompiled_frames=() if item.compiled is None else item.compiled.recompiled_frames,
+        compiled_variants=() if item.compiled is None else item.compiled.variants,
         aten_share=None if python is None else python.share("aten"),
         sync_count_per_step=item.counters.get("sync_count_per_step"),
         sync_share=item.counters.get("sync_share"),

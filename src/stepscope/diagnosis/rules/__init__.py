@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from stepscope.diagnosis.engine import Rule
 from stepscope.diagnosis.rules.communication import exposed_collectives
+from stepscope.diagnosis.rules.compile import compile_time, graph_breaks, recompile_limit, recompiling, trace_regions
 from stepscope.diagnosis.rules.compute import low_mfu
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
 from stepscope.diagnosis.rules.foreign_load import neighbour_bursts, others_on_the_machine
@@ -45,4 +46,9 @@ RULES: tuple[Rule, ...] = (
     neighbour_bursts,
     collector_pauses,
     other_dominates,
+    recompile_limit,
+    recompiling,
+    graph_breaks,
+    compile_time,
+    trace_regions,
 )

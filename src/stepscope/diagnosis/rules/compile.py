@@ -31,6 +31,9 @@ RECOMPILES_NORMAL = 1
 #: HIGH level for any one category).
 COMPILE_SHARE_HIGH = 0.20
 COMPILE_SHARE_NOTE = 0.02
+#: Compile time is spent in the first steps, which the steady state leaves out: its share is of the
+#: whole run's step time (shown so, and not capped by the steady state's phases).
+RUN_BASIS = "measured over all the run's steps (compiling happens in the first ones, outside the steady state)"
 #: Risk weight of a frame that fell back to eager when its eager cost was not measured.
 EAGER_IMPACT = 0.2
 
@@ -52,21 +55,30 @@ def recompile_limit(ev: RunEvidence) -> Finding | None:
     if frame.triggers:
         evidence.append(Evidence("last_guard_failure", frame.triggers[-1], None, "compile", "text", frame.label))
     impact, basis = EAGER_IMPACT, "estimate: the frame's eager cost was not measured against its compiled steps"
+    share = frame.compile_s / summary.run_s if summary.run_s > 0 else 0.0
+    if share > impact:  # the compilations it made before giving up cost more than the estimate
+        impact, basis = share, RUN_BASIS
+    evidence.append(Evidence("compile_s", round(frame.compile_s, 3), None, "compile", "s",
+                             f"{frame.compilations} compilations, {common.pct(share)} of the run's step time"))
     extra = ""
     if summary.speedup is not None and summary.eager_step_s is not None and summary.compiled_step_s is not None:
-        impact = max(0.0, 1.0 - summary.compiled_step_s / summary.eager_step_s)
-        basis = "measured"
+        eager_cost = max(0.0, 1.0 - summary.compiled_step_s / summary.eager_step_s)
+        if eager_cost >= impact:
+            impact, basis = eager_cost, "measured"
         extra = (f" Its eager steps take {common.ms(summary.eager_step_s)} against {common.ms(summary.compiled_step_s)} "
                  f"compiled (×{summary.speedup:.2f}).")
         evidence.append(Evidence("eager_over_compiled", round(summary.speedup, 3), None, "steps", "x",
                                  "median step after the fall-back over the compiled steps before it"))
     changing = f" the guards say {frame.changing} changes" if frame.changing else ""
-    since = f"since step {step}" if step is not None else "from the start"
-    title = (f"torch.compile gave up on {frame.function}(): after {frame.compilations} compilations it runs eager "
-             f"{since} (recompile limit {frame.limit})")
+    at = f" at step {step}" if step is not None else ""
+    title = (f"torch.compile gave up on {frame.function}(){at}: {frame.compilations} compilations"
+             + (f" as {frame.changing} changed" if frame.changing else "")
+             + f" hit the recompile limit ({frame.limit}), new input shapes run eager; compiling took "
+             f"{common.ms(frame.compile_s)} ({common.pct(share)} of the run)")
     summary_text = (f"Dynamo compiled {frame.label} {frame.compilations} times —{changing or ' each for a new guard failure'} "
-                    f"— until it hit torch._dynamo.config.recompile_limit ({frame.limit}); from then on the frame runs "
-                    f"without compilation, while the script still looks compiled.{extra}")
+                    f"— until it hit torch._dynamo.config.recompile_limit ({frame.limit}); from then on a call whose "
+                    f"guards match none of the {frame.compilations} compiled variants runs without compilation, while "
+                    f"the script still looks compiled.{extra}")
     return common.finding("compile.recompile_limit", "compile", title, impact, 0.9, evidence,
                           _shape_prescriptions(frame), summary_text, severity=max(Severity.HIGH,
                                                                                   severity_for_impact(impact)),
@@ -82,20 +94,20 @@ def recompiling(ev: RunEvidence) -> Finding | None:
         return None
     frame = max(frames, key=lambda item: item.recompiles)
     recompile_s = frame.compile_s * frame.recompiles / max(frame.compilations, 1)
-    share = recompile_s / summary.run_s if summary.run_s > 0 else 0.0
+    share = frame.compile_s / summary.run_s if summary.run_s > 0 else 0.0
     evidence = [Evidence("recompilations", frame.recompiles, RECOMPILES_NORMAL, "compile", "count", frame.label),
                 Evidence("recompile_s", round(recompile_s, 3), None, "compile", "s", "estimated: the frame's compile "
                          "time × its recompilations' share of its compilations")]
     for reason in frame.triggers[:3]:
         evidence.append(Evidence("guard_failure", reason, None, "compile", "text", frame.label))
     changing = f": {frame.changing} changes" if frame.changing else ""
-    title = (f"torch.compile recompiles {frame.function}() {frame.recompiles} times{changing} "
-             f"({common.ms(recompile_s)}, {common.pct(share)} of the run)")
+    title = (f"torch.compile recompiles {frame.function}() {frame.recompiles} times{changing}: compiling it took "
+             f"{common.ms(frame.compile_s)}, {common.pct(share)} of the run")
     text = (f"Each new value of a guarded input compiles {frame.label} again. "
             + (f"The failed guards name {frame.changing}." if frame.changing else
                f"The failed guards: {'; '.join(frame.triggers[:2])}."))
     return common.finding("compile.recompiling", "compile", title, share, 0.85, evidence, _shape_prescriptions(frame),
-                          text, claims=("compute",))
+                          text, claims=("compile",), impact_basis=RUN_BASIS)
 
 
 def graph_breaks(ev: RunEvidence) -> Finding | None:
@@ -108,22 +120,34 @@ def graph_breaks(ev: RunEvidence) -> Finding | None:
         evidence.append(Evidence("graph_break", f"{item.label}: {item.reason}", None, "compile", "text",
                                  f"{item.count}×"))
     where = f"{top.label}"
+    graphs = len(summary.frames) + sum(item.recompiles for item in summary.frames)
     title = (f"torch.compile breaks the graph at {where} ({_short(top.reason)})"
-             + (f" and {len(summary.graph_breaks) - 1} more place(s)" if len(summary.graph_breaks) > 1 else ""))
+             + (f" and {len(summary.graph_breaks) - 1} more place(s)" if len(summary.graph_breaks) > 1 else "")
+             + f": {graphs} graphs, {common.ms(summary.compile_s)} compiling ({common.pct(summary.compile_share)} "
+             "of the run)")
     text = ("A graph break splits the compiled code into several graphs and runs the code between them eagerly; "
-            "a data-dependent one (.item(), a Python branch on a tensor) also waits for the value.")
-    return common.finding("compile.graph_breaks", "compile", title, 0.05, 0.85, evidence,
+            "a data-dependent one (.item(), a Python branch on a tensor) also waits for the value, and every value "
+            "of it the guards specialise on compiles the code after the break again.")
+    impact, basis = 0.05, ("estimate: a graph break's cost is not timed apart from the step "
+                           "(a trace shows the graphs per step)")
+    if summary.compile_share > impact:
+        impact, basis = summary.compile_share, RUN_BASIS
+    evidence.append(Evidence("compile_share", round(summary.compile_share, 4), None, "compile", "ratio",
+                             "all compilations, over the run's steps"))
+    return common.finding("compile.graph_breaks", "compile", title, impact, 0.85, evidence,
                           [*_break_prescriptions(top.reason, where),
                            Prescription("torch.compile(model, fullgraph=True) while fixing them",
                                         "turns every graph break into an error with its line, so none is missed")],
-                          text, impact_basis="estimate: a graph break's cost is not timed apart from the step "
-                                             "(a trace shows the graphs per step)", claims=("compute",))
+                          text, impact_basis=basis, claims=("compile",))
 
 
 def compile_time(ev: RunEvidence) -> Finding | None:
     summary = _summary(ev)
     if summary is None or summary.compile_s <= 0 or summary.compile_share < COMPILE_SHARE_NOTE:
         return None
+    if summary.limit_hits or summary.graph_breaks or any(item.recompiles > RECOMPILES_NORMAL
+                                                          for item in summary.frames):
+        return None  # the recompiling or graph-break finding holds the compile time, with its cause
     share = summary.compile_share
     evidence = [Evidence("compile_s", round(summary.compile_s, 3), None, "compile", "s",
                          f"{summary.compilations} compilation(s)"),
@@ -146,7 +170,39 @@ def compile_time(ev: RunEvidence) -> Finding | None:
     severe = share >= COMPILE_SHARE_HIGH
     return common.finding("compile.compile_time", "compile", title, share, 0.9, evidence, prescriptions,
                           "Compilation ran inside the steps (the compile phase)." + bought,
-                          severity=None if severe else Severity.LOW, claims=("compute",))
+                          severity=None if severe else Severity.LOW, claims=("compile",), impact_basis=RUN_BASIS)
+
+
+def trace_regions(ev: RunEvidence) -> Finding | None:
+    """A bare trace (no run record): what its compiled regions say — several graphs per step
+    (graph breaks), recompiled variants of a frame."""
+    if ev.compile is not None or ev.trace is None:
+        return None
+    graphs = ev.trace.compiled_graphs_per_step
+    recompiled = ev.trace.compiled_recompiled_frames
+    if graphs is None or (graphs <= 1.0 and not recompiled):
+        return None
+    evidence = [Evidence("compiled_graphs_per_step", round(graphs, 2), 1.0, "trace", "count",
+                         "CompiledFunction events per profiled step")]
+    parts = []
+    if graphs > 1.0:
+        parts.append(f"runs as {graphs:.0f} compiled graphs per step (graph breaks)")
+    if recompiled:
+        evidence.append(Evidence("recompiled_variants", ", ".join(item for item in ev.trace.compiled_variants
+                                                                  if not item.endswith("/0")), None, "trace", "text",
+                                 "Torch-Compiled Region F/N with N > 0"))
+        parts.append(f"calls recompiled variants of frame(s) {', '.join(recompiled)}")
+    title = "The compiled code " + " and ".join(parts)
+    return common.finding(
+        "compile.trace_regions", "compile", title, 0.05, 0.6, evidence,
+        [Prescription("Run the script under `stepscope run` (or with TORCH_LOGS=graph_breaks,recompiles) to see "
+                      "each break's line and each recompilation's guard",
+                      "a trace shows that the code is split or recompiled, not where or why"),
+         Prescription("torch.compile(model, fullgraph=True) while fixing breaks",
+                      "turns every graph break into an error with its line")],
+        "Torch-Compiled Region events with a variant number above 0 are recompiled code; more than one "
+        "CompiledFunction per step is a frame broken into several graphs.",
+        impact_basis="estimate: a trace alone does not time what the breaks or recompilations cost", claims=("compile",))
 
 
 def _short(reason: str) -> str:
@@ -185,4 +241,4 @@ def _break_prescriptions(reason: str, where: str) -> list[Prescription]:
                          f"dynamo does not trace it: {_short(reason)}")]
 
 
-__all__ = ["compile_time", "graph_breaks", "recompile_limit", "recompiling"]
+__all__ = ["compile_time", "graph_breaks", "recompile_limit", "recompiling", "trace_regions"]

@@ -102,6 +102,7 @@ def _prescriptions(ev: RunEvidence, estimate: MfuEstimate) -> list[Prescription]
         out.append(Prescription("Increase the batch size (or matrix sizes)",
                                 "small matrices leave the hardware idle"))
     out += precision_levers(ev, estimate)
-    out.append(Prescription("model = torch.compile(model)",
-                            "fuses memory-bound elementwise work around the matmuls"))
+    if ev.compile is None:  # a compiled model is not told to compile
+        out.append(Prescription("model = torch.compile(model)",
+                                "fuses memory-bound elementwise work around the matmuls"))
     return out

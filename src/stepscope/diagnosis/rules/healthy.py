@@ -31,8 +31,9 @@ def verdict(ev: RunEvidence, findings: tuple[Finding, ...] = ()) -> Finding | No
         evidence.append(Evidence("mfu", round(measured.value, 4), None, "record", "ratio",
                                  f"{measured.peak_source}; range {mfu_text(measured)}"))
     prescriptions = precision_levers(ev, measured)
-    prescriptions.append(Prescription("model = torch.compile(model)",
-                                      "fuses elementwise work and removes Python overhead"))
+    if ev.compile is None:  # a compiled model is not told to compile
+        prescriptions.append(Prescription("model = torch.compile(model)",
+                                          "fuses elementwise work and removes Python overhead"))
     prescriptions.append(Prescription("A larger batch if memory allows (scale the learning rate)",
                                       "more work per step amortises fixed per-step costs"))
     bound = "compute-bound" if stats.compute_share >= 0.5 else "not dominated by one stage"

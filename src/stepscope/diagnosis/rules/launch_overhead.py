@@ -92,8 +92,9 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
     if kernels:
         evidence.append(Evidence("kernel_count_per_step", round(kernels, 1), None, "trace", "count", "per step"))
     prescriptions = [
-        Prescription("model = torch.compile(model)",
-                     "fuses chains of small operators into a few kernels and removes per-op Python dispatch"),
+        *([] if ev.compile is not None else [Prescription(  # a compiled model is not told to compile
+            "model = torch.compile(model)",
+            "fuses chains of small operators into a few kernels and removes per-op Python dispatch")]),
         Prescription("Batch the small operations: stack per-layer/per-item tensors and use one batched op "
                      "(bmm, vmap, grouped layers) instead of Python loops over small ones",
                      f"{int(ops)} operators per step" if ops else "many small operators per step"),
