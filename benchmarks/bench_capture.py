@@ -10,6 +10,7 @@
    counted); median ratio.
 
     python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
+    python benchmarks/bench_capture.py --compiled aot_eager [--rounds 7]   # end to end, compiled model
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ LOOP = textwrap.dedent("""
     data = TensorDataset(torch.randn(steps * 32, 256), torch.randn(steps * 32, 1))
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
                                 torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    if len(sys.argv) > 2:  # --compiled: the same loop on torch.compile(model, backend=...)
+        model = torch.compile(model, backend=sys.argv[2])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     warmup = 20
     for index, (x, y) in enumerate(DataLoader(data, batch_size=32)):
@@ -118,11 +121,12 @@ IN_PROCESS = textwrap.dedent("""
 """)
 
 
-def run_once(script: Path, steps: int, wrapped: bool, workdir: Path) -> float:
+def run_once(script: Path, steps: int, wrapped: bool, workdir: Path, extra: tuple[str, ...] = ()) -> float:
     prefix = [sys.executable, "-m", "stepscope", "run", "--no-summary", "--no-monitor", "--force",
               "-o", str(workdir / "run")] if wrapped else [sys.executable]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run([*prefix, str(script), str(steps)], capture_output=True, text=True, env=env, check=True)
+    result = subprocess.run([*prefix, str(script), str(steps), *extra], capture_output=True, text=True, env=env,
+                            check=True)
     return float(result.stdout.strip().splitlines()[-2])
 
 
@@ -151,9 +155,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--block", type=int, default=100, help="steps per in-process block")
+    parser.add_argument("--compiled", metavar="BACKEND", help="only the end-to-end comparison, on the loop's model "
+                        "compiled with torch.compile(backend=BACKEND), e.g. aot_eager or inductor")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
+        if args.compiled:
+            end_to_end(args, workdir, (args.compiled,))
+            return
         bare, captured = minimal_step(2000, args.rounds + 3, workdir)
         cost = captured - bare
         print(f"hook cost: minimal step {bare * 1e6:.1f} µs bare, {captured * 1e6:.1f} µs captured "
@@ -161,17 +170,21 @@ def main() -> None:
         wall, cpu, step = in_process(args.block, args.rounds * 3, workdir)
         print(f"in-process, alternating blocks of {args.block} steps ({step * 1e3:.2f} ms/step): "
               f"median ratio wall {wall:.4f}, CPU time {cpu:.4f}", flush=True)
-        script = workdir / "loop.py"
-        script.write_text(LOOP)
-        ratios, bare_times, wrapped_times = [], [], []
-        for round_index in range(args.rounds):
-            order = (False, True) if round_index % 2 == 0 else (True, False)
-            times = {mode: run_once(script, args.steps, mode, workdir) for mode in order}
-            bare_times.append(times[False])
-            wrapped_times.append(times[True])
-            ratios.append(times[True] / times[False])
-            print(f"round {round_index}: bare {times[False] * 1e3:.3f} ms/step, "
-                  f"stepscope {times[True] * 1e3:.3f} ms/step, ratio {ratios[-1]:.4f}", flush=True)
+        end_to_end(args, workdir, ())
+
+
+def end_to_end(args: argparse.Namespace, workdir: Path, extra: tuple[str, ...]) -> None:
+    script = workdir / "loop.py"
+    script.write_text(LOOP)
+    ratios, bare_times, wrapped_times = [], [], []
+    for round_index in range(args.rounds):
+        order = (False, True) if round_index % 2 == 0 else (True, False)
+        times = {mode: run_once(script, args.steps, mode, workdir, extra) for mode in order}
+        bare_times.append(times[False])
+        wrapped_times.append(times[True])
+        ratios.append(times[True] / times[False])
+        print(f"round {round_index}: bare {times[False] * 1e3:.3f} ms/step, "
+              f"stepscope {times[True] * 1e3:.3f} ms/step, ratio {ratios[-1]:.4f}", flush=True)
     print(f"median step: bare {statistics.median(bare_times) * 1e3:.3f} ms, "
           f"stepscope {statistics.median(wrapped_times) * 1e3:.3f} ms")
     print(f"median overhead ratio: {statistics.median(ratios):.4f}")

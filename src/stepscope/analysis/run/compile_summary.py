@@ -147,7 +147,8 @@ def summarize_compile(record: RunRecord) -> CompileSummary | None:
     hits = [item.limit_hit_step for item in out if item.limit_hit_step is not None and item.limit_hit_step >= 0]
     eager, compiled, speedup, break_even = _speedup(record, step_of, compile_s, min(hits) if hits else None)
     return CompileSummary(
-        frames=tuple(out), compilations=len(facts.compilations), recompiles=sum(item.recompiles for item in out),
+        frames=tuple(out), compilations=sum(item.compilations for item in out),
+        recompiles=sum(item.recompiles for item in out),
         compile_s=compile_s, run_s=run_s, compile_share=compile_s / run_s if run_s > 0 else 0.0,
         graph_breaks=breaks, graph_break_count=sum(item.count for item in breaks), graphs_per_step=None,
         eager_step_s=eager, compiled_step_s=compiled, speedup=speedup, break_even_steps=break_even,
