@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from support import run_cli, run_python, write_script
 from stepscope.record.store import load_record
@@ -63,10 +62,12 @@ def test_capture_changes_no_compilation_and_no_loss(tmp_path):
     assert (total == steps.duration_ns).all()  # the compile phase is its own part of the step
 
 
-def demo(name: str, tmp_path):
-    result = run_cli(["demo", name, "-o", name, "--no-summary"], tmp_path, timeout=240)
+def demo(name: str, tmp_path, summary: bool = False):
+    result = run_cli(["demo", name, "-o", name, *(() if summary else ("--no-summary",))], tmp_path, timeout=240,
+                     env={"COLUMNS": "140"})
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads((tmp_path / name / "report.json").read_text())
+    report = json.loads((tmp_path / name / "report.json").read_text())
+    return (report, result.stderr) if summary else report
 
 
 def top_or_crowded(report: dict) -> dict | None:
@@ -77,7 +78,8 @@ def top_or_crowded(report: dict) -> dict | None:
 
 
 def test_a_recompile_storm_names_the_changing_dimension_and_the_limit(tmp_path):
-    report = demo("compile-recompiles", tmp_path)
+    report, summary = demo("compile-recompiles", tmp_path, summary=True)
+    assert "Compile" in summary and "runs eager since step" in summary  # the summary's compile row
     top = top_or_crowded(report)
     assert top["rule_id"] == "compile.recompile_limit", [item["title"] for item in report["findings"]]
     assert "tokens, dim 1" in top["title"] and "recompile limit (8)" in top["title"]
@@ -102,10 +104,3 @@ def test_compile_time_dominates_a_short_job_and_is_a_note_in_a_long_one(tmp_path
     assert healthy["findings"][0]["family"] in ("healthy", "foreign_load")
     text = json.dumps(healthy["findings"])
     assert "model = torch.compile(model)" not in text  # it is compiled
-
-
-@pytest.mark.parametrize("name", ["compile-recompiles"])
-def test_the_summary_has_a_compile_row(tmp_path, name):
-    run = run_cli(["demo", name, "-o", "d"], tmp_path, timeout=240, env={"COLUMNS": "140"})
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "Compile" in run.stderr and "runs eager since step" in run.stderr

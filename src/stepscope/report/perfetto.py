@@ -44,7 +44,7 @@ from stepscope.record.run import PHASES, RunRecord
 TID_BASE = 900_000_000
 TRACKS = ("step", *PHASES)
 TRACK_NAMES = {"step": "step", "data_wait": "data wait", "forward": "forward", "backward": "backward",
-               "optimizer": "optimizer", "communication": "communication", "other": "other"}
+               "optimizer": "optimizer", "communication": "communication", "other": "other", "compile": "compile"}
 #: A ProfilerStep residual larger than this is not trusted (the wrong window): wall mapping only.
 MAX_RESIDUAL_NS = 60_000_000_000
 
