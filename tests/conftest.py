@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 
 import pytest
 from fakes.clock import FakeClock
 from support import CONSOLE_SCRIPT
+
+# Runs made by tests (and their subprocesses, which inherit this) go to a throw-away run index,
+# never to the user's history.
+os.environ["STEPSCOPE_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="stepscope-index-"), "runs.sqlite")
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-
+from stepscope.analysis.compare_stats import range_verdict
 
 BASELINE = "baseline"
 COMBINED = "all of the above"
@@ -164,16 +164,9 @@ def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> t
 
 def verdict(values: Sequence[float], base_values: Sequence[float]) -> str:
     """``faster``/``slower`` when the throughput ranges do not overlap, else ``within noise``;
-    ``no noise bound`` with a single trial on either side; ``failed`` without a figure."""
-    if not values or not base_values:
-        return "failed"
-    if len(values) < 2 or len(base_values) < 2:
-        return "no noise bound"
-    if min(values) > max(base_values):
-        return "faster"
-    if max(values) < min(base_values):
-        return "slower"
-    return "within noise"
+    ``no noise bound`` with a single trial on either side; ``failed`` without a figure
+    (:func:`stepscope.analysis.compare_stats.range_verdict`, shared with ``tune-loader``)."""
+    return range_verdict(values, base_values, higher_is_better=True)
 
 
 def best_change(comparisons: Sequence[Comparison]) -> Comparison | None:
@@ -228,6 +221,7 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     source = str(Path(__file__).resolve().parents[1])  # this stepscope, also when run from a checkout
     env["PYTHONPATH"] = source + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["STEPSCOPE_INDEX"] = "off"  # trials are not runs of the user's history
     return env
 
 

@@ -213,8 +213,10 @@ def test_torchrun_ranks_write_their_records_into_one_run_dir(tmp_path):
             opt.step()
         dist.destroy_process_group()
     """)
+    index = tmp_path / "index.sqlite"
     result = run_python(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                         "-m", "stepscope", "run", "--no-monitor", "ddp.py"], tmp_path, timeout=300)
+                         "-m", "stepscope", "run", "--no-monitor", "--tag", "ddp", "ddp.py"], tmp_path, timeout=300,
+                        env={"STEPSCOPE_INDEX": str(index)})
     assert result.returncode == 0, result.stderr[-3000:]
     runs = list((tmp_path / "stepscope-runs").iterdir())
     assert len(runs) == 1, runs
@@ -223,6 +225,12 @@ def test_torchrun_ranks_write_their_records_into_one_run_dir(tmp_path):
         assert record.meta.rank == rank and record.meta.world_size == 2
         assert len(record.steps) == 4
     assert (runs[0] / "report.json").is_file()
+    # the job is one row of the run index (rank 0 writes it), with its tag
+    from stepscope.record.run_index import list_runs
+
+    (indexed,) = list_runs(index)
+    assert indexed.run_dir == str(runs[0].resolve()) and indexed.tags == ("ddp",)
+    assert indexed.get("world_size") == 2 and indexed.get("steps") == 4
 
 
 def test_trace_window_is_recorded_and_left_out_of_statistics(tmp_path):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import sys
 from typing import Any
 
 from stepscope._version import __version__
 from stepscope.record.run import DeviceInfo
+from stepscope.redact import redact_argv
 
 
 def usable_cpus() -> int | None:
@@ -63,7 +65,8 @@ def static_meta() -> dict[str, Any]:
         "cpu_count_usable": usable_cpus(),
         "pid": os.getpid(),
         "cwd": os.getcwd(),
-        "argv": tuple(sys.argv),
+        "argv": redact_argv(sys.argv),
+        "env": setup_env(),
         **distributed_env(),
     }
 
@@ -89,3 +92,75 @@ def torch_meta() -> dict[str, Any]:
         "intra_op_threads": int(torch.get_num_threads()),
         "devices": tuple(devices),
     }
+
+
+#: Environment variables that change how fast a run is (threads, devices, collectives, torch's
+#: own switches): recorded so that ``stepscope diff`` can say what changed between two runs.
+SETUP_ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "NCCL_", "GLOO_", "CUDA_", "CUBLAS_", "CUDNN_",
+                      "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "NVIDIA_", "HIP_", "ROCR_",
+                      "OMPI_", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "MALLOC_", "LD_PRELOAD")
+_ENV_VALUE_MAX = 300
+
+
+def setup_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of :data:`SETUP_ENV_PREFIXES` that are set (secret-looking ones masked)."""
+    from stepscope.redact import MASK, enabled, is_secret_name, redact_text
+
+    environ = dict(os.environ if environ is None else environ)
+    chosen = {}
+    for name in sorted(environ):
+        if not name.startswith(SETUP_ENV_PREFIXES):
+            continue
+        value = environ[name][:_ENV_VALUE_MAX]
+        if enabled():
+            value = MASK if is_secret_name(name) else redact_text(value)
+        chosen[name] = value
+    return chosen
+
+
+def git_commit(path: str | os.PathLike[str]) -> str | None:
+    """The commit checked out in the git repository that holds ``path`` (read from the ``.git``
+    files: no git binary needed), or None outside a repository or when it cannot be read."""
+    from pathlib import Path
+
+    try:
+        here = Path(path).resolve()
+        for folder in (here, *here.parents) if here.is_dir() else here.parents:
+            dot_git = folder / ".git"
+            if dot_git.is_file():  # a worktree or submodule: "gitdir: <path>"
+                pointer = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+                if not pointer.startswith("gitdir:"):
+                    return None
+                dot_git = (folder / pointer.split(":", 1)[1].strip()).resolve()
+            elif not dot_git.is_dir():
+                continue
+            return _resolve_head(dot_git)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _resolve_head(git_dir: os.PathLike[str]) -> str | None:
+    from pathlib import Path
+
+    git_dir = Path(git_dir)
+    head = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+    if not head.startswith("ref:"):
+        return head if re.fullmatch(r"[0-9a-f]{40,64}", head) else None
+    ref = head.split(":", 1)[1].strip()
+    common = git_dir
+    commondir = git_dir / "commondir"  # worktrees keep branches in the main repository
+    if commondir.is_file():
+        common = (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
+    for base in (git_dir, common):
+        loose = base / ref
+        if loose.is_file():
+            value = loose.read_text(encoding="utf-8", errors="replace").strip()
+            return value if re.fullmatch(r"[0-9a-f]{40,64}", value) else None
+    packed = common / "packed-refs"
+    if packed.is_file():
+        for line in packed.read_text(encoding="utf-8", errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == ref and re.fullmatch(r"[0-9a-f]{40,64}", parts[0]):
+                return parts[0]
+    return None

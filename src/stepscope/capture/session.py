@@ -39,6 +39,7 @@ from stepscope.capture.stacks import StackSampler
 from stepscope.capture.torch_windows import TraceWindow
 from stepscope.capture.warn import WarningSink
 from stepscope.errors import UsageError
+from stepscope.redact import redact_argv
 from stepscope.record import layout
 from stepscope.record.store import save_record
 from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord, SkippedSamples
@@ -95,7 +96,8 @@ class CaptureSession:
             raise UsageError(f"sampling interval must be a positive number of seconds, got {sample_interval_s}")
         self.meta = environment.static_meta()
         self.run_dir = prepare_run_dir(run_dir, self.meta["rank"], force=force, derived=derived)
-        self.meta.update(target=target, mode=mode, argv=tuple(argv) or self.meta["argv"])
+        self.meta.update(target=target, mode=mode, argv=redact_argv(argv) if argv else self.meta["argv"])
+        self.meta["git_commit"] = environment.git_commit(target if mode == "script" and target else os.getcwd())
         self.rank = self.meta["rank"]
         self.warnings = WarningSink(emit=emit_warnings)
         self.profiler = profiler

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import psutil
 
+from stepscope.redact import redact_argv
 from stepscope.capture import procfs
 
 ROLE_MAIN = "main"
@@ -439,8 +440,8 @@ class ProcessTree:
         try:
             if self.linux:
                 raw = procfs.read_text(f"/proc/{pid}/cmdline")[:_CMDLINE_MAX_CHARS]
-                return [part.decode(errors="replace") for part in raw.rstrip(b"\0").split(b"\0") if part]
-            return psutil.Process(pid).cmdline()
+                return list(redact_argv(part.decode(errors="replace") for part in raw.rstrip(b"\0").split(b"\0") if part))
+            return list(redact_argv(psutil.Process(pid).cmdline()))
         except (OSError, psutil.Error):
             return []
 

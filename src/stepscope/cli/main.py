@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "analyze": "analyze_cmd",
     "tune-loader": "tune_loader_cmd",
     "try": "try_cmd",
+    "diff": "diff_cmd",
+    "runs": "runs_cmd",
 }
 
 

@@ -16,7 +16,7 @@ DEFAULT_STACKS_HZ = 100.0  # = stepscope.capture.stacks.DEFAULT_RATE_HZ (not imp
 
 #: Options that take a value (needed to find where the script's own arguments begin).
 _VALUE_OPTIONS = {"-o", "--out", "--sample-hz", "--profiler", "--fail-on", "--tensorboard", "--stacks-hz",
-                  "--set", "--max-steps", "--verify-budget"}
+                  "--set", "--max-steps", "--verify-budget", "--tag"}
 #: Exit status when --fail-on trips and the script itself succeeded.
 EXIT_FINDINGS = 3
 
@@ -71,6 +71,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
                              "dataloader.batch_size, torch.num_threads")
     parser.add_argument("--max-steps", type=int, metavar="N",
                         help="stop the script cleanly after N steps (exit 0; the record says so)")
+    parser.add_argument("--tag", dest="tags", action="append", default=[], metavar="NAME",
+                        help="tag the run in the run index (repeatable; `stepscope runs --tag NAME`, "
+                             "`stepscope diff --baseline NAME`)")
     parser.add_argument("--verify", action="store_true",
                         help="after the run, trial every prescription --set can apply (short, interleaved, "
                              "repeated runs of the script: its code runs again) and show the measured gains")
@@ -106,6 +109,7 @@ class CaptureOptions:
     max_steps: int | None = None
     verify: bool = False
     verify_budget_s: float | None = None
+    tags: tuple[str, ...] = ()
 
 
 def capture_options(args: argparse.Namespace) -> CaptureOptions:
@@ -143,7 +147,15 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
         max_steps=max_steps,
         verify=bool(getattr(args, "verify", False)) or budget is not None,
         verify_budget_s=budget,
+        tags=tuple(_check_tag(tag) for tag in getattr(args, "tags", None) or ()),
     )
+
+
+def _check_tag(tag: str) -> str:
+    tag = tag.strip()
+    if not tag or "," in tag or len(tag) > 100:
+        raise UsageError(f"--tag must be a name of 1-100 characters without commas, got {tag!r}")
+    return tag
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -196,7 +208,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
         from stepscope.report.build import write_report
 
         verifying = options.verify and exit_code == 0 and exception is None and interrupted_by is None
-        report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir),
+        report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir), tags=options.tags,
                                        print_summary=options.summary and record.meta.rank == 0 and not verifying))
         if verifying and record.meta.rank == 0:
             from stepscope.cli.verify_run import verify_after_run

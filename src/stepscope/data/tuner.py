@@ -22,8 +22,10 @@ The search does not walk the grid:
    ``prefetch_factor`` 4 then 8, ``persistent_workers`` (kept when the restart is at least halved
    and the speed holds), ``pin_memory`` (only when CUDA is available: it costs nothing to skip on
    CPU), and the batch size ×2 and ÷2 when the factory takes ``batch_size``;
-4. measure the best two settings again; their spread is the noise figure, and the best is the one
-   with the higher mean.
+4. measure the best two settings again; their spread is the noise figure, and the runner-up
+   replaces the best only when its mean is higher by ``min_gain`` and its trials are faster beyond
+   the spread (:func:`stepscope.analysis.compare_stats.range_verdict`, the rule ``stepscope try``
+   uses).
 A trial that would overrun ``budget_s`` (estimated from the slowest trial so far) is not started.
 
 A factory that takes the knobs as keyword arguments (or ``**kwargs``) is called with them; otherwise
@@ -41,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.analysis.compare_stats import FASTER, range_verdict
 from stepscope.errors import UsageError
 
 WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -282,7 +285,11 @@ def _repeat_best_two(search: _Search, best: LoaderSetting, progress) -> tuple[fl
         if len(rates) > 1 and max(rates) > 0:
             spreads.append((max(rates) - min(rates)) / max(rates))
     if len(contenders) == 2 and search.rate(contenders[1]) > search.rate(best) * (1 + search.min_gain):
-        best = contenders[1]
+        trial_rates = [[t.samples_per_s for t in search.trials if t.setting == setting and t.error is None]
+                       for setting in contenders]
+        # the runner-up takes over only when its trials beat the best's beyond their spread
+        if range_verdict(trial_rates[1], trial_rates[0], higher_is_better=True) == FASTER:
+            best = contenders[1]
     return (max(spreads) if spreads else None), best
 
 

@@ -192,6 +192,10 @@ class RunMeta:
     timing: str = "cpu"  # "cpu" | "cuda"
     clock: str = "perf_counter_ns (CLOCK_MONOTONIC)"
     intra_op_threads: int | None = None
+    #: environment variables that change speed (threads, devices, NCCL, torch switches; see
+    #: :data:`stepscope.capture.environment.SETUP_ENV_PREFIXES`), secret-looking ones masked
+    env: dict[str, str] = field(default_factory=dict)
+    git_commit: str | None = None  # commit of the git repository holding the script, when there is one
 
     @property
     def wall_s(self) -> float:

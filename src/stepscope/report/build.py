@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,9 @@ def save_report_json(report: Report, path: Path) -> None:
 
 
 def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool = True,
-                 console: Any = None, shown_as: str | None = None) -> Report:
-    """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, maybe print it.
+                 console: Any = None, shown_as: str | None = None, tags: Sequence[str] = ()) -> Report:
+    """Build the report from ``record`` (with the sampler's samples from ``run_dir``), save it, add
+    the run to the run index (:mod:`stepscope.record.run_index`, with ``tags``), maybe print it.
 
     ``shown_as`` is how the summary names the run directory (default: ``run_dir``).
     """
@@ -48,6 +50,9 @@ def write_report(record: RunRecord, run_dir: str | Path, *, print_summary: bool 
     if record.meta.world_size > 1 and record.meta.rank == 0:
         report = _job_report(record, run_dir, report)
     save_report(report, run_dir, record)
+    from stepscope.report.history import index_after_run
+
+    index_after_run(run_dir, report, record, tags)
     if print_summary:
         print_report(report, shown_as or str(run_dir), console=console)
     return report
