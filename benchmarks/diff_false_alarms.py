@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 WORKLOADS = ("healthy", "input-cpu", "tiny-ops", "small-batch")
-FLOORS = (0.0, 0.05, 0.10, 0.20, 0.30, 0.35)
+FLOORS = (0.0, 0.05, 0.10, 0.20, 0.30, 0.35, 0.40, 0.50)
 
 
 def make_runs(out: Path, runs: int, steps: int, workloads: tuple[str, ...]) -> None:
@@ -84,6 +84,9 @@ def main() -> None:
     values = np.array(changes)
     print("|Δ step time| of identical pairs: median {:.1%}, p90 {:.1%}, p95 {:.1%}, max {:.1%}".format(
         *np.percentile(values, [50, 90, 95]), values.max()))
+    factors = np.exp(np.abs(np.log1p(np.array([c for items in per_workload.values() for c in items]))))
+    print("as a factor max(B/A, A/B): median {:.3f}, p90 {:.3f}, p95 {:.3f}, max {:.3f}".format(
+        *np.percentile(factors, [50, 90, 95]), factors.max()))
     for name, items in sorted(per_workload.items()):
         print(f"  {name:12s} Δ step time: " + " ".join(f"{value:+.1%}" for value in items))
     print("one run per side:")

@@ -69,7 +69,7 @@ def history_floor(record: RunRecord, index: Path | None) -> tuple[float | None, 
     floor = floor_from_history(times)
     if floor is None:
         return None, None
-    return floor, f"±{floor:.0%}, measured on {len(times)} identical runs in the run index"
+    return floor, f"×{1 + floor:.2f}, measured on {len(times)} identical runs in the run index"
 
 
 def diff_run_dirs(a: Path | list[Path], b: Path | list[Path], *, floor: float | None = None,

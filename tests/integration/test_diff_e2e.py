@@ -31,6 +31,10 @@ TINY = """
 """
 
 
+def _busy(diff: dict) -> bool:
+    return any("machine was busy" in note for note in diff["notes"])
+
+
 # the zoo runs' verdicts (identical runs within noise) need the cores to themselves: see the Makefile
 ZOO = pytest.mark.serial
 
@@ -58,7 +62,8 @@ def test_diff_names_the_worker_change_and_the_data_wait_difference(zoo_runs):
     rows = {row["metric"]: row for row in data["rows"]}
     wait = rows["data_wait"]
     assert wait["low"] <= wait["change"] <= wait["high"] < -0.3  # the difference, with its interval
-    assert wait["verdict"] == "faster"
+    # beyond noise, unless the sampler saw a busy machine (then nothing is called real, and it says so)
+    assert wait["verdict"] == ("no noise bound" if _busy(data) else "faster"), data["notes"]
     assert wait["method"].startswith("moving-block bootstrap")
     assert {change["what"] for change in data["setup"]} >= {"DataLoader 0 num_workers"}
 
@@ -66,15 +71,19 @@ def test_diff_names_the_worker_change_and_the_data_wait_difference(zoo_runs):
 @ZOO
 def test_the_gate_trips_on_a_regression_and_passes_identical_runs(zoo_runs):
     folder, env = zoo_runs
-    slower = run_cli(["diff", "w2", "w0a", "--fail-if-slower", "10", "--metric", "data_wait"], folder, env=env)
-    assert slower.returncode == 3, slower.stdout + slower.stderr
-    assert "gate: FAILED" in slower.stdout
+    slower = run_cli(["diff", "w2", "w0a", "--fail-if-slower", "10", "--metric", "data_wait", "--format", "json"],
+                     folder, env=env)
+    gate = json.loads(slower.stdout)
+    if _busy(gate):  # the exit codes themselves are also tested on recorded runs in tests/cli/test_diff_cmd.py
+        assert slower.returncode == 0 and gate["gate"]["status"] == "inconclusive"
+    else:
+        assert slower.returncode == 3 and gate["gate"]["status"] == "failed", slower.stdout
     same = run_cli(["diff", "w0a", "w0b", "--fail-if-slower", "5", "--format", "json"], folder, env=env)
     assert same.returncode == 0, same.stdout
     data = json.loads(same.stdout)
     assert data["gate"]["failed"] is False and data["setup"] == []
     assert {row["verdict"] for row in data["rows"]} <= {"within noise", "no noise bound"}
-    assert data["rows"][0]["verdict"] == "within noise"
+    assert data["rows"][0]["verdict"] == ("no noise bound" if _busy(data) else "within noise")
 
 
 @ZOO

@@ -14,9 +14,11 @@ at :data:`CONFIDENCE`). Long runs are first reduced to at most :data:`MAX_POINTS
 
 A bootstrap over one run's steps knows only that run's step-to-step noise, not the run-to-run
 noise of a shared machine (another tenant, CPU placement and frequency, the page cache): identical
-runs differ by far more than their step intervals say (on this project's 2-core machine by up to
-36 %, BENCHMARKS.md "False alarms of diff"). So a row is beyond noise only when its interval
-excludes 0 **and** the difference exceeds a floor for the run-to-run noise: measured when it can
+runs differ by far more than their step intervals say (on this project's 2-core machine by a
+factor of up to 1.49, BENCHMARKS.md "False alarms of diff"). So a row is beyond noise only when its interval
+excludes 0 **and** the difference exceeds a floor for the run-to-run noise (a factor: B/A beyond
+``1 + floor`` or below ``1 / (1 + floor)``, so a step time and the throughput of the same two runs
+agree): measured when it can
 be — :func:`floor_from_history` over earlier identical runs in the run index — else
 :data:`NOISE_FLOOR`, the worst case measured on the zoo. With fewer than :data:`MIN_STEPS` steady
 steps on either side there is no interval: ``no noise bound``.
@@ -47,12 +49,12 @@ BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 MAX_POINTS = 2000
 MIN_STEPS = 10
-#: Smallest relative difference of a run figure called real when each side is one run and the
-#: run-to-run noise of this workload is not known: identical pairs of zoo runs on a shared 2-core
-#: machine differed by up to 35.6 % in mean step time (p95 32.9 %, median 9.5 %; BENCHMARKS.md
-#: "False alarms of diff"). Repeats (``diff A1 A2 --vs B1 B2``) or a history of identical runs
-#: replace it by the noise they measure.
-NOISE_FLOOR = 0.35
+#: Smallest difference of a run figure called real when each side is one run and the run-to-run
+#: noise of this workload is not known, as a factor (B/A beyond ×1.4 or ÷1.4): identical pairs of
+#: zoo runs on a shared 2-core machine differed by a factor of up to 1.49 (p95 1.35, median 1.10;
+#: BENCHMARKS.md "False alarms of diff"), and 1.4 gave 1/24 false alarms. Repeats
+#: (``diff A1 A2 --vs B1 B2``) or a history of identical runs replace it by the noise they measure.
+NOISE_FLOOR = 0.40
 #: The floor when the run-to-run noise was measured (repeats, history): small effects stay unnamed.
 MEASURED_FLOOR = 0.02
 #: Two-sided 97.5 % quantiles of Student's t for 1..30 degrees of freedom (beyond: 1.96 + 2.4/df).
@@ -153,9 +155,16 @@ def compare_steps(numerator_a: np.ndarray, denominator_a: np.ndarray, numerator_
                       higher_is_better, method)
 
 
+def beyond_floor(change: float, floor: float) -> bool:
+    """Whether ``B/A = 1 + change`` is outside ``[1/(1+floor), 1+floor]``: the floor is a factor,
+    so a step time 30 % shorter and a throughput 43 % higher (the same two runs) agree."""
+    ratio = 1 + change
+    return ratio <= 0 or abs(math.log(ratio)) >= math.log1p(floor) - 1e-12
+
+
 def interval_verdict(change: float, low: float, high: float, higher_is_better: bool, floor: float = NOISE_FLOOR) -> str:
     """``faster``/``slower`` when the interval excludes 0 and the change passes the noise floor."""
-    if (low <= 0 <= high) or abs(change) < floor:
+    if (low <= 0 <= high) or not beyond_floor(change, floor):
         return WITHIN_NOISE
     better = change > 0 if higher_is_better else change < 0
     return FASTER if better else SLOWER

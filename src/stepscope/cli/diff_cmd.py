@@ -42,8 +42,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json on stdout")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained HTML page")
     parser.add_argument("--noise-floor", type=float, metavar="PCT",
-                        help="smallest difference called real, in %% (default: measured by repeats or by "
-                             "earlier identical runs in the run index, else 35: the worst run-to-run noise "
+                        help="smallest difference called real, in %% as a factor: 40 means B/A beyond 1.4 or "
+                             "below 1/1.4 (default: measured by repeats or by "
+                             "earlier identical runs in the run index, else 40 (a factor of 1.4): the run-to-run noise "
                              "measured on identical zoo runs)")
     parser.add_argument("--device", choices=("all", "cpu", "gpu"), default="all",
                         help="traces: compare CPU operators, GPU kernels or both (default)")
@@ -118,8 +119,9 @@ def handle(args: argparse.Namespace) -> int:
 
     floor = None
     if args.noise_floor is not None:
-        if not (math.isfinite(args.noise_floor) and 0 <= args.noise_floor < 100):
-            raise UsageError(f"--noise-floor is a percentage in [0, 100), got {args.noise_floor:g}")
+        if not (math.isfinite(args.noise_floor) and 0 <= args.noise_floor <= 1000):
+            raise UsageError(f"--noise-floor is a percentage in [0, 1000] (40 means a factor of 1.4), "
+                             f"got {args.noise_floor:g}")
         floor = args.noise_floor / 100
     if args.fail_if_slower is not None and not (math.isfinite(args.fail_if_slower) and args.fail_if_slower >= 0):
         raise UsageError(f"--fail-if-slower is a percentage >= 0, got {args.fail_if_slower:g}")

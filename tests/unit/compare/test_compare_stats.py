@@ -29,14 +29,14 @@ def test_two_samples_of_one_distribution_are_within_noise():
 def test_a_real_slow_down_is_slower_with_an_interval_around_it():
     diff = _time(_steps(0.01, 300, 1), _steps(0.013, 300, 2), floor=0.05)
     assert diff.verdict == SLOWER
-    assert _time(_steps(0.01, 300, 1), _steps(0.013, 300, 2)).verdict == WITHIN_NOISE  # below the default 35 %
+    assert _time(_steps(0.01, 300, 1), _steps(0.013, 300, 2)).verdict == WITHIN_NOISE  # below the default ×1.4
     assert diff.change == pytest.approx(0.3, abs=0.03)
     assert diff.low < 0.3 < diff.high and diff.low > 0.2
     assert diff.worse_by == pytest.approx(diff.change)
 
 
 def test_throughput_is_higher_is_better():
-    a, b = _steps(0.01, 300, 1), _steps(0.007, 300, 2)
+    a, b = _steps(0.01, 300, 1), _steps(0.006, 300, 2)
     diff = compare_steps(np.ones(len(a)), a, np.ones(len(b)), b, higher_is_better=True)
     assert diff.verdict == FASTER and diff.change > 0.3 and diff.worse_by < 0
 
@@ -100,3 +100,14 @@ def test_floor_from_history():
     assert floor_from_history([1.0, 1.0, 1.0]) == 0.02
     floor = floor_from_history([1.0, 1.1, 0.9, 1.05, 0.95])
     assert floor == pytest.approx(2.776 * 2 ** 0.5 * 0.0790569, rel=1e-3)  # t(4) × √2 × cv
+
+
+def test_the_floor_is_a_factor_so_time_and_throughput_agree():
+    from stepscope.analysis.compare_stats import beyond_floor
+
+    assert beyond_floor(0.40, 0.40) and beyond_floor(1 / 1.4 - 1, 0.40)  # ×1.4 and ÷1.4
+    assert not beyond_floor(0.39, 0.40) and not beyond_floor(-0.28, 0.40)
+    a, b = _steps(0.01, 300, 1), _steps(0.01 / 1.6, 300, 2)
+    time_row = _time(a, b)
+    rate_row = compare_steps(np.ones(len(a)), a, np.ones(len(b)), b, higher_is_better=True)
+    assert time_row.verdict == rate_row.verdict == FASTER

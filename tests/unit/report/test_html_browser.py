@@ -45,7 +45,16 @@ def pages(tmp_path_factory):
     hostile_trace = replace(report, trace_analysis=replace(report.trace_analysis, ranks=(rank,)))
     run_report = build_report(synthetic_run(80, hostile=True))
     write_html(replace(run_report, window_analysis=hostile_trace.trace_analysis), hostile)
-    return {"run": run, "trace": trace, "hostile": hostile}
+    # `stepscope diff --html` of two runs, one with attack strings in its argv, loaders and findings
+    from stepscope.analysis.run.diff import FindingBrief, diff_runs
+    from stepscope.report.diff_view import write_diff_html
+
+    plain, attacked = synthetic_run(200), synthetic_run(200, hostile=True, seed=3, slow=1.3)
+    diff_page = folder / "diff.html"
+    write_diff_html(diff_runs(plain, attacked, label_a="A", label_b=HOSTILE,
+                              findings_b=[FindingBrief("x.y", HOSTILE, "high")]),
+                    diff_page, record_a=plain, record_b=attacked)
+    return {"run": run, "trace": trace, "hostile": hostile, "diff": diff_page}
 
 
 def only_local(requests: list[str], page: Path) -> list[str]:
@@ -53,7 +62,7 @@ def only_local(requests: list[str], page: Path) -> list[str]:
     return [url for url in requests if url != page.resolve().as_uri() and not url.startswith("data:")]
 
 
-@pytest.mark.parametrize("name", ["run", "trace", "hostile"])
+@pytest.mark.parametrize("name", ["run", "trace", "hostile", "diff"])
 def test_page_loads_offline_without_errors(browser, pages, name):
     browser.open(pages[name])
     assert browser.errors() == []
@@ -134,3 +143,16 @@ def test_a_malformed_hash_is_ignored(browser, pages):
     browser.open(pages["trace"], "#sort=%E0%A4%A")
     assert browser.errors() == []
     assert browser.evaluate("document.querySelectorAll('[data-table=\"ops-r0\"] tbody tr').length") > 5
+
+
+def test_diff_page_draws_both_runs_and_runs_no_injected_markup(browser, pages):
+    browser.open(pages["diff"])
+    assert browser.errors() == []
+    assert browser.evaluate("document.title") == "stepscope diff"
+    assert browser.evaluate("document.getElementById('injected')") is None
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    assert browser.evaluate("document.scripts.length") == 0
+    assert browser.evaluate("document.querySelectorAll('.diff-bar').length") == 2
+    assert browser.evaluate("document.querySelectorAll('svg.diff-hist polyline').length") == 2
+    assert "</script><img src=x" in browser.evaluate("document.body.innerText")
+    assert only_local(browser.requests(), pages["diff"]) == []

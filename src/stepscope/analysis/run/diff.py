@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.compare_stats import (FASTER, MIN_SHARE, MIN_STEPS, NO_BOUND, NOISE_FLOOR, SLOWER, WITHIN_NOISE,
-                                              Difference, compare_steps)
+                                              Difference, beyond_floor, compare_steps)
 from stepscope.analysis.run.steady import measured_phases, steady_mask
 from stepscope.record.run import PHASES, RunRecord
 
 #: Share of the cores other processes may use during a run before its comparisons mean nothing.
 BUSY_SHARE = 0.10
 
-MEASURED_FLOOR_TEXT = "2%"
+MEASURED_FLOOR_TEXT = "1.02"
 #: How a one-run-per-side diff says its floor is not measured.
-NOT_MEASURED = ("±35% assumed, run-to-run noise not measured (measure it: repeats A1 A2 --vs B1 B2, "
+NOT_MEASURED = ("×1.4 assumed, run-to-run noise not measured (measure it: repeats A1 A2 --vs B1 B2, "
                 "or 3+ identical runs in the run index)")
 
 #: ``--metric`` names, in the order rows are shown.
@@ -267,8 +267,8 @@ def _small(diff: Difference, share_a: float, share_b: float, steps_a: int, steps
     if max(share_a, share_b) < MIN_SHARE and diff.verdict in (FASTER, SLOWER, NO_BOUND):
         return replace(diff, verdict=WITHIN_NOISE)
     if diff.verdict in (FASTER, SLOWER) and diff.change is not None:
-        moved = abs(diff.change) * share_a
-        if moved < (NOISE_FLOOR if floor is None else floor):
+        moved = diff.change * share_a  # the step's relative change this part alone makes
+        if not beyond_floor(moved, NOISE_FLOOR if floor is None else floor):
             return replace(diff, verdict=WITHIN_NOISE)
     return diff
 
@@ -403,7 +403,7 @@ def diff_runs(a: RunRecord, b: RunRecord, *, label_a: str, label_b: str,
                      else row for row in rows)
         notes.append("the machine was busy: other processes used " + ", ".join(
             f"{share:.0%} of the cores during {side}" for side, share in busy.items())
-            + "; on identical runs that alone moved the step time by up to 2× (BENCHMARKS.md), so no "
+            + "; on identical runs that alone more than doubled the step time (BENCHMARKS.md), so no "
               "difference is called real. Re-run both on a quiet machine")
     steady_a, steady_b = int(_steady(a).sum()), int(_steady(b).sum())
     if not len(a.steps) or not len(b.steps):
@@ -414,7 +414,7 @@ def diff_runs(a: RunRecord, b: RunRecord, *, label_a: str, label_b: str,
         notes.append(f"exit codes differ or failed: A {a.meta.exit_code}, B {b.meta.exit_code}")
     method = rows[0].diff.method if rows else ""
     if floor_source is None:
-        floor_source = NOT_MEASURED if floor is None else f"±{floor:.0%} (--noise-floor)"
+        floor_source = NOT_MEASURED if floor is None else f"×{1 + floor:.2f} (--noise-floor)"
     return _assemble(a, b, rows, notes, label_a, label_b, findings_a, findings_b, ranks_a, ranks_b, floor,
                      steady_a, steady_b, method, floor_source=floor_source)
 
@@ -452,4 +452,4 @@ def diff_groups(records_a: Sequence[RunRecord], records_b: Sequence[RunRecord], 
     method = rows[0].diff.method if rows else ""
     return _assemble(records_a[0], records_b[0], rows, notes, label_a, label_b, findings_a, findings_b, (), (), floor,
                      steady_a, steady_b, method, len(records_a), len(records_b),
-                     f"±{MEASURED_FLOOR_TEXT}, the repeats measure the run-to-run noise")
+                     f"×{MEASURED_FLOOR_TEXT}, the repeats measure the run-to-run noise")

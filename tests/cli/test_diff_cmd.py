@@ -1,0 +1,110 @@
+"""`stepscope diff` and `stepscope runs` on recorded runs: exit codes, the gate, JSON, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from stepscope.cli.main import main
+from stepscope.record.run import RunRecord, StepTable
+from stepscope.record.store import save_record
+from records import make_record
+
+TRACE = "tests/data/traces/reference/hta/trace_compare/base/base.json.gz"
+
+
+def _record(count: int, compute_ns: float, seed: int) -> RunRecord:
+    rng = np.random.default_rng(seed)
+    forward = (compute_ns * (1 + 0.05 * rng.standard_normal(count))).clip(1).astype(np.int64)
+    wait = np.full(count, 100_000, dtype=np.int64)
+    other = np.full(count, 50_000, dtype=np.int64)
+    duration = wait + forward + other
+    start = np.concatenate([[0], np.cumsum(duration)[:-1]])
+    steps = StepTable.from_columns({"start_ns": start, "duration_ns": duration, "data_wait_ns": wait,
+                                    "forward_ns": forward, "other_ns": other, "batches": np.ones(count),
+                                    "samples": np.full(count, 8), "optimizer_steps": np.ones(count)})
+    return replace(make_record(count), steps=steps)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPSCOPE_INDEX", str(tmp_path / "index.sqlite"))
+    for name, compute, seed in (("a", 5e6, 1), ("a2", 5e6, 2), ("slow", 10e6, 3)):
+        (tmp_path / name).mkdir()
+        save_record(_record(120, compute, seed), tmp_path / name / "record.rank0.json.gz")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_exit_codes_of_the_gate(runs, capsys):
+    assert main(["diff", "a", "slow", "--fail-if-slower", "10"]) == 3
+    assert "gate: FAILED" in capsys.readouterr().out
+    assert main(["diff", "slow", "a", "--fail-if-slower", "10"]) == 0  # faster: passes
+    capsys.readouterr()
+    assert main(["diff", "a", "a2", "--fail-if-slower", "5", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gate"]["status"] == "passed" and data["rows"][0]["verdict"] == "within noise"
+    assert main(["diff", "a", "slow", "--fail-if-slower", "150"]) == 0  # slower, but within the allowance
+    assert main(["diff", "a", "slow", "--fail-if-slower", "10", "--noise-floor", "200"]) == 0  # within a wide floor
+
+
+def test_repeats_and_json(runs, capsys):
+    assert main(["diff", "a", "a2", "--vs", "slow", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == {"a": 2, "b": 1} and data["rows"][0]["method"].startswith("t interval over runs")
+    assert data["rows"][0]["change"] > 0.8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["diff", "a"], "give two paths"),
+    (["diff", "a", "nope"], "no such file or directory"),
+    (["diff", "a", TRACE], "cannot compare a run with a trace"),
+    (["diff", "--vs", "a"], "--vs needs A's runs"),
+    (["diff", "a", "slow", "--iterations", "x:y"], "--iterations takes step numbers"),
+    (["diff", "a", "slow", "--fail-if-slower", "-1"], "--fail-if-slower is a percentage"),
+    (["diff", "--baseline", "nosuchtag", "a"], "no run tagged 'nosuchtag'"),
+    (["runs", "--since", "yesterday"], "--since takes a date"),
+    (["runs", "--html", "x.html"], "--html draws the --plot METRIC"),
+])
+def test_user_mistakes_are_one_line_errors(runs, capsys, args, message):
+    import shutil
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[2] / TRACE
+    if TRACE in args:
+        Path("t").mkdir()
+        shutil.copy(trace, "t/base.json.gz")
+        args = [item if item != TRACE else "t/base.json.gz" for item in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stepscope: error:") and message in err[0], err
+
+
+def test_the_gate_refuses_traces(tmp_path, capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "tests/data/traces/reference/hta/trace_compare"
+    assert main(["diff", str(root / "base"), str(root / "test"), "--fail-if-slower", "5"]) == 2
+    assert "one trace per side has no noise bound" in capsys.readouterr().err
+    assert main(["diff", str(root / "base"), str(root / "test"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "stepscope.trace_diff"
+
+
+def test_runs_lists_and_plots_the_index(runs, capsys, tmp_path):
+    from stepscope.record.run_index import add_run
+
+    for index, name in enumerate(("a", "a2", "slow")):
+        add_run({"run_dir": str(runs / name), "started_at": 1000.0 + index, "script": "train.py", "argv": "",
+                 "tags": json.dumps(["base"] if name != "slow" else []), "steps": 120,
+                 "step_time_s": 0.01 * (1 + index)})
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("train.py") == 3 and "3 run(s)" in out
+    assert main(["runs", "--tag", "base", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == 2
+    assert main(["runs", "--plot", "step_time_s", "--html", str(tmp_path / "p.html")]) == 0
+    assert "step_time_s over 3 run(s)" in capsys.readouterr().out
+    assert (tmp_path / "p.html").read_text().count("<circle") == 3
