@@ -33,6 +33,7 @@ SHORT = {
     "bench_sampler.py": ["--seconds", "4", "--rounds", "4", "--steps", "30"],
     "bench_analyze.py": ["--traces", str(REFERENCE), "--only", RESNET],
     "bench_comm.py": ["--rounds", "4", "--steps", "30"],
+    "bench_diff.py": ["--rounds", "1", "--steps", "20000"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 

@@ -68,6 +68,48 @@ def test_exception_traceback_is_pythons(tmp_path, probe):
     assert load_record(tmp_path / "out").meta.exception == "ValueError"
 
 
+FAILS_INSIDE_TORCH = """
+    import sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Samples(Dataset):
+        def __len__(self):
+            return 9
+        def __getitem__(self, index):
+            if sys.argv[1] == "getitem" and index == 5:
+                raise ValueError("bad sample 5")
+            return torch.zeros(2)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+        def forward(self, x):
+            if x.shape[0] == 1:
+                raise RuntimeError("bad batch")
+            return self.layer(x)
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in DataLoader(Samples(), batch_size=2):
+        model(x).sum().backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("where", ["getitem", "forward"])
+def test_a_traceback_through_wrapped_torch_calls_is_pythons(tmp_path, where):
+    # capture wraps DataLoader.__next__ and Module.__call__: their frames must not show
+    write_script(tmp_path, "fails.py", FAILS_INSIDE_TORCH)
+    bare = run_python(["fails.py", where], tmp_path)
+    wrapped = run_cli(["run", "--no-monitor", "-o", "out", "fails.py", where], tmp_path)
+    assert bare.returncode == wrapped.returncode == 1
+    assert ("bad sample 5" if where == "getitem" else "bad batch") in bare.stderr
+    assert wrapped.stderr.startswith(bare.stderr), wrapped.stderr
+    assert "stepscope" not in wrapped.stderr[: len(bare.stderr)]
+
+
 def test_module_mode(tmp_path):
     write_script(tmp_path / "pkg", "__init__.py", "")
     write_script(tmp_path / "pkg", "job.py", """

@@ -18,11 +18,13 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from stepscope.errors import InputError
 
 _OWN_DIR = str(Path(__file__).resolve().parents[1])
+_ZOO_DIR = str(Path(__file__).resolve().parents[1] / "zoo")
 
 
 @dataclass(frozen=True)
@@ -201,13 +203,46 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
+def _own_frame(tb: TracebackType) -> bool:
+    """A frame of stepscope itself (its launcher, its wrappers around DataLoader and Module calls);
+    the zoo's scripts are the user's code of a demo and stay."""
+    name = tb.tb_frame.f_code.co_filename
+    return name.startswith(_OWN_DIR) and not name.startswith(_ZOO_DIR)
+
+
+def strip_own_frames(exc: BaseException) -> None:
+    """Remove stepscope's frames from ``exc``'s traceback and from the exceptions chained to it
+    (``__cause__``/``__context__``), so it prints as it would without stepscope: the wrappers around
+    ``DataLoader.__next__`` and ``Module.__call__`` sit between the script's frames and torch's."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = []
+        tb = current.__traceback__
+        while tb is not None:
+            if not _own_frame(tb):
+                kept.append(tb)
+            tb = tb.tb_next
+        rebuilt: TracebackType | None = None
+        for item in reversed(kept):
+            rebuilt = TracebackType(rebuilt, item.tb_frame, item.tb_lasti, item.tb_lineno)
+        current.__traceback__ = rebuilt
+        pending += [current.__cause__, current.__context__]
+
+
 def report_exception(exc: BaseException) -> None:
     """Print the user's exception as Python would, without stepscope's frames."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
-        tb = tb.tb_next
     try:
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        strip_own_frames(exc)
+    except Exception:  # noqa: BLE001 - never lose the script's traceback over its cosmetics
+        pass
+    tb = exc.__traceback__
+    try:
+        sys.excepthook(type(exc), exc, tb)
     except (OSError, ValueError, AttributeError):  # the script closed stderr: Python prints nothing either
         pass
 

@@ -147,8 +147,9 @@ class Browser:
             if "method" in message:
                 self.events.append(message)
 
-    def open(self, path: Path, fragment: str = "") -> None:
-        """Load ``path`` from file:// and wait until its script marked the page ready (or 15 s)."""
+    def open(self, path: Path, fragment: str = "", scripted: bool = True) -> None:
+        """Load ``path`` from file:// and wait until its script marked the page ready (or 15 s);
+        a page without a script (``scripted=False``) is ready once loaded."""
         self.call("Page.navigate", url="about:blank")  # a new document even when only the hash differs
         deadline = time.monotonic() + 15
         while self.evaluate("location.href") != "about:blank" and time.monotonic() < deadline:
@@ -157,8 +158,8 @@ class Browser:
         self.call("Page.navigate", url=path.resolve().as_uri() + fragment)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if self.evaluate("document.readyState") == "complete" and \
-                    self.evaluate("document.documentElement.getAttribute('data-ready')") == "1":
+            if self.evaluate("document.readyState") == "complete" and (not scripted or self.evaluate(
+                    "document.documentElement.getAttribute('data-ready')") == "1"):
                 return
             time.sleep(0.1)
         raise AssertionError("the page's script never finished (data-ready not set)")
