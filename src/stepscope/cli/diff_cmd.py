@@ -161,7 +161,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def regression_gate(diff: Any, metric: str, threshold: float) -> dict[str, Any]:
     """Whether B regressed on ``metric``: worse by more than ``threshold`` *and* beyond noise."""
-    from stepscope.analysis.compare_stats import SLOWER
+    from stepscope.analysis.compare_stats import FASTER, SLOWER
 
     row = diff.row(metric)
     if row is None:
@@ -178,7 +178,8 @@ def regression_gate(diff: Any, metric: str, threshold: float) -> dict[str, Any]:
         message = (f"gate: FAILED — {row.label} is worse by {worse:.1%} (interval {row.diff.low:+.1%} … "
                    f"{row.diff.high:+.1%}), beyond noise and above the {threshold:.1%} allowed")
     else:
-        why = "within noise" if not beyond else f"within the {threshold:.1%} allowed"
+        why = ("faster" if row.diff.verdict == FASTER else "within noise") if not beyond \
+            else f"within the {threshold:.1%} allowed"
         message = f"gate: passed — {row.label} {row.diff.change:+.1%} ({why})" if row.diff.change is not None \
             else f"gate: passed ({why})"
     status = "failed" if failed else "inconclusive" if inconclusive else "passed"

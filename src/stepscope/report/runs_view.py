@@ -15,13 +15,15 @@ from stepscope.record.run_index import IndexedRun
 from stepscope.text import printable
 from stepscope.units import format_duration
 
-PLOT_WIDTH = 60
+PLOT_WIDTH = 30
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 _SHARES = {"data_wait", "forward", "backward", "optimizer", "communication", "other", "compile", "mfu"}
 
 
-def _when(run: IndexedRun) -> str:
-    return dt.datetime.fromtimestamp(run.started_at).strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "?"
+def _when(run: IndexedRun, short: bool = False) -> str:
+    if not run.started_at:
+        return "?"
+    return dt.datetime.fromtimestamp(run.started_at).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S")
 
 
 def metric_text(name: str, value: Any) -> str:
@@ -34,23 +36,31 @@ def metric_text(name: str, value: Any) -> str:
     return f"{float(value):,.1f}"
 
 
+def _shown_dir(run_dir: str) -> str:
+    """The run directory relative to the current one when it lies below it (what ``diff`` takes)."""
+    try:
+        return str(Path(run_dir).relative_to(Path.cwd()))
+    except ValueError:
+        return run_dir
+
+
 def render_runs(runs: Sequence[IndexedRun], path: Path) -> Group:
     if not runs:
         return Group(Text(f"no runs in the index {printable(path)} (match the filters)", style="bright_black"))
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for column, justify in (("started", "left"), ("script", "left"), ("tags", "left"), ("steps", "right"),
-                            ("step", "right"), ("samples/s", "right"), ("top finding", "left"), ("run directory", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    lines: list[Text] = []
     for run in runs:
+        tags = f"  [{','.join(run.tags)}]" if run.tags else ""
+        gone = " (gone)" if not run.exists else ""
+        head = Text(f"{printable(_shown_dir(run.run_dir))}{gone}", style="bold" if run.exists else "bright_black")
+        head.append(f"  {_when(run, short=True)}{printable(tags)}  {run.get('steps') or 0} steps  "
+                    f"step {metric_text('step_time_s', run.get('step_time_s'))}  "
+                    f"{metric_text('samples_per_s', run.get('samples_per_s'))} samples/s  "
+                    f"{printable(Path(run.script).name if run.script else '?')}")
+        lines.append(head)
         top = run.get("top_title")
-        severity = run.get("top_severity")
-        finding = f"[{str(severity).upper()}] {printable(top)}" if top else "–"
-        if len(finding) > 60:
-            finding = finding[:59] + "…"
-        where = printable(run.run_dir) + ("" if run.exists else "  (gone)")
-        table.add_row(_when(run), printable(Path(run.script).name if run.script else "?"), printable(",".join(run.tags)),
-                      str(run.get("steps") or 0), metric_text("step_time_s", run.get("step_time_s")),
-                      metric_text("samples_per_s", run.get("samples_per_s")), finding, where)
+        if top:
+            lines.append(Text(f"    [{str(run.get('top_severity') or '').upper()}] {printable(top)}", style="bright_black"))
+    table = Group(*lines)
     return Group(table, Text(f"{len(runs)} run(s) · index {printable(path)}", style="bright_black"))
 
 
@@ -72,7 +82,7 @@ def render_plot(runs: Sequence[IndexedRun], metric: str) -> Group:
         width = value / top * PLOT_WIDTH
         bar = "█" * int(width) + (_BLOCKS[int((width - int(width)) * 8)] if width - int(width) > 0.125 else "")
         table.add_row(_when(run), printable(",".join(run.tags)), metric_text(metric, value), Text(bar, style="cyan"))
-    spark = "".join(_BLOCKS[1 + int(value / top * 7.999)] for _, value in points[-PLOT_WIDTH:])
+    spark = "".join(_BLOCKS[1 + int(value / top * 7.999)] for _, value in points[-2 * PLOT_WIDTH:])
     return Group(table, Text(f"trend {spark}", style="cyan"))
 
 
