@@ -102,7 +102,25 @@ class Browser:
         self.process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
              "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            self._connect()
+        except BaseException:
+            self._kill_group()  # a Chromium that started too late must not outlive the test run
+            raise
+
+    def _kill_group(self) -> None:
+        """The launcher script and every Chromium process it started (one session)."""
+        import signal
+
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.process.wait(10)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def _connect(self) -> None:
         port = self._port()
         deadline = time.monotonic() + 30
         while True:
@@ -124,7 +142,7 @@ class Browser:
 
     def _port(self) -> int:
         assert self.process.stderr is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a crowded machine (the parallel test part) starts it slowly
         while time.monotonic() < deadline:
             line = self.process.stderr.readline()
             match = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
@@ -203,9 +221,8 @@ class Browser:
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-            shutil.rmtree(self.profile, ignore_errors=True)
+                pass
+            self._kill_group()
 
 
 def png_pixels(png: bytes) -> tuple[int, int, list[bytes]]:
