@@ -381,3 +381,35 @@ def test_short_script_prints_no_capture_noise(tmp_path):
     assert result.returncode == 0
     assert result.stdout == "hi\n"
     assert result.stderr == "", result.stderr
+
+
+OS_EXIT = """
+    import os
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, num_workers=1)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step, (x,) in enumerate(loader):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        if step == 4:
+            print("leaving", flush=True)
+            os._exit(7)
+"""
+
+
+def test_os_exit_keeps_the_record_and_the_exit_status(tmp_path):
+    # os._exit skips atexit and finally: the record, the report and the summary are written first;
+    # the DataLoader worker (a forked child, which also ends through os._exit) passes straight through
+    write_script(tmp_path, "leave.py", OS_EXIT)
+    bare = run_python(["leave.py"], tmp_path)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "leave.py"], tmp_path)
+    assert bare.returncode == result.returncode == 7, result.stderr[-2000:]
+    assert result.stdout == bare.stdout == "leaving\n"
+    record = load_record(tmp_path / "out")
+    assert len(record.steps) == 5 and record.meta.exit_code == 7
+    assert any("os._exit(7)" in warning for warning in record.warnings)
+    assert (tmp_path / "out" / "report.json").is_file() and "exit 7" in result.stderr

@@ -131,6 +131,10 @@ class CaptureSession:
         #: Polled between the steps of finalisation: True when the process should end now
         #: (a second signal arrived); the optional steps after the record's save are then skipped.
         self.should_hurry: Any = lambda: False
+        #: what to run when the script ends the process with ``os._exit`` (``stepscope run`` sets its
+        #: finalisation: record, report, summary); default: save the record
+        self.on_os_exit: Any = None
+        self._original_os_exit: Any = None
         self.children: ChildProcesses | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -149,10 +153,40 @@ class CaptureSession:
         self._dynamo_watcher = when_torch_imported(self._watch_compile, "torch._dynamo")
         self.children = ChildProcesses(self.recorder.in_data_wait)
         _quietly(self.warnings, "child-processes", self.children.install)
+        _quietly(self.warnings, "os-exit", self._watch_os_exit)
         self._started = True
         global ACTIVE
         ACTIVE = self
         return self
+
+    def _watch_os_exit(self) -> None:
+        """``os._exit`` skips atexit and every ``finally``: wrap it so that the training process
+        saves what it captured first (forked children — DataLoader workers, multiprocessing — pass
+        straight through)."""
+        original = os._exit
+        session = self
+
+        def _exit(status: int) -> None:
+            if os.getpid() == session.meta["pid"] and session.record is None:
+                try:
+                    code = status if isinstance(status, int) else 1
+                    session.warnings.note(f"the script ended the process with os._exit({code}): what it had "
+                                          "captured was saved before the process ended")
+                    if session.on_os_exit is not None:
+                        session.on_os_exit(code)
+                    else:
+                        session.stop(exit_code=code)
+                except BaseException:  # noqa: BLE001 - the process must still end as the script asked
+                    pass
+            original(status)
+
+        self._original_os_exit = original
+        os._exit = _exit  # type: ignore[assignment]  # it does not return either: it ends in original()
+
+    def _restore_os_exit(self) -> None:
+        if self._original_os_exit is not None and os.getpid() == self.meta["pid"]:
+            os._exit = self._original_os_exit
+            self._original_os_exit = None
 
     def _watch_compile(self) -> None:
         """torch.compile's compilations, graph breaks and recompile limit (once dynamo is imported)."""
@@ -188,6 +222,7 @@ class CaptureSession:
         try:
             if self.record is not None:
                 return self.record
+            self._restore_os_exit()
             self.record = self._finish(exit_code, exception, interrupted_by)
             self._save()
             if self.sidecar is not None and not self.should_hurry():

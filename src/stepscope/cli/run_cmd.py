@@ -196,6 +196,7 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
                              max_steps=options.max_steps)
     guard = launcher.SignalGuard()
     session.should_hurry = lambda: bool(guard.pending)
+    session.on_os_exit = lambda code: finalize(code, None, None)
     report_box: list[Any] = []
 
     def finalize(exit_code: int | None, exception: str | None, interrupted_by: str | None) -> None:
