@@ -111,4 +111,9 @@ def _remove_in_forked_children(callback: Any) -> None:
     os.register_at_fork(after_in_child=after_in_child)
 
 
-__all__ = ["GcPauseRecorder"]
+def callback_codes() -> tuple[Any, ...]:
+    """The code that runs inside ``gc.callbacks`` (where an exception is dropped, not raised)."""
+    return (_make_callback(None).__code__, GcPauseRecorder.on_gc.__code__)
+
+
+__all__ = ["GcPauseRecorder", "callback_codes"]

@@ -134,6 +134,7 @@ class CaptureSession:
         #: what to run when the script ends the process with ``os._exit`` (``stepscope run`` sets its
         #: finalisation: record, report, summary); default: save the record
         self.on_os_exit: Any = None
+        self._sigint: Any = None
         self._original_os_exit: Any = None
         self.children: ChildProcesses | None = None
 
@@ -154,6 +155,13 @@ class CaptureSession:
         self.children = ChildProcesses(self.recorder.in_data_wait)
         _quietly(self.warnings, "child-processes", self.children.install)
         _quietly(self.warnings, "os-exit", self._watch_os_exit)
+        if self.gc_pauses is not None:  # a Ctrl-C landing in the GC callback must still reach the script
+            from stepscope.capture.gc_pauses import callback_codes
+            from stepscope.capture.interrupts import SigintGuard, defer_in
+
+            defer_in(*callback_codes())
+            self._sigint = SigintGuard()
+            _quietly(self.warnings, "sigint", self._sigint.install)
         self._started = True
         global ACTIVE
         ACTIVE = self
@@ -223,6 +231,8 @@ class CaptureSession:
             if self.record is not None:
                 return self.record
             self._restore_os_exit()
+            if self._sigint is not None:
+                _quietly(self.warnings, "sigint", self._sigint.uninstall)
             self.record = self._finish(exit_code, exception, interrupted_by)
             self._save()
             if self.sidecar is not None and not self.should_hurry():

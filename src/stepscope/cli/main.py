@@ -80,5 +80,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point.
+
+    A Ctrl-C that reaches here came before the script started (stepscope importing itself,
+    parsing, starting the sampler) or in a command of stepscope's own: one line, and the process
+    ends by SIGINT as Python's would, without a traceback of stepscope's internals. (The script's
+    own Ctrl-C is the script's: :mod:`stepscope.capture.launcher` reports it as Python does.)"""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        import os
+        import signal
+
+        try:
+            sys.stderr.write("stepscope: interrupted (Ctrl-C)\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 128 + signal.SIGINT  # pragma: no cover - only if the signal did not end us
+    sys.exit(code)
