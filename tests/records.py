@@ -30,3 +30,23 @@ def make_record(count: int = 5, rank: int = 0) -> RunRecord:
     return RunRecord(meta=RunMeta(rank=rank, target="train.py", argv=("train.py", "--lr", "3e-4")),
                      steps=StepTable.from_columns(columns), loaders=(loader,), warnings=("w",),
                      facts=facts_from_v1_extra({"flops": {"step_index": 2, "flops": 123}}))
+
+
+def noisy_record(count: int, wait_ns: float, compute_ns: float, seed: int, *, spread: float = 0.1,
+                 wait_spread: float | None = None, other_ns: int = 10_000, **meta) -> RunRecord:
+    """A record whose steps wait ``wait_ns`` for data and compute ``compute_ns`` (forward), each with
+    a relative normal ``spread`` (``wait_spread`` for the wait, default the same), for comparisons."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(seed)
+    spread_w = spread if wait_spread is None else wait_spread
+    wait = (wait_ns * (1 + spread_w * rng.standard_normal(count))).clip(1).astype(np.int64)
+    forward = (compute_ns * (1 + spread * rng.standard_normal(count))).clip(1).astype(np.int64)
+    other = np.full(count, other_ns, dtype=np.int64)
+    duration = wait + forward + other
+    start = np.concatenate([[0], np.cumsum(duration)[:-1]])
+    steps = StepTable.from_columns({"start_ns": start, "duration_ns": duration, "data_wait_ns": wait,
+                                    "forward_ns": forward, "other_ns": other, "batches": np.ones(count),
+                                    "samples": np.full(count, 8), "optimizer_steps": np.ones(count)})
+    base = make_record(count)
+    return replace(base, steps=steps, meta=replace(base.meta, **meta))

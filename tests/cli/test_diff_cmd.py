@@ -5,28 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from stepscope.cli.main import main
-from stepscope.record.run import RunRecord, StepTable
+from stepscope.record.run import RunRecord
 from stepscope.record.store import save_record
-from records import make_record
+from records import noisy_record
 
 TRACE = "tests/data/traces/reference/hta/trace_compare/base/base.json.gz"
 
 
 def _record(count: int, compute_ns: float, seed: int) -> RunRecord:
-    rng = np.random.default_rng(seed)
-    forward = (compute_ns * (1 + 0.05 * rng.standard_normal(count))).clip(1).astype(np.int64)
-    wait = np.full(count, 100_000, dtype=np.int64)
-    other = np.full(count, 50_000, dtype=np.int64)
-    duration = wait + forward + other
-    start = np.concatenate([[0], np.cumsum(duration)[:-1]])
-    steps = StepTable.from_columns({"start_ns": start, "duration_ns": duration, "data_wait_ns": wait,
-                                    "forward_ns": forward, "other_ns": other, "batches": np.ones(count),
-                                    "samples": np.full(count, 8), "optimizer_steps": np.ones(count)})
-    return replace(make_record(count), steps=steps)
+    return noisy_record(count, 100_000, compute_ns, seed, spread=0.05, wait_spread=0.0, other_ns=50_000)
 
 
 @pytest.fixture

@@ -88,9 +88,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.plot:
         console.print(render_plot(runs, args.plot))
         if args.html:
+            from stepscope.record.safe_write import atomic_write
+
             target = Path(args.html)
             try:
-                target.write_text(plot_html(runs, args.plot), encoding="utf-8")
+                atomic_write(target, plot_html(runs, args.plot).encode("utf-8"))
             except OSError as exc:
                 raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
             print(f"stepscope: wrote {target}", file=sys.stderr)

@@ -289,8 +289,7 @@ def render_diff_html(diff: RunDiff | TraceDiff, *, record_a: RunRecord | None = 
 
 
 def write_diff_html(diff: RunDiff | TraceDiff, path: str | Path, **records: Any) -> Path:
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(render_diff_html(diff, **records), encoding="utf-8")
-    tmp.replace(target)
-    return target
+    """Render and write the page atomically (:func:`stepscope.record.safe_write.atomic_write`)."""
+    from stepscope.record.safe_write import atomic_write
+
+    return atomic_write(path, render_diff_html(diff, **records).encode("utf-8"))

@@ -4,28 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 
 from stepscope.analysis.compare_stats import FASTER, NO_BOUND, SLOWER, WITHIN_NOISE
 from stepscope.analysis.run.diff import FindingBrief, diff_runs, finding_changes, setup_changes
-from stepscope.record.run import Override, Overrides, RunRecord, StepTable
+from stepscope.record.run import Override, Overrides, RunRecord
 from stepscope.report.diff_view import headline, render_diff_html, render_run_diff
 from html_records import HOSTILE
-from records import make_record
+from records import make_record, noisy_record
 
 
 def _record(count: int, wait_ns: float, compute_ns: float, seed: int, **meta) -> RunRecord:
-    rng = np.random.default_rng(seed)
-    wait = (wait_ns * (1 + 0.1 * rng.standard_normal(count))).clip(1).astype(np.int64)
-    forward = (compute_ns * (1 + 0.1 * rng.standard_normal(count))).clip(1).astype(np.int64)
-    other = np.full(count, 10_000, dtype=np.int64)
-    duration = wait + forward + other
-    start = np.concatenate([[0], np.cumsum(duration)[:-1]])
-    steps = StepTable.from_columns({"start_ns": start, "duration_ns": duration, "data_wait_ns": wait,
-                                    "forward_ns": forward, "other_ns": other, "batches": np.ones(count),
-                                    "samples": np.full(count, 8), "optimizer_steps": np.ones(count)})
-    base = make_record(count)
-    return replace(base, steps=steps, meta=replace(base.meta, **meta))
+    return noisy_record(count, wait_ns, compute_ns, seed, **meta)
 
 
 def test_a_faster_loader_is_named_with_its_interval_and_setup_change():
