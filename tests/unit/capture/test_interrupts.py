@@ -7,6 +7,7 @@ import gc
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -16,19 +17,27 @@ from stepscope.capture.interrupts import SigintGuard, defer_in
 
 @pytest.fixture
 def default_sigint():
+    """Python's default SIGINT handler, and no automatic collection (another thread's collection
+    would run the callbacks there): only the test's own ``gc.collect()`` calls them."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are the main thread's")
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    enabled = gc.isenabled()
+    gc.disable()
     yield
+    if enabled:
+        gc.enable()
     signal.signal(signal.SIGINT, previous)
 
 
 def test_an_interrupt_inside_a_gc_callback_is_delivered_after_it(default_sigint, monkeypatch):
     lost = []
     monkeypatch.setattr(sys, "unraisablehook", lambda info: lost.append(info))
-    fired = []
+    fired, armed = [], []
 
     def callback(phase, info):
-        if phase == "start" and not fired:
+        if phase == "start" and armed and not fired and threading.current_thread() is threading.main_thread():
             fired.append(True)
             signal.raise_signal(signal.SIGINT)  # Python raises it at the next boundary: inside here
             sum(range(100))
@@ -39,6 +48,7 @@ def test_an_interrupt_inside_a_gc_callback_is_delivered_after_it(default_sigint,
     gc.callbacks.append(callback)
     try:
         with pytest.raises(KeyboardInterrupt):
+            armed.append(True)
             gc.collect()
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:  # the script's own code: where it must arrive
@@ -55,13 +65,16 @@ def test_without_the_guard_python_drops_it(default_sigint, monkeypatch):
     lost = []
     monkeypatch.setattr(sys, "unraisablehook", lambda info: lost.append(info.exc_type))
 
+    armed = []
+
     def callback(phase, info):
-        if phase == "start" and not lost:
+        if phase == "start" and armed and not lost and threading.current_thread() is threading.main_thread():
             signal.raise_signal(signal.SIGINT)
             sum(range(100))
 
     gc.callbacks.append(callback)
     try:
+        armed.append(True)
         gc.collect()
     finally:
         gc.callbacks.remove(callback)
