@@ -3,82 +3,65 @@ starts is one line, and the process ends by SIGINT."""
 
 from __future__ import annotations
 
-import gc
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
+from stepscope.capture.interrupts import SigintGuard
+
+
+# Each scenario runs in a fresh interpreter: signal dispositions, masks and gc callbacks left by
+# other tests of the same worker process must not decide the outcome.
+SCENARIO = """
+import gc, signal, sys, threading, time
 from stepscope.capture.interrupts import SigintGuard, defer_in
 
+lost, fired, armed = [], [], []
+sys.unraisablehook = lambda info: lost.append(info.exc_type.__name__)
+gc.disable()  # only the collection below runs the callbacks
 
-@pytest.fixture
-def default_sigint():
-    """Python's default SIGINT handler, and no automatic collection (another thread's collection
-    would run the callbacks there): only the test's own ``gc.collect()`` calls them."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers are the main thread's")
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    enabled = gc.isenabled()
-    gc.disable()
-    yield
-    if enabled:
-        gc.enable()
-    signal.signal(signal.SIGINT, previous)
+def callback(phase, info):
+    if phase == "start" and armed and not fired:
+        fired.append(True)
+        signal.raise_signal(signal.SIGINT)  # Python raises it at the next boundary: inside here
+        sum(range(100))
 
-
-def test_an_interrupt_inside_a_gc_callback_is_delivered_after_it(default_sigint, monkeypatch):
-    lost = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda info: lost.append(info))
-    fired, armed = [], []
-
-    def callback(phase, info):
-        if phase == "start" and armed and not fired and threading.current_thread() is threading.main_thread():
-            fired.append(True)
-            signal.raise_signal(signal.SIGINT)  # Python raises it at the next boundary: inside here
-            sum(range(100))
-
+if sys.argv[1] == "guarded":
     guard = SigintGuard()
     guard.install()
     defer_in(callback.__code__)
-    gc.callbacks.append(callback)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            armed.append(True)
-            gc.collect()
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:  # the script's own code: where it must arrive
-                sum(range(1000))
-    finally:
-        gc.callbacks.remove(callback)
-        guard.uninstall()
-    assert fired and lost == []
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+gc.callbacks.append(callback)
+outcome = "nothing"
+try:
+    armed.append(True)
+    gc.collect()
+    deadline = time.monotonic() + (10 if sys.argv[1] == "guarded" else 0.5)
+    while time.monotonic() < deadline:  # the script's own code: where it must arrive
+        sum(range(1000))
+except KeyboardInterrupt:
+    outcome = "KeyboardInterrupt"
+gc.callbacks.remove(callback)
+if sys.argv[1] == "guarded":
+    guard.uninstall()
+print(outcome, fired == [True], lost, signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
 
 
-def test_without_the_guard_python_drops_it(default_sigint, monkeypatch):
-    # the bug the guard fixes: an exception raised in a gc callback is "ignored"
-    lost = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda info: lost.append(info.exc_type))
+def _scenario(mode: str) -> str:
+    result = subprocess.run([sys.executable, "-c", SCENARIO, mode], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
-    armed = []
 
-    def callback(phase, info):
-        if phase == "start" and armed and not lost and threading.current_thread() is threading.main_thread():
-            signal.raise_signal(signal.SIGINT)
-            sum(range(100))
+def test_an_interrupt_inside_a_gc_callback_is_delivered_after_it():
+    assert _scenario("guarded") == "KeyboardInterrupt True [] True"
 
-    gc.callbacks.append(callback)
-    try:
-        armed.append(True)
-        gc.collect()
-    finally:
-        gc.callbacks.remove(callback)
-    assert lost == [KeyboardInterrupt]
+
+def test_without_the_guard_python_drops_it():
+    # the bug the guard fixes: an exception raised in a gc callback is "ignored", the loop runs on
+    assert _scenario("bare") == "nothing True ['KeyboardInterrupt'] True"
 
 
 def test_a_script_s_own_handler_is_left_alone():
