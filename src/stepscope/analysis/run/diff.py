@@ -3,8 +3,9 @@ which findings appeared or went away (``stepscope diff A B``).
 
 Pure: records (and their reports' findings) in, a :class:`RunDiff` out. The statistics are
 :mod:`stepscope.analysis.compare_stats` (moving-block bootstrap over each run's steady steps,
-with the run-to-run noise floor); the steady steps are :func:`stepscope.analysis.run.steady.steady_mask`'s,
-so warm-up, the FLOP-counted step and profiler windows are left out on both sides alike.
+with the run-to-run noise floor); the steady steps, phase shares and throughput are read from
+:func:`stepscope.analysis.run.steady.steady_state` (GC shares from
+:func:`stepscope.analysis.run.gc_pauses.summarize_gc_pauses`), so warm-up, the FLOP-counted step and profiler windows are left out on both sides alike.
 
 Rows (``metric`` is the key of ``--metric``): ``step_time`` (mean steady step), each phase's mean
 per step (``data_wait``, ``forward``, ``backward``, ``optimizer``, ``communication``, ``other``,
@@ -27,7 +28,8 @@ import numpy as np
 
 from stepscope.analysis.compare_stats import (FASTER, MIN_SHARE, MIN_STEPS, NO_BOUND, NOISE_FLOOR, SLOWER, WITHIN_NOISE,
                                               Difference, beyond_floor, compare_steps)
-from stepscope.analysis.run.steady import measured_phases, steady_mask
+from stepscope.analysis.run.gc_pauses import summarize_gc_pauses
+from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.record.run import PHASES, RunRecord
 
 #: Share of the cores other processes may use during a run before its comparisons mean nothing.
@@ -143,9 +145,18 @@ SEVERITIES = ("info", "low", "medium", "high", "critical")
 
 
 # -- rows ------------------------------------------------------------------------------------------
-def _steady(record: RunRecord) -> np.ndarray:
-    mask: np.ndarray = steady_mask(record)
-    return mask
+def _steady(record: RunRecord) -> SteadyState | None:
+    """The record's steady state, computed by :func:`steady_state` (its mask, shares, throughput)."""
+    return steady_state(record)
+
+
+def _mask(state: SteadyState | None) -> np.ndarray:
+    return state.mask if state is not None else np.zeros(0, dtype=bool)
+
+
+def _gc_share(record: RunRecord, state: SteadyState | None) -> float:
+    summary = summarize_gc_pauses(record, _mask(state))
+    return summary.share_of_step_time or 0.0
 
 
 def _gc_per_step(record: RunRecord) -> np.ndarray | None:
@@ -162,20 +173,22 @@ def step_rows(a: RunRecord, b: RunRecord, *, mfu_a: float | None = None, mfu_b: 
               floor: float | None = None) -> tuple[Row, ...]:
     """Every comparable figure of two records' steady states (see the module docstring)."""
     kwargs: dict[str, Any] = {} if floor is None else {"floor": floor}
-    mask_a, mask_b = _steady(a), _steady(b)
+    state_a, state_b = _steady(a), _steady(b)
+    mask_a, mask_b = _mask(state_a), _mask(state_b)
     sa, sb = a.steps.select(mask_a), b.steps.select(mask_b)
     dur_a, dur_b = sa.duration_ns.astype(np.float64) / 1e9, sb.duration_ns.astype(np.float64) / 1e9
     ones_a, ones_b = np.ones(len(sa)), np.ones(len(sb))
     rows = [Row("step_time", "step time", "s", compare_steps(dur_a, ones_a, dur_b, ones_b, **kwargs))]
-    measured = set(measured_phases(a)) | set(measured_phases(b))
-    total_a, total_b = max(float(dur_a.sum()), 1e-12), max(float(dur_b.sum()), 1e-12)
+    measured = {*(state_a.measured_phases if state_a else ()), *(state_b.measured_phases if state_b else ())}
+    shares_a = state_a.shares if state_a else {}
+    shares_b = state_b.shares if state_b else {}
     for phase in PHASES:
         if phase not in measured:
             continue
         pa, pb = sa.phase(phase).astype(np.float64) / 1e9, sb.phase(phase).astype(np.float64) / 1e9
         if not pa.any() and not pb.any():
             continue
-        share_a, share_b = float(pa.sum()) / total_a, float(pb.sum()) / total_b
+        share_a, share_b = shares_a.get(phase, 0.0), shares_b.get(phase, 0.0)
         diff = compare_steps(pa, ones_a, pb, ones_b, **kwargs)
         diff = _small(diff, share_a, share_b, len(sa), len(sb), floor)
         rows.append(Row(phase, LABELS.get(phase, phase), "s", diff, share_a, share_b))
@@ -189,7 +202,7 @@ def step_rows(a: RunRecord, b: RunRecord, *, mfu_a: float | None = None, mfu_b: 
     if gc_a is not None and gc_b is not None and (gc_a.any() or gc_b.any()):
         ga, gb = gc_a[mask_a] / 1e9, gc_b[mask_b] / 1e9
         diff = compare_steps(ga, ones_a, gb, ones_b, **kwargs)
-        share_a, share_b = float(ga.sum()) / total_a, float(gb.sum()) / total_b
+        share_a, share_b = _gc_share(a, state_a), _gc_share(b, state_b)
         diff = _small(diff, share_a, share_b, len(sa), len(sb), floor)
         rows.append(Row("gc", "GC pauses", "s", diff, share_a, share_b))
     if mfu_a is not None or mfu_b is not None:
@@ -205,27 +218,23 @@ def step_rows(a: RunRecord, b: RunRecord, *, mfu_a: float | None = None, mfu_b: 
 
 
 def run_values(record: RunRecord) -> dict[str, tuple[float | None, float | None]]:
-    """One run's figures (what :func:`step_rows` compares), as ``metric -> (value, share)``."""
-    steps = record.steps.select(_steady(record))
-    count = len(steps)
-    total = float(steps.duration_ns.sum()) / 1e9
+    """One run's figures (what :func:`step_rows` compares), as ``metric -> (value, share)``, read
+    from its :class:`SteadyState` (and its GC pause summary)."""
+    state = _steady(record)
     out: dict[str, tuple[float | None, float | None]] = {}
-    if not count or total <= 0:
+    if state is None or state.steady_count == 0 or state.total_s <= 0:
         return out
-    out["step_time"] = (total / count, None)
-    measured = set(measured_phases(record))
+    steady = state.steady
+    out["step_time"] = (state.step_time_mean_s, None)
     for phase in PHASES:
-        spent = float(steps.phase(phase).sum()) / 1e9
-        if phase in measured and spent > 0:
-            out[phase] = (spent / count, spent / total)
-    out["steps_per_s"] = (count / total, None)
-    samples = steps.samples
-    if (samples >= 0).all() and samples.any():
-        out["samples_per_s"] = (float(samples.sum()) / total, None)
-    gc = _gc_per_step(record)
-    if gc is not None:
-        spent = float(gc[_steady(record)].sum()) / 1e9
-        out["gc"] = (spent / count, spent / total)
+        if phase in state.measured_phases and steady.phase_mean_s.get(phase, 0.0) > 0:
+            out[phase] = (steady.phase_mean_s[phase], state.shares[phase])
+    out["steps_per_s"] = (steady.steps_per_s, None)
+    if steady.samples_per_s:
+        out["samples_per_s"] = (steady.samples_per_s, None)
+    gc = summarize_gc_pauses(record, state.mask)
+    if gc.measured:
+        out["gc"] = (gc.total_s / state.steady_count, gc.share_of_step_time or 0.0)
     return out
 
 
@@ -375,7 +384,7 @@ def rank_rows(records_a: Sequence[RunRecord], records_b: Sequence[RunRecord],
         rb = by_b.get(ra.meta.rank)
         if rb is None:
             continue
-        sa, sb = ra.steps.select(_steady(ra)), rb.steps.select(_steady(rb))
+        sa, sb = ra.steps.select(_mask(_steady(ra))), rb.steps.select(_mask(_steady(rb)))
         ones_a, ones_b = np.ones(len(sa)), np.ones(len(sb))
         rows.append(RankRow(
             ra.meta.rank,
@@ -405,7 +414,7 @@ def diff_runs(a: RunRecord, b: RunRecord, *, label_a: str, label_b: str,
             f"{share:.0%} of the cores during {side}" for side, share in busy.items())
             + "; on identical runs that alone more than doubled the step time (BENCHMARKS.md), so no "
               "difference is called real. Re-run both on a quiet machine")
-    steady_a, steady_b = int(_steady(a).sum()), int(_steady(b).sum())
+    steady_a, steady_b = (int(_mask(_steady(record)).sum()) for record in (a, b))
     if not len(a.steps) or not len(b.steps):
         notes.append("one of the runs has no steps: nothing to compare")
     elif min(steady_a, steady_b) < 10:
@@ -447,8 +456,8 @@ def diff_groups(records_a: Sequence[RunRecord], records_b: Sequence[RunRecord], 
     if loaded:
         notes.append(f"{len(loaded)} of the runs ran on a busy machine (other processes used up to "
                      f"{max(loaded):.0%} of the cores); the repeats' spread includes it")
-    steady_a = int(sum(_steady(record).sum() for record in records_a))
-    steady_b = int(sum(_steady(record).sum() for record in records_b))
+    steady_a = int(sum(_mask(_steady(record)).sum() for record in records_a))
+    steady_b = int(sum(_mask(_steady(record)).sum() for record in records_b))
     method = rows[0].diff.method if rows else ""
     return _assemble(records_a[0], records_b[0], rows, notes, label_a, label_b, findings_a, findings_b, (), (), floor,
                      steady_a, steady_b, method, len(records_a), len(records_b),
