@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.compare_stats import range_verdict
+from stepscope.analysis.compare_stats import range_ratio, range_verdict
 
 BASELINE = "baseline"
 COMBINED = "all of the above"
@@ -138,7 +138,6 @@ def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> t
         return trial.samples_per_s if unit == "samples/s" else trial.steps_per_s
 
     base_values = [value for value in map(throughput, by_name.get(BASELINE, ())) if value]
-    base = statistics.median(base_values) if base_values else None
     rows = []
     for name, settings, source, gain in ((BASELINE, {}, "", None),
                                          *((c.name, c.settings, c.source, c.expected_gain) for c in candidates)):
@@ -148,9 +147,9 @@ def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> t
         median = statistics.median(values) if values else None
         low, high = (min(values), max(values)) if values else (None, None)
         speedup = speed_low = speed_high = None
-        if median is not None and low is not None and high is not None and base:
-            speedup = median / base
-            speed_low, speed_high = low / max(base_values), high / min(base_values)
+        bounds = range_ratio(values, base_values)
+        if bounds is not None:
+            speedup, speed_low, speed_high = bounds
         rows.append(Comparison(
             name=name, settings=dict(settings), runs=len(runs), failed=len(runs) - len(values), unit=unit,
             step_time_s=statistics.median(times) if times else None,

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.run.diff import setup_key
-from stepscope.analysis.run.steady import steady_state
 from stepscope.errors import StepscopeError, UsageError
 from stepscope.record import layout
 from stepscope.record.run_index import add_run, drop_missing, list_runs, tags_from_env
@@ -25,7 +24,7 @@ def row_from_report(run_dir: Path, report: Any, record: Any, tags: Sequence[str]
     """The index row of a run from its report (:class:`stepscope.report.model.Report`) and record."""
 
     meta = record.meta
-    steady = steady_state(record)
+    steady = report.evidence.steady  # the steady state the report's rules and summary used
     top = report.findings[0] if report.findings else None
     mfu = report.evidence.mfu.value if report.evidence.mfu is not None else None
     row: dict[str, Any] = {
