@@ -140,15 +140,11 @@ def render_trace_diff(diff: TraceDiff, top: int = MAX_OPS) -> Group:
                         Text(f"iterations: A {list(diff.iterations_a)}, B {list(diff.iterations_b)} · device rows: "
                              f"{diff.device} · HTA TraceDiff rules (one trace per side: no noise bound)",
                              style="bright_black")]
-    if diff.step_us_a and diff.step_us_b:
-        change = diff.step_us_b / diff.step_us_a - 1
-        parts.append(Text(f"ProfilerStep: {diff.step_us_a / 1e3:.2f} ms → {diff.step_us_b / 1e3:.2f} ms ({change:+.1%})",
-                          style="bold"))
-    counts = {category: len(diff.by_category(category)) for category in ("added", "deleted", "increased", "decreased",
-                                                                          "unchanged")}
+    if diff.step_change is not None:
+        parts.append(Text(f"ProfilerStep: {(diff.step_us_a or 0) / 1e3:.2f} ms → {(diff.step_us_b or 0) / 1e3:.2f} ms "
+                          f"({diff.step_change:+.1%})", style="bold"))
+    counts = diff.counts
     parts.append(Text(" · ".join(f"{count} {category}" for category, count in counts.items())))
-    steps = {op.name for op in diff.ops if op.name.startswith("ProfilerStep")}
-    ops = [op for op in diff.ops if op.name not in steps]
 
     def table(title: str, rows: list[OpDiff]) -> Table:
         out = Table(box=None, pad_edge=False, show_edge=False, title=title, title_justify="left")
@@ -161,14 +157,10 @@ def render_trace_diff(diff: TraceDiff, top: int = MAX_OPS) -> Group:
                         f"{op.total_us_b / 1e3:.3f} ms", f"{op.diff_us / 1e3:+.3f} ms", per_call)
         return out
 
-    slower = [op for op in ops if op.diff_us > 0][:top]
-    faster = sorted((op for op in ops if op.diff_us < 0), key=lambda op: op.diff_us)[:top]
-    per_call = sorted((op for op in ops if op.per_call_change is not None and op.count_a >= 1 and op.total_us_b >= 10),
-                      key=lambda op: -(op.per_call_change or 0))[:top]
-    for title, rows in (("Largest increases in total time", slower), ("Largest decreases in total time", faster),
-                        ("Largest per-call slow-downs (≥ 10 µs in B)", per_call),
-                        ("Added (only in B)", sorted(diff.by_category("added"), key=lambda op: -op.total_us_b)[:top]),
-                        ("Deleted (only in A)", sorted(diff.by_category("deleted"), key=lambda op: -op.total_us_a)[:top])):
+    for title, rows in (("Largest increases in total time", diff.largest_increases(top)),
+                        ("Largest decreases in total time", diff.largest_decreases(top)),
+                        ("Largest per-call slow-downs (≥ 10 µs in B)", diff.per_call_slowdowns(top)),
+                        ("Added (only in B)", diff.added(top)), ("Deleted (only in A)", diff.deleted(top))):
         if rows:
             parts += [Text(""), table(title, rows)]
     return Group(*parts)

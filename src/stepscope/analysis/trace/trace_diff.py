@@ -89,36 +89,66 @@ class TraceDiff:
     def by_category(self, category: str) -> tuple[OpDiff, ...]:
         return tuple(op for op in self.ops if op.category == category)
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many names are in each category (HTA's ``ops_diff`` classes)."""
+        return {category: len(self.by_category(category))
+                for category in ("added", "deleted", "increased", "decreased", "unchanged")}
+
+    @property
+    def step_change(self) -> float | None:
+        """The compared iterations' ProfilerStep time, B over A minus 1."""
+        return self.step_us_b / self.step_us_a - 1 if self.step_us_a and self.step_us_b else None
+
+    def _without_steps(self) -> list[OpDiff]:
+        return [op for op in self.ops if not op.name.startswith("ProfilerStep")]
+
+    def largest_increases(self, top: int) -> list[OpDiff]:
+        return [op for op in self._without_steps() if op.diff_us > 0][:top]  # ops are sorted that way
+
+    def largest_decreases(self, top: int) -> list[OpDiff]:
+        return sorted((op for op in self._without_steps() if op.diff_us < 0), key=lambda op: op.diff_us)[:top]
+
+    def per_call_slowdowns(self, top: int, min_total_us: float = 10.0) -> list[OpDiff]:
+        """The largest per-call slow-downs among names called in both, at least ``min_total_us`` in B."""
+        found = [op for op in self._without_steps()
+                 if op.per_call_change is not None and op.total_us_b >= min_total_us]
+        return sorted(found, key=lambda op: -(op.per_call_change or 0.0))[:top]
+
+    def added(self, top: int) -> list[OpDiff]:
+        return sorted(self.by_category("added"), key=lambda op: -op.total_us_b)[:top]
+
+    def deleted(self, top: int) -> list[OpDiff]:
+        return sorted(self.by_category("deleted"), key=lambda op: -op.total_us_a)[:top]
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "stepscope.trace_diff", "a": self.a, "b": self.b, "device": self.device,
                 "iterations_a": list(self.iterations_a), "iterations_b": list(self.iterations_b),
                 "step_us_a": self.step_us_a, "step_us_b": self.step_us_b,
-                "counts": {category: len(self.by_category(category))
-                           for category in ("added", "deleted", "increased", "decreased", "unchanged")},
+                "counts": self.counts,
                 "ops": [op.to_dict() for op in self.ops]}
 
 
-def step_numbers(events: EventTable) -> list[int]:
-    """The ``ProfilerStep#N`` numbers named in the trace, sorted (HTA's ``iterations()``)."""
-    found = set()
-    for text in events.symbols.strings:
-        if text.startswith("ProfilerStep"):
-            match = _STEP.match(text)
-            if match:
-                found.add(int(match.group(1)))
-    return sorted(found)
-
-
-def _iterations(events: EventTable, rows: HtaRows) -> np.ndarray:
-    """HTA's ``add_iteration`` over the HTA rows: the step number of each row, -1 outside."""
-    symbols = events.symbols
-    names = events.name[rows.index]
-    number_of = np.full(len(symbols.strings), -1, dtype=np.int64)
-    for ident, text in enumerate(symbols.strings):
+def _step_number_of_symbols(events: EventTable) -> np.ndarray:
+    """For each symbol, the N of a ``ProfilerStep#N`` name, else -1 (one pass over the names)."""
+    number_of = np.full(len(events.symbols.strings), -1, dtype=np.int64)
+    for ident, text in enumerate(events.symbols.strings):
         if text.startswith("ProfilerStep"):
             match = _STEP.match(text)
             if match:
                 number_of[ident] = int(match.group(1))
+    return number_of
+
+
+def step_numbers(events: EventTable) -> list[int]:
+    """The ``ProfilerStep#N`` numbers named in the trace, sorted (HTA's ``iterations()``)."""
+    return sorted({int(n) for n in _step_number_of_symbols(events) if n >= 0})
+
+
+def _iterations(events: EventTable, rows: HtaRows) -> np.ndarray:
+    """HTA's ``add_iteration`` over the HTA rows: the step number of each row, -1 outside."""
+    names = events.name[rows.index]
+    number_of = _step_number_of_symbols(events)
     row_numbers = np.where(names >= 0, number_of[np.maximum(names, 0)], -1)
     steps = np.flatnonzero(row_numbers >= 0)
     iteration = np.full(len(rows.index), -1, dtype=np.int64)
