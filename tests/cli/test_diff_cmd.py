@@ -58,6 +58,10 @@ def test_repeats_and_json(runs, capsys):
     (["diff", "--baseline", "nosuchtag", "a"], "no run tagged 'nosuchtag'"),
     (["runs", "--since", "yesterday"], "--since takes a date"),
     (["runs", "--html", "x.html"], "--html draws the --plot METRIC"),
+    (["runs", "--reindex", "no-such-dir"], "not a directory"),
+    (["runs", "--limit", "0"], "--limit must be >= 1"),
+    (["run", "--tag", "a,b", "train.py"], "--tag must be a name"),
+    (["diff", "a", "slow", "--noise-floor", "-5"], "--noise-floor is a percentage"),
 ])
 def test_user_mistakes_are_one_line_errors(runs, capsys, args, message):
     import shutil
