@@ -40,6 +40,7 @@ from stepscope.analysis.run.input_profile import ColdStart, InputProfile, cold_s
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
+from stepscope.analysis.run.window import steady_window
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
@@ -242,11 +243,13 @@ def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None
     """
     if record is None:
         return RunEvidence(trace=trace, mfu_note="no run record: MFU needs capture's FLOP count")
+    steady = steady_state(record)
+    window = steady_window(record.steps, steady.mask, record.samples.ts_ns if record.samples is not None else None) \
+        if steady is not None else None
     if signals is None and record.samples is not None:
         from stepscope.analysis.run.signals import compute_signals
 
-        signals = compute_signals(record.samples, record.steps)
-    steady = steady_state(record)
+        signals = compute_signals(record.samples, record.steps, window)
     meta = record.meta
     # the cores the run could use: its affinity mask when recorded (taskset, a cpuset), else the machine's
     cpu_count = meta.cpu_count_usable or meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None

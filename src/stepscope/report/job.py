@@ -133,6 +133,8 @@ def load_ranks(run_dir: str | Path) -> tuple[list[RunRecord], list[MissingRank]]
 def build_job_report(run_dir: str | Path, records: list[RunRecord] | None = None) -> Report:
     """The merged report of every rank in ``run_dir`` (see the module docstring)."""
     from stepscope.analysis.run.signals import compute_signals
+    from stepscope.analysis.run.steady import steady_state
+    from stepscope.analysis.run.window import steady_window
     from stepscope.report.model import RankReport, Report, _diagnosis_warnings, run_trace_window  # noqa: F811
 
     run_dir = Path(run_dir)
@@ -145,7 +147,10 @@ def build_job_report(run_dir: str | Path, records: list[RunRecord] | None = None
     signals: dict[int, Any] = {}
     for record in records:
         try:
-            signals[record.meta.rank] = compute_signals(record.samples, record.steps) if record.samples else None
+            state = steady_state(record)
+            span = steady_window(record.steps, state.mask, record.samples.ts_ns if record.samples else None) \
+                if state is not None else None
+            signals[record.meta.rank] = compute_signals(record.samples, record.steps, span) if record.samples else None
         except Exception:  # noqa: BLE001
             signals[record.meta.rank] = None
     job = tuple(records)

@@ -57,7 +57,13 @@ ALL = np.ones(1000, dtype=bool)
 
 
 def mask(n: int) -> np.ndarray:
+    """Every interval between ``n`` samples (counters are differenced over intervals)."""
     return np.ones(n - 1, dtype=bool)
+
+
+def instants(n: int) -> np.ndarray:
+    """Every one of ``n`` samples (levels are read at the moment of a sample)."""
+    return np.ones(n, dtype=bool)
 
 
 # -- CPU -------------------------------------------------------------------------------------------
@@ -86,8 +92,8 @@ def test_iowait_share():
 
 def test_runnable_threads_per_core_leaves_the_sampler_out():
     samples = make(5, procs_running=[5, 5, 5, 5, 5], cores=2)
-    assert sig.runnable_threads_per_core(samples, mask(5)) == pytest.approx(2.0)
-    assert sig.runnable_threads_per_core(make(5, procs_running=[-1] * 5), mask(5)) is None
+    assert sig.runnable_threads_per_core(samples, instants(5)) == pytest.approx(2.0)
+    assert sig.runnable_threads_per_core(make(5, procs_running=[-1] * 5), instants(5)) is None
 
 
 # -- counters and storage --------------------------------------------------------------------------
@@ -146,13 +152,13 @@ def test_workers_coming_and_going_each_epoch():
 
 def test_thread_count_max_sums_the_tree():
     rows = rows_for(0, range(5), 0, threads=10) + rows_for(1, range(2, 4), 0, threads=5)
-    assert sig.thread_count_max(make(5, proc_rows=rows), mask(5)) == 15
+    assert sig.thread_count_max(make(5, proc_rows=rows), instants(5)) == 15
 
 
 def test_rss_growth_of_the_main_process():
     rows = rows_for(0, range(20), 1, rss=lambda k: 1_000_000 + k * 100_000)  # +100 kB per 0.1 s
     samples = make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows)
-    assert sig.rss_growth_bytes_per_s(samples, mask(20)) == pytest.approx(1_000_000)
+    assert sig.rss_growth_bytes_per_s(samples, instants(20)) == pytest.approx(1_000_000)
 
 
 def anon_rows(proc_id, samples, rss, anon):
@@ -163,7 +169,7 @@ def anon_rows(proc_id, samples, rss, anon):
 def test_memory_trend_follows_the_heap_not_library_pages():
     # the RSS climbs 40 MB as code pages are first touched; the heap (anonymous memory) is flat
     rows = anon_rows(0, range(20), rss=lambda k: 300_000_000 + min(k, 10) * 4_000_000, anon=lambda k: 200_000_000)
-    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), mask(20))
+    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), instants(20))
     assert trend["rss_growth_basis"] == "anonymous" and trend["rss_growth_bytes_per_s"] == pytest.approx(0)
 
 
@@ -171,8 +177,8 @@ def test_memory_trend_halves_tell_a_ramp_from_a_leak():
     ramp = anon_rows(0, range(20), rss=lambda k: 0, anon=lambda k: 100_000_000 + min(k, 8) * 10_000_000)
     leak = anon_rows(0, range(20), rss=lambda k: 0, anon=lambda k: 100_000_000 + k * 10_000_000)
     main = [ProcessInfo(0, 10, role="main")]
-    levelled = sig.memory_trend(make(20, processes=main, proc_rows=ramp), mask(20))
-    steady = sig.memory_trend(make(20, processes=main, proc_rows=leak), mask(20))
+    levelled = sig.memory_trend(make(20, processes=main, proc_rows=ramp), instants(20))
+    steady = sig.memory_trend(make(20, processes=main, proc_rows=leak), instants(20))
     assert levelled["rss_growth_first_half_bytes_per_s"] > 50e6 and levelled["rss_growth_second_half_bytes_per_s"] < 1e6
     assert steady["rss_growth_first_half_bytes_per_s"] == pytest.approx(100e6)
     assert steady["rss_growth_second_half_bytes_per_s"] == pytest.approx(100e6)
@@ -180,7 +186,7 @@ def test_memory_trend_halves_tell_a_ramp_from_a_leak():
 
 def test_memory_trend_falls_back_to_the_rss_of_older_samples():
     rows = rows_for(0, range(20), 1, rss=lambda k: 1_000_000 + k * 100_000)  # no rss_anon_bytes: -1
-    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), mask(20))
+    trend = sig.memory_trend(make(20, processes=[ProcessInfo(0, 10, role="main")], proc_rows=rows), instants(20))
     assert trend["rss_growth_basis"] == "rss" and trend["rss_growth_bytes_per_s"] == pytest.approx(1_000_000)
 
 
@@ -188,7 +194,7 @@ def test_memory_trend_falls_back_to_the_rss_of_older_samples():
 def test_memory_and_swap():
     samples = make(11, mem_used_bytes=np.linspace(100, 900, 11).astype(int),
                    swap_out_bytes=np.arange(11) * 4096)
-    assert sig.memory_used_share_max(samples, mask(11)) == pytest.approx(0.9)
+    assert sig.memory_used_share_max(samples, instants(11)) == pytest.approx(0.9)
     signals = sig.compute_signals(samples)
     assert signals.swap_out_bytes_per_s == pytest.approx(40960)
     assert signals.swap_in_bytes_per_s == 0
@@ -222,7 +228,7 @@ def test_gpu_oscillation_blocks_follow_long_steps():
 
 def test_gpu_memory_used_share_max():
     samples = make(3, gpus=2, gpu_mem_used_bytes=[[100, -1], [200, 500], [300, 900]])
-    assert sig.gpu_memory_used_share_max(samples, mask(3)) == pytest.approx(0.9)
+    assert sig.gpu_memory_used_share_max(samples, instants(3)) == pytest.approx(0.9)
 
 
 # -- the join with steps ---------------------------------------------------------------------------

@@ -110,9 +110,10 @@ def input_profile(record: RunRecord) -> InputProfile:
 
 def _sampled(samples: Any, start_ns: int, end_ns: int) -> tuple[float | None, float | None, float | None]:
     from stepscope.analysis.run import signals as sig
+    from stepscope.analysis.run.window import span_window
 
     ts = samples.ts_ns
-    mask = sig.interval_mask(ts, start_ns, end_ns)
+    mask = span_window(start_ns, end_ns).interval_mask(ts)
     if not mask.any():
         return None, None, None
     seconds = np.diff(ts) / 1e9

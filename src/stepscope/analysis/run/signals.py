@@ -5,11 +5,13 @@ field it can; each signal is a plain function of arrays, tested on its own.
 
 How the join works, step by step:
 
-1. The *window* is the time the steps cover, ``[first step start, last step end]`` (the whole sampled
-   time when there are no steps): start-up and tear-down of the script stay out of the averages.
+1. The *window* is the run's :class:`~stepscope.analysis.run.window.SteadyWindow`: the steady
+   steps, as every other view of the run (the evidence bundle passes it); start-up, warm-up,
+   excluded steps and tear-down stay out of the averages.
 2. Counters are cumulative, so each *interval* between two consecutive samples gives a difference;
    an interval belongs to the window when its midpoint does. A -1 (not measured) on either side
-   drops that interval for that counter.
+   drops that interval for that counter. Levels (memory, threads, processes, run queue, GPU
+   utilisation) are read at one moment: a sample belongs when it was read inside the window.
 3. Shares are ratios of summed differences (ticks of iowait / all ticks), rates are summed bytes
    over summed seconds: long and short intervals weigh by their length.
 """
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, WorkerLoad
+from stepscope.analysis.run.window import SteadyWindow, all_steps_window, samples_window
 from stepscope.record.samples import Samples
 
 #: A core (or a worker process) above this share of one core is saturated. 90% is the common
@@ -38,13 +41,16 @@ MIN_TREND_INTERVALS = 6
 MAX_PROCESS_LOADS = 64
 
 
-def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
-    """Derive the macro signals of a run from its samples (and steps, when there are any).
+def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWindow | None = None) -> MacroSignals:
+    """Derive the macro signals of a run from its samples over one window.
 
     Args:
         samples: the sampler's :class:`~stepscope.record.samples.Samples`, or ``None``.
         steps: the run's :class:`~stepscope.record.run.StepTable` (columns ``start_ns``/``duration_ns``),
-            or ``None``.
+            or ``None``; with it, the steps that mostly wait for data are found.
+        window: the :class:`~stepscope.analysis.run.window.SteadyWindow` to average over (the
+            evidence bundle passes the steady one); by default every step, or the whole sampled
+            time without steps.
 
     Returns:
         :class:`MacroSignals`; fields that cannot be measured stay ``None``.
@@ -53,12 +59,20 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         few = () if samples is None else (*samples.notes, "fewer than 2 samples: no macro signals")
         return MacroSignals(sample_count=0 if samples is None else len(samples), notes=few)
     ts = samples.ts_ns
-    start, end = analysis_window(ts, steps)
-    mask = interval_mask(ts, start, end)
+    if window is None:
+        window = (all_steps_window(steps) if steps is not None and len(steps) else None) or samples_window(ts)
+    mask = window.interval_mask(ts)
+    instants = window.instant_mask(ts)
+    start, end = window.start_ns, window.end_ns
     notes = list(samples.notes)
     if not mask.any():
         notes.append("no sample interval falls inside the steps; signals cover the whole sampled time")
         mask = np.ones(len(ts) - 1, dtype=bool)
+        instants = np.ones(len(ts), dtype=bool)
+        start, end = int(ts[0]), int(ts[-1])
+    elif window.basis == "all steps" and not window.mask.all():
+        notes.append("the steady steps span too few sampler intervals: the signals cover every step, "
+                     "warm-up included")
     seconds = np.diff(ts) / 1e9
     cores = cpu_count(samples)
     shares = core_busy_shares(samples)[mask]
@@ -80,28 +94,28 @@ def compute_signals(samples: Samples | None, steps: Any = None) -> MacroSignals:
         saturated_cores=saturated,
         iowait_share=iowait_share(samples, mask),
         steal_share=cpu_time_share(samples, mask, "cpu_steal"),
-        load_per_core=_per_core(_mean(samples["load1"][1:][mask], floor=0.0), cores),
-        runnable_threads_per_core=runnable_threads_per_core(samples, mask),
+        load_per_core=_per_core(_mean(samples["load1"][instants], floor=0.0), cores),
+        runnable_threads_per_core=runnable_threads_per_core(samples, instants),
         main_cpu_util=next((load.cpu_util for load in loads if load.role == "main"), None),
-        worker_count=max_concurrent(samples, "dataloader_worker", mask) if workers else 0,
+        worker_count=max_concurrent(samples, "dataloader_worker", instants) if workers else 0,
         workers=tuple(loads[:MAX_PROCESS_LOADS]),
         worker_cpu_util_mean=_mean(np.array([load.cpu_util for load in workers])) if workers else None,
         worker_saturation=(sum(load.cpu_util > SATURATED for load in workers) / len(workers)) if workers else None,
-        thread_count_max=thread_count_max(samples, mask),
+        thread_count_max=thread_count_max(samples, instants),
         disk_read_bytes_per_s=reads,
         disk_read_bytes_per_s_early=early,
         disk_read_bytes_per_s_late=late,
         page_cache_warming=page_cache_warming(early, late),
-        memory_used_share_max=memory_used_share_max(samples, mask),
-        **memory_trend(samples, mask).fields(),
+        memory_used_share_max=memory_used_share_max(samples, instants),
+        **memory_trend(samples, instants).fields(),
         swap_in_bytes_per_s=counter_rate(samples["swap_in_bytes"], seconds, mask),
         swap_out_bytes_per_s=counter_rate(samples["swap_out_bytes"], seconds, mask),
         net_bytes_per_s=None if net is None and net_sent is None else (net or 0.0) + (net_sent or 0.0),
         gpu_count=gpu_util.shape[1] if gpu_util.shape[1] else None,
-        gpu_util_mean=gpu_util_mean(gpu_util[1:][mask]),
-        gpu_util_oscillation=gpu_util_oscillation(ts[1:][mask], gpu_util[1:][mask], step_period_s(steps),
+        gpu_util_mean=gpu_util_mean(gpu_util[instants]),
+        gpu_util_oscillation=gpu_util_oscillation(ts[instants], gpu_util[instants], step_period_s(steps, window),
                                                   samples.meta.interval_s),
-        gpu_memory_used_share_max=gpu_memory_used_share_max(samples, mask),
+        gpu_memory_used_share_max=gpu_memory_used_share_max(samples, instants),
         data_wait_cpu_util=data_wait_cpu_util(samples, steps, mask),
         memory_total_bytes=samples.meta.mem_total_bytes or None,
         foreign_processes=foreign_processes(samples.foreign, start, end),
@@ -133,25 +147,14 @@ def foreign_processes(scans: tuple[tuple[int, float, tuple[tuple[int, str, float
 
 
 # -- the window ------------------------------------------------------------------------------------
-def analysis_window(ts_ns: np.ndarray, steps: Any = None) -> tuple[int, int]:
-    """``(start_ns, end_ns)`` covered by the steps, or by the samples when there are no steps."""
-    if steps is not None and len(steps):
-        return int(steps.start_ns[0]), int((steps.start_ns + steps.duration_ns).max())
-    return int(ts_ns[0]), int(ts_ns[-1])
-
-
-def interval_mask(ts_ns: np.ndarray, start_ns: int, end_ns: int) -> np.ndarray:
-    """For each interval between consecutive samples, whether its midpoint lies in the window."""
-    middle = (ts_ns[:-1] + ts_ns[1:]) / 2
-    inside: np.ndarray = (middle >= start_ns) & (middle <= end_ns)
-    return inside
-
-
-def step_period_s(steps: Any) -> float | None:
-    """Median step duration in seconds, or None without steps."""
+def step_period_s(steps: Any, window: SteadyWindow | None = None) -> float | None:
+    """Median duration of the window's steps (every step without a window) in seconds; None without steps."""
     if steps is None or not len(steps):
         return None
-    return float(np.median(steps.duration_ns)) / 1e9
+    durations = np.asarray(steps.duration_ns)
+    if window is not None and len(window.mask) == len(durations) and window.mask.any():
+        durations = durations[window.mask]
+    return float(np.median(durations)) / 1e9
 
 
 # -- counters --------------------------------------------------------------------------------------
@@ -242,9 +245,10 @@ def iowait_share(samples: Samples, mask: np.ndarray) -> float | None:
     return cpu_time_share(samples, mask, "cpu_iowait")
 
 
-def runnable_threads_per_core(samples: Samples, mask: np.ndarray) -> float | None:
-    """Mean runnable threads per core, the sampler's own thread (counted while it reads) taken out."""
-    running = samples["procs_running"][1:][mask].astype(np.float64)
+def runnable_threads_per_core(samples: Samples, instants: np.ndarray) -> float | None:
+    """Mean runnable threads per core at the window's samples, the sampler's own thread (counted
+    while it reads) taken out."""
+    running = samples["procs_running"][instants].astype(np.float64)
     running = running[running >= 0]
     if not running.size:
         return None
@@ -321,36 +325,33 @@ def data_wait_cpu_util(samples: Samples, steps: Any, mask: np.ndarray) -> float 
     return float(np.mean(workers)) if workers else None
 
 
-def max_concurrent(samples: Samples, role: str, mask: np.ndarray) -> int:
+def max_concurrent(samples: Samples, role: str, instants: np.ndarray) -> int:
     """Most processes of ``role`` alive at one sample inside the window."""
     ids = {info.id for info in samples.processes_with_role(role)}
-    inside = np.zeros(len(samples), dtype=bool)
-    inside[1:] = mask
+    inside = instants
     rows = samples.proc["sample"][np.isin(samples.proc["id"], list(ids)) & inside[samples.proc["sample"]]]
     return int(np.bincount(rows).max()) if rows.size else 0
 
 
-def thread_count_max(samples: Samples, mask: np.ndarray) -> int | None:
+def thread_count_max(samples: Samples, instants: np.ndarray) -> int | None:
     """Most threads of the whole tree at one sample inside the window."""
-    inside = np.zeros(len(samples), dtype=bool)
-    inside[1:] = mask
-    keep = inside[samples.proc["sample"]] & (samples.proc["threads"] >= 0)
+    keep = instants[samples.proc["sample"]] & (samples.proc["threads"] >= 0)
     if not keep.any():
         return None
     return int(np.bincount(samples.proc["sample"][keep], weights=samples.proc["threads"][keep]).max())
 
 
 # -- memory ----------------------------------------------------------------------------------------
-def memory_used_share_max(samples: Samples, mask: np.ndarray) -> float | None:
+def memory_used_share_max(samples: Samples, instants: np.ndarray) -> float | None:
     total = samples.meta.mem_total_bytes
-    used = samples["mem_used_bytes"][1:][mask]
+    used = samples["mem_used_bytes"][instants]
     used = used[used >= 0]
     return float(used.max()) / total if used.size and total > 0 else None
 
 
-def rss_growth_bytes_per_s(samples: Samples, mask: np.ndarray) -> float | None:
+def rss_growth_bytes_per_s(samples: Samples, instants: np.ndarray) -> float | None:
     """Least-squares slope of the training process's memory over the window (:func:`memory_trend`)."""
-    return memory_trend(samples, mask).slope
+    return memory_trend(samples, instants).slope
 
 
 @dataclass(frozen=True)
@@ -371,8 +372,10 @@ class MemoryTrend:
         return self.fields()[name]
 
 
-def memory_trend(samples: Samples, mask: np.ndarray) -> MemoryTrend:
-    """The main process's memory trend over the window, as :class:`MacroSignals` fields.
+def memory_trend(samples: Samples, instants: np.ndarray) -> MemoryTrend:
+    """The main process's memory trend over the window's samples (``instants``: read inside the
+    window; a sample read after the last step, once the script freed its memory, is not a point of
+    the trend), as :class:`MacroSignals` fields.
 
     The series is the anonymous resident memory (RSS less file-backed and shared pages: the heap,
     where a leak grows) when the sampler read it for every point, else the RSS. The RSS of a short
@@ -382,10 +385,8 @@ def memory_trend(samples: Samples, mask: np.ndarray) -> MemoryTrend:
     Slopes are least-squares fits over the whole window and over each half.
     """
     main = [info.id for info in samples.processes_with_role("main")]
-    inside = np.zeros(len(samples), dtype=bool)
-    inside[1:] = mask
     proc = samples.proc
-    rows = np.isin(proc["id"], main) & inside[proc["sample"]]
+    rows = np.isin(proc["id"], main) & instants[proc["sample"]]
     anon = proc["rss_anon_bytes"][rows] if "rss_anon_bytes" in proc else np.zeros(0, dtype=np.int64)
     if len(anon) and (anon >= 0).all():
         values, basis = anon, "anonymous"
@@ -440,9 +441,9 @@ def gpu_util_oscillation(ts_ns: np.ndarray, util: np.ndarray, step_s: float | No
     return float(np.median(spreads)) if spreads.size else None
 
 
-def gpu_memory_used_share_max(samples: Samples, mask: np.ndarray) -> float | None:
+def gpu_memory_used_share_max(samples: Samples, instants: np.ndarray) -> float | None:
     totals = np.array([gpu.memory_total_bytes for gpu in samples.meta.gpus], dtype=np.float64)
-    used = samples["gpu_mem_used_bytes"][1:][mask].astype(np.float64)
+    used = samples["gpu_mem_used_bytes"][instants].astype(np.float64)
     if not used.size or not totals.size or (totals <= 0).any():
         return None
     used[used < 0] = np.nan
