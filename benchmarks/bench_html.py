@@ -4,9 +4,9 @@ For each run length, a synthetic run (``tests/html_records.py``: 8 cores, two Da
 one GPU, samples at 10 Hz over the whole run, a stall every 50 steps) is built once; then, best of
 ``--repeat``:
 
-- ``report``: :func:`~stepscope.report.model.build_report` (steady state, signals, diagnosis — what
-  every output shares);
-- ``html``: :func:`~stepscope.report.html.render_html` plus writing the file (layout, display
+- ``report``: :func:`~stepscope.pipeline.diagnose.diagnose` (steady state, signals, diagnosis, the
+  view-model — what every output shares);
+- ``html``: :func:`~stepscope.report.render.html.render_html` plus writing the file (layout, display
   down-sampling, escaping);
 - ``dump``: serialising the run's step columns to JSON (``orjson``), the baseline the HTML is
   compared with in the same run (``html / dump``): a pass over the data any output must make.
@@ -32,8 +32,8 @@ sys.path[:0] = [str(HERE.parent / "src"), str(HERE.parent / "tests")]
 import orjson  # noqa: E402
 
 from html_records import synthetic_run  # noqa: E402
-from stepscope.report.html import write_html  # noqa: E402
-from stepscope.report.model import build_report  # noqa: E402
+from records import report_of as build_report  # noqa: E402
+from stepscope.report.render.html import write_html  # noqa: E402
 
 BUDGET_S = 2.0
 BUDGET_BYTES = 5_000_000
@@ -54,7 +54,7 @@ def measure(steps: int, repeat: int, out: Path) -> dict[str, float]:
     path = out / f"run-{steps}.html"
 
     def html():
-        fresh = build_report(record)  # timelines are cached per report: start from a fresh one
+        fresh = build_report(record)
         start = time.perf_counter()
         write_html(fresh, path)
         return time.perf_counter() - start

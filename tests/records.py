@@ -8,6 +8,31 @@ from stepscope.record.store import facts_from_v1_extra
 from stepscope.record.run import LoaderInfo, RunMeta, RunRecord, StepTable
 
 
+def report_of(record: RunRecord | None = None, *, ranks: tuple[RunRecord, ...] = (), traces=None, run_dir=None,
+              **options):
+    """The pipeline's report of records in memory (``ranks``: every rank of a job; ``run_dir``:
+    where their files are), or of analysed traces (``traces``: a TraceAnalysis); ``options`` are
+    ReportOptions."""
+    from stepscope.pipeline.diagnose import ReportOptions, diagnose
+    from stepscope.pipeline.inputs import JobInputs
+
+    if traces is not None:
+        return diagnose(JobInputs("trace", traces=traces), ReportOptions(**options))
+    records = tuple(sorted(ranks or (record,), key=lambda item: item.meta.rank))
+    return diagnose(JobInputs("run", records, run_dir=run_dir), ReportOptions(**options))
+
+
+def summary_text(report, width: int = 200) -> str:
+    """The terminal summary of ``report`` as plain text."""
+    import io
+
+    from stepscope.report.render import Output, render
+
+    buffer = io.StringIO()
+    render(report, "text", Output(stream=buffer, width=width, run_dir="runs/x"))
+    return buffer.getvalue()
+
+
 def make_record(count: int = 5, rank: int = 0) -> RunRecord:
     start = 10_000 + np.arange(count, dtype=np.int64) * 1000
     columns = {

@@ -44,9 +44,9 @@ def profile(out: str | Path | None = None, *, sample_interval_s: float | None = 
     finally:
         record = session.stop(exception=exception)
         if record is not None:
-            from stepscope.report.build import write_report
+            from stepscope.pipeline.publish import publish_run
 
-            write_report(record, session.run_dir, print_summary=summary)
+            publish_run(record, session.run_dir, print_summary=summary)
 
 
 __all__ = ["profile"]

@@ -37,9 +37,10 @@ def _report_facts(run_dir: Path, record: RunRecord) -> tuple[list[FindingBrief],
         except (OSError, orjson.JSONDecodeError):
             data = None
     if data is None:
-        from stepscope.report.model import build_report
+        from stepscope.pipeline.diagnose import diagnose
+        from stepscope.pipeline.inputs import load_run
 
-        data = build_report(record, run_dir=run_dir).to_dict()
+        data = diagnose(load_run(run_dir)).to_dict()
     briefs = []
     for item in data.get("findings") or ():
         if isinstance(item, dict) and isinstance(item.get("rule_id"), str):

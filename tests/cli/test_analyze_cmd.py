@@ -17,7 +17,7 @@ TRAIN = DATA / "cpu_train.pt.trace.json.gz"
 
 
 def _rule(context):
-    share = context.trace.cpu_exec_share
+    share = context.trace.shares.cpu_exec
     return Finding(
         rule_id="test.cpu_exec", family="compute", title="Host [bold]CPU[/bold] execution dominates",
         severity=Severity.MEDIUM, impact=share, confidence=0.8,
@@ -28,13 +28,13 @@ def _rule(context):
 
 @pytest.fixture
 def one_rule(monkeypatch):
-    monkeypatch.setattr(engine, "_rules", lambda: (_rule,))
+    monkeypatch.setattr(engine, "RULES", (_rule,))
 
 
 def test_text_output_with_findings(capsys, one_rule):
     assert main(["analyze", str(TRAIN), "--top", "3"]) == 0
     out = capsys.readouterr().out
-    for text in ("Step time breakdown", "DataLoader", "CPU Exec", "Top operators", "Findings"):
+    for text in ("Verdict", "Step time breakdown", "DataLoader", "CPU Exec", "Top operators"):
         assert text in out
     assert "Host [bold]CPU[/bold] execution dominates" in out  # trace/rule text is never markup
     assert "Move the model to a GPU" in out

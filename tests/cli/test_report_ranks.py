@@ -33,5 +33,5 @@ def test_the_straggler_rule_sees_every_rank(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     straggler = [item for item in report["findings"] if item["family"] == "straggler"]
-    assert straggler and straggler[0]["extra"]["rank"] == 1
+    assert straggler and straggler[0]["rank"] == 1
     assert report["evidence"]["ranks"] == [0, 1]

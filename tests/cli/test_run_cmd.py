@@ -169,13 +169,13 @@ def test_summary_goes_to_stderr_and_run_dir_is_written(tmp_path):
     result = run_cli(["run", "--no-monitor", "train.py"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "done\n"
-    assert "Throughput" in result.stderr and "steps/s" in result.stderr
+    assert result.stderr.startswith("stepscope · train.py") and "steps/s" in result.stderr
     runs = list((tmp_path / "stepscope-runs").iterdir())
     assert len(runs) == 1 and runs[0].name.endswith("-train")
     assert (runs[0] / "report.json").is_file()
     assert len(load_record(runs[0]).steps) == 8
     again = run_cli(["report", str(runs[0])], tmp_path)
-    assert again.returncode == 0 and "Throughput" in again.stdout
+    assert again.returncode == 0 and "steps/s" in again.stdout
 
 
 def test_sigterm_writes_the_record_and_dies_by_sigterm(tmp_path):

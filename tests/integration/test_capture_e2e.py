@@ -358,4 +358,4 @@ def test_skipped_samples_reach_the_record_and_the_summary(tmp_path):
     assert counts.dataset == "corrupt-shards" and counts.total == 12
     assert counts.by_process[0] == 0 and sum(counts.by_process[1:]) == 12 and len(counts.by_process) == 3
     summary = " ".join(result.stderr.split())
-    assert "Skipped samples 12 failed to load, replaced by the next sample (12.5% of 96 delivered)" in summary
+    assert "Skipped 12 failed to load, replaced by the next sample (12.5% of 96 delivered)" in summary

@@ -57,7 +57,7 @@ def test_straggler_is_named_with_its_cause_and_rank0_is_not_told_to_raise_its_ba
     report = run.report
     top = report["findings"][0]
     assert top["family"] == "straggler", [item["title"] for item in report["findings"]]
-    assert top["extra"]["rank"] == 1
+    assert top["rank"] == 1
     assert "rank 1" in top["title"] and "for data" in top["title"] and "num_workers=0" in top["title"]
     families = {item["family"] for item in report["findings"]}
     assert "compute" not in families and "communication" not in families
@@ -80,7 +80,7 @@ def test_communication_bound_job_names_its_share(zoo_run):
     report = zoo_run("comm-bound").report  # a wide MLP, a batch of 2 per rank, DDP over gloo
     top = report["findings"][0]
     assert top["family"] == "communication", [item["title"] for item in report["findings"]]
-    assert top["extra"]["ranks"] == [0, 1]
+    assert top["ranks"] == [0, 1]
     share = top["extra"]["exposed_share"]
     assert share >= 0.3 and f"{share:.0%}"[:-1] in top["title"]
     assert any("bucket_cap_mb" in item["action"] for item in top["prescriptions"])
@@ -212,7 +212,7 @@ def test_two_nodes_write_one_run_directory_and_one_report(tmp_path):
     assert [(row["rank"], row["node"]) for row in report["job"]["ranks"]] == [(0, 0), (1, 1)]
     # both nodes' records reach the one diagnosis (the verdict itself: the serial straggler test)
     straggler = [item for item in report["findings"] if item["family"] == "straggler"]
-    assert straggler and straggler[0]["extra"]["rank"] == 1, [item["title"] for item in report["findings"]]
+    assert straggler and straggler[0]["rank"] == 1, [item["title"] for item in report["findings"]]
 
 
 def test_fsdp2_collectives_are_communication(tmp_path):

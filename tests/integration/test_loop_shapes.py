@@ -49,7 +49,7 @@ def test_manual_sgd_without_optimizer_or_dataloader_counts_one_step_per_backward
     assert (record.steps.backward_ns > 0).all() and (record.steps.optimizer_ns == 0).all()
     assert not record.facts.inference
     summary = flat(result.stderr)
-    assert "steps, one per backward())" in summary
+    assert "steady steps, one per backward()" in summary
     assert "data wait –" in summary and "optimizer –" in summary
     assert "samples/s" not in summary  # no DataLoader: samples are unknown, not made up
     report = report_json(tmp_path)
@@ -67,7 +67,7 @@ def test_inference_loop_counts_one_step_per_model_forward(tmp_path, mode):
     assert record.facts.model_forwards == record.facts.model_forwards_no_grad == 30
     assert (record.steps.forward_ns > 0).all() and (record.steps.backward_ns == 0).all()
     summary = flat(result.stderr)
-    assert "one per model forward)" in summary
+    assert "steady steps, one per model forward" in summary
     assert "(inference, steady state" in summary
     assert "backward –" in summary
 

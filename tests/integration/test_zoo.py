@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.diagnosis.findings import FAMILIES
+from stepscope.diagnosis.rules import FAMILIES
 from stepscope.zoo import SCENARIOS
 
 REPO_SRC = Path(__file__).resolve().parents[2] / "src"
@@ -164,7 +164,7 @@ def test_a_slow_ranks_own_work_outside_the_model_is_the_straggler_with_its_line(
     report = run.report
     top = report["findings"][0]
     assert top["family"] == "straggler", describe(report["findings"], report)
-    assert top["extra"]["rank"] == 1 and top["extra"]["phase"] == "other"
+    assert top["rank"] == 1 and top["extra"]["phase"] == "other"
     assert "rank_chore()" in top["title"], top["title"]
     assert "communication" not in {item["family"] for item in report["findings"]}
     text = json.dumps(report["findings"])

@@ -27,6 +27,7 @@ never zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ from stepscope.analysis.run.input_profile import ColdStart, InputProfile, cold_s
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
-from stepscope.analysis.run.window import steady_window
+from stepscope.analysis.run.window import SteadyWindow, steady_window
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
@@ -201,6 +202,11 @@ class RunEvidence:
     compile: CompileSummary | None = None
     comm: CommShares | None = None
     stall: PeriodicStall | None = None
+    #: the steady window every averaging view above covers (None without steps)
+    window: SteadyWindow | None = None
+    #: a trace's exclusive Python share of host time less the step's data wait and "other" (the run
+    #: record's shares, or the trace's DataLoader share without a record): Python in the model
+    python_in_model: float | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -225,55 +231,149 @@ class RunEvidence:
             "communication": asdict(self.comm) if self.comm is not None else None,
             "periodic_stall": asdict(self.stall) if self.stall is not None else None,
             "compile": self.compile.to_dict() if self.compile is not None else None,
+            "window": None if self.window is None else {
+                "basis": self.window.basis, "span_s": self.window.span_s, "steady_steps": int(self.window.mask.sum())},
         }
 
 
+@dataclass(frozen=True)
+class RankBasis:
+    """One rank's record with what its evidence and the other ranks' evidence share, computed once:
+    the steady state, the steady window, the sampler's signals over that window, the code
+    attribution of that window, and how the other ranks see this one (:class:`RankSteady`)."""
+
+    record: RunRecord
+    steady: SteadyState | None
+    window: SteadyWindow | None
+    signals: MacroSignals | None
+    code: CodeAttribution | None
+    summary: RankSteady | None
+
+    @property
+    def rank(self) -> int:
+        return self.record.meta.rank
+
+
+def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBasis:
+    """The :class:`RankBasis` of a record (``signals``: given, or computed from its samples)."""
+    steady = steady_state(record)
+    window = None
+    if steady is not None:
+        window = steady_window(record.steps, steady.mask,
+                               record.samples.ts_ns if record.samples is not None else None)
+    if signals is None and record.samples is not None:
+        from stepscope.analysis.run.signals import compute_signals
+
+        signals = compute_signals(record.samples, record.steps, window)
+    code = code_attribution(record, steady)
+    summary = None
+    if steady is not None:
+        phase = code.phase("other") if code is not None else None
+        other = next((item for item in phase.locations if not item.library), None) if phase is not None else None
+        summary = RankSteady(record.meta.rank, steady, busiest_loader(record), comm_shares(record, steady),
+                             record.meta.node_rank, record.meta.hostname, other)
+    return RankBasis(record, steady, window, signals, code, summary)
+
+
+def job_evidence(bases: Sequence[RankBasis], traces: Mapping[int, TraceEvidence] | None = None) -> tuple[RunEvidence, ...]:
+    """Every rank's :class:`RunEvidence`, each built with the same facts about the others: the
+    job's ranks as the cross-rank rules see them, and the ranks on the same machine (whose CPU is
+    the job's, not foreign load)."""
+    summaries = tuple(basis.summary for basis in bases if basis.summary is not None)
+    job = summaries if len(bases) > 1 and len(summaries) == len(bases) else ()
+    out = []
+    for basis in bases:
+        host = basis.record.meta.hostname
+        siblings = tuple(other for other in bases if other is not basis and other.record.meta.hostname == host)
+        out.append(_evidence(basis, (traces or {}).get(basis.rank), job, siblings))
+    return tuple(out)
+
+
 def build_evidence(record: RunRecord | None = None, signals: MacroSignals | None = None,
-                   trace: TraceEvidence | None = None, ranks: tuple[RunRecord, ...] = (),
-                   sibling_cores: float = 0.0, sibling_pids: frozenset[int] = frozenset()) -> RunEvidence:
-    """The :class:`RunEvidence` of one rank.
+                   trace: TraceEvidence | None = None, ranks: tuple[RunRecord, ...] = ()) -> RunEvidence:
+    """The :class:`RunEvidence` of one rank (the pipeline builds a job's at once with
+    :func:`job_evidence`; this is the same for one record).
 
     Args:
         record: the run record (None for a bare trace).
         signals: the sampler's signals; derived from ``record.samples`` when None.
         trace: a trace's evidence for this rank.
         ranks: every rank's record of the same job (this one included) for cross-rank rules.
-        sibling_cores: cores the job's other ranks on this machine used (not foreign load).
-        sibling_pids: their processes (left out of the foreign processes).
     """
     if record is None:
-        return RunEvidence(trace=trace, mfu_note="no run record: MFU needs capture's FLOP count")
-    steady = steady_state(record)
-    window = steady_window(record.steps, steady.mask, record.samples.ts_ns if record.samples is not None else None) \
-        if steady is not None else None
-    if signals is None and record.samples is not None:
-        from stepscope.analysis.run.signals import compute_signals
+        return trace_evidence(trace)
+    bases = [rank_basis(item, signals if item is record else None) for item in ranks if item is not record]
+    own = rank_basis(record, signals)
+    if not ranks:
+        return job_evidence([own], {record.meta.rank: trace} if trace is not None else None)[0]
+    ordered = sorted([own, *bases], key=lambda basis: basis.rank)
+    evidences = job_evidence(ordered, {record.meta.rank: trace} if trace is not None else None)
+    return evidences[ordered.index(own)]
 
-        signals = compute_signals(record.samples, record.steps, window)
+
+def trace_evidence(trace: TraceEvidence | None) -> RunEvidence:
+    """The evidence of a bare trace (no run record)."""
+    return RunEvidence(trace=trace, mfu_note="no run record: MFU needs capture's FLOP count",
+                       python_in_model=python_in_model(trace, None))
+
+
+def python_in_model(trace: TraceEvidence | None, steady: SteadyState | None) -> float | None:
+    """The trace's Python share less the time the step spends loading data or outside the model
+    (logging, checkpoints): that Python is not framework overhead."""
+    if trace is None or trace.host.python is None:
+        return None
+    outside = (steady.data_wait_share + steady.shares.get("other", 0.0)) if steady is not None \
+        else float(trace.shares.dataloader or 0.0)
+    return max(0.0, float(trace.host.python) - outside)
+
+
+def busiest_loader(record: RunRecord) -> LoaderInfo | None:
+    """The DataLoader the steps waited for most (None without one)."""
+    return max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
+
+
+def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankSteady, ...],
+              siblings: tuple[RankBasis, ...]) -> RunEvidence:
+    record, steady, signals = basis.record, basis.steady, basis.signals
     meta = record.meta
     # the cores the run could use: its affinity mask when recorded (taskset, a cpuset), else the machine's
     cpu_count = meta.cpu_count_usable or meta.cpu_count_logical or (signals.cpu_count if signals is not None else None) or None
     gpu = next((device for device in meta.devices if device.kind in GPU_KINDS), None)
-    loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
-    foreign = foreign_load(signals, cpu_count, sibling_cores, sibling_pids)
+    loader = busiest_loader(record)
+    cores, pids = _sibling_load(siblings)
+    foreign = foreign_load(signals, cpu_count, cores, pids)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
-    other_ranks = tuple(rank_steady(item, state) for item in ranks if (state := steady_state(item)) is not None)
     return RunEvidence(
-        record=record, steady=steady, signals=signals, trace=trace, facts=record.facts,
-        ranks=other_ranks if len(other_ranks) == len(ranks) else (),
+        record=record, steady=steady, signals=signals, trace=trace, facts=record.facts, ranks=job,
         cpu_count=cpu_count, intra_op_threads=meta.intra_op_threads, gpu=gpu, main_loader=loader,
         loader_cpu=loader_cpu(record, steady, signals, loader),
         storage=storage_signs(record, signals),
         cpu_demand=cpu_demand(signals, cpu_count, meta.intra_op_threads),
-        compute_cores=None if (cores := compute_cores(steady, signals, loader, record)) is None
-        else min(cores, float(cpu_count or cores)),
+        compute_cores=None if (used := compute_cores(steady, signals, loader, record)) is None
+        else min(used, float(cpu_count or used)),
         op_overhead=op_overhead(record.facts, steady),
         mfu=estimate, mfu_note=note, foreign=foreign, comm=comm_shares(record, steady),
-        code=code_attribution(record, steady), gc=gc_summary(record, steady), compile=summarize_compile(record),
+        code=basis.code, gc=gc_summary(record, steady), compile=summarize_compile(record),
         stall=None if steady is None else find_periodic_stall(
-            record, steady.mask, steady.step_time_s, loader,
-            tuple(item for item in ranks if item is not record and item.meta.hostname == meta.hostname)),
+            record, steady.mask, steady.step_time_s, loader, tuple(item.record for item in siblings)),
+        window=basis.window, python_in_model=python_in_model(trace, steady),
     )
+
+
+def _sibling_load(siblings: tuple[RankBasis, ...]) -> tuple[float, frozenset[int]]:
+    """Cores the job's other ranks on this machine used, and their processes (not foreign load)."""
+    cores = 0.0
+    pids: set[int] = set()
+    for other in siblings:
+        pids.add(other.record.meta.pid)
+        samples = other.record.samples
+        if samples is not None and getattr(samples, "meta", None) is not None:
+            pids.add(samples.meta.sampler_pid)
+        if other.signals is not None:
+            for load in other.signals.workers:
+                pids.add(load.pid)
+                cores += load.cpu_util
+    return cores, frozenset(pids)
 
 
 def comm_shares(record: RunRecord, steady: SteadyState | None) -> CommShares | None:
@@ -289,20 +389,6 @@ def comm_shares(record: RunRecord, steady: SteadyState | None) -> CommShares | N
     count = max(1, int(steady.mask.sum()))
     return CommShares(float(exposed.sum() / total), float(overlapped.sum() / total),
                       float(exposed.sum() / count / 1e9), float(overlapped.sum() / count / 1e9))
-
-
-def rank_steady(record: RunRecord, state: SteadyState) -> RankSteady:
-    loader = max(record.loaders, key=lambda item: (item.wait_ns, item.batches)) if record.loaders else None
-    return RankSteady(record.meta.rank, state, loader, comm_shares(record, state), record.meta.node_rank,
-                      record.meta.hostname, other_code(record, state))
-
-
-def other_code(record: RunRecord, state: SteadyState) -> CodeLocation | None:
-    """The top user location of the "other" phase over the steady state (None without samples)."""
-    if not len(record.stack_samples):
-        return None
-    phase = attribute_code(record, state.mask, top=3).phase("other")
-    return next((item for item in phase.locations if not item.library), None) if phase is not None else None
 
 
 def code_attribution(record: RunRecord, steady: SteadyState | None) -> CodeAttribution | None:

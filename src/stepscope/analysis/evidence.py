@@ -14,7 +14,7 @@ renamed or removed without a schema note): ``report.json`` carries ``to_dict()``
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -89,52 +89,106 @@ class MacroSignals:
 
 
 @dataclass(frozen=True)
-class TraceEvidence:
-    """What a torch.profiler trace says about one rank (plugin/HTA-defined numbers)."""
+class StepShares:
+    """The TensorBoard plugin's step-time categories, each a share of the mean step (they add up to 1
+    with "Other")."""
 
-    source: str = ""  # trace file(s)
-    steps: int = 0
-    device: str | None = None  # e.g. "NVIDIA H200"; None for CPU-only traces
-    step_time_s: float | None = None
-    dataloader_share: float | None = None  # plugin "DataLoader" category / step
-    kernel_share: float | None = None  # plugin "Kernel" category / step
-    memcpy_share: float | None = None
-    memset_share: float | None = None
-    runtime_share: float | None = None
-    cpu_exec_share: float | None = None
-    communication_share: float | None = None  # plugin category / step
-    gpu_utilization: float | None = None
+    kernel: float | None = None
+    memcpy: float | None = None
+    memset: float | None = None
+    communication: float | None = None
+    runtime: float | None = None
+    dataloader: float | None = None
+    cpu_exec: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuIdle:
+    """Device idle time — one definition, HTA's: the gaps in the union of all GPU rows, as a share of
+    ``kernel_time`` (first to last GPU activity) — split by what the host did meanwhile
+    (:class:`~stepscope.traces.timeline.GpuTimeline`); the four causes add up to ``share``. HTA's
+    per-stream idle categories are a view for parity (``trace_analysis``), not evidence."""
+
+    share: float | None = None
+    dataloader: float | None = None  # host inside a DataLoader range: waiting for data
+    sync: float | None = None  # host inside a synchronising runtime call
+    launch: float | None = None  # host in other runtime calls / kernel-issuing operators
+    other: float | None = None  # none of these (Python, host-only work, untraced)
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """How well the busy device was used (the plugin's GPU summary, mean over devices)."""
+
+    utilization: float | None = None
     sm_efficiency: float | None = None
     achieved_occupancy: float | None = None
     tensor_core_kernel_share: float | None = None  # share of kernel time on Tensor Cores
     tensor_core_eligible_op_share: float | None = None  # share of op time in TC-eligible ops
-    idle_share: float | None = None  # HTA idle / total
-    idle_host_wait_share: float | None = None  # HTA host-wait idle / total
-    idle_kernel_wait_share: float | None = None
-    comm_overlap: float | None = None  # share of communication overlapped by computation
-    kernel_count_per_step: float | None = None
-    small_kernel_share: float | None = None  # kernels shorter than the launch overhead
+
+
+@dataclass(frozen=True)
+class KernelLaunches:
+    """Kernels per step and how their launches compare with them."""
+
+    kernels_per_step: float | None = None
     median_kernel_us: float | None = None
+    small_kernel_share: float | None = None  # kernels shorter than their launch call
     launch_delay_us_median: float | None = None
-    python_share: float | None = None  # host time in python_function events
-    aten_share: float | None = None
-    sync_count_per_step: float | None = None  # cudaDeviceSynchronize / StreamSynchronize / item()
-    sync_share: float | None = None
-    pageable_memcpy_share: float | None = None
-    memory_peak_bytes: int | None = None
-    memory_capacity_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """Shares of host thread time in the steps (exclusive)."""
+
+    python: float | None = None
+    aten: float | None = None
+
+
+@dataclass(frozen=True)
+class SyncsAndCopies:
+    syncs_per_step: float | None = None  # cudaDeviceSynchronize / StreamSynchronize / item()
+    sync_share: float | None = None  # of the steps' time
+    pageable_memcpy_share: float | None = None  # of memcpy time
+
+
+@dataclass(frozen=True)
+class DeviceMemoryUse:
+    peak_bytes: int | None = None
+    capacity_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledGraphs:
+    """torch.compile in the trace (``stepscope.analysis.trace.compiled_regions``)."""
+
+    graphs_per_step: float
+    recompiled_frames: tuple[str, ...] = ()  # frames with a variant F/N, N > 0
+    variants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceEvidence:
+    """What a torch.profiler trace says about one rank, as typed parts (plugin/HTA-defined numbers)."""
+
+    source: str = ""  # trace file(s)
+    rank: int = 0
+    rank_source: str = ""
+    steps: int = 0
+    device: str | None = None  # e.g. "NVIDIA H200"; None for CPU-only traces
+    step_time_s: float | None = None
+    shares: StepShares = StepShares()
+    idle: GpuIdle = GpuIdle()
+    device_use: DeviceUse = DeviceUse()
+    launches: KernelLaunches = KernelLaunches()
+    host: HostTime = HostTime()
+    syncs: SyncsAndCopies = SyncsAndCopies()
+    memory: DeviceMemoryUse = DeviceMemoryUse()
+    comm_overlap: float | None = None  # share of communication overlapped by computation
+    #: collectives' share of the step less what computation hides: shares.communication × (1 − comm_overlap)
+    exposed_communication: float | None = None
+    compiled: CompiledGraphs | None = None  # None without compiled code
     notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    # device idle time by what the host was doing meanwhile, each a share of HTA's kernel_time
-    # (like idle_share); the four add up to idle_share (stepscope.analysis.trace.idle_causes)
-    idle_dataloader_share: float | None = None  # host inside a DataLoader range: waiting for data
-    idle_sync_share: float | None = None  # host inside a synchronising runtime call
-    idle_launch_share: float | None = None  # host in other runtime calls / kernel-issuing operators
-    idle_other_share: float | None = None  # none of these (Python, host-only work, untraced)
-    # torch.compile in the trace (stepscope.analysis.trace.compiled_regions); None without compiled code
-    compiled_graphs_per_step: float | None = None
-    compiled_recompiled_frames: tuple[str, ...] = ()  # frames with a variant F/N, N > 0
-    compiled_variants: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -135,7 +135,7 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     Raises:
         OSError: the cache could not be written.
     """
-    from stepscope.record.safe_write import atomic_write
+    from stepscope.safe_write import atomic_write
 
     path = path or cache_path()
     key = machine_key(peak.threads or 0, peak.dtype)

@@ -33,7 +33,7 @@ from typing import Any
 from stepscope.capture.patching import patch_attribute
 from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
 from stepscope.capture.warn import WarningSink
-from stepscope.record.safe_write import create_exclusive
+from stepscope.safe_write import create_exclusive
 
 #: Steps during which every module call is watched to discover the root modules.
 DISCOVERY_STEPS = 2

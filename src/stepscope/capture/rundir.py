@@ -327,7 +327,7 @@ def _check_writable(path: Path) -> None:
     """Create and remove a file with an unpredictable name (raises OSError when the directory refuses)."""
     import secrets
 
-    from stepscope.record.safe_write import create_exclusive
+    from stepscope.safe_write import create_exclusive
 
     probe = path / f".write-test.{secrets.token_hex(8)}"
     create_exclusive(probe).close()

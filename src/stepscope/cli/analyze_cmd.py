@@ -88,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from stepscope.analysis.trace.trace_evidence import analyze_traces
     from stepscope.errors import UsageError
+    from stepscope.pipeline.diagnose import ReportOptions, diagnose
+    from stepscope.pipeline.inputs import load_traces
+    from stepscope.report.render import Output, render
 
     if args.top < 0:
         raise UsageError("--top must be >= 0")
@@ -97,22 +99,18 @@ def _run(args: argparse.Namespace) -> int:
         _check_output(args.output, args.trace)
     html_path = None
     if args.html:
-        from stepscope.report.exports import plan_trace_html
+        from stepscope.cli.exports import plan_trace_html
 
         html_path = plan_trace_html(args.trace, args.output)
     progress, callback = _progress(args)
     try:
-        analysis = analyze_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
+        inputs = load_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
     finally:
         if progress is not None:
             progress.stop()
-    if args.rank is not None:
-        analysis.rank(args.rank)  # UsageError when absent
-    from stepscope.report.model import build_trace_report
-
-    report = build_trace_report(analysis, None if args.rank is None else [args.rank])
+    report = diagnose(inputs, ReportOptions(focus=args.rank))
     if html_path is not None:
-        from stepscope.report.exports import export_report
+        from stepscope.cli.exports import export_report
 
         export_report(report, run_dir=None, html=html_path)
         return 0
@@ -122,17 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write the output file {args.output} ({exc.strerror}); "
                          "choose a writable path for -o/--output") from None
     try:
-        if args.format == "json":
-            out.write(_json(report))
-            out.write("\n")
-        else:
-            from rich.console import Console
-
-            from stepscope.report.trace_view import render_trace_report
-
-            console = Console(file=out, width=None if out is sys.stdout else 160)
-            for renderable in render_trace_report(report, top=args.top):
-                console.print(renderable)
+        render(report, "json" if args.format == "json" else "text", Output(stream=out, top=args.top))
     finally:
         if out is not sys.stdout:
             out.close()
@@ -158,10 +146,3 @@ def _check_output(output: str, trace: str) -> None:
         if same:
             raise UsageError(f"-o/--output {output} is the input trace {path}: it would be overwritten; "
                              "write the output to another file")
-
-
-def _json(report: Any) -> str:
-    import orjson
-
-    return orjson.dumps(report.to_dict(),
-                        option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()

@@ -120,7 +120,7 @@ def capture_options(args: argparse.Namespace) -> CaptureOptions:
     if not (math.isfinite(args.sample_hz) and args.sample_hz > 0):
         raise UsageError(f"--sample-hz must be a finite number > 0, got {args.sample_hz:g}")
     if args.tensorboard:
-        from stepscope.report.exports import check_tensorboard
+        from stepscope.cli.exports import check_tensorboard
 
         check_tensorboard(args.tensorboard)
     if not args.stacks_hz >= 0:
@@ -206,18 +206,18 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
         guard.die_if_pending()
         if record is None or report_box:
             return
-        from stepscope.report.build import write_report
+        from stepscope.pipeline.publish import publish_run
 
         verifying = options.verify and exit_code == 0 and exception is None and interrupted_by is None
-        report_box.append(write_report(record, session.run_dir, shown_as=str(shown_dir), tags=options.tags,
-                                       print_summary=options.summary and record.meta.rank == 0 and not verifying))
+        report_box.append(publish_run(record, session.run_dir, shown_as=str(shown_dir), tags=options.tags,
+                                      print_summary=options.summary and record.meta.rank == 0 and not verifying))
         if verifying and record.meta.rank == 0:
             from stepscope.cli.verify_run import verify_after_run
 
             report_box[0] = verify_after_run(report_box[0], record, target, session.run_dir, options,
                                              shown_as=str(shown_dir), should_stop=lambda: bool(guard.pending))
         if (options.html or options.tensorboard) and record.meta.rank == 0:
-            from stepscope.report.exports import export_after_run
+            from stepscope.cli.exports import export_after_run
 
             export_after_run(report_box[0], session.run_dir, html=options.html, tensorboard=options.tensorboard)
         guard.die_if_pending()

@@ -65,7 +65,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.html and not args.plot:
         raise UsageError("--html draws the --plot METRIC; give --plot too")
     if args.reindex:
-        from stepscope.report.history import reindex
+        from stepscope.pipeline.history import reindex
 
         added, problems = reindex([Path(item) for item in args.reindex], path)
         for problem in problems:
@@ -88,7 +88,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.plot:
         console.print(render_plot(runs, args.plot))
         if args.html:
-            from stepscope.record.safe_write import atomic_write
+            from stepscope.safe_write import atomic_write
 
             target = Path(args.html)
             try:

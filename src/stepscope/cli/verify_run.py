@@ -27,7 +27,7 @@ def verify_after_run(report: Any, record: Any, target: Any, run_dir: Path, optio
                      should_stop: Callable[[], bool]) -> Any:
     """Trial the report's prescriptions, save the verified report, print the summary; returns the
     verified report (the unverified one when nothing could be tried)."""
-    from stepscope.report.build import print_report, save_report
+    from stepscope.pipeline.publish import print_report, save_report
 
     steady = report.evidence.steady
     notes: list[str] = []

@@ -1,9 +1,9 @@
-"""The diagnosis engine: evidence in, ranked findings out.
+"""The diagnosis engine: evidence in, ranked findings out — per rank, then for the job.
 
 A rule is a plain function ``(RunEvidence) -> Finding | None`` over the evidence bundle
 (:class:`~stepscope.analysis.bundle.RunEvidence`); it reads no files, prints nothing and never
-imports another rule. :func:`diagnose` runs every rule in :data:`~stepscope.diagnosis.rules.RULES`
-and then settles, in this order:
+imports another rule. :func:`run_rules` runs every rule of the registry
+(:data:`~stepscope.diagnosis.rules.REGISTRY`) on one rank and then settles, in this order:
 
 1. **Failures.** A rule that raises is a bug in stepscope, not in the run: its name and error go
    into :attr:`Diagnosis.failed_rules`, the report shows a warning, and the diagnosis is marked
@@ -21,47 +21,44 @@ and then settles, in this order:
    and the diagnosis is complete, the healthy verdict heads the list.
 6. **Calibration**: the confidence shown is how often a verdict of that rule-confidence was right
    on the zoo, quiet and disturbed (:data:`CONFIDENCE_MAP`).
+
+:func:`diagnose_job` is the one entry the pipeline calls: every rank's rules, then the job step
+(:func:`merge_findings`) for several ranks — one finding per rule naming the ranks it fired on,
+the families that explain other ranks' symptoms (:data:`JOB_FIRST`: a straggler, communication)
+first, and the slow rank's own finding that causes a straggler marked as its cause.
+
+The precedence tables are the registry's: each family's entry says which families it supersedes,
+whether its evidence is CPU time, and whether it explains other ranks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import Rule
 from stepscope.diagnosis.findings import Finding, Severity, severity_for_impact
+from stepscope.diagnosis.rules import REGISTRY, RULES
 
-__all__ = ["Diagnosis", "HEALTHY_BELOW", "Rule", "SUPERSEDES", "diagnose", "rank_findings", "run_rules"]
+__all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
+           "merge_findings", "rank_findings", "run_rules"]
 
 logger = logging.getLogger(__name__)
 
-Rule = Callable[[RunEvidence], "Finding | None"]
-
-#: family -> the families whose findings it makes moot when both fire (cause over symptom).
-SUPERSEDES: dict[str, frozenset[str]] = {
-    # more workers would make oversubscription worse; the low MFU is the contention
-    "cpu_oversubscription": frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}),
-    # loaders idle on I/O: not a CPU-bound input pipeline, and the model waits rather than computes
-    "storage_io": frozenset({"input_pipeline", "compute"}),
-    "input_pipeline": frozenset({"compute"}),
-    # tiny operators explain the low MFU
-    "launch_overhead": frozenset({"compute"}),
-    # a rank waiting for others (in collectives) is never compute-bound
-    "straggler": frozenset({"compute", "communication"}),
-    "communication": frozenset({"compute"}),
-    # a checkpoint or evaluation every N steps lands in "other": the stall names it better
-    "periodic_stall": frozenset({"outside_model"}),
-    # recompilations are slow steps, an eager fall-back launches every op: the compile finding names the cause
-    "compile": frozenset({"launch_overhead", "periodic_stall", "compute"}),
-}
+#: family -> the families whose findings it makes moot when both fire (cause over symptom): the
+#: registry's ``supersedes`` (oversubscribed cores look input-bound; a rank waiting for others
+#: looks compute-bound; recompilations look like periodic stalls).
+SUPERSEDES: dict[str, frozenset[str]] = {entry.family: entry.supersedes for entry in REGISTRY if entry.supersedes}
 
 #: Families whose evidence is CPU time or CPU-relative rates: other processes on the machine make
 #: them less certain (their confidence is scaled by :data:`CROWDED_CONFIDENCE`).
-CPU_BASED = frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead", "cpu_oversubscription",
-                       "periodic_stall"})
+CPU_BASED = frozenset(entry.family for entry in REGISTRY if entry.cpu_based)
 CROWDED_CONFIDENCE = 0.7
+#: Families whose finding explains other ranks' symptoms: listed first among a job's findings.
+JOB_FIRST = tuple(entry.family for entry in REGISTRY if entry.explains_other_ranks)
 
 #: A run whose findings all stay below this severity gets the healthy verdict.
 HEALTHY_BELOW = Severity.MEDIUM
@@ -97,12 +94,6 @@ class Diagnosis:
         }
 
 
-def _rules() -> tuple[Rule, ...]:
-    from stepscope.diagnosis.rules import RULES
-
-    return RULES
-
-
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda item: (-item.impact, -int(item.severity), -item.confidence, item.rule_id))
 
@@ -111,7 +102,7 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
     """Run every rule, settle failures, precedence and overlapping costs (see the module docstring)."""
     findings: list[Finding] = []
     failed: list[str] = []
-    for rule in _rules() if rules is None else rules:
+    for rule in RULES if rules is None else rules:
         try:
             finding = rule(evidence)
         except Exception as exc:  # noqa: BLE001 - isolate rule bugs, see docstring
@@ -146,11 +137,11 @@ CONFIDENCE_MAP: tuple[tuple[float, float], ...] = ((0.0, 0.86), (0.75, 0.95), (0
 
 def calibrated(finding: Finding) -> Finding:
     """The finding with its confidence mapped through :data:`CONFIDENCE_MAP` (the rule's own
-    value is kept in ``extra["rule_confidence"]``)."""
-    if "rule_confidence" in finding.extra:
+    value is kept in ``rule_confidence``)."""
+    if finding.rule_confidence is not None:
         return finding  # already calibrated (a job report merges per-rank findings)
     value = next(mapped for low, mapped in reversed(CONFIDENCE_MAP) if finding.confidence >= low)
-    return replace(finding, confidence=value, extra={**finding.extra, "rule_confidence": finding.confidence})
+    return replace(finding, confidence=value, rule_confidence=finding.confidence)
 
 
 def _no_steps_to_diagnose(evidence: RunEvidence) -> bool:
@@ -169,8 +160,7 @@ def diagnose(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdi
 
 
 def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[str]) -> Finding | None:
-    from stepscope.diagnosis.rules.healthy import verdict as healthy_verdict
-
+    healthy_verdict = next(entry.verdict for entry in REGISTRY if entry.verdict is not None)
     try:
         return healthy_verdict(evidence, findings)
     except Exception as exc:  # noqa: BLE001 - same isolation as the rules
@@ -188,7 +178,7 @@ def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tupl
     for item in findings:
         winner = next((other for family, other in by_family.items()
                        if item.family in SUPERSEDES.get(family, ()) and other is not item
-                       and not other.extra.get("partial")
+                       and not other.partial
                        and (other.severity >= Severity.MEDIUM or other.impact >= item.impact)), None)
         if winner is None:
             kept.append(item)
@@ -201,9 +191,8 @@ def _crowded(findings: list[Finding]) -> list[Finding]:
     """Lower the confidence of CPU-based findings when other processes loaded the machine."""
     if not any(item.family == "foreign_load" for item in findings):
         return findings
-    return [replace(item, confidence=round(item.confidence * CROWDED_CONFIDENCE, 2),
-                    extra={**item.extra, "crowded_machine": True}) if item.family in CPU_BASED else item
-            for item in findings]
+    return [replace(item, confidence=round(item.confidence * CROWDED_CONFIDENCE, 2), crowded_machine=True)
+            if item.family in CPU_BASED else item for item in findings]
 
 
 #: A finding whose whole cost is already counted by costlier ones (what is left of it is below
@@ -244,7 +233,66 @@ def _partition_costs(findings: list[Finding],
         if impact < item.impact - 1e-9:
             severity = item.severity if item.severity == Severity.INFO else max(
                 Severity.INFO, min(item.severity, severity_for_impact(impact)))
-            item = replace(item, impact=round(impact, 4), severity=severity,
-                           extra={**item.extra, "impact_before_overlap": item.impact})
+            item = replace(item, impact=round(impact, 4), severity=severity, impact_before_overlap=item.impact)
         out.append(item)
     return out, absorbed
+
+
+# -- the job step ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobDiagnosis:
+    """Every rank's diagnosis and the job's findings (one rank: that rank's findings)."""
+
+    ranks: tuple[int, ...]
+    per_rank: tuple[Diagnosis, ...]  # in the order of ``ranks``
+    findings: tuple[Finding, ...]
+
+    def of(self, rank: int) -> Diagnosis:
+        return self.per_rank[self.ranks.index(rank)]
+
+
+def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]]) -> JobDiagnosis:
+    """The rules on every rank's evidence, then, for several ranks, :func:`merge_findings`."""
+    ranks = tuple(rank for rank, _ in evidences)
+    per_rank = tuple(run_rules(evidence) for _, evidence in evidences)
+    if len(per_rank) == 1:
+        return JobDiagnosis(ranks, per_rank, per_rank[0].findings)
+    return JobDiagnosis(ranks, per_rank, merge_findings(list(zip(ranks, per_rank))))
+
+
+def merge_findings(per_rank: list[tuple[int, Diagnosis]]) -> tuple[Finding, ...]:
+    """One finding per rule for the job, naming its ranks (``ranks``; ``rank``: the costliest),
+    with the costliest rank's numbers; the families of :data:`JOB_FIRST` first; a rule healthy on
+    some ranks only is left out (the others' findings speak for the job)."""
+    groups: dict[str, list[tuple[int, Finding]]] = {}
+    for rank, diagnosis in per_rank:
+        for finding in diagnosis.findings:
+            groups.setdefault(finding.rule_id, []).append((rank, finding))
+    merged: list[Finding] = []
+    for items in groups.values():
+        ranks = tuple(sorted(rank for rank, _ in items))
+        worst_rank, worst = max(items, key=lambda item: (item[1].impact, -item[0]))
+        if worst.family == "healthy" and len(ranks) < len(per_rank):
+            continue
+        title = worst.title
+        if worst.rank is None:  # a finding about its own rank (a straggler names the slow one itself)
+            title = f"{title} — rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+        merged.append(replace(worst, title=title, ranks=ranks, rank=worst.rank if worst.rank is not None else worst_rank))
+    ranked = rank_findings(_link_causes(merged))
+    return tuple(sorted(ranked, key=lambda item: item.family not in JOB_FIRST))
+
+
+def _link_causes(merged: list[Finding]) -> list[Finding]:
+    """A finding about another rank (a straggler) names the families that would be its cause
+    (``cause_families``); that rank's own finding of such a family, fired on it alone, says it is
+    the cause (``cause_of``, and "why rank R straggles" in its title): both costs are true, each of
+    its own rank's step, but they are one problem."""
+    about_a_rank = [item for item in merged if item.cause_families and item.rank is not None]
+    out = []
+    for item in merged:
+        cause_of = next((other for other in about_a_rank
+                         if item.family in other.cause_families and item.ranks == (other.rank,)), None)
+        if cause_of is not None:
+            item = replace(item, title=f"{item.title} (why rank {cause_of.rank} straggles)", cause_of=cause_of.rule_id)
+        out.append(item)
+    return out

@@ -3,36 +3,16 @@
 A :class:`Finding` answers *what is wrong, how much it costs, how sure we are, and exactly what to
 change*. Findings are plain frozen data; rules build them, renderers format them.
 
-Families are a closed, documented list (part of the ``report.json`` schema): add new ones only by
-extending :data:`FAMILIES`.
+Families are a closed, documented list (part of the ``report.json`` schema): the registry
+(:data:`stepscope.diagnosis.rules.REGISTRY`) is that list; a family is added there, with its
+module, and nowhere else.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
-from typing import Any, Literal, get_args
-
-Family = Literal[
-    "input_pipeline",
-    "storage_io",
-    "compute",
-    "launch_overhead",
-    "host_device_sync",
-    "communication",
-    "straggler",
-    "periodic_stall",
-    "memory_pressure",
-    "cpu_oversubscription",
-    "foreign_load",
-    "garbage_collection",
-    "outside_model",
-    "compile",
-    "healthy",
-]
-
-#: Stable family identifiers, in the order the documentation lists them.
-FAMILIES: tuple[str, ...] = get_args(Family)
+from typing import Any
 
 
 class Severity(IntEnum):
@@ -134,6 +114,14 @@ class Finding:
     is, e.g. for memory growth, which costs nothing until memory runs out). ``claims`` names the
     parts of the step the cost lies in (``data_wait``, ``compute``, ``other``, or ``step`` for the
     whole step): the engine keeps the costs of one run's findings from overlapping within them.
+
+    What the engine and the renderers read is typed: ``rank`` (the rank the finding is about: the
+    slow rank of a straggler, the costliest rank of a job's finding), ``ranks`` (a job's finding:
+    the ranks it fired on), ``cause_of`` (the ``rule_id`` of the job finding this one explains),
+    ``cause_families`` (a finding about another rank: the families of that rank's own findings
+    that are its cause), ``partial`` (it explains only part of a symptom another family reports,
+    which then stays), and the engine's own notes (``rule_confidence``, ``crowded_machine``,
+    ``impact_before_overlap``). ``extra`` holds the rule's own details for ``report.json`` only.
     """
 
     rule_id: str
@@ -148,6 +136,14 @@ class Finding:
     extra: dict[str, Any] = field(default_factory=dict)
     impact_basis: str = "measured"
     claims: tuple[str, ...] = ("step",)
+    rank: int | None = None
+    ranks: tuple[int, ...] = ()
+    cause_of: str | None = None
+    cause_families: tuple[str, ...] = ()
+    partial: bool = False
+    rule_confidence: float | None = None
+    crowded_machine: bool = False
+    impact_before_overlap: float | None = None
 
     @property
     def impact_measured(self) -> bool:
@@ -157,10 +153,19 @@ class Finding:
         data = asdict(self)
         data["severity"] = self.severity.name.lower()
         data["prescriptions"] = [item.to_dict() for item in self.prescriptions]
+        data["ranks"] = list(self.ranks)
+        data["cause_families"] = list(self.cause_families)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """Reads report schema 4 and older ones (where ``rank``, ``ranks``, ``cause_of``,
+        ``partial``, ``rule_confidence``, ``crowded_machine`` and ``impact_before_overlap`` were
+        keys of ``extra``)."""
+        extra = dict(data.get("extra", {}))
+        typed = {item.name for item in fields(cls)} & set(LEGACY_EXTRA_KEYS)
+        moved = {key: extra.pop(key) for key in list(extra) if key in typed and key not in data}
+        values = {**moved, **{key: data[key] for key in typed if key in data}}
         return cls(
             rule_id=data["rule_id"],
             family=data["family"],
@@ -171,10 +176,24 @@ class Finding:
             evidence=tuple(Evidence(**item) for item in data.get("evidence", ())),
             prescriptions=tuple(Prescription.from_dict(item) for item in data.get("prescriptions", ())),
             summary=data.get("summary", ""),
-            extra=dict(data.get("extra", {})),
+            extra=extra,
             impact_basis=str(data.get("impact_basis", "measured")),
             claims=tuple(data.get("claims", ("step",))),
+            rank=None if values.get("rank") is None else int(values["rank"]),
+            ranks=tuple(int(rank) for rank in values.get("ranks") or ()),
+            cause_of=values.get("cause_of"),
+            cause_families=tuple(data.get("cause_families") or ()),
+            partial=bool(values.get("partial", False)),
+            rule_confidence=None if values.get("rule_confidence") is None else float(values["rule_confidence"]),
+            crowded_machine=bool(values.get("crowded_machine", False)),
+            impact_before_overlap=(None if values.get("impact_before_overlap") is None
+                                   else float(values["impact_before_overlap"])),
         )
+
+
+#: Keys of ``extra`` in report schemas before 4 that are typed fields now.
+LEGACY_EXTRA_KEYS = ("rank", "ranks", "cause_of", "partial", "rule_confidence", "crowded_machine",
+                     "impact_before_overlap")
 
 
 def severity_for_impact(impact: float) -> Severity:

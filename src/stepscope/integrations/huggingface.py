@@ -119,9 +119,9 @@ class _Callback:
         session, self.session, self.owned = self.session, None, False
         record = session.stop()
         if record is not None:
-            from stepscope.report.build import write_report
+            from stepscope.pipeline.publish import publish_run
 
-            write_report(record, session.run_dir, print_summary=self.summary)
+            publish_run(record, session.run_dir, print_summary=self.summary)
 
     @property
     def run_dir(self) -> Path | None:

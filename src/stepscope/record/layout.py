@@ -11,7 +11,7 @@
         rank<R>.lock               the owner of rank R's files: job, pid (flock'ed while it runs)
 
 Every file is created new (``O_EXCL | O_NOFOLLOW``) or replaced atomically through
-:mod:`stepscope.record.safe_write`; see :func:`stepscope.capture.rundir.claim_run_dir` for when a
+:mod:`stepscope.safe_write`; see :func:`stepscope.capture.rundir.claim_run_dir` for when a
 directory is refused.
 """
 

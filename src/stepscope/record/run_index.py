@@ -14,7 +14,7 @@ directory) in WAL mode with a 30 s busy timeout, so runs finishing at the same m
 failing; in a job only rank 0 writes (the job's merged numbers). An index that cannot be written is
 one warning: it never fails the run.
 
-Rows are built from a run's report by :mod:`stepscope.report.history` (``write_report`` calls
+Rows are built from a run's report by :mod:`stepscope.pipeline.history` (``publish_run`` calls
 it); this module is the storage alone. Stored text went through capture's redaction (:mod:`stepscope.redact`): argv is redacted before
 it reaches the record, and the index reads the record.
 """

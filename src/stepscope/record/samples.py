@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stepscope.errors import InputError
-from stepscope.record.safe_write import create_exclusive
+from stepscope.safe_write import create_exclusive
 from stepscope.record.typecheck import checked_fields
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import orjson
 from stepscope import limits
 from stepscope.errors import InputError
 from stepscope.record import layout
-from stepscope.record.safe_write import atomic_write, json_bytes
+from stepscope.safe_write import atomic_write, json_bytes
 from stepscope.record.typecheck import checked_fields
 from stepscope.record import code_fields
 from stepscope.record.run import (
@@ -101,7 +101,7 @@ def record_to_document(record: RunRecord) -> dict[str, Any]:
 def save_record(record: RunRecord, path: str | Path) -> Path:
     """Write ``record`` atomically and return the path.
 
-    The file is written through :func:`stepscope.record.safe_write.atomic_write` (unpredictable
+    The file is written through :func:`stepscope.safe_write.atomic_write` (unpredictable
     temporary name, no symlink followed, nothing left behind on failure). Strings that are not
     valid UTF-8 (argv or paths with undecodable bytes) are stored escaped (``\\xNN``).
 

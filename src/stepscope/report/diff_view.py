@@ -2,7 +2,7 @@
 
 Everything that came from a record or a trace (paths, argv, environment values, operator names,
 finding titles) is printed through :func:`stepscope.text.printable` on the terminal and escaped
-with :func:`stepscope.report.html.text` in HTML.
+with :func:`stepscope.report.render.html.text` in HTML.
 """
 
 from __future__ import annotations
@@ -168,8 +168,8 @@ def render_trace_diff(diff: TraceDiff, top: int = MAX_OPS) -> Group:
 
 # -- HTML ------------------------------------------------------------------------------------------
 def _phase_bar_html(shares: dict[str, float], label: str) -> str:
-    from stepscope.report.html import text
-    from stepscope.report.html_charts import PHASE_COLORS
+    from stepscope.report.render.html import text
+    from stepscope.report.render.html_charts import PHASE_COLORS
 
     total = sum(max(0.0, shares.get(phase, 0.0)) for phase in PHASES) or 1.0
     cells = "".join(
@@ -219,7 +219,7 @@ td.faster{color:#1a7f37}td.slower{color:#cf222e}td.noise{color:#6e7781}
 def render_diff_html(diff: RunDiff | TraceDiff, *, record_a: RunRecord | None = None,
                      record_b: RunRecord | None = None) -> str:
     """The diff as one self-contained page (no network, scripts or styles from elsewhere)."""
-    from stepscope.report.html import _asset, text
+    from stepscope.report.render.html import _asset, text
 
     sections = [f"<section class=\"header\"><h1>stepscope diff</h1><div class=\"sub\">A {text(diff.a)}</div>"
                 f"<div class=\"sub\">B {text(diff.b)}</div></section>"]
@@ -237,7 +237,7 @@ def render_diff_html(diff: RunDiff | TraceDiff, *, record_a: RunRecord | None = 
                         "<th>95% interval</th><th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
         shares_a = {row.metric: row.share_a or 0.0 for row in diff.rows if row.metric in PHASES}
         shares_b = {row.metric: row.share_b or 0.0 for row in diff.rows if row.metric in PHASES}
-        from stepscope.report.html_charts import PHASE_COLORS
+        from stepscope.report.render.html_charts import PHASE_COLORS
 
         legend = " ".join(f'<span style="color:{PHASE_COLORS[phase]}">■</span> {text(phase)}' for phase in PHASES
                           if shares_a.get(phase) or shares_b.get(phase))
@@ -281,7 +281,7 @@ def render_diff_html(diff: RunDiff | TraceDiff, *, record_a: RunRecord | None = 
 
 
 def write_diff_html(diff: RunDiff | TraceDiff, path: str | Path, **records: Any) -> Path:
-    """Render and write the page atomically (:func:`stepscope.record.safe_write.atomic_write`)."""
-    from stepscope.record.safe_write import atomic_write
+    """Render and write the page atomically (:func:`stepscope.safe_write.atomic_write`)."""
+    from stepscope.safe_write import atomic_write
 
     return atomic_write(path, render_diff_html(diff, **records).encode("utf-8"))

@@ -88,7 +88,7 @@ def render_plot(runs: Sequence[IndexedRun], metric: str) -> Group:
 
 def plot_html(runs: Sequence[IndexedRun], metric: str) -> str:
     """The metric over runs as a self-contained page (an inline SVG line with a point per run)."""
-    from stepscope.report.html import _asset, text
+    from stepscope.report.render.html import _asset, text
 
     points = series(runs, metric)
     width, height, pad = 720, 240, 40

@@ -26,18 +26,14 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import compress, repeat
 from operator import eq
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import orjson
 
 from stepscope.traces.fastpath import complete_columns
-
-if TYPE_CHECKING:
-    from stepscope.traces.links import EventLinks
 
 FAR_TS_US = 1e17
 _BIG = 1 << 62
@@ -96,13 +92,6 @@ class EventTable:
     def end(self) -> np.ndarray:
         ends: np.ndarray = self.ts + self.dur
         return ends
-
-    @cached_property
-    def links(self) -> EventLinks:
-        """The linked-events table (:mod:`~stepscope.traces.links`), computed on first use, once."""
-        from stepscope.traces.links import link_events
-
-        return link_events(self)
 
     def cat_mask(self, *names: str) -> np.ndarray:
         ids = [self.symbols.get(n) for n in names]

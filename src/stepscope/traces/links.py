@@ -2,7 +2,7 @@
 classified, joined and assigned to a step once.
 
 Contract: :func:`link_events` returns an :class:`EventLinks` for one trace; it is computed once per
-loaded trace and cached on its event table (``trace.events.links``). Every trace view reads these
+loaded trace and kept with its event table (:func:`links_of`). Every trace view reads these
 columns instead of classifying rows or joining host and device events itself. All arrays are
 aligned with the event table's rows unless said otherwise; everything is vectorised numpy, with
 one Python pass over the distinct *names* (never over events).
@@ -87,6 +87,22 @@ _NOT_COMPUTE = re.compile(
     r"|(^Stream Wait Event)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)|(^cpum_exe_subgraph)|(^hccl)"
     r"|(^collective_subgraph_execution)"
 )
+
+
+#: stepscope's own DataLoader annotations (``[stepscope]dataloader_next``).
+STEPSCOPE_DATALOADER_PREFIX = "[stepscope]dataloader"
+
+
+def is_plugin_dataloader(name: str) -> bool:
+    """The TensorBoard plugin's DataLoader range names."""
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
+        "enumerate(DataPipe)#"
+    )
+
+
+def is_dataloader(name: str) -> bool:
+    """A host range in which the step waits for data: the plugin's, or stepscope's annotation."""
+    return is_plugin_dataloader(name) or name.startswith(STEPSCOPE_DATALOADER_PREFIX)
 
 
 def kernel_type(name: str) -> int:
@@ -338,6 +354,15 @@ def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, d
     has = linked >= 0
     step[device[has]] = step[linked[has]]
     return step
+
+
+def links_of(events: EventTable) -> EventLinks:
+    """The linked-events table of ``events``, computed on first use and kept with the table."""
+    cached: EventLinks | None = events.__dict__.get("_links")
+    if cached is None:
+        cached = link_events(events)
+        events.__dict__["_links"] = cached
+    return cached
 
 
 def link_events(events: EventTable) -> EventLinks:

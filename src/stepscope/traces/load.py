@@ -108,36 +108,14 @@ def load_trace(
     :func:`stepscope.limits.max_bytes`.
     """
     path = str(path)
-    size = _file_size(path)
-    limit = limits.max_bytes() if max_bytes is None else max_bytes
-    if size == 0:
-        raise InputError(path, "the file is empty (a crashed profiler leaves 0-byte traces); re-record it")
-    stats = DecodeStats()
     builder = TableBuilder()
-    meta: dict[str, Any] = {}
-    saw_events = False
-    tracker = _Progress(progress, size)
-    try:
-        with open_binary(path) as stream:
-            tracker.raw = getattr(stream, "fileobj", None) or stream
-            guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
-            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):  # type: ignore[arg-type]
-                if kind == "events":
-                    if not isinstance(payload, list):
-                        raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
-                    saw_events = True
-                    builder.add_batch(payload)
-                else:
-                    meta = payload
-            json_bytes = guard.total
-    except LimitExceeded as exc:
-        raise limits.too_large(path, exc.what, exc.limit, exc.position) from None
-    except DecodeFailure as exc:
-        raise InputError(path, f"not valid trace JSON: {exc}", position=exc.position) from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read or decompress the file ({exc})") from None
-    if not saw_events and "traceEvents" not in meta:
-        raise InputError(path, "JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+
+    def add(batch: Any) -> None:
+        if not isinstance(batch, list):
+            raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
+        builder.add_batch(batch)
+
+    meta, stats, json_bytes = _decode(path, add, progress, max_json_bytes, max_bytes)
     events, memory = builder.build()
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
@@ -155,6 +133,55 @@ def load_trace(
         json_bytes=json_bytes,
         decode_path=stats.path,
     )
+
+
+def load_raw_events(path: str | Path, max_bytes: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The trace's events as the dicts the file holds, and its top-level metadata, decoded under
+    the same guards as :func:`load_trace` (for exports that copy events unchanged: the Perfetto
+    timeline). Raises :class:`~stepscope.errors.InputError` like it."""
+    path = str(path)
+    events: list[dict[str, Any]] = []
+
+    def add(batch: Any) -> None:
+        if not isinstance(batch, list):
+            raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
+        events.extend(item for item in batch if isinstance(item, dict))
+
+    meta, _, _ = _decode(path, add, None, MAX_JSON_BYTES, max_bytes)
+    return events, meta
+
+
+def _decode(path: str, on_batch: Callable[[Any], None], progress: Callable[[int, int], None] | None,
+            max_json_bytes: int, max_bytes: int | None) -> tuple[dict[str, Any], DecodeStats, int]:
+    """Stream the file's event batches into ``on_batch``; returns (metadata, stats, JSON bytes)."""
+    size = _file_size(path)
+    limit = limits.max_bytes() if max_bytes is None else max_bytes
+    if size == 0:
+        raise InputError(path, "the file is empty (a crashed profiler leaves 0-byte traces); re-record it")
+    stats = DecodeStats()
+    meta: dict[str, Any] = {}
+    saw_events = False
+    tracker = _Progress(progress, size)
+    try:
+        with open_binary(path) as stream:
+            tracker.raw = getattr(stream, "fileobj", None) or stream
+            guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
+            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):  # type: ignore[arg-type]
+                if kind == "events":
+                    saw_events = True
+                    on_batch(payload)
+                else:
+                    meta = payload
+            json_bytes = guard.total
+    except LimitExceeded as exc:
+        raise limits.too_large(path, exc.what, exc.limit, exc.position) from None
+    except DecodeFailure as exc:
+        raise InputError(path, f"not valid trace JSON: {exc}", position=exc.position) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read or decompress the file ({exc})") from None
+    if not saw_events and "traceEvents" not in meta:
+        raise InputError(path, "JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+    return meta, stats, json_bytes
 
 
 class _GuardedStream:

@@ -101,6 +101,14 @@ def hta_view(rel: str):
     return hta_rows(loaded(rel).events)
 
 
+def timeline_view(rel: str):
+    """The GpuTimeline of a reference trace."""
+    from stepscope.traces.links import links_of
+    from stepscope.traces.timeline import timeline_of
+
+    return timeline_of(links_of(loaded(rel).events))
+
+
 def close(ours: float | None, theirs: float | None, rel_tol: float = 0.01, abs_tol: float = 0.0) -> bool:
     if ours is None or theirs is None:
         return ours is None and theirs is None

@@ -11,10 +11,10 @@ from records import make_record
 from stepscope.analysis.run.code_locations import (
     attribute_code,
     collapse_stacks,
-    format_collapsed,
     function_name,
 )
 from stepscope.record.run import PHASES, STACK_ROLES, StackFrame, StackSamples
+from stepscope.report.render.flame import folded_text as format_collapsed
 
 LIB = "/usr/lib/python3.11/"
 SITE = "/venv/lib/python3.11/site-packages/"

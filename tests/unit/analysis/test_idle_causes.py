@@ -9,6 +9,8 @@ from trace_builders import kernel, op, runtime, table_of
 from stepscope.analysis.trace.idle_causes import idle_causes
 from stepscope.analysis.trace.rank_analysis import rank_evidence
 from stepscope.analysis.trace.temporal import temporal_breakdown
+from stepscope.traces.links import links_of
+from stepscope.traces.timeline import timeline_of
 
 RESNET_0 = "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -35,7 +37,7 @@ def _trace():
 
 def test_idle_causes_partition_hand_made():
     table = _trace()
-    causes = idle_causes(table.links)
+    causes = idle_causes(links_of(table))
     assert causes is not None
     assert causes.idle_us == 180.0 and causes.kernel_time_us == 210.0 and causes.gaps == 2
     assert causes.dataloader_us == 40.0 + 30.0
@@ -44,7 +46,7 @@ def test_idle_causes_partition_hand_made():
     assert causes.other_us == 180.0 - 70.0 - 30.0 - 25.0  # 70-80 and 165-200
     parts = causes.dataloader_us + causes.sync_us + causes.launch_us + causes.other_us
     assert parts == pytest.approx(causes.idle_us)
-    temporal = temporal_breakdown(table.links.hta, 0)
+    temporal = temporal_breakdown(timeline_of(links_of(table)), 0)
     assert temporal is not None and causes.idle_us == temporal.idle_us
     assert causes.share("dataloader") == pytest.approx(70.0 / 210.0)
 
@@ -55,13 +57,13 @@ def test_host_only_operator_is_not_launch():
         op("aten::cpu_work", 20, 50, external_id=5),  # issues nothing: "other"
         kernel("k2", 100, 10, correlation=2),
     )
-    causes = idle_causes(table.links)
+    causes = idle_causes(links_of(table))
     assert causes is not None
     assert (causes.dataloader_us, causes.sync_us, causes.launch_us, causes.other_us) == (0.0, 0.0, 0.0, 90.0)
 
 
 def test_no_gpu_rows_means_no_attribution():
-    assert idle_causes(table_of(op("aten::add", 0, 10)).links) is None
+    assert idle_causes(links_of(table_of(op("aten::add", 0, 10)))) is None
 
 
 @SKIP
@@ -70,18 +72,18 @@ def test_idle_causes_add_up_to_idle_share(rel):
     item = analysis(rel)
     evidence = rank_evidence(item)
     if item.temporal is None:
-        assert item.idle_causes is None and evidence.idle_dataloader_share is None
+        assert item.idle_causes is None and evidence.idle.dataloader is None
         return
     total = sum(
-        getattr(evidence, f) for f in ("idle_dataloader_share", "idle_sync_share", "idle_launch_share", "idle_other_share")
+        getattr(evidence.idle, f) for f in ("dataloader", "sync", "launch", "other")
     )
-    assert total == pytest.approx(evidence.idle_share, abs=1e-9)
+    assert total == pytest.approx(evidence.idle.share, abs=1e-9)
 
 
 @pytest.mark.skipif(not (TRACES / RESNET_0).is_file(), reason="reference traces absent")
 def test_resnet_num_workers_0_idles_in_the_dataloader():
     evidence = rank_evidence(analysis(RESNET_0))
-    assert evidence.idle_share == pytest.approx(0.394, abs=0.001)
-    assert evidence.idle_dataloader_share == pytest.approx(0.287, abs=0.001)
-    assert evidence.idle_dataloader_share > 0.7 * evidence.idle_share  # the main cause by far
-    assert evidence.idle_sync_share < 0.001
+    assert evidence.idle.share == pytest.approx(0.394, abs=0.001)
+    assert evidence.idle.dataloader == pytest.approx(0.287, abs=0.001)
+    assert evidence.idle.dataloader > 0.7 * evidence.idle.share  # the main cause by far
+    assert evidence.idle.sync < 0.001

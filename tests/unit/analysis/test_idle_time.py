@@ -7,6 +7,7 @@ from reference_traces import SKIP, close, hta_results, kineto_trace_names, loade
 from trace_builders import kernel, runtime, table_of
 
 from stepscope.analysis.trace.idle_time import idle_time_breakdown
+from stepscope.traces.links import links_of
 
 
 @SKIP
@@ -14,7 +15,7 @@ from stepscope.analysis.trace.idle_time import idle_time_breakdown
 def test_idle_time_matches_hta(rel):
     results, errors = hta_results(rel)
     trace = loaded(rel)
-    ours = idle_time_breakdown(trace.events.links, trace.rank)
+    ours = idle_time_breakdown(links_of(trace.events), trace.rank)
     if "idle_time_breakdown" not in results:
         assert errors  # HTA failed (no GPU rows): we have no stream either
         assert ours.streams == ()
@@ -45,7 +46,7 @@ def test_idle_categories_hand_made():
         runtime("cudaLaunchKernel", 150, 2, correlation=4),
         kernel("k4", 160, 10, correlation=4),  # runtime at 150 > prev end 110 -> host_wait (gap 50)
     )
-    result = idle_time_breakdown(table.links, 0)
+    result = idle_time_breakdown(links_of(table), 0)
     (stream,) = result.streams
     assert stream.idle_us == {"host_wait": 50.0, "kernel_wait": 5.0, "other": 70.0}
     assert stream.ratio["other"] == pytest.approx(70 / 125)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from reference_traces import SKIP, close, hta_results, hta_view, kineto_trace_names
+from reference_traces import SKIP, close, hta_results, kineto_trace_names, timeline_view
 from trace_builders import kernel, table_of
 
-from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, OTHER, hta_rows, kernel_type
+from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, OTHER, kernel_type
 from stepscope.analysis.trace.kernel_types import kernel_type_breakdown, kernel_type_sums
+from stepscope.traces.links import links_of
+from stepscope.traces.timeline import timeline_of
 
 
 @SKIP
 @pytest.mark.parametrize("rel", kineto_trace_names())
 def test_kernel_types_match_hta(rel):
     results, _ = hta_results(rel)
-    ours = kernel_type_sums(hta_view(rel))
+    ours = kernel_type_sums(timeline_view(rel))
     if "gpu_kernel_breakdown" not in results:
         assert ours == {}
         return
@@ -41,7 +43,7 @@ def test_overlap_labels_hand_made():
     table = table_of(
         kernel("gemm", 0, 10), kernel("ncclKernel_x", 5, 10, stream=8), kernel("Memcpy DtoD", 12, 10, cat="gpu_memcpy", stream=9)
     )
-    sums = kernel_type_sums(hta_rows(table))
+    sums = kernel_type_sums(timeline_of(links_of(table)))
     assert sums == {
         "COMPUTATION": 5.0,
         "COMPUTATION overlapping COMMUNICATION": 5.0,

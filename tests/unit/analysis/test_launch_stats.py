@@ -7,6 +7,7 @@ from reference_traces import SKIP, close, hta_results, kineto_trace_names, loade
 from trace_builders import kernel, runtime, table_of
 
 from stepscope.analysis.trace.launch_stats import launch_stats
+from stepscope.traces.links import links_of
 
 
 @SKIP
@@ -14,7 +15,7 @@ from stepscope.analysis.trace.launch_stats import launch_stats
 def test_launch_stats_match_hta(rel):
     results, _ = hta_results(rel)
     trace = loaded(rel)
-    ours = launch_stats(trace.events.links, trace.rank)
+    ours = launch_stats(links_of(trace.events), trace.rank)
     ref = next(iter(results["cuda_kernel_launch_stats"].values()))
     summary = ours.summary()
     assert summary["count"] == ref["summary"]["n"]
@@ -38,7 +39,7 @@ def test_launch_delay_hand_made():
         runtime("cudaLaunchKernel", 20, 60, correlation=2), kernel("k", 50, 1, correlation=2),
         runtime("cuLaunchKernel", 100, 4, correlation=3), kernel("triton_k", 110, 2, correlation=3),
     )
-    stats = launch_stats(table.links, 0)
+    stats = launch_stats(links_of(table), 0)
     assert stats.correlation.tolist() == [1, 2]  # cuLaunchKernel is not counted (as in HTA)
     assert stats.launch_delay.tolist() == [6.0, 0.0]  # clipped at 0
     assert stats.summary()["runtime_outliers"] == 1

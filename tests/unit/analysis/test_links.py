@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trace_builders import kernel, op, runtime, table_of
 
-from stepscope.traces.links import COMPUTATION, KERNEL, MEMCPY, MEMORY, OPERATOR, RUNTIME, STEP
+from stepscope.traces.links import COMPUTATION, KERNEL, MEMCPY, MEMORY, OPERATOR, RUNTIME, STEP, links_of
 
 
 def _trace():
@@ -23,8 +23,8 @@ def _trace():
 
 def test_roles_links_and_steps():
     table = _trace()
-    links = table.links
-    assert links is table.links  # computed once, cached on the table
+    links = links_of(table)
+    assert links is links_of(table)  # computed once, cached on the table
     assert links.role.tolist() == [STEP, OPERATOR, RUNTIME, KERNEL, STEP, RUNTIME, MEMCPY, RUNTIME, KERNEL]
     assert links.step_number[[0, 4]].tolist() == [3, 4]
     assert links.launcher.tolist() == [-1, -1, -1, 2, -1, -1, 5, -1, 7]
@@ -36,7 +36,7 @@ def test_roles_links_and_steps():
 
 def test_hta_view_drops_the_last_step_and_links_gpu_rows_to_their_host_row():
     table = _trace()
-    hta = table.links.hta
+    hta = links_of(table).hta
     # two ProfilerStep names: host rows from the last step's start on are dropped, with their GPU rows
     assert hta.filtered and hta.index.tolist() == [0, 1, 2, 3]
     assert hta.cpu_link.tolist() == [-1, -1, -1, 2]
@@ -48,5 +48,5 @@ def test_plugin_keeps_the_last_runtime_of_a_repeated_correlation():
         runtime("cudaLaunchKernel", 3, 2, correlation=5),
         kernel("k", 10, 2, correlation=5),
     )
-    assert table.links.launcher.tolist() == [-1, -1, 1]
-    assert table.links.hta.cpu_link.tolist() == [-1, -1, 0]  # HTA: the first one
+    assert links_of(table).launcher.tolist() == [-1, -1, 1]
+    assert links_of(table).hta.cpu_link.tolist() == [-1, -1, 0]  # HTA: the first one

@@ -10,6 +10,7 @@ from trace_builders import kernel, op, runtime, table_of
 
 from stepscope.analysis.trace.op_tree import build_op_tree
 from stepscope.analysis.trace.operators import operator_table
+from stepscope.traces.links import links_of
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 # Known differences, kept measured: (trace, operator) -> (field, max relative difference, why)
@@ -61,7 +62,7 @@ def test_self_and_total_times_hand_made():
         op("aten::div", 72, 10, external_id=4),  # redispatch: folded into the outer aten::div
     ]
     table = table_of(*events)
-    links = table.links
+    links = links_of(table)
     result = {r.name: r for r in operator_table(links, build_op_tree(links)).rows}
     assert result["aten::linear"].host_self_us == 100 - 50 - 20
     assert result["aten::addmm"].host_self_us == 50 - 10

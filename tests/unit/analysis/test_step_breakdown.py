@@ -9,6 +9,7 @@ from reference_traces import SKIP, analysis, close, kineto_trace_names, tb_overv
 from trace_builders import kernel, op, runtime, table_of
 
 from stepscope.analysis.trace.step_breakdown import CATEGORIES, find_steps, step_breakdown
+from stepscope.traces.links import links_of
 
 PLUGIN_NAMES = {"CPU Exec": "CpuOp"}
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -60,9 +61,9 @@ def test_priority_and_device_retiming():
         kernel("relu", 140, 5, correlation=2),
     ]
     table = table_of(*events)
-    steps = find_steps(table.links)
+    steps = find_steps(links_of(table))
     assert steps.start.tolist() == [0, 130] and steps.end.tolist() == [130, 150]
-    result = step_breakdown(table.links, steps)
+    result = step_breakdown(links_of(table), steps)
     first = result.per_step_us[0]
     assert first["Kernel"] == 80 and first["DataLoader"] == 30 and first["Runtime"] == 5
     assert first["CPU Exec"] == 5  # aten::mm 40-60 minus its runtime call (45-50) and the kernel (from 50)
@@ -73,9 +74,9 @@ def test_cpu_trace_without_steps_has_one_synthetic_step():
     from stepscope.traces.load import load_trace
 
     trace = load_trace(DATA / "cpu_plain.pt.trace.json")
-    steps = find_steps(trace.events.links)
+    steps = find_steps(links_of(trace.events))
     assert steps.synthetic and steps.names == ("0",)
-    result = step_breakdown(trace.events.links, steps)
+    result = step_breakdown(links_of(trace.events), steps)
     assert result.share("CPU Exec") > 0.5
     assert "no ProfilerStep" in result.notes[0]
 
@@ -101,6 +102,6 @@ def test_steps_out_of_order_follow_the_plugin_walk():
         runtime("cudaLaunchKernel", 110, 5, correlation=2), kernel("b", 130, 100, correlation=2),
         runtime("cudaLaunchKernel", 150, 5, correlation=3), kernel("c", 240, 10, correlation=3),
     ]
-    steps = find_steps(table_of(*events).links)
+    steps = find_steps(links_of(table_of(*events)))
     assert steps.names == ("2",) and steps.device_ops == (2, 0) and steps.removed_tail == 1
     assert steps.start.tolist() == [100.0] and steps.end.tolist() == [250.0]

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from reference_traces import SKIP, analysis, close, hta_results, hta_view, kineto_trace_names
+from reference_traces import SKIP, analysis, close, hta_results, kineto_trace_names, timeline_view
 from trace_builders import kernel, table_of
 
-from stepscope.analysis.trace.hta_frame import hta_rows
 from stepscope.analysis.trace.temporal import comm_overlap, temporal_breakdown
+from stepscope.traces.links import links_of
+from stepscope.traces.timeline import timeline_of
 
 
 @SKIP
 @pytest.mark.parametrize("rel", kineto_trace_names())
 def test_temporal_breakdown_matches_hta(rel):
     results, errors = hta_results(rel)
-    ours = temporal_breakdown(hta_view(rel), analysis(rel).rank)
+    ours = temporal_breakdown(timeline_view(rel), analysis(rel).rank)
     if "temporal_breakdown" not in results:
         assert "temporal_breakdown" in errors
         assert ours is None  # HTA raises on traces without GPU rows; we report "no GPU data"
@@ -31,7 +32,7 @@ def test_temporal_breakdown_matches_hta(rel):
 @pytest.mark.parametrize("rel", kineto_trace_names())
 def test_comm_overlap_matches_hta(rel):
     results, _ = hta_results(rel)
-    ours = comm_overlap(hta_view(rel), analysis(rel).rank).overlap_share
+    ours = comm_overlap(timeline_view(rel), analysis(rel).rank).overlap_share
     ref = results["comm_comp_overlap"][0]["comp_comm_overlap_pctg"]
     if ref is None:  # HTA: 0/0 = NaN without communication kernels
         assert ours is None
@@ -45,21 +46,21 @@ def test_temporal_hand_made():
         kernel("gemm", 0, 10), kernel("gemm", 5, 10), kernel("ncclKernel_AllReduce", 20, 10, stream=8),
         kernel("Memcpy HtoD (Pageable -> Device)", 25, 15, cat="gpu_memcpy"),
     )
-    result = temporal_breakdown(hta_rows(table), 0)
+    result = temporal_breakdown(timeline_of(links_of(table)), 0)
     assert result.kernel_time_us == 40
     assert result.idle_us == 5
     assert result.compute_us == 15
     assert result.non_compute_us == 20
-    overlap = comm_overlap(hta_rows(table), 0)
+    overlap = comm_overlap(timeline_of(links_of(table)), 0)
     assert overlap.communication_us == 10 and overlap.overlapped_us == 0 and overlap.overlap_share == 0
 
 
 def test_overlap_share_is_of_communication_time():
     table = table_of(kernel("gemm", 0, 10), kernel("ncclDevKernel_AllGather", 5, 20, stream=8))
-    overlap = comm_overlap(hta_rows(table), 0)
+    overlap = comm_overlap(timeline_of(links_of(table)), 0)
     assert overlap.overlap_share == pytest.approx(5 / 20)
 
 
 def test_no_gpu_rows_gives_none():
     table = table_of({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 5})
-    assert temporal_breakdown(hta_rows(table), 0) is None
+    assert temporal_breakdown(timeline_of(links_of(table)), 0) is None

@@ -32,8 +32,8 @@ def test_single_trace_evidence():
     evidence = analysis.evidence()
     assert isinstance(evidence, TraceEvidence)
     assert evidence.steps == 4 and evidence.device is None
-    assert 0 < evidence.dataloader_share < 1 and evidence.gpu_utilization is None
-    assert evidence.python_share is not None and evidence.step_time_s > 0
+    assert 0 < evidence.shares.dataloader < 1 and evidence.device_use.utilization is None
+    assert evidence.host.python is not None and evidence.step_time_s > 0
     doc = analysis.to_dict()
     json.dumps(doc)  # plain JSON types only
     assert doc["schema"] == "stepscope.analyze/1" and doc["ranks"][0]["overview"]["steps"]
@@ -46,7 +46,7 @@ def test_directory_of_ranks(tmp_path):
     assert [r.rank for r in analysis.ranks] == [0, 1]
     assert all(r.rank_source == "distributedInfo" for r in analysis.ranks)
     assert len(analysis.comparison.ranks) == 2
-    assert analysis.evidence(1).extra["rank"] == 1
+    assert analysis.evidence(1).rank == 1
     with pytest.raises(UsageError):
         analysis.evidence(5)
 
@@ -67,7 +67,7 @@ def test_straggler_rule():
 
 
 def _dataloader_rule(context: RunEvidence):
-    share = context.trace.dataloader_share if context.trace else None
+    share = context.trace.shares.dataloader if context.trace else None
     if share is None or share <= 0.001:
         return None
     return Finding(
@@ -80,4 +80,4 @@ def test_evidence_feeds_diagnosis_engine():
     analysis = analyze_traces(DATA / "cpu_train.pt.trace.json.gz")
     findings = diagnose(RunEvidence(trace=analysis.evidence()), rules=(_dataloader_rule,))
     assert [f.rule_id for f in findings] == ["test.loader"]
-    assert findings[0].impact == pytest.approx(analysis.evidence().dataloader_share)
+    assert findings[0].impact == pytest.approx(analysis.evidence().shares.dataloader)

@@ -134,11 +134,11 @@ def test_a_trace_of_compiled_code_shows_its_graph_breaks_and_recompiled_variants
     from pathlib import Path
 
     from stepscope.analysis.trace.trace_evidence import analyze_traces
-    from stepscope.report.model import build_trace_report
+    from records import report_of
 
     path = Path(__file__).resolve().parents[2] / "data" / "traces" / "cpu_compiled_graph_break.pt.trace.json.gz"
-    report = build_trace_report(analyze_traces(str(path)))
-    regions = report.trace_analysis.ranks[0].compiled
+    report = report_of(traces=analyze_traces(str(path)))
+    regions = report.traces.analysis.ranks[0].compiled
     assert regions.graphs_per_step == 2.0 and regions.variants == ("0/0", "1/1")
     assert regions.recompiled_frames == ("1",) and regions.cache_lookup_us_per_step > 0
     finding = next(item for item in report.findings if item.family == "compile")

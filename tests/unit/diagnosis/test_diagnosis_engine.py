@@ -6,7 +6,8 @@ import pytest
 from diagnosis_records import ctx_of, make_record
 from stepscope.analysis.bundle import RunEvidence, build_evidence
 from stepscope.diagnosis.engine import diagnose, run_rules
-from stepscope.diagnosis.findings import FAMILIES, Finding, Severity
+from stepscope.diagnosis.rules import FAMILIES
+from stepscope.diagnosis.findings import Finding, Severity
 from stepscope.diagnosis.rules import RULES
 from stepscope.diagnosis.rules.healthy import verdict
 

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.evidence import StepShares, SyncsAndCopies
+
 from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
@@ -9,10 +11,10 @@ from stepscope.diagnosis.rules.straggler import slow_rank
 
 
 @pytest.mark.parametrize("trace, fires", [
-    (dict(device="NVIDIA A100", sync_share=0.12, sync_count_per_step=3.0), True),
-    (dict(device="NVIDIA A100", memcpy_share=0.2, pageable_memcpy_share=0.2), True),
-    (dict(device="NVIDIA A100", sync_share=0.01, memcpy_share=0.01), False),
-    (dict(device=None, sync_share=0.5), False),  # CPU-only trace: no device to sync with
+    (dict(device="NVIDIA A100", syncs=SyncsAndCopies(sync_share=0.12, syncs_per_step=3.0)), True),
+    (dict(device="NVIDIA A100", shares=StepShares(memcpy=0.2), syncs=SyncsAndCopies(pageable_memcpy_share=0.2)), True),
+    (dict(device="NVIDIA A100", shares=StepShares(memcpy=0.01), syncs=SyncsAndCopies(sync_share=0.01)), False),
+    (dict(device=None, syncs=SyncsAndCopies(sync_share=0.5)), False),  # CPU-only trace: no device to sync with
     (None, False),
 ])
 def test_sync_and_copies(trace, fires):
@@ -23,15 +25,15 @@ def test_sync_and_copies(trace, fires):
 
 
 def test_pageable_copies_prescribe_pinned_memory():
-    trace = dict(device="NVIDIA A100", memcpy_share=0.2, pageable_memcpy_share=0.2)
+    trace = dict(device="NVIDIA A100", shares=StepShares(memcpy=0.2), syncs=SyncsAndCopies(pageable_memcpy_share=0.2))
     finding = sync_and_copies(ctx_of(make_record(num_workers=2), trace=trace))
     assert any(item.setting == "pin_memory" and item.suggested is True for item in finding.prescriptions)
 
 
 @pytest.mark.parametrize("trace, fires, impact", [
-    (dict(communication_share=0.4, comm_overlap=0.25), True, 0.3),
-    (dict(communication_share=0.2), True, 0.2),
-    (dict(communication_share=0.05), False, None),
+    (dict(shares=StepShares(communication=0.4), comm_overlap=0.25, exposed_communication=0.3), True, 0.3),
+    (dict(shares=StepShares(communication=0.2)), True, 0.2),
+    (dict(shares=StepShares(communication=0.05)), False, None),
     (None, False, None),
 ])
 def test_exposed_collectives(trace, fires, impact):
@@ -57,7 +59,7 @@ def test_slow_rank(waits, fires):
     assert (finding is not None) == fires
     if fires:
         assert finding.family == "straggler"
-        assert finding.extra["rank"] == 2
+        assert finding.rank == 2
         assert "Rank 2" in finding.title
 
 

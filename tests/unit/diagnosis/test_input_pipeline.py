@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.evidence import StepShares
+
 from diagnosis_records import ctx_of, make_record, workers
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
 
@@ -93,5 +95,5 @@ def test_all_cores_loading_prescribes_cheaper_samples_not_workers():
 
 @pytest.mark.parametrize("share, fires", [(0.3, True), (0.02, False), (None, False)])
 def test_bare_trace_uses_the_dataloader_share(share, fires):
-    finding = loader_cpu_bound(ctx_of(None, trace=dict(dataloader_share=share)))
+    finding = loader_cpu_bound(ctx_of(None, trace=dict(shares=StepShares(dataloader=share))))
     assert (finding is not None) == fires

@@ -58,7 +58,7 @@ def test_cold_data_is_storage_whatever_the_cores_did_and_says_what_is_left_once_
     ev = replace(ev, storage=StorageSigns(None, True, 3.0, profile, cold_start(profile, record)))
     finding = cold_data(ev)
     assert finding.family == "storage_io" and "first epoch" in finding.title and "900 → 0 MiB/s" in finding.title
-    assert finding.extra["partial"] and "that part is not storage" in finding.summary
+    assert finding.partial and "that part is not storage" in finding.summary
     families = [item.family for item in run_rules(ev).findings]
     assert "storage_io" in families and "input_pipeline" in families  # the warm 30 % stays reported
 

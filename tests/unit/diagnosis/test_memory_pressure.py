@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.evidence import DeviceMemoryUse
+
 from diagnosis_records import ctx_of, make_record
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
@@ -22,7 +24,7 @@ MiB = 2**20
     (growing_memory, dict(rss_growth_bytes_per_s=200 * MiB, rss_growth_first_half_bytes_per_s=210 * MiB,
                           rss_growth_second_half_bytes_per_s=190 * MiB, rss_growth_basis="anonymous"), None, True),
     (near_capacity, dict(memory_used_share_max=0.95), None, True),
-    (near_capacity, None, dict(memory_peak_bytes=75 * 2**30, memory_capacity_bytes=80 * 2**30), True),
+    (near_capacity, None, dict(memory=DeviceMemoryUse(peak_bytes=75 * 2**30, capacity_bytes=80 * 2**30)), True),
     (near_capacity, dict(memory_used_share_max=0.5, gpu_memory_used_share_max=0.6), None, False),
 ])
 def test_memory_rules(rule, signals, trace, fires):

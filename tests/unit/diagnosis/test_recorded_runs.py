@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscope.record.store import attach_samples, load_record
-from stepscope.report.model import build_report
+from stepscope.pipeline.diagnose import diagnose
+from stepscope.pipeline.inputs import load_run
 
 RUNS = Path(__file__).resolve().parents[2] / "data" / "runs"
 
 
 def test_starved_workers_on_a_saturated_run_queue_are_oversubscription_not_storage():
     run_dir = RUNS / "oversubscribed-mean-below-saturation"
-    report = build_report(attach_samples(load_record(run_dir, with_samples=False), run_dir))
-    assert report.signals is not None and report.signals.cpu_util_mean < 0.85  # the mean alone says "not saturated"
+    report = diagnose(load_run(run_dir))
+    assert report.evidence.signals is not None and report.evidence.signals.cpu_util_mean < 0.85  # the mean alone says "not saturated"
     families = [finding.family for finding in report.findings]
     assert families[0] == "cpu_oversubscription", [finding.title for finding in report.findings]
     assert "storage_io" not in families
@@ -21,7 +21,7 @@ def test_starved_workers_on_a_saturated_run_queue_are_oversubscription_not_stora
 
 def test_a_minor_input_wait_does_not_hide_a_low_mfu():
     run_dir = RUNS / "small-batch-minor-input-wait"
-    report = build_report(attach_samples(load_record(run_dir, with_samples=False), run_dir))
+    report = diagnose(load_run(run_dir))
     top = report.findings[0]
     assert top.family == "compute" and top.severity.name in ("HIGH", "CRITICAL"), [f.title for f in report.findings]
     minor = [finding for finding in report.findings if finding.family == "input_pipeline"]

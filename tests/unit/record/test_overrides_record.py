@@ -38,7 +38,7 @@ def test_absent_is_none_and_a_damaged_one_is_refused(tmp_path):
 
 
 def test_the_summary_line():
-    from stepscope.report.lines import overridden_line
+    from stepscope.report.render.lines import overridden_line
 
     assert overridden_line(OVERRIDES) == ("dataloader.num_workers=2 (1 loader) · dataloader.pin_memory=true "
                                           "(0 loaders) [1 note(s) in the record] · stopped after 30 steps (--max-steps)")

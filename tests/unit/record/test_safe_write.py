@@ -7,7 +7,7 @@ import os
 import orjson
 import pytest
 
-from stepscope.record.safe_write import atomic_write, create_exclusive, escape_text, json_bytes
+from stepscope.safe_write import atomic_write, create_exclusive, escape_text, json_bytes
 
 
 def test_atomic_write_replaces_a_symlink_instead_of_following_it(tmp_path):

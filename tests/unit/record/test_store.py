@@ -112,7 +112,7 @@ def test_record_module_does_not_need_torch():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import stepscope, stepscope.record.store, stepscope.report.model, stepscope.report.terminal\n"
+            "import stepscope, stepscope.record.store, stepscope.report.model, stepscope.report.render.terminal\n"
             "print('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "ok", result.stderr

@@ -13,11 +13,12 @@ import pytest
 from stepscope.analysis.trace.trace_evidence import analyze_traces
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.record.run import RunMeta, RunRecord, StepTable
-from stepscope.report import html_charts as charts
-from stepscope.report.html import json_for_script, render_html, text
-from stepscope.report.model import build_report, build_trace_report
 from html_records import HOSTILE, PAYLOAD, synthetic_run
 from records import make_record
+from records import report_of as build_report
+from stepscope.pipeline.views import trace_views
+from stepscope.report.render import html_charts as charts
+from stepscope.report.render.html import json_for_script, render_html, text
 
 TRACES = Path(__file__).parents[2] / "data" / "traces"
 #: anything that would make the page fetch something
@@ -42,12 +43,12 @@ def hostile_report():
     finding = Finding(rule_id="x.y", family="input_pipeline", title=HOSTILE, severity=Severity.HIGH, impact=0.5,
                       confidence=1.0, evidence=(Evidence(HOSTILE, HOSTILE, None, source=HOSTILE),),
                       prescriptions=(Prescription(HOSTILE, why=HOSTILE, cost=HOSTILE),), summary=HOSTILE,
-                      extra={"rank": HOSTILE})
+                      extra={"note": HOSTILE})
     return replace(report, findings=(finding, *report.findings))
 
 
 def trace_report():
-    return build_trace_report(analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"))
+    return build_report(traces=analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"))
 
 
 REPORTS = [empty_report, typical_report, sampled_report, hostile_report, trace_report]
@@ -83,7 +84,8 @@ def test_trace_page_has_overview_operator_and_kernel_tables_and_memory():
 
 
 def test_run_with_a_profiler_window_shows_its_trace_views():
-    report = replace(sampled_report(), window_analysis=analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"))
+    window = trace_views(analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"), from_window=True)
+    report = replace(sampled_report(), traces=window)
     page = render_html(report).text
     assert 'id="system"' in page and 'data-table="ops-r0"' in page
 
@@ -102,11 +104,9 @@ def test_hostile_strings_are_escaped_everywhere():
 
 def test_trace_operator_names_are_escaped_in_the_embedded_json():
     report = trace_report()
-    analysis = report.trace_analysis
-    rank = analysis.ranks[0]
-    rows = (replace(rank.operators.rows[0], name=HOSTILE), *rank.operators.rows[1:])
-    rank = replace(rank, operators=replace(rank.operators, rows=rows))
-    report = replace(report, trace_analysis=replace(analysis, ranks=(rank,)))
+    rank = report.traces.ranks[0]
+    rank = replace(rank, operators=(replace(rank.operators[0], name=HOSTILE), *rank.operators[1:]))
+    report = replace(report, traces=replace(report.traces, ranks=(rank,)))
     page = render_html(report).text
     data = re.search(r'id="stepscope-data">(.*?)</script>', page, re.S).group(1)
     assert "<" not in data and ">" not in data and "&" not in data
@@ -171,7 +171,13 @@ def test_html_only_formats_the_report():
     page = render_html(sentinel_report()).text
     for sentinel in ("sentinel_target.py", "12.34 steps/s", "5,678 samples/s", "median 11.1 ms", "p90 22.2 ms",
                      "max 33.3 ms", "7 step(s)", "Sentinel title", "costs ~45.7% of step time", "confidence 83.0%",
+                     "MFU <b>19.2% (17.2%–21.2%, bf16)",
                      "sentinel_metric = 67.9%", "threshold 5.1%", "Sentinel action", "~13.6% of the step",
                      "sentinel why", "data wait 12.3%", "forward 23.4%", "backward 34.1%", "optimizer 4.6%",
                      "other 25.6%", "batch_size=96", "num_workers=5"):
         assert sentinel in page, sentinel
+
+
+def test_the_page_reads_in_the_terminal_order_verdict_first():
+    page = render_html(sampled_report()).text
+    assert page.index('id="verdict"') < page.index('id="run"') < page.index('id="steps"') < page.index('id="system"')

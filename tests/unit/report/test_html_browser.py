@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.trace.trace_evidence import analyze_traces
-from stepscope.record.run import PHASES
-from stepscope.report.html import write_html
-from stepscope.report.model import build_report, build_trace_report
 from browser import CHROMIUM, Browser, png_pixels
 from html_records import HOSTILE, synthetic_run
+from records import report_of as build_report
+from stepscope.analysis.trace.trace_evidence import analyze_traces
+from stepscope.pipeline.views import trace_views
+from stepscope.record.run import PHASES
+from stepscope.report.render.html import write_html
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it: apt-get install "
@@ -36,15 +37,15 @@ def pages(tmp_path_factory):
     run = folder / "run.html"
     write_html(build_report(synthetic_run(600)), run)
     trace = folder / "trace.html"
-    write_html(build_trace_report(analyze_traces(TRACES / "cpu_train.pt.trace.json.gz")), trace)
+    analysis = analyze_traces(TRACES / "cpu_train.pt.trace.json.gz")
+    write_html(build_report(traces=analysis), trace)
     hostile = folder / "hostile.html"
-    report = build_trace_report(analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"))
-    rank = report.trace_analysis.ranks[0]
-    rows = tuple(replace(row, name=HOSTILE) if index < 3 else row for index, row in enumerate(rank.operators.rows))
-    rank = replace(rank, operators=replace(rank.operators, rows=rows), path=HOSTILE)
-    hostile_trace = replace(report, trace_analysis=replace(report.trace_analysis, ranks=(rank,)))
+    views = trace_views(analysis, from_window=True)
+    rank = views.ranks[0]
+    rows = tuple(replace(row, name=HOSTILE) if index < 3 else row for index, row in enumerate(rank.operators))
+    views = replace(views, ranks=(replace(rank, operators=rows, path=HOSTILE),))
     run_report = build_report(synthetic_run(80, hostile=True))
-    write_html(replace(run_report, window_analysis=hostile_trace.trace_analysis), hostile)
+    write_html(replace(run_report, traces=views), hostile)
     # `stepscope diff --html` of two runs, one with attack strings in its argv, loaders and findings
     from stepscope.analysis.run.diff import FindingBrief, diff_runs
     from stepscope.report.diff_view import write_diff_html

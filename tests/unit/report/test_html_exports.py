@@ -18,9 +18,21 @@ from stepscope.analysis.trace.trace_evidence import analyze_traces
 from stepscope.errors import UsageError
 from stepscope.record.run import ProfilerWindow
 from stepscope.record.samples import PROCESS_COLUMNS, SERIES_COLUMNS, ProcessInfo, Samples, SamplesMeta
-from stepscope.report.model import build_report
-from stepscope.report.perfetto import TID_BASE, perfetto_trace, write_perfetto
 from html_records import synthetic_run
+from records import report_of as build_report
+from stepscope.report.render import Output, render
+from stepscope.report.render.perfetto import TID_BASE
+from stepscope.report.render.perfetto import perfetto_trace as trace_of_view
+
+
+def perfetto_trace(records, run_dir=None):
+    """The merged timeline of ``records`` through the pipeline: (document, notes)."""
+    report = build_report(ranks=tuple(records), run_dir=run_dir, perfetto=True)
+    return trace_of_view(report.perfetto), list(report.perfetto.notes)
+
+
+def write_perfetto(records, path, run_dir=None):
+    return render(build_report(ranks=tuple(records), run_dir=run_dir, perfetto=True), "perfetto", Output(path=path))
 
 TRACES = Path(__file__).parents[2] / "data" / "traces"
 
@@ -213,7 +225,7 @@ def test_tensorboard_scalars(tmp_path):
     pytest.importorskip("tensorboard", reason="the tensorboard package is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from stepscope.report.tensorboard import write_tensorboard
+    from stepscope.report.render.tensorboard import write_tensorboard
 
     record = synthetic_run(120)
     report = build_report(record)
@@ -227,11 +239,11 @@ def test_tensorboard_scalars(tmp_path):
     assert [item.step for item in times] == list(range(120))
     assert times[10].value == pytest.approx(record.steps.duration_ns[10] / 1e6, rel=1e-5)
     shares = events.Scalars("steady/phase_share/data_wait")
-    assert shares[-1].value == pytest.approx(report.steady.phase_shares["data_wait"], rel=1e-5)
+    assert shares[-1].value == pytest.approx(report.summary.steady.phase_shares["data_wait"], rel=1e-5)
 
 
 def test_tensorboard_missing_is_a_usage_error(monkeypatch):
-    from stepscope.report import tensorboard
+    from stepscope.report.render import tensorboard
 
     monkeypatch.setitem(sys.modules, "tensorboard.summary.writer.event_file_writer", None)
     with pytest.raises(UsageError, match="pip install tensorboard"):
@@ -243,7 +255,7 @@ def test_vectorised_crc_matches_tensorboards(length):
     pytest.importorskip("tensorboard", reason="the tensorboard package is not installed")
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-    from stepscope.report.tensorboard import masked_crc32c_many
+    from stepscope.report.render.tensorboard import masked_crc32c_many
 
     records = [bytes((seed * 31 + i) % 256 for i in range(length)) for seed in range(5)] + [b"x" * (length + 3)]
     assert masked_crc32c_many(records) == [masked_crc32c(record) for record in records]

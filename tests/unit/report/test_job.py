@@ -8,10 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from records import make_record
+from stepscope.pipeline.diagnose import diagnose
+from stepscope.pipeline.inputs import is_job_dir, load_run, wait_for_ranks
 from stepscope.record import layout
 from stepscope.record.run import StepTable
 from stepscope.record.store import save_record
-from stepscope.report.job import build_job_report, is_job_dir, wait_for_ranks
+
+
+def build_job_report(run_dir):
+    return diagnose(load_run(run_dir))
 
 
 def _rank(rank: int, world: int, *, data_wait: int = 0, comm: int = 0):
@@ -40,7 +45,7 @@ def test_straggler_job_is_merged_with_the_rank_table_and_a_missing_rank(tmp_path
     (missing,) = job.missing
     assert missing.rank == 2 and "never started" in missing.reason
     top = report.findings[0]
-    assert top.family == "straggler" and top.extra["rank"] == 1 and "for data" in top.title
+    assert top.family == "straggler" and top.rank == 1 and "for data" in top.title
     assert "communication" not in {item.family for item in report.findings}  # rank 0 waits for rank 1
     assert report.to_dict()["job"]["missing"][0]["rank"] == 2
 
@@ -57,8 +62,21 @@ def test_the_slow_rank_s_own_finding_is_named_as_the_straggler_s_cause():
     run_dir = Path(__file__).resolve().parents[2] / "data" / "runs" / "straggler-two-ranks"
     findings = build_job_report(run_dir).findings
     straggler = findings[0]
-    assert straggler.family == "straggler" and straggler.extra["rank"] == 1
+    assert straggler.family == "straggler" and straggler.rank == 1
     assert straggler.extra["phase"] == "data_wait"
-    (cause,) = [item for item in findings if item.extra.get("cause_of") == straggler.rule_id]
-    assert cause.family in ("input_pipeline", "storage_io") and cause.extra["ranks"] == [1]
+    (cause,) = [item for item in findings if item.cause_of == straggler.rule_id]
+    assert cause.family in ("input_pipeline", "storage_io") and cause.ranks == (1,)
     assert cause.title.endswith("(why rank 1 straggles)")
+
+
+def test_every_rank_gets_the_same_evidence_whichever_rank_is_shown():
+    """``report --rank 1`` and the job report build rank 1's evidence with the same facts about the
+    other ranks (they differed: --rank 1 saw no sibling ranks)."""
+    run_dir = Path(__file__).resolve().parents[2] / "data" / "runs" / "straggler-two-ranks"
+    from stepscope.pipeline.diagnose import ReportOptions
+
+    inputs = load_run(run_dir)
+    job, one = diagnose(inputs), diagnose(inputs, ReportOptions(focus=1))
+    assert one.evidence.to_dict() == job.ranks[1].evidence.to_dict()
+    assert [item.rank for item in one.evidence.ranks] == [0, 1]
+    assert one.findings == job.ranks[1].diagnosis.findings and one.job is not None

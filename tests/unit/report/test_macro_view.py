@@ -1,14 +1,17 @@
-"""The macro lines of the run summary, for empty, typical and pathological signals."""
+"""The machine's rows of the run summary, for empty, typical and pathological signals."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from io import StringIO
 
 import pytest
 from rich.console import Console
+from rich.table import Table
 
+from records import make_record, report_of
 from stepscope.analysis.evidence import MacroSignals, WorkerLoad
-from stepscope.report.macro_view import render_macro
+from stepscope.report.render.machine import machine_rows
 
 TYPICAL = MacroSignals(
     sample_count=300, interval_s=0.1, cpu_count=8, cpu_util_mean=0.42, busiest_core_util=0.97,
@@ -26,9 +29,18 @@ PATHOLOGICAL = MacroSignals(
 )
 
 
-def render(signals: MacroSignals) -> str:
+SUMMARY = report_of(make_record(20)).summary
+
+
+def render(signals: MacroSignals, gpu_run: bool = True) -> str:
+    notes = signals.notes if gpu_run else ()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column()
+    grid.add_column()
+    for label, text in machine_rows(replace(SUMMARY, machine=signals, machine_notes=notes)):
+        grid.add_row(label, text)
     console = Console(file=StringIO(), width=100, color_system=None, _environ={})
-    console.print(render_macro(signals))
+    console.print(grid)
     return console.file.getvalue()
 
 
@@ -38,7 +50,7 @@ def render(signals: MacroSignals) -> str:
                "8.00 MiB/s → 1.00 KiB/s", "page cache warming", "2 GPUs: utilization mean 35.0%",
                "swing within a step 80.0%", "main RSS +1000 B/s"]),
     (PATHOLOGICAL, ["2 saturated", "(100.0% saturated)", "swap in 4.77 MiB/s", "main RSS -4.77 MiB/s",
-                    "no GPU metrics", "note: GPU metrics unavailable"]),
+                    "GPU metrics unavailable: NVML could not start"]),
 ])
 def test_render_macro(signals, expected):
     text = render(signals)
@@ -53,3 +65,19 @@ def test_steal_is_shown_on_a_virtual_machine_whose_host_takes_time():
     assert "steal 12.0%" in render(replace(TYPICAL, steal_share=0.12))
     assert "steal" not in render(replace(TYPICAL, steal_share=0.004))  # accounting noise of a VM
     assert "steal" not in render(TYPICAL)
+
+
+def test_a_run_without_gpu_gets_no_gpu_line_and_no_nvml_note():
+    text = render(PATHOLOGICAL, gpu_run=False)
+    assert "GPU" not in text and "NVML" not in text
+
+
+def test_the_pipeline_keeps_nvml_notes_for_gpu_runs_only():
+    from stepscope.analysis.bundle import RunEvidence
+    from stepscope.pipeline.views import machine_notes
+    from stepscope.record.run import DeviceInfo
+
+    signals = replace(PATHOLOGICAL, notes=("GPU metrics unavailable: NVML could not start", "fewer samples"))
+    assert machine_notes(RunEvidence(signals=signals)) == ("fewer samples",)
+    gpu = DeviceInfo(kind="cuda", index=0, name="NVIDIA H100")
+    assert len(machine_notes(RunEvidence(signals=signals, gpu=gpu))) == 2

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 
-from rich.console import Console
-
-from records import make_record
+from records import make_record, summary_text
+from records import report_of as build_report
 from stepscope.record.run import SkippedSamples
 from stepscope.record.store import load_record, save_record
-from stepscope.report.html import render_html
-from stepscope.report.lines import skipped_line
-from stepscope.report.model import RankReport, build_report
-from stepscope.report.terminal import print_summary
+from stepscope.report.render.html import render_html
+from stepscope.report.render.lines import skipped_line
 
 SKIPS = (SkippedSamples("shards", 7, (1, 4, 2)), SkippedSamples("<b>captions</b>", 3, (3,)))
 
@@ -30,7 +26,7 @@ def test_counts_round_trip_through_the_record_file(tmp_path):
 
 def test_a_record_without_counts_loads_with_none_and_the_report_says_nothing():
     report = build_report(make_record(40))
-    assert report.skipped_samples is None
+    assert report.summary.skipped is None
     assert report.to_dict()["summary"]["skipped_samples"] is None
 
 
@@ -46,7 +42,7 @@ def test_unknown_batch_sizes_give_no_share():
     samples = record.steps.samples.copy()
     samples[3] = -1
     record = replace(record, steps=replace(record.steps, samples=samples))
-    summary = build_report(record).skipped_samples
+    summary = build_report(record).summary.skipped
     assert summary.delivered is None and summary.share is None
     assert skipped_line(summary) == ("10 failed to load, replaced by the next sample · "
                                      "shards 7 (main 1, worker 0 4, worker 1 2) · <b>captions</b> 3")
@@ -54,19 +50,15 @@ def test_unknown_batch_sizes_give_no_share():
 
 def test_every_rank_of_a_job_is_counted():
     first, second = skipping_record(rank=0), skipping_record(rank=1, skips=(SkippedSamples("shards", 5, (0, 5)),))
-    report = build_report(first)
-    ranks = tuple(RankReport(index, build_report(record).evidence, report.diagnosis)
-                  for index, record in enumerate((first, second)))
-    summary = replace(report, ranks=ranks).skipped_samples
+    first, second = (replace(record, meta=replace(record.meta, world_size=2)) for record in (first, second))
+    summary = build_report(ranks=(first, second)).summary.skipped
     assert summary.total == 15 and summary.delivered == 640
 
 
 def test_terminal_summary_has_a_skipped_samples_row():
-    buffer = io.StringIO()
-    print_summary(build_report(skipping_record()), "runs/x", console=Console(file=buffer, width=200,
-                                                                               color_system=None, _environ={}))
-    assert ("Skipped samples  10 failed to load, replaced by the next sample (3.1% of 320 delivered) · "
-            "shards 7 (main 1, worker 0 4, worker 1 2) · <b>captions</b> 3") in buffer.getvalue()
+    text = summary_text(build_report(skipping_record()))
+    assert ("Skipped     10 failed to load, replaced by the next sample (3.1% of 320 delivered) · "
+            "shards 7 (main 1, worker 0 4, worker 1 2) · <b>captions</b> 3") in text
 
 
 def test_html_header_shows_the_skips_escaped():

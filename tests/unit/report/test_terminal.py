@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 
 import pytest
-from rich.console import Console
 
+from records import make_record, summary_text
+from records import report_of as build_report
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.record.run import RunMeta, RunRecord, StepTable
-from stepscope.report.model import build_report
-from stepscope.report.terminal import phase_bar, print_summary
-from records import make_record
+from stepscope.report.render.terminal import phase_bar
 
 
 def render_text(report) -> str:
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=100, color_system=None, _environ={})
-    print_summary(report, "runs/x", console=console)
-    return buffer.getvalue()
+    return summary_text(report, width=100)
 
 
 def empty_report():
@@ -44,8 +39,18 @@ def pathological_report():
 @pytest.mark.parametrize("factory", [empty_report, typical_report, pathological_report])
 def test_summary_renders(factory):
     text = render_text(factory())
-    assert "stepscope" in text
-    assert "Verdict" in text
+    assert text.startswith("stepscope · ")
+    assert "Run directory: runs/x" in text
+
+
+def test_the_verdict_and_its_best_action_come_first():
+    """A ten-second read: the top finding's title, its cost and its best action are the first lines
+    after the header; the run's numbers follow."""
+    lines = render_text(pathological_report()).splitlines()
+    assert lines[2].startswith("1. [HIGH] [red]markup[/red] in a title")
+    assert lines[3].strip().startswith("costs ~100.0% of step time · input_pipeline · confidence")
+    assert lines[4].strip() == "→ do [b]this[/b]"
+    assert next(index for index, line in enumerate(lines) if line.startswith("Run ")) > 4
 
 
 def test_empty_report_says_nothing_was_captured():
@@ -56,7 +61,38 @@ def test_typical_report_shows_rates_phases_and_loaders():
     text = render_text(typical_report())
     assert "steps/s" in text and "samples/s" in text
     assert "data wait 40.0%" in text
-    assert "num_workers=2" in text and "pin_memory=True" in text
+    assert "num_workers=2" in text and "pin_memory=True" in text and "prefetch_factor=2" in text
+
+
+def test_rows_with_nothing_to_say_are_left_out():
+    """No MFU line for a run whose model barely computes, no prefetch_factor without workers, no GPU
+    line (nor NVML's note) on a run that used no GPU."""
+    from stepscope.analysis.bundle import MfuEstimate
+
+    record = make_record(40)
+    loader = replace(record.loaders[0], num_workers=0, prefetch_factor=None, pin_memory=False)
+    report = build_report(replace(record, loaders=(loader,)))
+    mfu = MfuEstimate(value=0.00004, low=0.00003, high=0.00005, peak_flops=1e11, dtype="fp32",
+                      peak_source="measured fp32 matmul peak of this CPU", on_gpu=False, flops_per_step=1e3,
+                      step_time_s=0.01)
+    report = replace(report, summary=replace(report.summary, mfu=mfu, mfu_shown=False))
+    text = render_text(report)
+    (loader_line,) = [line for line in text.splitlines() if line.startswith("DataLoader")]
+    assert "MFU" not in text
+    assert "prefetch_factor" not in loader_line and "persistent_workers" not in loader_line
+    assert "pin_memory" not in loader_line and "num_workers=0" in loader_line
+    assert "GPU" not in text
+
+
+def test_a_file_gets_whole_cells_and_no_padding():
+    """Not a terminal: no line ends in spaces, and the trace tables' names are whole."""
+    import io
+
+    from stepscope.report.render import Output, render
+
+    buffer = io.StringIO()
+    render(typical_report(), "text", Output(stream=buffer, run_dir="runs/x"))
+    assert buffer.getvalue() and all(line == line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def test_warm_up_is_shown_apart_from_the_steady_state():
@@ -65,9 +101,9 @@ def test_warm_up_is_shown_apart_from_the_steady_state():
     columns["duration_ns"][0] += 49_000  # a slow first step: 50 µs instead of 1 µs
     columns["other_ns"][0] += 49_000
     columns["start_ns"][1:] += 49_000
-    text = render_text(build_report(replace(record, steps=StepTable.from_columns(columns))))
-    assert "Warm-up     1 step(s), 50.0 µs (mean 50.0 µs) — shown apart" in text
-    assert "(steady state: 38 steps)" in text  # 40 less the warm-up step and the FLOP-counted step
+    text = " ".join(render_text(build_report(replace(record, steps=StepTable.from_columns(columns)))).split())
+    assert "1 warm-up step(s) shown apart, 50.0 µs" in text
+    assert "(38 steady steps;" in text  # 40 less the warm-up step and the FLOP-counted step
     assert "max 1.00 µs" in text  # the slow step is not in the steady statistics
 
 
@@ -90,42 +126,40 @@ def test_phase_bar_has_exact_width(shares):
 
 def sentinel_report():
     """A report whose every number is a distinct sentinel (see test_renderer_only_formats)."""
-    from stepscope.analysis.bundle import RunEvidence
-    from stepscope.analysis.run.steady import SteadyState, StepStats
+    from stepscope.analysis.bundle import MfuEstimate, RunEvidence
+    from stepscope.analysis.run.steady import StepStats
     from stepscope.diagnosis.engine import Diagnosis
     from stepscope.record.run import LoaderInfo
-    from stepscope.report.model import Report
-
-    import numpy as np
+    from stepscope.report.model import Report, RunSummary
 
     shares = {"data_wait": 0.1234, "forward": 0.2341, "backward": 0.3412, "optimizer": 0.0456, "other": 0.2557}
     steady = StepStats(count=4321, total_s=1.0, mean_s=0.0101, median_s=0.0111, p90_s=0.0222, max_s=0.0333,
                        min_s=0.001, steps_per_s=12.34, samples_per_s=5678.0, phase_shares=shares,
                        phase_mean_s={name: 0.0 for name in shares}, loader_init_share=0.0)
     warmup = replace(steady, count=7, total_s=0.444, mean_s=0.0555)
-    state = SteadyState(step_count=4329, steady_count=4321, warmup_steps=7, excluded=(), mask=np.ones(1, bool),
-                        steady=steady, warmup=warmup, total_s=1.0, step_time_s=0.0111, step_time_mean_s=0.0101,
-                        step_time_fast_s=0.009, shares=shares, loader_init_share=0.0, fetch_wait_share=0.1234,
-                        fetch_wait_p10=0.1, fetch_wait_p90=0.15, batches_per_step=1.0, samples_per_step=96)
     loader = LoaderInfo(loader_id=3, cls="DataLoader", dataset_type="x.SentinelSet", iterable_dataset=False,
                         batch_size=96, num_workers=5, pin_memory=False, prefetch_factor=None,
                         persistent_workers=False, drop_last=False, batches=777, wait_ns=888_000_000)
     meta = RunMeta(target="sentinel_target.py", start_ns=0, end_ns=77_700_000_000, exit_code=42)
-    record = RunRecord(meta=meta, steps=StepTable.empty(), loaders=(loader,))
     finding = Finding("input_pipeline.loader_cpu_bound", "input_pipeline", "Sentinel title", Severity.HIGH,
                       impact=0.4567, confidence=0.83,
                       evidence=(Evidence("sentinel_metric", 0.6789, 0.0505, "steps", "ratio", ""),),
                       prescriptions=(Prescription("Sentinel action", "sentinel why", expected_gain=0.1357),))
-    from stepscope.analysis.bundle import MfuEstimate
-
     mfu = MfuEstimate(value=0.1919, low=0.1717, high=0.2121, peak_flops=1e12, dtype="bf16",
                       peak_source="sentinel peak", on_gpu=True, flops_per_step=1e9, step_time_s=0.0111)
-    evidence = RunEvidence(record=record, steady=state, mfu=mfu)
-    return Report(source="run", evidence=evidence, diagnosis=Diagnosis((finding,)), findings=(finding,))
+    summary = RunSummary(
+        target=meta.target, argv=(), rank=0, world_size=1, wall_s=meta.wall_s, exit_code=42, step_source="optimizer",
+        inference=False, training_in_children=False, total_steps=4329, warmup_steps=7, steady_steps=4321,
+        excluded_steps=(), steady=steady, warmup=warmup, measured_phases=tuple(shares), samples_per_step=96,
+        fetch_wait_share=0.1234, mfu=mfu, mfu_shown=True, mfu_note=None, compile=None, gc=None, loaders=(loader,),
+        overrides=None, skipped=None, machine=None)
+    evidence = RunEvidence(record=RunRecord(meta=meta, steps=StepTable.empty(), loaders=(loader,)))
+    return Report(source="run", focus_rank=0, evidence=evidence, diagnosis=Diagnosis((finding,)), findings=(finding,),
+                  summary=summary, meta=meta)
 
 
 SENTINELS = ("sentinel_target.py", "4329 steps", "1m17s", "exit 42", "12.34 steps/s", "5,678 samples/s",
-             "4321 steps)", "11.1 ms", "22.2 ms", "33.3 ms", "7 step(s)", "444 ms", "55.5 ms",
+             "4321 steady steps", "11.1 ms", "22.2 ms", "33.3 ms", "7 warm-up step(s)", "444 ms",
              "data wait 12.3%", "forward 23.4%", "backward 34.1%", "optimizer 4.6%", "other 25.6%",
              "#3 SentinelSet", "batch_size=96", "num_workers=5", "777 batches", "888 ms",
              "Sentinel title", "45.7%", "83.0%", "sentinel_metric = 67.9%", "threshold 5.1%",

@@ -103,11 +103,10 @@ def _mutate_document(data, document):
 def _check_run(record: bytes, samples: bytes | None) -> None:
     """``stepscope report`` on a run directory, text and JSON: success or InputError, bounded memory."""
     import orjson
-    from rich.console import Console
 
-    from stepscope.record.store import load_record
-    from stepscope.report.model import build_report
-    from stepscope.report.terminal import print_summary
+    from stepscope.pipeline.diagnose import diagnose
+    from stepscope.pipeline.inputs import load_run
+    from stepscope.report.render import Output, render
 
     with tempfile.TemporaryDirectory() as folder:
         run_dir = Path(folder)
@@ -117,7 +116,7 @@ def _check_run(record: bytes, samples: bytes | None) -> None:
         tracemalloc.start()
         try:
             try:
-                loaded = load_record(run_dir)
+                inputs = load_run(run_dir)
             except InputError as exc:
                 assert str(run_dir) in str(exc) and "\n" not in str(exc)
                 return
@@ -126,8 +125,8 @@ def _check_run(record: bytes, samples: bytes | None) -> None:
         finally:
             tracemalloc.stop()
         assert peak < MEMORY_BOUND, peak
-        report = build_report(loaded, run_dir=run_dir)
-        print_summary(report, str(run_dir), console=Console(file=io.StringIO(), width=100))
+        report = diagnose(inputs)
+        render(report, "text", Output(stream=io.StringIO(), width=100, run_dir=str(run_dir)))
         orjson.dumps(report.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 

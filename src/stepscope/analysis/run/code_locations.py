@@ -30,7 +30,7 @@ Algorithm (:func:`attribute_code`):
    worker share × the data-wait share of the step (the part of the step the main thread waited
    while the workers ran that line).
 
-:func:`collapse_stacks` and :func:`format_collapsed` give one phase's folded stacks in the
+:func:`collapse_stacks` gives one phase's folded stacks (``report --flame`` prints them) in the
 collapsed-stack text that ``flamegraph.pl`` and speedscope read (``frame;frame;frame count``).
 """
 
@@ -344,11 +344,6 @@ def _frame_text(frame: Any) -> str:
     return text.replace(";", ":")
 
 
-def format_collapsed(stacks: tuple[FoldedStack, ...]) -> str:
-    """Collapsed-stack text: one ``frame;frame;frame count`` line per stack (empty string if none)."""
-    return "".join(f"{';'.join(item.frames) or '(no frames)'} {item.samples}\n" for item in stacks)
-
-
 __all__ = ["CodeAttribution", "CodeLocation", "FoldedStack", "PhaseCode", "TOP_LOCATIONS", "WORKERS",
-           "attribute_code", "collapse_stacks", "format_collapsed", "function_name", "library_frames",
+           "attribute_code", "collapse_stacks", "function_name", "library_frames",
            "stack_locations"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 from stepscope.analysis.trace.step_breakdown import TraceSteps
 from stepscope.traces.links import KERNEL, EventLinks, unique_ints
 

@@ -11,11 +11,11 @@ computation) — see BENCHMARKS.md.
 from __future__ import annotations
 
 from stepscope.traces.events import EventTable
-from stepscope.traces.links import COMMUNICATION, COMPUTATION, KERNEL_TYPE_NAMES, MEMORY, OTHER, HtaRows, kernel_type
+from stepscope.traces.links import COMMUNICATION, COMPUTATION, KERNEL_TYPE_NAMES, MEMORY, OTHER, HtaRows, kernel_type, links_of
 
 __all__ = ["COMMUNICATION", "COMPUTATION", "KERNEL_TYPE_NAMES", "MEMORY", "OTHER", "HtaRows", "hta_rows", "kernel_type"]
 
 
 def hta_rows(events: EventTable) -> HtaRows:
     """HTA's view of one rank (cached with the trace's linked-events table)."""
-    return events.links.hta
+    return links_of(events).hta

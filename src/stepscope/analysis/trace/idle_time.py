@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 from stepscope.traces.links import BoolArray, EventLinks, FloatArray, HtaRows, unique_ints
 
 CONSECUTIVE_KERNEL_DELAY_US = 30.0

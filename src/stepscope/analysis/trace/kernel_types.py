@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.analysis.trace import intervals
-from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, MEMORY, HtaRows
+from stepscope.traces import intervals
+from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY
+from stepscope.traces.timeline import GpuTimeline
 
 _ORDER = ((COMPUTATION, "COMPUTATION"), (COMMUNICATION, "COMMUNICATION"), (MEMORY, "MEMORY"))
 
@@ -39,12 +40,11 @@ class KernelTypeBreakdown:
         return None
 
 
-def kernel_type_sums(rows: HtaRows) -> dict[str, float]:
-    """Label -> µs for one rank."""
-    lists = []
-    for kind, _ in _ORDER:
-        sel = rows.gpu & (rows.ktype == kind)
-        lists.append(intervals.merge(rows.ts[sel], rows.end[sel]))
+def kernel_type_sums(timeline: GpuTimeline | None) -> dict[str, float]:
+    """Label -> µs for one rank (its timeline's unions per kernel type)."""
+    if timeline is None:
+        return {}
+    lists = [timeline.kinds[kind] for kind, _ in _ORDER]
     by_mask = intervals.sweep_labels(lists)
     out: dict[str, float] = {}
     for mask, duration in by_mask.items():

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 from stepscope.traces.links import EventLinks, IntArray, unique_ints
 
 LAUNCH_NAMES = (

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 from stepscope.analysis.trace.step_breakdown import TraceSteps
 from stepscope.traces.links import OPERATOR, PYFUNC, RUNTIME, STEP, EventLinks, unique_ints
 

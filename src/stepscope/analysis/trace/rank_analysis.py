@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.evidence import TraceEvidence
-from stepscope.analysis.trace import intervals
+from stepscope.analysis.evidence import (CompiledGraphs, DeviceMemoryUse, DeviceUse, GpuIdle, HostTime, KernelLaunches,
+                                         StepShares, SyncsAndCopies, TraceEvidence)
+from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
-from stepscope.analysis.trace.idle_causes import SYNC_CALLS, IdleCauses, idle_causes
+from stepscope.analysis.trace.idle_causes import IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
 from stepscope.analysis.trace.kernel_types import kernel_type_sums
 from stepscope.analysis.trace.kernels import KernelTable, kernel_table
@@ -27,13 +28,14 @@ from stepscope.analysis.trace.launch_stats import LaunchStats, launch_stats
 from stepscope.analysis.trace.memory import MemoryView, memory_view
 from stepscope.analysis.trace.op_tree import build_op_tree
 from stepscope.analysis.trace.operators import OperatorTable, operator_table
-from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
 from stepscope.analysis.trace.python_overhead import PythonOverhead, python_overhead
 from stepscope.analysis.trace.step_breakdown import StepBreakdown, TraceSteps, find_steps, step_breakdown
 from stepscope.analysis.trace.stragglers import RankSummary
 from stepscope.analysis.trace.temporal import CommOverlap, TemporalBreakdown, comm_overlap, temporal_breakdown
-from stepscope.traces.links import COMMUNICATION, KERNEL, MEMCPY, RUNTIME, EventLinks
+from stepscope.traces import intervals
+from stepscope.traces.links import COMMUNICATION, KERNEL, MEMCPY, RUNTIME, EventLinks, links_of
 from stepscope.traces.load import LoadedTrace
+from stepscope.traces.timeline import SYNC_CALLS, timeline_of
 
 # counted by ``sync_count_per_step``/``sync_share`` (kept as before; the idle causes use the wider
 # list of :mod:`~stepscope.analysis.trace.idle_causes`)
@@ -126,12 +128,13 @@ def _counters(links: EventLinks, steps: TraceSteps) -> dict[str, float | None]:
 
 def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalysis:
     events = trace.events
-    links = events.links  # the linked-events table: classified, joined and step-assigned once
+    links = links_of(events)  # the linked-events table: classified, joined and step-assigned once
     rows = links.hta
     steps = find_steps(links)
     breakdown = step_breakdown(links, steps)
     tree = build_op_tree(links)
-    temporal = temporal_breakdown(rows, trace.rank)
+    timeline = timeline_of(links)
+    temporal = temporal_breakdown(timeline, trace.rank)
     origin = float(events.ts.min()) if len(events) else 0.0
     devices = device_summaries(links, steps)
     props = trace.device_properties
@@ -153,9 +156,9 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         steps=breakdown,
         devices=devices,
         temporal=temporal,
-        overlap=comm_overlap(rows, trace.rank),
+        overlap=comm_overlap(timeline, trace.rank),
         idle=idle_time_breakdown(links, trace.rank),
-        kernel_type_sums=kernel_type_sums(rows),
+        kernel_type_sums=kernel_type_sums(timeline),
         launches=launch_stats(links, trace.rank),
         operators=operator_table(links, tree, group_by_shape),
         kernels=kernel_table(links),
@@ -174,10 +177,15 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(present)) if present else None
 
 
+def _exposed(share: float | None, overlap: float | None) -> float | None:
+    """Communication's share of the step that computation does not hide."""
+    if share is None:
+        return None
+    return share * (1.0 - overlap) if overlap is not None else share
+
+
 def rank_evidence(item: RankAnalysis) -> TraceEvidence:
     steps = item.steps
-    idle_parts = item.idle.shares()
-    idle_share = None if item.temporal is None else item.temporal.idle_share
     total_kernel = sum(d.kernel_us for d in item.devices)
     tc = sum((d.tc_share or 0.0) * d.kernel_us for d in item.devices) / total_kernel if total_kernel > 0 else None
     ops = item.operators.rows
@@ -187,45 +195,40 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
     cuda_peak = item.memory.peak_bytes("CUDA")
     python = item.python
     causes = item.idle_causes
+    compiled = item.compiled
     return TraceEvidence(
-        source=item.path,
+        source=item.path, rank=item.rank, rank_source=item.rank_source,
         steps=len(steps.step_names),
         device=item.device_name if item.devices else None,
         step_time_s=(steps.mean_us["Total"] / 1e6) if steps.step_names else None,
-        dataloader_share=steps.share("DataLoader"),
-        kernel_share=steps.share("Kernel"),
-        memcpy_share=steps.share("Memcpy"),
-        memset_share=steps.share("Memset"),
-        runtime_share=steps.share("Runtime"),
-        cpu_exec_share=steps.share("CPU Exec"),
-        communication_share=steps.share("Communication"),
-        gpu_utilization=_mean([d.utilization for d in item.devices]),
-        sm_efficiency=_mean([d.sm_efficiency for d in item.devices]),
-        achieved_occupancy=_mean([d.achieved_occupancy for d in item.devices]),
-        tensor_core_kernel_share=tc,
-        tensor_core_eligible_op_share=eligible / op_device if op_device > 0 else None,
-        idle_share=idle_share,
-        idle_host_wait_share=idle_share * idle_parts["host_wait"] if idle_share is not None and idle_parts else None,
-        idle_kernel_wait_share=idle_share * idle_parts["kernel_wait"] if idle_share is not None and idle_parts else None,
+        shares=StepShares(kernel=steps.share("Kernel"), memcpy=steps.share("Memcpy"), memset=steps.share("Memset"),
+                          communication=steps.share("Communication"), runtime=steps.share("Runtime"),
+                          dataloader=steps.share("DataLoader"), cpu_exec=steps.share("CPU Exec")),
+        idle=GpuIdle() if causes is None else GpuIdle(
+            share=item.temporal.idle_share if item.temporal is not None else None,
+            dataloader=causes.share("dataloader"), sync=causes.share("sync"), launch=causes.share("launch"),
+            other=causes.share("other")),
+        device_use=DeviceUse(
+            utilization=_mean([d.utilization for d in item.devices]),
+            sm_efficiency=_mean([d.sm_efficiency for d in item.devices]),
+            achieved_occupancy=_mean([d.achieved_occupancy for d in item.devices]),
+            tensor_core_kernel_share=tc,
+            tensor_core_eligible_op_share=eligible / op_device if op_device > 0 else None),
+        launches=KernelLaunches(
+            kernels_per_step=item.counters.get("kernel_count_per_step"),
+            median_kernel_us=item.counters.get("median_kernel_us"),
+            small_kernel_share=launches["short_gpu_kernels"] / launches["count"] if launches.get("count") else None,
+            launch_delay_us_median=launches["launch_delay_us"]["p50"] if launches.get("count") else None),
+        host=HostTime(python=None if python is None else python.share("python"),
+                      aten=None if python is None else python.share("aten")),
+        syncs=SyncsAndCopies(syncs_per_step=item.counters.get("sync_count_per_step"),
+                             sync_share=item.counters.get("sync_share"),
+                             pageable_memcpy_share=item.counters.get("pageable_memcpy_share")),
+        memory=DeviceMemoryUse(peak_bytes=int(cuda_peak) if cuda_peak is not None else None,
+                               capacity_bytes=item.device_memory_bytes if cuda_peak is not None else None),
         comm_overlap=item.overlap.overlap_share,
-        kernel_count_per_step=item.counters.get("kernel_count_per_step"),
-        small_kernel_share=launches["short_gpu_kernels"] / launches["count"] if launches.get("count") else None,
-        median_kernel_us=item.counters.get("median_kernel_us"),
-        launch_delay_us_median=launches["launch_delay_us"]["p50"] if launches.get("count") else None,
-        python_share=None if python is None else python.share("python"),
-        compiled_graphs_per_step=None if item.compiled is None else item.compiled.graphs_per_step,
-        compiled_recompiled_frames=() if item.compiled is None else item.compiled.recompiled_frames,
-        compiled_variants=() if item.compiled is None else item.compiled.variants,
-        aten_share=None if python is None else python.share("aten"),
-        sync_count_per_step=item.counters.get("sync_count_per_step"),
-        sync_share=item.counters.get("sync_share"),
-        pageable_memcpy_share=item.counters.get("pageable_memcpy_share"),
-        memory_peak_bytes=int(cuda_peak) if cuda_peak is not None else None,
-        memory_capacity_bytes=item.device_memory_bytes if cuda_peak is not None else None,
+        exposed_communication=_exposed(steps.share("Communication"), item.overlap.overlap_share),
+        compiled=None if compiled is None else CompiledGraphs(compiled.graphs_per_step, compiled.recompiled_frames,
+                                                              compiled.variants),
         notes=tuple(steps.notes) + tuple(item.warnings),
-        extra={"rank": item.rank, "rank_source": item.rank_source},
-        idle_dataloader_share=None if causes is None else causes.share("dataloader"),
-        idle_sync_share=None if causes is None else causes.share("sync"),
-        idle_launch_share=None if causes is None else causes.share("launch"),
-        idle_other_share=None if causes is None else causes.share("other"),
     )

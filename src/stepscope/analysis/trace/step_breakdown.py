@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
-    FloatArray, IntArray, int_isin, unique_ints,
+    FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
 )
 
 CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other")
@@ -202,13 +202,6 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
         "CPU Exec": cpu_exec,
     }
     return {k: intervals.merge(ts[m], end[m]) for k, m in masks.items()}
-
-
-def is_plugin_dataloader(name: str) -> bool:
-    """The plugin's DataLoader range names."""
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
-    )
 
 
 def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace import intervals
+from stepscope.traces import intervals
 
 STRAGGLER_GAP = 0.05
 

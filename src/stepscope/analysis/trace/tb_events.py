@@ -10,7 +10,7 @@ from __future__ import annotations
 from stepscope.traces.events import EventTable
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, NONE, OPERATOR, PYFUNC, PYTHON, RUNTIME, STEP, TRACE,
-    EventLinks,
+    EventLinks, links_of,
 )
 
 TbRoles = EventLinks
@@ -23,4 +23,4 @@ __all__ = [
 
 def tb_roles(events: EventTable) -> EventLinks:
     """The plugin roles of ``events``: its (cached) linked-events table."""
-    return events.links
+    return links_of(events)

@@ -12,7 +12,8 @@ Definitions (HTA ``BreakdownAnalysis.get_temporal_breakdown`` and
   share of communication hidden under computation; ``None`` without communication kernels
   (HTA returns NaN there).
 
-Results are ``None`` for traces without GPU rows (HTA raises on those).
+Results are ``None`` for traces without GPU rows (HTA raises on those). The unions are the rank's
+:class:`~stepscope.traces.timeline.GpuTimeline`'s, merged once.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepscope.analysis.trace import intervals
-from stepscope.analysis.trace.hta_frame import COMMUNICATION, COMPUTATION, HtaRows
+from stepscope.traces import intervals
+from stepscope.traces.links import COMMUNICATION, COMPUTATION
+from stepscope.traces.timeline import GpuTimeline
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,12 @@ class TemporalBreakdown:
         return out
 
 
-def temporal_breakdown(rows: HtaRows, rank: int) -> TemporalBreakdown | None:
-    gpu = rows.gpu
-    if not gpu.any():
+def temporal_breakdown(timeline: GpuTimeline | None, rank: int) -> TemporalBreakdown | None:
+    if timeline is None:
         return None
-    busy = intervals.merge(rows.ts[gpu], rows.end[gpu])
-    kernel_time = float(busy[1][-1] - busy[0][0])
-    idle = kernel_time - intervals.total(*busy)
-    comp = rows.gpu & (rows.ktype == COMPUTATION)
-    compute = intervals.total(*intervals.merge(rows.ts[comp], rows.end[comp]))
+    kernel_time = timeline.kernel_time_us
+    idle = timeline.idle_us
+    compute = timeline.kind_us(COMPUTATION)
     return TemporalBreakdown(rank, idle, compute, kernel_time - compute - idle, kernel_time)
 
 
@@ -76,10 +75,9 @@ class CommOverlap:
         return {**asdict(self), "overlap_share": self.overlap_share}
 
 
-def comm_overlap(rows: HtaRows, rank: int) -> CommOverlap:
-    comp = rows.gpu & (rows.ktype == COMPUTATION)
-    comm = rows.gpu & (rows.ktype == COMMUNICATION)
-    comp_m = intervals.merge(rows.ts[comp], rows.end[comp])
-    comm_m = intervals.merge(rows.ts[comm], rows.end[comm])
-    both = intervals.intersect(comp_m, comm_m)
-    return CommOverlap(rank, intervals.total(*comm_m), intervals.total(*both))
+def comm_overlap(timeline: GpuTimeline | None, rank: int) -> CommOverlap:
+    if timeline is None:
+        return CommOverlap(rank, 0.0, 0.0)
+    comm = timeline.kinds[COMMUNICATION]
+    both = intervals.intersect(timeline.kinds[COMPUTATION], comm)
+    return CommOverlap(rank, intervals.total(*comm), intervals.total(*both))

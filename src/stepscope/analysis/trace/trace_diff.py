@@ -29,7 +29,7 @@ import numpy as np
 
 from stepscope.errors import UsageError
 from stepscope.traces.events import EventTable
-from stepscope.traces.links import HtaRows
+from stepscope.traces.links import HtaRows, links_of
 
 DEVICES = ("all", "cpu", "gpu")
 _STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
@@ -166,7 +166,7 @@ def _iterations(events: EventTable, rows: HtaRows) -> np.ndarray:
 
 def _summary(events: EventTable, iterations: tuple[int, ...] | None, device: str
              ) -> tuple[dict[str, tuple[int, float, bool]], tuple[int, ...], float | None]:
-    rows = events.links.hta
+    rows = links_of(events).hta
     numbers = step_numbers(events)
     if not numbers:
         raise UsageError("the trace has no ProfilerStep#N annotation: TraceDiff compares iterations "

@@ -1,54 +1,48 @@
-"""Diagnosis rules, one module per bottleneck family; :data:`RULES` is the explicit ordered list.
+"""The finding families, one module each; :data:`REGISTRY` is the explicit ordered list.
 
-Each rule is a plain function ``(RunEvidence) -> Finding | None``: it reads the evidence bundle,
-reads no files, prints nothing and imports no other rule (precedence is the engine's table). The
-healthy verdict is not in the list: the engine runs it last
-(:func:`stepscope.diagnosis.rules.healthy.verdict`).
+Each module holds a family's rules — plain functions ``(RunEvidence) -> Finding | None`` that read
+the evidence bundle, read no files, print nothing and import no other rule — and its
+:class:`~stepscope.diagnosis.family.FamilyEntry` (``FAMILY``): what it diagnoses, what it rests on,
+which families' findings it makes moot (the cause over its symptom), whether its evidence is CPU
+time, whether it explains other ranks' symptoms in a job. The engine, ``report.json``'s list of
+families and the documentation's family tables are derived from :data:`REGISTRY`.
 
-Adding a rule: one module here with the function and its named thresholds, one entry in
-:data:`RULES`, a test with a firing and a non-firing case, and a line in :data:`SUPERSEDES
-<stepscope.diagnosis.engine.SUPERSEDES>` if its finding is the cause of another's symptom.
+Adding a family: one module here with its rules, named thresholds (citing their origin) and its
+``FAMILY``; one line in :data:`REGISTRY`; a test with a firing and a non-firing case
+(``tests/unit/diagnosis/test_registry.py`` checks the documentation against the registry).
 """
 
 from __future__ import annotations
 
-from stepscope.diagnosis.engine import Rule
-from stepscope.diagnosis.rules.communication import exposed_collectives
-from stepscope.diagnosis.rules.compile import compile_time, graph_breaks, recompile_limit, recompiling, trace_regions
-from stepscope.diagnosis.rules.compute import low_mfu
-from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
-from stepscope.diagnosis.rules.foreign_load import neighbour_bursts, others_on_the_machine
-from stepscope.diagnosis.rules.garbage_collection import collector_pauses
-from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
-from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
-from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
-from stepscope.diagnosis.rules.memory_pressure import growing_memory, near_capacity, swapping
-from stepscope.diagnosis.rules.outside_model import other_dominates
-from stepscope.diagnosis.rules.periodic_stall import recurring_slow_steps
-from stepscope.diagnosis.rules.storage_io import cold_data, loader_waits_on_io
-from stepscope.diagnosis.rules.straggler import slow_rank
+from stepscope.diagnosis.family import FamilyEntry, Rule
+from stepscope.diagnosis.rules import (communication, compile, compute, cpu_oversubscription, foreign_load,
+                                       garbage_collection, healthy, host_device_sync, input_pipeline,
+                                       launch_overhead, memory_pressure, outside_model, periodic_stall,
+                                       storage_io, straggler)
 
-RULES: tuple[Rule, ...] = (
-    loader_cpu_bound,
-    loader_waits_on_io,
-    cold_data,
-    low_mfu,
-    tiny_ops_dominate,
-    sync_and_copies,
-    exposed_collectives,
-    slow_rank,
-    recurring_slow_steps,
-    swapping,
-    growing_memory,
-    near_capacity,
-    oversubscribed_cpu,
-    others_on_the_machine,
-    neighbour_bursts,
-    collector_pauses,
-    other_dominates,
-    recompile_limit,
-    recompiling,
-    graph_breaks,
-    compile_time,
-    trace_regions,
+#: Every family, in the order the rules run and the documentation lists them; ``healthy`` is the
+#: verdict the engine gives when nothing reached medium severity.
+REGISTRY: tuple[FamilyEntry, ...] = (
+    input_pipeline.FAMILY,
+    storage_io.FAMILY,
+    compute.FAMILY,
+    launch_overhead.FAMILY,
+    host_device_sync.FAMILY,
+    communication.FAMILY,
+    straggler.FAMILY,
+    periodic_stall.FAMILY,
+    memory_pressure.FAMILY,
+    cpu_oversubscription.FAMILY,
+    foreign_load.FAMILY,
+    garbage_collection.FAMILY,
+    outside_model.FAMILY,
+    compile.FAMILY,
+    healthy.FAMILY,
 )
+
+#: Stable family identifiers (``findings[].family`` in ``report.json``), in registry order.
+FAMILIES: tuple[str, ...] = tuple(entry.family for entry in REGISTRY)
+#: Every rule, in the order the engine runs them.
+RULES: tuple[Rule, ...] = tuple(rule for entry in REGISTRY for rule in entry.rules)
+
+__all__ = ["FAMILIES", "REGISTRY", "RULES"]

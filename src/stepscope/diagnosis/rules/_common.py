@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.analysis.run.code_locations import CodeLocation
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 
@@ -41,15 +41,18 @@ MIN_GAIN = 0.02
 def finding(rule_id: str, family: str, title: str, impact: float, confidence: float,
             evidence: list[Evidence], prescriptions: list[Prescription], summary: str = "",
             severity: Severity | None = None, claims: tuple[str, ...] = ("step",),
-            impact_basis: str = "measured", **extra: Any) -> Finding:
-    """A :class:`Finding` with impact clamped to 0..1 and severity from impact unless given."""
+            impact_basis: str = "measured", rank: int | None = None, partial: bool = False,
+            cause_families: tuple[str, ...] = (), **extra: Any) -> Finding:
+    """A :class:`Finding` with impact clamped to 0..1 and severity from impact unless given;
+    ``extra`` keeps the rule's own details (``report.json`` only)."""
     impact = min(1.0, max(0.0, float(impact)))
     return Finding(
         rule_id=rule_id, family=family, title=title,
         severity=severity_for_impact(impact) if severity is None else severity,
         impact=round(impact, 4), confidence=round(min(1.0, max(0.0, confidence)), 2),
         evidence=tuple(evidence), prescriptions=tuple(prescriptions), summary=summary,
-        extra=dict(extra), claims=claims, impact_basis=impact_basis,
+        extra=dict(extra), claims=claims, impact_basis=impact_basis, rank=rank, partial=partial,
+        cause_families=cause_families,
     )
 
 
@@ -72,6 +75,25 @@ def warm_fetch_wait_share(ev: RunEvidence) -> float:
     share = ev.steady.fetch_wait_share if ev.steady is not None else 0.0
     cold = ev.storage.cold
     return min(share, cold.later_wait_share) if cold is not None else share
+
+
+def mfu_text(estimate: MfuEstimate) -> str:
+    """``"12% (9–14%)"``: the MFU with its bounds."""
+    return f"{pct(estimate.value)} ({pct(estimate.low)}–{pct(estimate.high)})"
+
+
+def precision_levers(ev: RunEvidence, estimate: MfuEstimate | None) -> list[Prescription]:
+    """Mixed precision / TF32, only where the device ran and the run does not use them already."""
+    if ev.gpu is None:
+        return []
+    dtype = estimate.dtype if estimate is not None else (
+        ev.facts.compute.compute_dtype if ev.facts.compute is not None else None)
+    if dtype != "fp32":
+        return []
+    return [Prescription(
+        "Use mixed precision: torch.autocast('cuda', dtype=torch.bfloat16); or, keeping fp32, "
+        "torch.set_float32_matmul_precision('high') (TF32 tensor cores)",
+        "the matmuls run in fp32, a fraction of the tensor-core peak", "dtype", "fp32", "bf16")]
 
 
 def pct(value: float) -> str:

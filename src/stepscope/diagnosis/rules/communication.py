@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -96,11 +97,12 @@ def _prescriptions(ev: RunEvidence, exposed: float, exposed_s: float, compute_s:
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:
-    share = common.field_of(ev.trace, "communication_share")
-    if share is None or share < COMM_MODERATE:
+    trace = ev.trace
+    share = trace.shares.communication if trace is not None else None
+    if trace is None or share is None or share < COMM_MODERATE:
         return None
-    overlap = common.field_of(ev.trace, "comm_overlap")
-    exposed = share * (1.0 - overlap) if overlap is not None else share
+    overlap = trace.comm_overlap
+    exposed = trace.exposed_communication if trace.exposed_communication is not None else share
     evidence = [Evidence("communication_share", round(share, 4), COMM_MODERATE, "trace", "ratio", "per step")]
     if overlap is not None:
         evidence.append(Evidence("comm_overlap", round(overlap, 4), None, "trace", "ratio",
@@ -121,3 +123,10 @@ def _from_trace(ev: RunEvidence) -> Finding | None:
                           f"Collectives take {common.pct(share)} of the step ({level}), "
                           f"{common.pct(exposed)} exposed", exposed, 0.75, evidence, prescriptions,
                           "Ranks wait for collectives that computation does not hide.")
+
+
+FAMILY = FamilyEntry(
+    "communication", (exposed_collectives,),
+    diagnoses="Collectives the computation does not hide",
+    evidence="(capture) the step waits ≥ 10 % of its time in collectives (30 % is the red flag); (trace) collectives ≥ 10 % of the step × (1 − overlap)",
+    supersedes=frozenset({"compute"}), explains_other_ranks=True)

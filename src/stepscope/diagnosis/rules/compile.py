@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.compile_summary import CompileSummary, FrameCompiles
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.rules import _common as common
 
@@ -176,11 +177,11 @@ def compile_time(ev: RunEvidence) -> Finding | None:
 def trace_regions(ev: RunEvidence) -> Finding | None:
     """A bare trace (no run record): what its compiled regions say — several graphs per step
     (graph breaks), recompiled variants of a frame."""
-    if ev.compile is not None or ev.trace is None:
+    if ev.compile is not None or ev.trace is None or ev.trace.compiled is None:
         return None
-    graphs = ev.trace.compiled_graphs_per_step
-    recompiled = ev.trace.compiled_recompiled_frames
-    if graphs is None or (graphs <= 1.0 and not recompiled):
+    compiled = ev.trace.compiled
+    graphs, recompiled = compiled.graphs_per_step, compiled.recompiled_frames
+    if graphs <= 1.0 and not recompiled:
         return None
     evidence = [Evidence("compiled_graphs_per_step", round(graphs, 2), 1.0, "trace", "count",
                          "CompiledFunction events per profiled step")]
@@ -188,7 +189,7 @@ def trace_regions(ev: RunEvidence) -> Finding | None:
     if graphs > 1.0:
         parts.append(f"runs as {graphs:.0f} compiled graphs per step (graph breaks)")
     if recompiled:
-        evidence.append(Evidence("recompiled_variants", ", ".join(item for item in ev.trace.compiled_variants
+        evidence.append(Evidence("recompiled_variants", ", ".join(item for item in compiled.variants
                                                                   if not item.endswith("/0")), None, "trace", "text",
                                  "Torch-Compiled Region F/N with N > 0"))
         parts.append(f"calls recompiled variants of frame(s) {', '.join(recompiled)}")
@@ -242,3 +243,10 @@ def _break_prescriptions(reason: str, where: str) -> list[Prescription]:
 
 
 __all__ = ["compile_time", "graph_breaks", "recompile_limit", "recompiling", "trace_regions"]
+
+
+FAMILY = FamilyEntry(
+    "compile", (recompile_limit, recompiling, graph_breaks, compile_time, trace_regions,),
+    diagnoses="torch.compile recompiles, breaks its graphs, gives up at the recompile limit, or compiles longer than it saves",
+    evidence="Compilations with their failed guards, graph breaks with their line, the recompile limit, compile time against the run; a trace's compiled regions",
+    supersedes=frozenset({"launch_overhead", "periodic_stall", "compute"}))

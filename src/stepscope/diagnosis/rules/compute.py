@@ -14,6 +14,7 @@ storage, oversubscription, launch-overhead, straggler and communication findings
 from __future__ import annotations
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -39,11 +40,6 @@ def good_mfu(estimate: MfuEstimate) -> float:
     return GOOD_MFU_DATASHEET if estimate.on_gpu else GOOD_MFU_MEASURED
 
 
-def mfu_text(estimate: MfuEstimate) -> str:
-    """``"12% (9–14%)"``: the MFU with its bounds."""
-    return f"{common.pct(estimate.value)} ({common.pct(estimate.low)}–{common.pct(estimate.high)})"
-
-
 def low_mfu(ev: RunEvidence) -> Finding | None:
     steady, estimate = ev.steady, ev.mfu
     if steady is None or estimate is None or steady.compute_share < COMPUTE_BOUND:
@@ -58,7 +54,7 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
         Evidence("compute_share", round(steady.compute_share, 4), COMPUTE_BOUND, "steps", "ratio",
                  "forward + backward + optimizer"),
         Evidence("mfu", round(estimate.value, 5), round(LOW_MFU_FRACTION * good, 3), "record", "ratio",
-                 f"{estimate.peak_source}; range {mfu_text(estimate)}"),
+                 f"{estimate.peak_source}; range {common.mfu_text(estimate)}"),
         Evidence("flops_per_step", int(estimate.flops_per_step), None, "record", "FLOP", "FlopCounterMode"),
         Evidence("peak_flops", estimate.peak_flops, None, "table" if estimate.on_gpu else "record",
                  "FLOP/s", estimate.peak_source),
@@ -69,24 +65,10 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
                                  "cores used by other processes"))
     title = f"Compute-bound at low efficiency: MFU {common.pct(estimate.value)} (good is ~{good:.0%})"
     summary = (f"The model runs {common.pct(steady.compute_share)} of the step but reaches only "
-               f"{mfu_text(estimate)} of the {estimate.peak_source}: the math is poorly shaped for the "
+               f"{common.mfu_text(estimate)} of the {estimate.peak_source}: the math is poorly shaped for the "
                "hardware (small batches or matrices, memory-bound operators, a slow dtype).")
     return common.finding("compute.low_mfu", "compute", title, impact, 0.5 if crowded else 0.7, evidence,
                           _prescriptions(ev, estimate), summary, claims=("compute",), mfu=round(estimate.value, 5))
-
-
-def precision_levers(ev: RunEvidence, estimate: MfuEstimate | None) -> list[Prescription]:
-    """Mixed precision / TF32, only where the device ran and the run does not use them already."""
-    if ev.gpu is None:
-        return []
-    dtype = estimate.dtype if estimate is not None else (
-        ev.facts.compute.compute_dtype if ev.facts.compute is not None else None)
-    if dtype != "fp32":
-        return []
-    return [Prescription(
-        "Use mixed precision: torch.autocast('cuda', dtype=torch.bfloat16); or, keeping fp32, "
-        "torch.set_float32_matmul_precision('high') (TF32 tensor cores)",
-        "the matmuls run in fp32, a fraction of the tensor-core peak", "dtype", "fp32", "bf16")]
 
 
 def _prescriptions(ev: RunEvidence, estimate: MfuEstimate) -> list[Prescription]:
@@ -101,8 +83,15 @@ def _prescriptions(ev: RunEvidence, estimate: MfuEstimate) -> list[Prescription]
     else:
         out.append(Prescription("Increase the batch size (or matrix sizes)",
                                 "small matrices leave the hardware idle"))
-    out += precision_levers(ev, estimate)
+    out += common.precision_levers(ev, estimate)
     if ev.compile is None:  # a compiled model is not told to compile
         out.append(Prescription("model = torch.compile(model)",
                                 "fuses memory-bound elementwise work around the matmuls"))
     return out
+
+
+FAMILY = FamilyEntry(
+    "compute", (low_mfu,),
+    diagnoses="The step computes, at low model FLOPs utilisation",
+    evidence="≥ 75 % of the step in forward/backward/optimizer and MFU < 10 % (a quarter of a good 40 %) against the peak of the dtype that ran",
+    supersedes=frozenset(), cpu_based=True)

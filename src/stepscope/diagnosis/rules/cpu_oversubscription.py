@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import CPU_SATURATED
@@ -131,3 +132,10 @@ def _prescriptions(ev: RunEvidence, facts: dict[str, Any]) -> list[Prescription]
             f"{main_threads} intra-op threads + {budget_workers} worker(s) > {cores} cores",
             "intra_op_threads", main_threads, suggested))
     return out
+
+
+FAMILY = FamilyEntry(
+    "cpu_oversubscription", (oversubscribed_cpu,),
+    diagnoses="More runnable threads than cores: workers and intra-op threads fight each other",
+    evidence="All cores busy with busy workers' threads + intra-op threads ≥ 2 per core, or a run queue ≥ 2 per core while this run uses ≥ 75 % of the cores",
+    supersedes=frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}), cpu_based=True)

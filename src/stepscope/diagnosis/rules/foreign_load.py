@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.stalls import MIN_COST
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
@@ -104,3 +105,10 @@ def neighbour_bursts(ev: RunEvidence) -> Finding | None:
     return common.finding(
         "foreign_load.neighbour_bursts", "foreign_load", title, stall.cost_share, 0.7, evidence,
         prescriptions, summary, stall_steps=list(stall.slow_steps[:50]), period_steps=stall.period_steps)
+
+
+FAMILY = FamilyEntry(
+    "foreign_load", (others_on_the_machine, neighbour_bursts,),
+    diagnoses="Other processes (or the hypervisor) took the cores the run needed",
+    evidence="Processes outside the job plus steal ≥ 25 % of all cores; a periodic stall whose steps ran beside bursts of outside CPU that explain it",
+    supersedes=frozenset())

@@ -15,6 +15,7 @@ full (generation-2) pauses that grow point at reference cycles created per step.
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -78,3 +79,10 @@ def collector_pauses(ev: RunEvidence) -> Finding | None:
                     + ".")
     return common.finding("garbage_collection.collector_pauses", "garbage_collection", title, share, 0.9,
                           evidence, prescriptions, summary_text, claims=claims)
+
+
+FAMILY = FamilyEntry(
+    "garbage_collection", (collector_pauses,),
+    diagnoses="Python's garbage collector pauses the step",
+    evidence="Measured collector pauses (gc.callbacks) ≥ 1 % of the steady step time (medium from 5 %)",
+    supersedes=frozenset())

@@ -9,9 +9,9 @@ mixed precision on GPUs, ``torch.compile``, a larger batch.
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
-from stepscope.diagnosis.rules.compute import mfu_text, precision_levers
 
 #: Below this many steady steps the verdict says the evidence is thin.
 FEW_STEPS = 5
@@ -29,8 +29,8 @@ def verdict(ev: RunEvidence, findings: tuple[Finding, ...] = ()) -> Finding | No
     measured = ev.mfu
     if measured is not None:
         evidence.append(Evidence("mfu", round(measured.value, 4), None, "record", "ratio",
-                                 f"{measured.peak_source}; range {mfu_text(measured)}"))
-    prescriptions = precision_levers(ev, measured)
+                                 f"{measured.peak_source}; range {common.mfu_text(measured)}"))
+    prescriptions = common.precision_levers(ev, measured)
     if ev.compile is None:  # a compiled model is not told to compile
         prescriptions.append(Prescription("model = torch.compile(model)",
                                           "fuses elementwise work and removes Python overhead"))
@@ -46,3 +46,10 @@ def verdict(ev: RunEvidence, findings: tuple[Finding, ...] = ()) -> Finding | No
     confidence = 0.8 if stats.steady_count >= FEW_STEPS else 0.4
     return common.finding("healthy.verdict", "healthy", title, 0.0, confidence, evidence, prescriptions,
                           summary, severity=Severity.INFO)
+
+
+FAMILY = FamilyEntry(
+    "healthy", (),
+    diagnoses="Nothing costs enough to report: where the step goes, and the levers left",
+    evidence="No finding of medium severity or more, the diagnosis complete; compute share, MFU",
+    verdict=verdict)

@@ -12,6 +12,7 @@ Thresholds follow XProf's moderate level (5 % of the step) for both.
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -23,12 +24,12 @@ MEMCPY_MODERATE = 0.05
 
 def sync_and_copies(ev: RunEvidence) -> Finding | None:
     trace = ev.trace
-    if trace is None or not getattr(trace, "device", None):
+    if trace is None or not trace.device:
         return None
-    sync = common.field_of(trace, "sync_share") or 0.0
-    memcpy = common.field_of(trace, "memcpy_share") or 0.0
-    pageable = common.field_of(trace, "pageable_memcpy_share") or 0.0
-    count = common.field_of(trace, "sync_count_per_step")
+    sync = trace.syncs.sync_share or 0.0
+    memcpy = trace.shares.memcpy or 0.0
+    pageable = trace.syncs.pageable_memcpy_share or 0.0
+    count = trace.syncs.syncs_per_step
     if sync < SYNC_MODERATE and memcpy < MEMCPY_MODERATE:
         return None
     evidence = [Evidence("sync_share", round(sync, 4), SYNC_MODERATE, "trace", "ratio", "per step"),
@@ -59,3 +60,10 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
                           impact, 0.8, evidence, prescriptions,
                           "The host waits for the device (or the copy engine) inside the step, so the "
                           "device then idles while the host catches up.")
+
+
+FAMILY = FamilyEntry(
+    "host_device_sync", (sync_and_copies,),
+    diagnoses="The host blocks on the device, or copies are slow (pageable memory)",
+    evidence="(GPU trace) synchronising calls ≥ 5 % or memcpy ≥ 5 % of the step; pageable copies",
+    supersedes=frozenset())

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY
@@ -227,7 +228,7 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
 
 def _from_trace(ev: RunEvidence) -> Finding | None:
     """A bare trace (no run record): the TensorBoard plugin's DataLoader share is the evidence."""
-    share = common.field_of(ev.trace, "dataloader_share")
+    share = ev.trace.shares.dataloader if ev.trace is not None else None
     if share is None or share < INPUT_MODERATE:
         return None
     return common.finding(
@@ -309,3 +310,10 @@ def _cheaper_loading(ev: RunEvidence, cores: int | None, workers: int, why: str)
     where = ", or move augmentation to the GPU" if ev.gpu is not None else ""
     return Prescription("Make each sample cheaper to produce: precompute or cache the transform offline, "
                         f"or vectorise it per batch (collate_fn){where}", why)
+
+
+FAMILY = FamilyEntry(
+    "input_pipeline", (loader_cpu_bound,),
+    diagnoses="The step waits for the next batch while the processes producing batches are busy on CPU: more workers, cheaper samples",
+    evidence="Data wait (less worker start-up) ≥ 5 % of the step (XProf's input-bound levels 5 % / 20 %); the loaders' CPU while the step waits ≥ 0.5 core; workers against cores",
+    supersedes=frozenset({"compute"}), cpu_based=True)

@@ -16,6 +16,7 @@ Fires at XProf's "HIGH kernel launch" level (15 %).
 from __future__ import annotations
 
 from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -35,10 +36,10 @@ def overhead_estimate(ev: RunEvidence) -> tuple[float | None, list[Evidence]]:
     """Estimated share of the step lost to per-operator overhead, with its evidence.
 
     From a trace, the device idle time the host spent *launching* (not loading data, not
-    synchronising: the trace evidence's idle attribution) is the cost when kernels are tiny;
-    without that attribution, HTA's host-wait idle less the DataLoader share.
+    synchronising: the trace evidence's idle attribution) is the cost when kernels are tiny; the
+    model's Python share (the bundle's: Python time less the step's data wait and "other") is the
+    cost when it is high.
     """
-    steady = ev.steady
     trace = ev.trace
     estimates: list[float] = []
     evidence: list[Evidence] = []
@@ -53,25 +54,16 @@ def overhead_estimate(ev: RunEvidence) -> tuple[float | None, list[Evidence]]:
             Evidence("overhead_share_estimate", round(overhead.share, 4), LAUNCH_HIGH, "record", "ratio",
                      f"ops × {EAGER_OP_OVERHEAD_S * 1e6:g} µs / step time"),
         ]
-    small = common.field_of(trace, "small_kernel_share")
-    launch_idle = common.field_of(trace, "idle_launch_share")
-    host_wait = common.field_of(trace, "idle_host_wait_share")
-    if launch_idle is None and host_wait is not None:
-        # idle while the host loads data is the input pipeline's cost, not launch overhead
-        launch_idle = max(0.0, float(host_wait) - float(common.field_of(trace, "dataloader_share") or 0.0))
+    small = trace.launches.small_kernel_share if trace is not None else None
+    launch_idle = trace.idle.launch if trace is not None else None
     if launch_idle is not None and small is not None and small >= SMALL_KERNEL_SHARE_HIGH:
         estimates.append(float(launch_idle))
         evidence += [Evidence("idle_launch_share", round(launch_idle, 4), LAUNCH_HIGH, "trace", "ratio",
                               "device idle while the host launches work (data loading and syncs excluded)"),
                      Evidence("small_kernel_share", round(small, 4), SMALL_KERNEL_SHARE_HIGH, "trace",
                               "ratio", "kernels shorter than their launch")]
-    python = common.field_of(trace, "python_share")
-    if python is not None:
-        # Python time while loading data or outside the model (logging, checkpoints) is not
-        # framework overhead: take the data-wait and "other" shares of the step out first
-        outside = (steady.data_wait_share + steady.shares.get("other", 0.0)) if steady is not None \
-            else float(common.field_of(trace, "dataloader_share") or 0.0)
-        model_python = max(0.0, float(python) - outside)
+    model_python = ev.python_in_model
+    if model_python is not None:
         if model_python >= PYTHON_SHARE_HIGH:
             estimates.append(model_python)
             evidence.append(Evidence("python_share_in_model", round(model_python, 4), PYTHON_SHARE_HIGH, "trace",
@@ -88,7 +80,7 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
              + (f"{int(ops)} tiny operators" if ops else "tiny operators") + " rather than computing")
     summary = ("Each operator pays a fixed host cost (Python, dispatch, autograd, kernel launch) that "
                "its tiny amount of math does not amortise. Fewer, larger operators fix it.")
-    kernels = common.field_of(ev.trace, "kernel_count_per_step")
+    kernels = ev.trace.launches.kernels_per_step if ev.trace is not None else None
     if kernels:
         evidence.append(Evidence("kernel_count_per_step", round(kernels, 1), None, "trace", "count", "per step"))
     prescriptions = [
@@ -107,3 +99,10 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
             "replays all launches of a step with one CPU call"))
     return common.finding("launch_overhead.tiny_ops", "launch_overhead", title, share, 0.75, evidence,
                           prescriptions, summary, claims=("compute", "other") if ev.steady is not None else ("step",))
+
+
+FAMILY = FamilyEntry(
+    "launch_overhead", (tiny_ops_dominate,),
+    diagnoses="Per-operator host cost (Python, dispatch, launches) dominates tiny operators",
+    evidence="Operators per step × 3 µs ≥ 15 % of the step at < 50 µs each; a trace's device idle while the host launches, with mostly tiny kernels; Python ≥ 15 % of the model's host time",
+    supersedes=frozenset({"compute"}), cpu_based=True)

@@ -13,6 +13,7 @@ the run at stake, :data:`LEAK_IMPACT_SOON` when memory would run out within
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
@@ -115,7 +116,8 @@ def growing_memory(ev: RunEvidence) -> Finding | None:
 def near_capacity(ev: RunEvidence) -> Finding | None:
     trace = ev.trace
     shares = []
-    peak, capacity = common.field_of(trace, "memory_peak_bytes"), common.field_of(trace, "memory_capacity_bytes")
+    peak = trace.memory.peak_bytes if trace is not None else None
+    capacity = trace.memory.capacity_bytes if trace is not None else None
     if peak and capacity:
         shares.append(("device_memory_peak_share", peak / capacity, "trace", "device"))
     gpu = common.field_of(ev.signals, "gpu_memory_used_share_max")
@@ -141,3 +143,10 @@ def near_capacity(ev: RunEvidence) -> Finding | None:
         "Close to the limit, a longer sequence or a larger batch fails with out-of-memory; "
         "allocators also start to retry and fragment.", severity=Severity.MEDIUM,
         impact_basis="estimate: a risk weight for a run close to out-of-memory, not step time")
+
+
+FAMILY = FamilyEntry(
+    "memory_pressure", (swapping, growing_memory, near_capacity,),
+    diagnoses="Swapping, a heap that keeps growing, memory near capacity",
+    evidence="Swap ≥ 1 MiB/s; the heap growing ≥ 4 MiB/s and ≥ 128 MiB over the steady state without levelling off; memory ≥ 90 % of capacity",
+    supersedes=frozenset())

@@ -12,6 +12,7 @@ how to get them.
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -59,3 +60,10 @@ def other_dominates(ev: RunEvidence) -> Finding | None:
                "(forward, backward, optimizer): Python bookkeeping, logging, metrics, syncs or checkpoints.")
     return common.finding("outside_model.other_dominates", "outside_model", title, share, 0.8 if locations else 0.6,
                           evidence, prescriptions, summary, claims=("other",))
+
+
+FAMILY = FamilyEntry(
+    "outside_model", (other_dominates,),
+    diagnoses="The step spends its time in neither data loading nor the model: bookkeeping, metrics, logging, named by line",
+    evidence="\"Other\" ≥ 25 % of the step, its owner from the stack samples",
+    supersedes=frozenset())

@@ -16,6 +16,7 @@ from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.stalls import MIN_COST, REGULARITY
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -70,3 +71,10 @@ def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
     return common.finding("periodic_stall.recurring_slow_steps", "periodic_stall", title, cost,
                           min(0.95, 0.5 + 0.45 * regular), evidence, prescriptions, summary,
                           period_steps=int(period), slow_steps=list(stall.slow_steps[:50]))
+
+
+FAMILY = FamilyEntry(
+    "periodic_stall", (recurring_slow_steps,),
+    diagnoses="A step stalls every N steps: checkpoints, logging, evaluation, worker restarts",
+    evidence="One phase above 2× its median (and +5 ms, +10 % of a step) at least 3 times, ≥ 60 % of the gaps at one period",
+    supersedes=frozenset({"outside_model"}), cpu_based=True)

@@ -17,6 +17,7 @@ import math
 
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 from stepscope.analysis.run.input_profile import COLD_MIN_READ_BYTES_PER_S, COLD_WAIT_RATIO
@@ -200,3 +201,10 @@ def _prescriptions(ev: RunEvidence, cached_later: bool, idle: bool = True) -> li
         "read them sequentially",
         "per-sample reads pay the storage latency once per sample"))
     return out
+
+
+FAMILY = FamilyEntry(
+    "storage_io", (loader_waits_on_io, cold_data,),
+    diagnoses="The step waits for data while the loaders wait on storage: a cold first epoch, iowait, the page cache warming",
+    evidence="Data wait ≥ 5 % with idle loaders on a machine with CPU to spare, iowait ≥ 5 %; per epoch: a first epoch waiting ≥ 1.5× the later ones while the disk reads ≥ 4× more",
+    supersedes=frozenset({"input_pipeline", "compute"}), cpu_based=True)

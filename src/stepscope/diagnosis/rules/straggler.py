@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.bundle import RankSteady, RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
@@ -27,6 +28,13 @@ SKEW_WARN = 0.10
 SKEW_CRITICAL = 0.20
 #: Phases compared across ranks (not backward, see the module docstring).
 STRAGGLER_PHASES = ("data_wait", "forward", "optimizer", "other")
+#: The straggler's slow phase -> the families of the slow rank's own findings that are its cause
+#: (the job report says so on that finding: both describe one problem).
+CAUSE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "data_wait": ("input_pipeline", "storage_io", "cpu_oversubscription"),
+    "forward": ("compute", "launch_overhead", "host_device_sync"),
+    "other": ("outside_model", "garbage_collection", "periodic_stall"),
+}
 #: Scores above this are shown capped (the other ranks' time in the phase is near zero).
 MAX_SCORE = 10.0
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
@@ -90,8 +98,8 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
                           f"Rank {rank} straggles: {cause['what']} (other ranks: {common.ms(others_s)})",
                           impact, confidence, evidence, [cause["fix"]], summary,
                           claims=("communication", "data_wait", "compute"), rank=rank,
-                          ranks=[item.rank for item in per_rank], waiting_ranks=[item.rank for item in waiting],
-                          phase=phase)
+                          cause_families=CAUSE_FAMILIES.get(phase, ()),
+                          waiting_ranks=[item.rank for item in waiting], phase=phase)
 
 
 def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
@@ -133,3 +141,10 @@ def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
         fix = Prescription(f"Rank {rank}'s optimizer step is slower: check its node's CPU load and "
                            "parameter placement", f"optimizer {common.ms(lost_s)} per step above the other ranks")
     return {"what": what, "fix": fix}
+
+
+FAMILY = FamilyEntry(
+    "straggler", (slow_rank,),
+    diagnoses="One rank's own work is slower and the others wait for it in collectives",
+    evidence="A rank's data wait, forward, optimizer or time outside the model ≥ 10 % above the other ranks' median and ≥ 10 % of the step, the others waiting in collectives for at least half of it",
+    supersedes=frozenset({"compute", "communication"}), explains_other_ranks=True)

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from stepscope.errors import UsageError
-from stepscope.record.run import PHASES
-from stepscope.report.model import Report
+from stepscope.report.model import PHASES, Report, StepSeries
+from stepscope.report.render.output import Output
 
 INSTALL_HINT = "--tensorboard needs the 'tensorboard' package: pip install tensorboard"
 
@@ -47,16 +47,23 @@ def require_tensorboard() -> None:
         raise UsageError(INSTALL_HINT) from None
 
 
+def render(report: Report, out: Output) -> list[str]:
+    """The scalars into the directory ``out.path``; the notice says how many and where."""
+    assert out.path is not None, "TensorBoard scalars are written into a directory"
+    count = write_tensorboard(report, out.path)
+    return [f"{count:,} TensorBoard scalars to {out.path} (tensorboard --logdir {out.path})"]
+
+
 def write_tensorboard(report: Report, log_dir: str | Path) -> int:
     """Write the run's scalars into ``log_dir``; returns how many scalar values were written."""
     require_tensorboard()
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    record = report.evidence.record
-    if record is None:
+    steps = report.steps
+    if steps is None:
         raise UsageError("--tensorboard needs a run record (stepscope run / stepscope report)")
-    wall_offset_s = (record.meta.start_wall_ns - record.meta.start_ns) / 1e9
+    wall_offset_s = steps.wall_offset_s
     events = [Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString()]
     written = 0
 
@@ -71,10 +78,10 @@ def write_tensorboard(report: Report, log_dir: str | Path) -> int:
                 events.append(Event(wall_time=wall_s, step=step, summary=Summary(value=items)).SerializeToString())
                 written += len(items)
 
-    emit(_step_scalars(report, wall_offset_s))
-    emit(_system_scalars(report, wall_offset_s))
-    last = max(len(record.steps) - 1, 0)
-    end_s = (int(record.steps.end_ns[-1]) / 1e9 + wall_offset_s) if len(record.steps) else wall_offset_s
+    emit(_step_scalars(steps))
+    emit(_system_scalars(report, steps))
+    last = max(len(steps) - 1, 0)
+    end_s = (int(steps.start_ns[-1] + steps.duration_ns[-1]) / 1e9 + wall_offset_s) if len(steps) else wall_offset_s
     emit(([last], [end_s], {tag: [value] for tag, value in _steady_scalars(report).items()}))
     directory = Path(log_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -125,24 +132,18 @@ def masked_crc32c_many(records: list[bytes]) -> list[int]:
 Columns = tuple[list[int], list[float], dict[str, list[float]]]  # steps, wall times, tag -> values
 
 
-def _step_scalars(report: Report, wall_offset_s: float) -> Columns:
-    steps = report.evidence.record.steps  # type: ignore[union-attr]
-    duration = steps.duration_ns.astype(np.float64)
-    columns = {"step/time_ms": duration / 1e6}
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for name in PHASES:
-            phase = steps.phase(name).astype(np.float64)
-            columns[f"step/phase_share/{name}"] = np.where(duration > 0, phase / duration, np.nan)
-    walls = steps.start_ns / 1e9 + wall_offset_s
+def _step_scalars(steps: StepSeries) -> Columns:
+    columns = {"step/time_ms": steps.duration_ns.astype(np.float64) / 1e6}
+    for name in PHASES:
+        columns[f"step/phase_share/{name}"] = steps.phase_shares[name]
+    walls = steps.start_ns / 1e9 + steps.wall_offset_s
     return list(range(len(steps))), walls.tolist(), {tag: values.tolist() for tag, values in columns.items()}
 
 
-def _system_scalars(report: Report, wall_offset_s: float) -> Columns:
+def _system_scalars(report: Report, steps: StepSeries) -> Columns:
     timelines = report.timelines
-    record = report.evidence.record
-    if timelines is None or record is None:
+    if timelines is None or len(steps.sample_steps) != len(timelines):
         return [], [], {}
-    steps = np.maximum(np.searchsorted(record.steps.start_ns, timelines.t_ns, side="right") - 1, 0)
     busy = timelines.core_busy
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nanmean says so, NaN is the answer
@@ -152,15 +153,18 @@ def _system_scalars(report: Report, wall_offset_s: float) -> Columns:
     for gpu in range(timelines.gpu_util.shape[1]):
         columns[f"system/gpu{gpu}_util_pct"] = timelines.gpu_util[:, gpu] * 100
         columns[f"system/gpu{gpu}_memory_gib"] = timelines.gpu_mem_used[:, gpu] / 2**30
-    walls = timelines.t_ns / 1e9 + wall_offset_s
-    return steps.tolist(), walls.tolist(), {tag: values.tolist() for tag, values in columns.items()}
+    walls = timelines.t_ns / 1e9 + steps.wall_offset_s
+    return steps.sample_steps.tolist(), walls.tolist(), {tag: values.tolist() for tag, values in columns.items()}
 
 
 def _steady_scalars(report: Report) -> dict[str, float]:
-    steady = report.steady
+    summary = report.summary
+    if summary is None:
+        return {}
+    steady = summary.steady
     values = {"steady/step_time_ms": (steady.mean_s or float("nan")) * 1e3,
               "steady/steps_per_s": steady.steps_per_s or float("nan")}
     values.update({f"steady/phase_share/{name}": share for name, share in steady.phase_shares.items()})
-    if report.evidence.mfu is not None:
-        values["steady/mfu"] = report.evidence.mfu.value
+    if summary.mfu is not None:
+        values["steady/mfu"] = summary.mfu.value
     return values

@@ -3,7 +3,8 @@
 :func:`render_html` formats a :class:`~stepscope.report.model.Report` (runs and traces alike) into
 one page: the verdict on top, the steps over time, the machine's timelines on the same time axis,
 and the trace views when there are traces. It computes nothing beyond layout and display
-down-sampling (:mod:`stepscope.report.html_charts`).
+down-sampling (:mod:`stepscope.report.render.html_charts`). The order is the terminal's: the
+verdict first, then the run, then the charts.
 
 Why hand-drawn SVG and no charting library: the charts are static (drawn here, in Python, with
 <title> tooltips), so the page needs only ~5 KB of its own script for the tables; a vendored
@@ -30,11 +31,12 @@ import numpy as np
 import orjson
 
 from stepscope._version import __version__
-from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import PHASES
-from stepscope.report import html_charts as charts
-from stepscope.report.lines import compile_line, gain_line, overridden_line, skipped_line, withdrawn_line
-from stepscope.report.model import Report
+from stepscope.report.model import PHASES, Finding, Report, RunSummary, StepSeries, TraceRankView, TraceViews
+from stepscope.report.render.output import Output
+from stepscope.report.render import html_charts as charts
+from stepscope.report.render.lines import (compile_line, gain_line, loader_line, overridden_line, skipped_line,
+                                           withdrawn_line)
+from stepscope.safe_write import atomic_write
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
 #: Step bars drawn at most; more steps are grouped (see html_charts.step_bars).
@@ -86,8 +88,8 @@ def render_html(report: Report, *, run_dir: str | None = None, max_step_bars: in
     page = HtmlPage("")
     tables: dict[str, Any] = {}
     sections = [_header(report, run_dir), _verdict(report)]
-    if report.source == "run":
-        sections += [_steps(report, page, max_step_bars), _ranks(report), _system(report, page)]
+    if report.summary is not None:
+        sections += [_run(report.summary), _steps(report, page, max_step_bars), _ranks(report), _system(report, page)]
     sections += _trace_sections(report, tables, page)
     if report.warnings:
         sections.append("<section><h2>Warnings</h2><ul>"
@@ -114,66 +116,71 @@ def render_html(report: Report, *, run_dir: str | None = None, max_step_bars: in
 def write_html(report: Report, path: str | Path, *, run_dir: str | None = None) -> HtmlPage:
     """Render and write the page (atomically: a temporary file beside it, then renamed)."""
     page = render_html(report, run_dir=run_dir)
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(page.text, encoding="utf-8")
-    tmp.replace(target)
+    atomic_write(Path(path), page.text.encode("utf-8"))
     return page
 
 
+def render(report: Report, out: Output) -> list[str]:
+    """The page to ``out.path``; the notices say what was down-sampled."""
+    assert out.path is not None, "the HTML report is written to a file"
+    return write_html(report, out.path, run_dir=out.run_dir).notices
+
+
 def _target(report: Report) -> str:
-    if report.meta is not None and report.meta.target:
-        return report.meta.target
-    if report.trace_views is not None and report.trace_views.ranks:
-        return Path(report.trace_views.ranks[0].path).name
+    if report.summary is not None and report.summary.target:
+        return report.summary.target
+    if report.traces is not None and report.traces.ranks:
+        return Path(report.traces.ranks[0].path).name
     return "run"
 
 
-# -- header and verdict ----------------------------------------------------------------------------
+# -- header, verdict, run --------------------------------------------------------------------------
 def _header(report: Report, run_dir: str | None) -> str:
-    meta = report.meta
-    facts: list[tuple[str, str]] = []
-    if report.source == "run":
-        steady = report.steady
-        facts += [("steps", f"{report.total_steps:,}"),
-                  ("wall", format_duration(meta.wall_s if meta is not None else None)),
-                  ("exit", str(meta.exit_code if meta is not None else "-"))]
-        if steady.steps_per_s:
-            facts.append(("throughput", f"{steady.steps_per_s:.2f} steps/s"
-                          + (f" · {steady.samples_per_s:,.0f} samples/s" if steady.samples_per_s else "")))
-        facts += [("step time", f"median {format_duration(steady.median_s)} · p90 {format_duration(steady.p90_s)}"
-                                f" · max {format_duration(steady.max_s)}"),
-                  ("warm-up", f"{report.warmup_steps} step(s)")]
-        if report.evidence.mfu is not None:
-            mfu = report.evidence.mfu
-            facts.append(("MFU", f"{format_ratio(mfu.value)} ({format_ratio(mfu.low)}–{format_ratio(mfu.high)}, "
-                                 f"{mfu.dtype})"))
-        if meta is not None and meta.world_size > 1:
-            facts.append(("ranks", f"rank {meta.rank} of {meta.world_size}"))
-    elif report.trace_views is not None:
-        facts.append(("ranks", ", ".join(str(item.rank) for item in report.trace_views.ranks)))
-    loaders = "".join(f"<div class=\"sub\">DataLoader #{loader.loader_id} {text(loader.dataset_type)}: "
-                      f"batch_size={text(loader.batch_size)} num_workers={loader.num_workers} "
-                      f"pin_memory={loader.pin_memory} persistent_workers={loader.persistent_workers}</div>"
-                      for loader in report.loaders[:4])
-    facts_of_run = report.evidence.facts
-    if facts_of_run is not None and facts_of_run.overrides is not None:
-        loaders += f'<div class="sub">overridden: {text(overridden_line(facts_of_run.overrides))}</div>'
-    if report.skipped_samples is not None:
-        loaders += f'<div class="sub warning">skipped samples: {text(skipped_line(report.skipped_samples))}</div>'
-    if report.evidence.compile is not None:
-        loaders += f'<div class="sub">torch.compile: {text(compile_line(report.evidence.compile))}</div>'
+    summary = report.summary
     where = f'<div class="sub">run directory {text(run_dir)}</div>' if run_dir else ""
-    argv = f'<div class="sub">{text(" ".join(meta.argv))}</div>' if meta is not None and meta.argv else ""
+    argv = f'<div class="sub">{text(" ".join(summary.argv))}</div>' if summary is not None and summary.argv else ""
+    facts: list[tuple[str, str]] = []
+    if summary is not None:
+        facts += [("steps", f"{summary.total_steps:,}"), ("wall", format_duration(summary.wall_s)),
+                  ("exit", str(summary.exit_code if summary.exit_code is not None else "-"))]
+        if summary.world_size > 1:
+            facts.append(("ranks", f"rank {summary.rank} of {summary.world_size}"))
+    elif report.traces is not None:
+        facts.append(("ranks", ", ".join(str(item.rank) for item in report.traces.ranks)))
     items = "".join(f"<span>{text(name)} <b>{text(value)}</b></span>" for name, value in facts)
     return (f'<section class="header"><h1>stepscope · {text(_target(report))}</h1>{argv}{where}'
-            f'<div class="facts">{items}</div>{loaders}</section>')
+            f'<div class="facts">{items}</div></section>')
+
+
+def _run(summary: RunSummary) -> str:
+    steady = summary.steady
+    facts: list[tuple[str, str]] = []
+    if steady.steps_per_s:
+        facts.append(("throughput", f"{steady.steps_per_s:.2f} steps/s"
+                      + (f" · {steady.samples_per_s:,.0f} samples/s" if steady.samples_per_s else "")))
+    if summary.total_steps:
+        facts += [("step time", f"median {format_duration(steady.median_s)} · p90 {format_duration(steady.p90_s)}"
+                                f" · max {format_duration(steady.max_s)}"),
+                  ("warm-up", f"{summary.warmup_steps} step(s)")]
+    if summary.mfu is not None and summary.mfu_shown:
+        mfu = summary.mfu
+        facts.append(("MFU", f"{format_ratio(mfu.value)} ({format_ratio(mfu.low)}–{format_ratio(mfu.high)}, "
+                             f"{mfu.dtype})"))
+    lines = "".join(f'<div class="sub">DataLoader {text(loader_line(loader))}</div>' for loader in summary.loaders[:4])
+    if summary.overrides is not None:
+        lines += f'<div class="sub">overridden: {text(overridden_line(summary.overrides))}</div>'
+    if summary.skipped is not None:
+        lines += f'<div class="sub warning">skipped samples: {text(skipped_line(summary.skipped))}</div>'
+    if summary.compile is not None:
+        lines += f'<div class="sub">torch.compile: {text(compile_line(summary.compile))}</div>'
+    items = "".join(f"<span>{text(name)} <b>{text(value)}</b></span>" for name, value in facts)
+    return f'<section id="run"><h2>The run</h2><div class="facts">{items}</div>{lines}</section>'
 
 
 def _verdict(report: Report) -> str:
     if not report.findings:
         message = ("no steps were captured: nothing to diagnose"
-                   if report.source == "run" and report.total_steps == 0 else "no bottleneck rule fired")
+                   if report.summary is not None and report.summary.total_steps == 0 else "no bottleneck rule fired")
         if not report.diagnosis.complete:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return f'<section id="verdict"><h2>Verdict</h2><p class="sub">{text(message)}</p></section>'
@@ -187,8 +194,7 @@ def _finding(finding: Finding, number: int) -> str:
     level = finding.severity.name.lower()
     cost = (f"costs ~{format_ratio(finding.impact)} of step time" if finding.impact_measured
             else f"ranked as ~{format_ratio(finding.impact)} ({text(finding.impact_basis)})")
-    rank = finding.extra.get("rank") if isinstance(finding.extra, dict) else None
-    where = f" · rank {text(rank)}" if rank is not None else ""
+    where = f" · rank {text(finding.rank)}" if finding.rank is not None else ""
     evidence = "".join(
         f"<li>{text(item.metric)} = {text(format_value(item.value, item.unit))}"
         + (f" (threshold {text(format_value(item.threshold, item.unit))})" if item.threshold is not None else "")
@@ -218,11 +224,9 @@ def time_axis(report: Report) -> charts.TimeAxis | None:
     Start-up before the first step (imports, data set loading) is left out so the steps fill the
     width; the system timelines are cut to the same span.
     """
-    record = report.evidence.record
-    if record is None:
-        return None
-    if len(record.steps):
-        start, end = int(record.steps.start_ns[0]), int(record.steps.end_ns.max())
+    steps = report.steps
+    if steps is not None and len(steps):
+        start, end = int(steps.start_ns[0]), int((steps.start_ns + steps.duration_ns).max())
         margin = max((end - start) // 100, 1)
         return charts.TimeAxis(start - margin, end + margin)
     timelines = report.timelines
@@ -232,45 +236,46 @@ def time_axis(report: Report) -> charts.TimeAxis | None:
 
 
 def _steps(report: Report, page: HtmlPage, max_bars: int) -> str:
-    record = report.evidence.record
     axis = time_axis(report)
-    if record is None or not len(record.steps) or axis is None:
+    steps = report.steps
+    if steps is None or not len(steps) or axis is None or report.summary is None:
         chart = '<p class="sub">no steps were captured</p>'
     else:
-        chart = _step_chart(report, record.steps, axis, page, max_bars)
-    return f'<section id="steps"><h2>Step time over the run</h2>{chart}{_phase_split(report)}</section>'
+        chart = _step_chart(report.summary, steps, axis, page, max_bars)
+    split = _phase_split(report.summary) if report.summary is not None else ""
+    return f'<section id="steps"><h2>Step time over the run</h2>{chart}{split}</section>'
 
 
-def _step_chart(report: Report, steps: Any, axis: charts.TimeAxis, page: HtmlPage, max_bars: int) -> str:
-    bars = charts.step_bars(steps.start_ns, steps.duration_ns, {name: steps.phase(name) for name in PHASES},
-                            max_bars)
+def _step_chart(summary: RunSummary, steps: StepSeries, axis: charts.TimeAxis, page: HtmlPage, max_bars: int) -> str:
+    bars = charts.step_bars(steps.start_ns, steps.duration_ns, steps.phases, max_bars)
     if bars.per_bar > 1:
         page.notices.append(f"{len(steps):,} steps are drawn as {len(bars.start_ns):,} bars of {bars.per_bar} "
                             "steps each: a bar stacks the mean phase times, its tick marks the slowest step")
+    ends = steps.start_ns + steps.duration_ns
     marks = []
-    if report.warmup_steps:
-        marks.append((int(steps.start_ns[0]), int(steps.end_ns[report.warmup_steps - 1]), "warmup", "warm-up"))
-    for index in report.excluded_steps:
-        marks.append((int(steps.start_ns[index]), int(steps.end_ns[index]), "excluded", f"excluded step {index}"))
-    shares = report.steady.phase_shares
+    if steps.warmup_steps:
+        marks.append((int(steps.start_ns[0]), int(ends[steps.warmup_steps - 1]), "warmup", "warm-up"))
+    for index in steps.excluded:
+        marks.append((int(steps.start_ns[index]), int(ends[index]), "excluded", f"excluded step {index}"))
+    shares = summary.steady.phase_shares
     legend = _legend({**{charts.PHASE_LABELS[name]: charts.PHASE_COLORS[name] for name in PHASES},
                       "warm-up": "#9aa5b1", "excluded (measured)": "#6c4bb4"},
                      {charts.PHASE_LABELS[name]: f"{shares.get(name, 0.0):.1%}" for name in PHASES})
-    excluded = (f"; excluded steps {', '.join(str(i) for i in report.excluded_steps[:12])}"
-                if report.excluded_steps else "")
+    excluded = (f"; excluded steps {', '.join(str(i) for i in steps.excluded[:12])}" if steps.excluded else "")
     return (f'<p class="sub">Each bar is a step at its place in time, stacked by phase; the shaded bands are '
-            f"warm-up ({report.warmup_steps} step(s)) and steps left out of the statistics{text(excluded)}.</p>"
+            f"warm-up ({steps.warmup_steps} step(s)) and steps left out of the statistics{text(excluded)}.</p>"
             f"{legend}{charts.step_chart(bars, axis, marks)}{charts.axis_svg(axis)}")
 
 
-def _phase_split(report: Report) -> str:
-    if not report.steady.count:
+def _phase_split(summary: RunSummary) -> str:
+    steady = summary.steady
+    if not steady.count:
         return ""
-    shares = report.steady.phase_shares
-    means = report.steady.phase_mean_s
+    shares = steady.phase_shares
+    means = steady.phase_mean_s
     rows = "".join(f"<tr><td>{charts.PHASE_LABELS[name]} {format_ratio(shares.get(name))}</td>"
                    f"<td class=\"num\">{format_duration(means.get(name))}</td></tr>" for name in PHASES)
-    return (f"<h3>Phase split of the steady state ({report.steady.count:,} steps)</h3>"
+    return (f"<h3>Phase split of the steady state ({steady.count:,} steps)</h3>"
             f"{charts.share_bar(shares, charts.PHASE_COLORS, charts.PHASE_LABELS)}"
             f'<table class="plain" style="max-width:420px"><tr><th>phase · share</th>'
             f'<th class="num">mean per step</th></tr>{rows}</table>')
@@ -285,7 +290,7 @@ def _legend(colors: dict[str, str], values: dict[str, str] | None = None) -> str
 
 def _ranks(report: Report) -> str:
     """Per-rank steady phase times of a multi-rank run (from each rank's steady state)."""
-    others = report.evidence.ranks
+    others = report.rank_steady
     if len(others) < 2:
         return ""
     names = [f"rank {item.rank}" for item in others]
@@ -352,25 +357,25 @@ def _system(report: Report, page: HtmlPage) -> str:
 
 # -- trace views -----------------------------------------------------------------------------------
 def _trace_sections(report: Report, tables: dict[str, Any], page: HtmlPage) -> list[str]:
-    analysis = report.trace_views
-    if analysis is None:
+    views = report.traces
+    if views is None:
         return []
     out = []
-    if len(analysis.ranks) > 1:
-        out.append(_comparison(analysis))
-    for item in analysis.ranks:
-        out.append(_trace_rank(item, tables, page, several=len(analysis.ranks) > 1))
+    if len(views.ranks) > 1:
+        out.append(_comparison(views))
+    for item in views.ranks:
+        out.append(_trace_rank(item, tables, page, several=len(views.ranks) > 1))
     return out
 
 
-def _comparison(analysis: Any) -> str:
-    comparison = analysis.comparison
+def _comparison(views: TraceViews) -> str:
     rows = "".join(
-        f"<tr><td>rank {item.rank}</td><td class=\"num\">{_us(item.step_time_us)}</td>"
-        f"<td class=\"num\">{format_ratio(item.idle_share)}</td><td class=\"num\">{format_ratio(item.compute_share)}"
-        f"</td><td>{'straggler' if item.rank in comparison.stragglers else ''}</td></tr>" for item in comparison.ranks)
-    names = [f"rank {item.rank}" for item in analysis.ranks]
-    parts = [{k: v for k, v in item.steps.mean_us.items() if k != "Total"} for item in analysis.ranks]
+        f"<tr><td>rank {rank}</td><td class=\"num\">{_us(step_us)}</td>"
+        f"<td class=\"num\">{format_ratio(idle)}</td><td class=\"num\">{format_ratio(compute)}"
+        f"</td><td>{'straggler' if rank in views.stragglers else ''}</td></tr>"
+        for rank, step_us, idle, compute in views.comparison)
+    names = [f"rank {item.rank}" for item in views.ranks]
+    parts = [{category: mean_us or 0.0 for category, mean_us, _ in item.categories} for item in views.ranks]
     chart = charts.stacked_columns(names, parts, charts.CATEGORY_COLORS, _us, label="mean step per rank")
     return (f'<section id="trace-ranks"><h2>Trace: ranks compared</h2>{_legend(charts.CATEGORY_COLORS)}{chart}'
             f'<table class="plain"><tr><th>rank</th><th class="num">step time</th><th class="num">GPU idle</th>'
@@ -381,30 +386,26 @@ def _us(value: float | None) -> str:
     return format_duration(None if value is None else value / 1e6)
 
 
-def _trace_rank(item: Any, tables: dict[str, Any], page: HtmlPage, several: bool) -> str:
+def _trace_rank(item: TraceRankView, tables: dict[str, Any], page: HtmlPage, several: bool) -> str:
     name = f"rank {item.rank}" if several else "trace"
-    steps = item.steps
-    shown = list(zip(steps.step_names, steps.per_step_us))[:MAX_TRACE_STEPS]
-    if len(steps.step_names) > MAX_TRACE_STEPS:
-        page.notices.append(f"{name}: the overview draws the first {MAX_TRACE_STEPS} of {len(steps.step_names)} "
+    shown = list(item.per_step_us)[:MAX_TRACE_STEPS]
+    if len(item.per_step_us) > MAX_TRACE_STEPS:
+        page.notices.append(f"{name}: the overview draws the first {MAX_TRACE_STEPS} of {len(item.per_step_us)} "
                             "trace steps")
     overview = ""
     if shown:
-        parts = [{k: v for k, v in values.items() if k != "Total"} for _, values in shown]
         overview = (_legend(charts.CATEGORY_COLORS)
-                    + charts.stacked_columns([label for label, _ in shown], parts, charts.CATEGORY_COLORS, _us,
-                                             label="step time breakdown per step"))
-    mean = steps.mean_us
-    total = mean.get("Total", 0.0)
-    mean_rows = "".join(f"<tr><td>{text(category)}</td><td class=\"num\">{_us(value)}</td>"
-                        f"<td class=\"num\">{format_ratio(value / total if total > 0 else None)}</td></tr>"
-                        for category, value in mean.items() if category != "Total")
+                    + charts.stacked_columns([label for label, _ in shown], [values for _, values in shown],
+                                             charts.CATEGORY_COLORS, _us, label="step time breakdown per step"))
+    mean_rows = "".join(f"<tr><td>{text(category)}</td><td class=\"num\">{_us(mean_us)}</td>"
+                        f"<td class=\"num\">{format_ratio(share)}</td></tr>"
+                        for category, mean_us, share in item.categories)
     key = f"r{item.rank}"
-    tables[f"ops-{key}"] = _operator_table(item.operators, page, name)
-    tables[f"kernels-{key}"] = _kernel_table(item.kernels, page, name)
-    memory = _memory(item.memory)
+    tables[f"ops-{key}"] = _operator_table(item, page, name)
+    tables[f"kernels-{key}"] = _kernel_table(item, page, name)
+    memory = _memory(item)
     device = f" · {text(item.device_name)}" if item.device_name else ""
-    kernels = (f'<h3>Kernels</h3><div data-table="kernels-{key}"></div>' if item.kernels.rows
+    kernels = (f'<h3>Kernels</h3><div data-table="kernels-{key}"></div>' if item.kernels
                else '<h3>Kernels</h3><p class="sub">no GPU kernels in this trace</p>')
     return (f'<section id="trace-{key}" class="trace"><h2>Trace views: {text(name)}{device}</h2>'
             f'<p class="sub">{text(item.path)}</p>'
@@ -421,32 +422,32 @@ def _keep_largest(rows: tuple[Any, ...], key: str, page: HtmlPage, what: str) ->
     return tuple(sorted(rows, key=lambda row: -getattr(row, key))[:MAX_TABLE_ROWS])
 
 
-def _operator_table(table: Any, page: HtmlPage, name: str) -> dict[str, Any]:
-    rows = _keep_largest(table.rows, "host_total_us", page, f"{name} operators")
+def _operator_table(view: TraceRankView, page: HtmlPage, name: str) -> dict[str, Any]:
+    rows = _keep_largest(view.operators, "host_total_us", page, f"{name} operators")
     columns = [("name", "operator", "text"), ("calls", "calls", "int"), ("host_self_us", "host self", "us"),
                ("host_total_us", "host total", "us"), ("device_self_us", "device self", "us"),
                ("device_total_us", "device total", "us")]
-    if table.grouped_by_shape:
+    if view.operators_by_shape:
         columns.insert(1, ("input_shape", "input shape", "text"))
-    return {"noun": "operators", "total": len(table.rows), "sort": 3 + int(table.grouped_by_shape),
+    return {"noun": "operators", "total": len(view.operators), "sort": 3 + int(view.operators_by_shape),
             "columns": [{"key": key, "label": label, "kind": kind} for key, label, kind in columns],
             "rows": [[getattr(row, key) for key, _, _ in columns] for row in rows]}
 
 
-def _kernel_table(table: Any, page: HtmlPage, name: str) -> dict[str, Any]:
-    rows = _keep_largest(table.rows, "total_us", page, f"{name} kernels")
+def _kernel_table(view: TraceRankView, page: HtmlPage, name: str) -> dict[str, Any]:
+    rows = _keep_largest(view.kernels, "total_us", page, f"{name} kernels")
     columns = [("name", "kernel", "text"), ("calls", "calls", "int"), ("total_us", "total", "us"),
                ("mean_us", "mean", "us"), ("min_us", "min", "us"), ("max_us", "max", "us"),
                ("blocks_per_sm", "blocks/SM", "num"), ("occupancy_pct", "occupancy", "pct"),
                ("tensor_cores", "Tensor Cores", "bool")]
-    return {"noun": "kernels", "total": len(table.rows), "sort": 2,
+    return {"noun": "kernels", "total": len(view.kernels), "sort": 2,
             "columns": [{"key": key, "label": label, "kind": kind} for key, label, kind in columns],
             "rows": [[getattr(row, key) for key, _, _ in columns] for row in rows]}
 
 
-def _memory(view: Any) -> str:
+def _memory(view: TraceRankView) -> str:
     parts = []
-    for device in view.devices:
+    for device in view.memory:
         if not device.curve_ts_us:
             continue
         ts = np.asarray(device.curve_ts_us, dtype=np.float64) * 1000
@@ -461,9 +462,9 @@ def _memory(view: Any) -> str:
                      + _legend({line.label: line.color for line in lines})
                      + charts.line_chart(lines, axis, format_bytes, label=f"memory {device.device}")
                      + charts.axis_svg(axis))
-    if view.top_operators:
+    if view.allocators:
         rows = "".join(f"<tr><td>{text(op.name)}</td><td class=\"num\">{op.allocations}</td>"
-                       f"<td class=\"num\">{format_bytes(op.allocated_bytes)}</td></tr>" for op in view.top_operators[:10])
+                       f"<td class=\"num\">{format_bytes(op.allocated_bytes)}</td></tr>" for op in view.allocators[:10])
         parts.append('<h3>Top allocating operators</h3><table class="plain"><tr><th>operator</th>'
                      f'<th class="num">allocations</th><th class="num">allocated</th></tr>{rows}</table>')
     return "".join(parts)

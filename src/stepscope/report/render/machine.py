@@ -1,38 +1,38 @@
-"""A compact terminal view of :class:`~stepscope.analysis.evidence.MacroSignals`.
+"""The machine's rows of the run summary: what the sampler saw (``RunSummary.machine``).
 
-:func:`render_macro` returns a few lines (CPU, workers, disk, memory, GPU) for the run summary.
-It only formats fields of the signals; a field that was not measured reads "-" or is left out.
+:func:`machine_rows` returns ``(label, text)`` rows — CPU, processes, disk, memory, and GPU when
+there was one — and the notes worth a line. It only formats the signals' fields; a field that was
+not measured reads "-" or is left out.
 """
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.evidence import MacroSignals
-from stepscope.analysis.run.signals import SATURATED
+from stepscope.report.model import MacroSignals, RunSummary
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
 
+#: Display levels: a core or a worker above this share is drawn red (the sampler's "saturated").
+SATURATED = 0.9
 _GPU_LOW = 0.3  # TraceML calls GPU utilization under 30% "LOW" (shared/reference)
 
 
-def render_macro(signals: MacroSignals) -> Group:
-    """Machine metrics of the run as a rich renderable, one line per subsystem."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column()
+def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:
+    """The machine's rows of the summary (none without a sampler)."""
+    signals = summary.machine
+    if signals is None:
+        return []
+    rows: list[tuple[str, Text]] = []
     if signals.sample_count < 2:
-        grid.add_row("machine", Text("no samples (the sampler did not run or stopped at once)", style="dim"))
+        rows.append(("Machine", Text("no samples (the sampler did not run or stopped at once)", style="dim")))
     else:
-        grid.add_row("CPU", _cpu(signals))
-        grid.add_row("processes", _processes(signals))
-        grid.add_row("disk", _disk(signals))
-        grid.add_row("memory", _memory(signals))
-        grid.add_row("GPU", _gpu(signals))
-    notes = [Text(f"note: {printable(note)}", style="dim") for note in signals.notes]
-    return Group(grid, *notes)
+        rows += [("CPU", _cpu(signals)), ("Processes", _processes(signals)), ("Disk", _disk(signals)),
+                 ("Memory", _memory(signals))]
+        if signals.gpu_count:
+            rows.append(("GPU", _gpu(signals)))
+    rows += [("note", Text(printable(note), style="dim")) for note in summary.machine_notes]
+    return rows
 
 
 #: Hypervisor steal worth a mention in the CPU line (below it, accounting noise of a VM).

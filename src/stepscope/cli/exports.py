@@ -1,4 +1,5 @@
-"""The ``--html``, ``--perfetto`` and ``--tensorboard`` exports of the CLI: checks first, then writes.
+"""The ``--html``, ``--perfetto`` and ``--tensorboard`` exports of the CLI: checks first, then writes
+(through the renderer table, :mod:`stepscope.report.render`).
 
 :func:`check_output` refuses an output that cannot be written or that would overwrite an input
 (:class:`~stepscope.errors.UsageError`: one line, exit 2) *before* any work is done;
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from stepscope.errors import UsageError
+from stepscope.report.model import Report
 
 HTML_NAME = "report.html"
 
@@ -62,30 +64,26 @@ def run_inputs(run_dir: Path) -> list[Path]:
     return found + list((run_dir / "traces").glob("*"))
 
 
-def export_report(report: Any, *, run_dir: Path | None, html: Path | None = None, perfetto: Path | None = None,
-                  tensorboard: Path | None = None, records: Sequence[Any] = (), stream: IO[str] | None = None) -> None:
-    """Write the exports that were asked for; each says where it went on ``stream`` (stderr)."""
+def export_report(report: Report, *, run_dir: Path | None, html: Path | None = None, perfetto: Path | None = None,
+                  tensorboard: Path | None = None, stream: IO[str] | None = None) -> None:
+    """Write the exports that were asked for through the renderer table; each says where it went
+    (and what it left out) on ``stream`` (stderr)."""
+    from stepscope.report.render import Output, render
+
     out = stream or sys.stderr
+    shown = str(run_dir) if run_dir is not None else None
     try:
         if html is not None:
-            from stepscope.report.html import write_html
-
-            page = write_html(report, html, run_dir=str(run_dir) if run_dir is not None else None)
-            for notice in page.notices:
+            for notice in render(report, "html", Output(path=html, run_dir=shown)):
                 print(f"stepscope: html: {notice}", file=out)
             print(f"stepscope: wrote {html} ({_size(html)})", file=out)
         if perfetto is not None:
-            from stepscope.report.perfetto import write_perfetto
-
-            for note in write_perfetto(records or (report.evidence.record,), perfetto, run_dir):
+            for note in render(report, "perfetto", Output(path=perfetto)):
                 print(f"stepscope: perfetto: {note}", file=out)
             print(f"stepscope: wrote {perfetto} ({_size(perfetto)}; open it in ui.perfetto.dev)", file=out)
         if tensorboard is not None:
-            from stepscope.report.tensorboard import write_tensorboard
-
-            count = write_tensorboard(report, tensorboard)
-            print(f"stepscope: wrote {count:,} TensorBoard scalars to {tensorboard} "
-                  f"(tensorboard --logdir {tensorboard})", file=out)
+            for notice in render(report, "tensorboard", Output(path=tensorboard)):
+                print(f"stepscope: wrote {notice}", file=out)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or 'output'}: {exc.strerror}") from None
 
@@ -110,7 +108,7 @@ def add_export_options(parser: Any) -> None:
 
 def check_tensorboard(path: str) -> Path:
     """The TensorBoard directory, after checking the package is there and the directory writable."""
-    from stepscope.report.tensorboard import require_tensorboard
+    from stepscope.report.render.tensorboard import require_tensorboard
 
     require_tensorboard()
     return check_output(path, "TensorBoard directory", directory=True)
@@ -130,10 +128,6 @@ def plan_exports(args: Any, run_dir: Path) -> dict[str, Any]:
             raise UsageError("--perfetto and the HTML report name the same file")
     if args.tensorboard:
         plan["tensorboard"] = check_tensorboard(args.tensorboard)
-    if "perfetto" in plan:
-        from stepscope.report.perfetto import job_records
-
-        plan["records"] = job_records(args.run_dir)[0]
     return plan
 
 
@@ -153,7 +147,7 @@ def plan_trace_html(trace: str, output: str | None) -> Path:
     return check_output(source.with_name(name + ".html"), "HTML report", inputs)
 
 
-def export_after_run(report: Any, run_dir: Path, *, html: bool, tensorboard: str | None) -> None:
+def export_after_run(report: Report, run_dir: Path, *, html: bool, tensorboard: str | None) -> None:
     """``stepscope run --html/--tensorboard``: a failure is one line on stderr, never the run's exit code."""
     from stepscope.errors import StepscopeError
 

@@ -1,6 +1,7 @@
 """Runs into the run index (:mod:`stepscope.record.run_index`): the row of a run, and a rebuild.
 
-``write_report`` calls :func:`index_after_run` for every run (rank 0 of a job: the job's row);
+:func:`~stepscope.pipeline.publish.publish_run` calls :func:`index_after_run` for every run (rank 0 of a
+job: the job's row);
 ``stepscope runs --reindex DIR`` calls :func:`reindex`.
 """
 
@@ -17,11 +18,12 @@ from stepscope.analysis.run.diff import setup_key
 from stepscope.errors import StepscopeError, UsageError
 from stepscope.record import layout
 from stepscope.record.run_index import add_run, drop_missing, list_runs, tags_from_env
-from stepscope.record.store import load_record
+from stepscope.record.run import RunRecord
+from stepscope.report.model import Report
 
 
-def row_from_report(run_dir: Path, report: Any, record: Any, tags: Sequence[str] = ()) -> dict[str, Any]:
-    """The index row of a run from its report (:class:`stepscope.report.model.Report`) and record."""
+def row_from_report(run_dir: Path, report: Report, record: RunRecord, tags: Sequence[str] = ()) -> dict[str, Any]:
+    """The index row of a run from its report and record."""
 
     meta = record.meta
     steady = report.evidence.steady  # the steady state the report's rules and summary used
@@ -56,8 +58,9 @@ def row_from_report(run_dir: Path, report: Any, record: Any, tags: Sequence[str]
     return row
 
 
-def index_after_run(run_dir: Path, report: Any, record: Any, tags: Sequence[str] = ()) -> None:
-    """What ``write_report`` calls: rank 0 adds the run; a failure is one warning line."""
+def index_after_run(run_dir: Path, report: Report, record: RunRecord, tags: Sequence[str] = ()) -> None:
+    """What :func:`~stepscope.pipeline.publish.publish_run` calls: rank 0 adds the run; a failure is
+    one warning line."""
     if record.meta.rank != 0:
         return
     try:
@@ -73,7 +76,8 @@ def index_after_run(run_dir: Path, report: Any, record: Any, tags: Sequence[str]
 def reindex(run_dirs: Iterable[Path], path: Path) -> tuple[int, list[str]]:
     """Add every run directory found under ``run_dirs`` (recursively); returns (added, problems).
     Rows whose directory no longer exists are dropped."""
-    from stepscope.report.model import build_report
+    from stepscope.pipeline.diagnose import diagnose
+    from stepscope.pipeline.inputs import load_run
 
     added, problems = 0, []
     found: list[Path] = []
@@ -85,8 +89,9 @@ def reindex(run_dirs: Iterable[Path], path: Path) -> tuple[int, list[str]]:
         if 0 not in layout.record_ranks(run_dir):
             continue
         try:
-            record = load_record(run_dir)
-            report = build_report(record, run_dir=run_dir)
+            inputs = load_run(run_dir)
+            report = diagnose(inputs)
+            record = inputs.record(0)
             old = [run for run in list_runs(path) if run.run_dir == str(run_dir.resolve())]
             tags = old[0].tags if old else ()
             add_run(row_from_report(run_dir, report, record, tags), path)

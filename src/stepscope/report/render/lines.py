@@ -4,7 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.units import format_ratio
+from stepscope.text import printable
+from stepscope.units import format_duration_ns, format_ratio
+
+
+def loader_line(loader: Any) -> str:
+    """``#0 AugmentedDataset: batch_size=8 num_workers=0 · 40 batches, waited 661 ms``: the settings
+    that are in effect (prefetching and persistence only with workers, pin_memory and drop_last
+    only when on)."""
+    dataset = printable(loader.dataset_type.rsplit(".", 1)[-1])
+    settings = [f"batch_size={loader.batch_size}", f"num_workers={loader.num_workers}"]
+    if loader.num_workers:
+        if loader.prefetch_factor is not None:
+            settings.append(f"prefetch_factor={loader.prefetch_factor}")
+        settings.append(f"persistent_workers={loader.persistent_workers}")
+    if loader.pin_memory:
+        settings.append("pin_memory=True")
+    if loader.drop_last:
+        settings.append("drop_last=True")
+    return (f"#{loader.loader_id} {dataset}: {' '.join(settings)} · {loader.batches} batches, "
+            f"waited {format_duration_ns(loader.wait_ns)}")
 
 
 def overridden_line(overrides: Any) -> str:

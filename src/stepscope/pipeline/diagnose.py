@@ -1,0 +1,152 @@
+"""The diagnosis: :func:`diagnose` turns :class:`~stepscope.pipeline.inputs.JobInputs` into a
+:class:`~stepscope.report.model.Report`. It is the only caller of the diagnosis engine.
+
+Step by step, for a run (one rank or a job):
+
+1. Each rank's basis once (:func:`~stepscope.analysis.bundle.rank_basis`): its steady state, its
+   steady window, the sampler's signals over that window, its code attribution, and how the other
+   ranks see it.
+2. Every rank's evidence (:func:`~stepscope.analysis.bundle.job_evidence`), all with the same
+   facts about the others: the job's ranks for the cross-rank rules, the ranks on the same machine
+   taken out of foreign load; each rank's ``--trace`` window as its trace evidence.
+3. The engine (:func:`~stepscope.diagnosis.engine.diagnose_job`): the rules per rank, then the job
+   step (one finding per rule naming its ranks, cross-rank causes first).
+4. The view-model: the summary of the focus rank (the lowest, or ``ReportOptions.focus``), the
+   job's rank table, the machine's timelines, the step series, the window's trace views, and —
+   when an output asks for them — the Perfetto timeline and the folded stacks of a phase.
+5. ``--verify``'s trials, when the run has them, replace estimated gains by measured ones.
+
+For traces (``stepscope analyze``) steps 1–2 are each rank's trace evidence alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stepscope.analysis.bundle import RunEvidence, job_evidence, rank_basis, trace_evidence
+from stepscope.analysis.run.code_locations import collapse_stacks
+from stepscope.analysis.trace.trace_evidence import TraceAnalysis
+from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
+from stepscope.errors import UsageError
+from stepscope.pipeline import views
+from stepscope.pipeline.inputs import JobInputs
+from stepscope.record.run import PHASES, RunRecord
+from stepscope.report.model import FlameView, PerfettoView, RankReport, Report
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a report is for: the rank it describes, and the costly sections an output needs.
+
+    Args:
+        focus: the rank the summary describes (default: the lowest); with ``analyze``, the only
+            rank analysed and shown.
+        perfetto: build the merged Perfetto timeline (reads the profiler windows' events).
+        flame: the phase whose folded stacks ``--flame`` prints.
+    """
+
+    focus: int | None = None
+    perfetto: bool = False
+    flame: str | None = None
+
+
+def diagnose(inputs: JobInputs, options: ReportOptions = ReportOptions()) -> Report:
+    """The report of ``inputs`` (see the module docstring)."""
+    if inputs.source == "trace":
+        assert inputs.traces is not None
+        return _trace_report(inputs.traces, options)
+    return _run_report(inputs, options)
+
+
+def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
+    records = inputs.records
+    ranks = inputs.ranks
+    focus = _focus(options.focus, ranks)
+    bases = [rank_basis(record) for record in records]
+    windows = {rank: analysis.evidence() for rank, analysis in inputs.windows.items()}
+    evidences = job_evidence(bases, windows)
+    job = diagnose_job(list(zip(ranks, evidences)))
+    index = ranks.index(focus)
+    evidence, diagnosis = evidences[index], job.per_rank[index]
+    several = inputs.is_job
+    findings = job.findings if options.focus is None or not several else diagnosis.findings
+    record = records[index]
+    timelines = views.timelines_of(record)
+    series = views.step_series(evidence, timelines)
+    window = inputs.windows.get(focus)
+    report = Report(
+        source="run", focus_rank=focus, evidence=evidence, diagnosis=diagnosis, findings=findings,
+        summary=views.run_summary(evidence, records), meta=record.meta,
+        warnings=_run_warnings(inputs, job, several),
+        ranks=tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank))
+        if several else (),
+        job=views.job_summary(evidences, job.per_rank, inputs.missing, inputs.world_size) if several else None,
+        traces=views.trace_views(window, from_window=True) if window is not None else None,
+        timelines=timelines, steps=series, rank_steady=evidence.ranks,
+        perfetto=_perfetto(inputs, evidences) if options.perfetto else None,
+        flame=_flame(record, options.flame) if options.flame is not None else None,
+    )
+    if inputs.verification is not None:
+        from stepscope import verify
+
+        report = verify.apply_to_report(report, inputs.verification)
+    return report
+
+
+def _trace_report(analysis: TraceAnalysis, options: ReportOptions) -> Report:
+    if options.focus is not None:
+        analysis.rank(options.focus)  # UsageError when absent
+        keep = [index for index, item in enumerate(analysis.ranks) if item.rank == options.focus]
+        analysis = replace(analysis, ranks=tuple(analysis.ranks[i] for i in keep),
+                           evidences=tuple(analysis.evidences[i] for i in keep) if analysis.evidences else ())
+    ranks = tuple(item.rank for item in analysis.ranks)
+    evidences = [trace_evidence(analysis.evidence(rank)) for rank in ranks]
+    job = diagnose_job(list(zip(ranks, evidences))) if ranks else JobDiagnosis((), (), ())
+    first_evidence = evidences[0] if evidences else RunEvidence()
+    first = job.per_rank[0] if ranks else Diagnosis(())
+    several = len(ranks) > 1
+    warnings = tuple(f"rank {rank}: {text}" if several else text
+                     for rank, diagnosis in zip(ranks, job.per_rank) for text in _diagnosis_warnings(diagnosis))
+    return Report(source="trace", focus_rank=ranks[0] if ranks else 0, evidence=first_evidence, diagnosis=first,
+                  findings=job.findings, warnings=warnings,
+                  ranks=tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank)),
+                  traces=views.trace_views(analysis, from_window=False))
+
+
+def _focus(asked: int | None, ranks: tuple[int, ...]) -> int:
+    if asked is None:
+        return ranks[0]
+    if asked not in ranks:
+        raise UsageError(f"no record for rank {asked} (ranks present: {', '.join(map(str, ranks))})")
+    return asked
+
+
+def _diagnosis_warnings(diagnosis: Diagnosis) -> tuple[str, ...]:
+    return tuple(f"diagnosis incomplete: rule {item}" for item in diagnosis.failed_rules)
+
+
+def _run_warnings(inputs: JobInputs, job: JobDiagnosis, several: bool) -> tuple[str, ...]:
+    if not several:
+        record = inputs.records[0]
+        return (*record.warnings, *inputs.notes, *_diagnosis_warnings(job.per_rank[0]))
+    warnings = [f"rank {item.rank} missing: {item.reason}" for item in inputs.missing]
+    warnings += list(inputs.notes)
+    for record, diagnosis in zip(inputs.records, job.per_rank):
+        rank = record.meta.rank
+        warnings += [f"rank {rank}: {text}" for text in (*record.warnings, *_diagnosis_warnings(diagnosis))]
+    return tuple(dict.fromkeys(warnings))
+
+
+def _perfetto(inputs: JobInputs, evidences: tuple[RunEvidence, ...]) -> PerfettoView:
+    series = [views.step_series(evidence, None) for evidence in evidences]
+    return views.perfetto_view(inputs.records, [item for item in series if item is not None], inputs.run_dir)
+
+
+def _flame(record: RunRecord, phase: str) -> FlameView:
+    try:
+        return FlameView(phase, collapse_stacks(record, phase))
+    except ValueError as exc:
+        raise UsageError(f"--flame: {exc}") from None
+
+
+__all__ = ["PHASES", "ReportOptions", "diagnose"]

@@ -1,0 +1,281 @@
+"""What a diagnosis reads, loaded once: :class:`JobInputs`.
+
+The pipeline's only reading I/O is here. Three ways in, one result:
+
+- :func:`load_run` — a run directory written by ``stepscope run`` (every rank's record with its
+  samples and its ``--trace`` window, the ranks that left no record and why, the trials of a
+  ``--verify``), or a single record file;
+- :func:`inputs_after_run` — the end of a run: the rank's own record, already in memory, with its
+  samples; rank 0 of a job waits (bounded) for the other ranks' records and reads them;
+- :func:`load_traces` — torch.profiler traces alone (``stepscope analyze``).
+
+A damaged piece of a job costs only itself: a rank whose record cannot be read is a missing rank
+with the reason, a samples file that cannot be read leaves that rank without samples, a window
+trace that cannot be analysed leaves that rank without trace evidence — each with a note the report
+shows. A run of one rank is read strictly (a damaged record or samples file is an
+:class:`~stepscope.errors.InputError`: one line, exit 2), except at the end of the run itself,
+where the summary is worth more than the samples.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from stepscope.analysis.run.ranks import MissingRank
+from stepscope.analysis.trace.trace_evidence import TraceAnalysis, analyze_traces
+from stepscope.errors import InputError, StepscopeError
+from stepscope.record import layout
+from stepscope.record.run import RunRecord
+
+if TYPE_CHECKING:
+    from stepscope.verify import Verification
+
+#: How long rank 0 waits for the other ranks' records after its own (``STEPSCOPE_JOB_WAIT_S``).
+DEFAULT_WAIT_S = 60.0
+
+Source = Literal["run", "trace"]
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """Everything one diagnosis reads, loaded once.
+
+    ``records`` holds every readable rank's record (samples attached), sorted by rank; ``windows``
+    the trace views of each rank's ``stepscope run --trace`` window; ``traces`` the analysed traces
+    of ``stepscope analyze``; ``missing`` the ranks of the job without a readable record.
+    """
+
+    source: Source
+    records: tuple[RunRecord, ...] = ()
+    windows: dict[int, TraceAnalysis] = field(default_factory=dict)
+    traces: TraceAnalysis | None = None
+    missing: tuple[MissingRank, ...] = ()
+    notes: tuple[str, ...] = ()
+    run_dir: Path | None = None
+    verification: Verification | None = None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        if self.source == "trace":
+            return tuple(item.rank for item in self.traces.ranks) if self.traces is not None else ()
+        return tuple(record.meta.rank for record in self.records)
+
+    @property
+    def world_size(self) -> int:
+        declared = max((record.meta.world_size for record in self.records), default=1)
+        return max(declared, len(self.records) + len(self.missing))
+
+    @property
+    def is_job(self) -> bool:
+        """Several ranks to merge: more than one record, or ranks of the job that left none."""
+        return len(self.records) > 1 or bool(self.missing)
+
+    def record(self, rank: int) -> RunRecord:
+        return next(item for item in self.records if item.meta.rank == rank)
+
+
+# -- a run directory -------------------------------------------------------------------------------
+def load_run(path: str | Path, *, with_windows: bool = True) -> JobInputs:
+    """Every rank of the run at ``path`` (a run directory, or one record file: that record alone).
+
+    Raises:
+        InputError: no record at all, or the one record file named is unreadable.
+    """
+    from stepscope.record.store import load_record, resolve_record_path
+
+    target = Path(path)
+    if not target.is_dir():
+        record_file = resolve_record_path(target)
+        record = load_record(record_file)  # a damaged samples file is an InputError, as the record's
+        return _finish(JobInputs("run", (record,), run_dir=record_file.parent), with_windows)
+    ranks = layout.record_ranks(target)
+    if len(ranks) <= 1:
+        record = load_record(resolve_record_path(target))  # the one-line errors: no record, damaged files
+        return _finish(JobInputs("run", (record,), run_dir=target), with_windows)
+    records, unreadable, notes = _read_ranks(target, ranks)
+    if not records:
+        reasons = "; ".join(f"rank {item.rank}: {item.reason}" for item in unreadable)
+        raise InputError(target, f"no rank record could be read ({reasons})")
+    return _finish(JobInputs("run", tuple(records), notes=tuple(notes), run_dir=target,
+                             missing=tuple(unreadable)), with_windows)
+
+
+def inputs_after_run(record: RunRecord, run_dir: str | Path, *, wait_s: float | None = None) -> JobInputs:
+    """The inputs at the end of a run: this rank's record (in memory) with its samples; for rank 0
+    of a job, after waiting (bounded, :data:`DEFAULT_WAIT_S`) for the other ranks, theirs too."""
+    directory = Path(run_dir)
+    record, notes = _with_samples(record, directory)
+    if record.meta.world_size <= 1 or record.meta.rank != 0:  # its own report: the others may still run
+        return _finish(JobInputs("run", (record,), notes=tuple(notes), run_dir=directory), True, job=False)
+    wait_for_ranks(directory, record.meta.world_size, wait_s)
+    others = [rank for rank in layout.record_ranks(directory) if rank != record.meta.rank]
+    records, unreadable, more = _read_ranks(directory, others)
+    ordered = tuple(sorted([record, *records], key=lambda item: item.meta.rank))
+    return _finish(JobInputs("run", ordered, notes=(*notes, *more), run_dir=directory, missing=tuple(unreadable)),
+                   True)
+
+
+def _read_ranks(run_dir: Path, ranks: Sequence[int]) -> tuple[list[RunRecord], list[MissingRank], list[str]]:
+    from stepscope.record.store import load_record
+
+    records: list[RunRecord] = []
+    unreadable: list[MissingRank] = []
+    notes: list[str] = []
+    for rank in ranks:
+        try:
+            record = load_record(run_dir, rank, with_samples=False)
+        except Exception as exc:  # noqa: BLE001 - one damaged rank must not cost the others
+            unreadable.append(MissingRank(rank, f"record unreadable ({exc})"))
+            continue
+        record, said = _with_samples(record, run_dir)
+        records.append(record)
+        notes += [f"rank {rank}: {text}" for text in said] if len(ranks) > 1 else said
+    return records, unreadable, notes
+
+
+def _with_samples(record: RunRecord, run_dir: Path) -> tuple[RunRecord, list[str]]:
+    from stepscope.record.store import attach_samples
+
+    try:
+        return attach_samples(record, run_dir), []
+    except Exception as exc:  # noqa: BLE001 - a damaged samples file must not cost the report
+        return record, [f"the sampler's samples could not be read ({exc}); the report has no machine metrics"]
+
+
+def _finish(inputs: JobInputs, with_windows: bool, job: bool = True) -> JobInputs:
+    """Add the ranks' profiler windows, the ranks that left no record (``job``), and ``--verify``'s trials."""
+    run_dir = inputs.run_dir
+    windows: dict[int, TraceAnalysis] = {}
+    notes = list(inputs.notes)
+    if with_windows and run_dir is not None:
+        for record in inputs.records:
+            analysis, note = window_views(record, run_dir)
+            if analysis is not None:
+                windows[record.meta.rank] = analysis
+            if note:
+                notes.append(note if len(inputs.records) == 1 else f"rank {record.meta.rank}: {note}")
+    missing = list(inputs.missing)
+    if job and run_dir is not None and run_dir.is_dir():
+        present = {record.meta.rank for record in inputs.records} | {item.rank for item in missing}
+        declared = max((record.meta.world_size for record in inputs.records), default=1)
+        missing += [missing_rank(run_dir, rank) for rank in range(declared) if rank not in present]
+    from stepscope import verify
+
+    verification = verify.load(run_dir) if run_dir is not None and run_dir.is_dir() else None
+    return replace(inputs, windows=windows, notes=tuple(notes), verification=verification,
+                   missing=tuple(sorted(missing, key=lambda item: item.rank)))
+
+
+def window_views(record: RunRecord, run_dir: Path) -> tuple[TraceAnalysis | None, str | None]:
+    """The trace views of the run's last torch.profiler window (``stepscope run --trace``), or a note."""
+    windows = [window for window in record.profiler_windows if window.trace_path]
+    if not windows:
+        return None, None
+    path = run_dir / str(windows[-1].trace_path)
+    try:
+        return analyze_traces(path), None
+    except (StepscopeError, OSError) as exc:
+        return None, f"profiler window trace not analyzed: {exc}"
+
+
+def window_trace_path(record: RunRecord, run_dir: Path | None) -> Path | None:
+    """The file of the run's last profiler window, when it has one."""
+    windows = [window for window in record.profiler_windows if window.trace_path]
+    return run_dir / str(windows[-1].trace_path) if windows and run_dir is not None else None
+
+
+# -- the ranks of a job ----------------------------------------------------------------------------
+def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None = None,
+                   poll_s: float = 0.2) -> list[int]:
+    """Wait until every rank below ``world_size`` has a record, or has ended without one, or the
+    timeout passes; returns the ranks that have a record."""
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get("STEPSCOPE_JOB_WAIT_S", DEFAULT_WAIT_S))
+        except ValueError:
+            timeout_s = DEFAULT_WAIT_S
+    path = Path(run_dir)
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        present = layout.record_ranks(path)
+        pending = [rank for rank in range(world_size) if rank not in present and _may_still_write(path, rank)]
+        if not pending or time.monotonic() >= deadline:
+            return present
+        time.sleep(poll_s)
+
+
+def _may_still_write(run_dir: Path, rank: int) -> bool:
+    """False when the rank's lock exists and nobody holds it (the rank ended)."""
+    lock = layout.lock_path(run_dir, rank)
+    try:
+        descriptor = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True  # not started yet (or on another node, still claiming)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held: the rank is alive
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def missing_rank(run_dir: Path, rank: int) -> MissingRank:
+    """A rank without a record, and what its other files say."""
+    samples = layout.samples_path(run_dir, rank)
+    if samples.exists():
+        ran = _samples_span_s(samples)
+        seen = f"; its samples file shows it ran {ran:.1f} s" if ran is not None else "; its samples file is empty"
+        return MissingRank(rank, f"no record: the process crashed or was killed before writing it{seen}", ran)
+    if layout.lock_path(run_dir, rank).exists():
+        return MissingRank(rank, "no record and no samples: it started capture, then ended before sampling")
+    return MissingRank(rank, "no files at all: the rank never started capture (or wrote elsewhere)")
+
+
+def _samples_span_s(path: Path) -> float | None:
+    try:
+        from stepscope.record.samples import load_samples
+
+        stamps = load_samples(path).ts_ns
+    except Exception:  # noqa: BLE001 - unreadable: say nothing about its length
+        return None
+    if len(stamps) < 1:
+        return None
+    return float(stamps[-1] - stamps[0]) / 1e9
+
+
+def is_job_dir(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds (or should hold) several ranks' records."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        return False
+    ranks = layout.record_ranks(path)
+    if len(ranks) > 1:
+        return True
+    if not ranks:
+        return False
+    from stepscope.record.store import load_record
+
+    try:
+        return load_record(path, ranks[0], with_samples=False).meta.world_size > 1
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# -- traces alone ----------------------------------------------------------------------------------
+def load_traces(path: str | Path | Sequence[str | Path], *, group_by_shape: bool = False,
+                progress: Callable[[str, int, int], None] | None = None) -> JobInputs:
+    """torch.profiler traces (a file, a directory of per-rank files, or a list), analysed."""
+    return JobInputs("trace", traces=analyze_traces(path, group_by_shape=group_by_shape, progress=progress))
+
+
+__all__ = ["DEFAULT_WAIT_S", "JobInputs", "inputs_after_run", "is_job_dir", "load_run", "load_traces",
+           "missing_rank", "wait_for_ranks", "window_trace_path", "window_views"]
