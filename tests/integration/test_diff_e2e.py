@@ -83,7 +83,8 @@ def test_the_gate_trips_on_a_regression_and_passes_identical_runs(zoo_runs):
     data = json.loads(same.stdout)
     assert data["gate"]["failed"] is False and data["setup"] == []
     assert {row["verdict"] for row in data["rows"]} <= {"within noise", "no noise bound"}
-    assert data["rows"][0]["verdict"] == ("no noise bound" if _busy(data) else "within noise")
+    # a busy machine turns "faster"/"slower" into "no noise bound"; "within noise" stays what it is
+    assert data["rows"][0]["verdict"] in ({"no noise bound", "within noise"} if _busy(data) else {"within noise"})
 
 
 @ZOO

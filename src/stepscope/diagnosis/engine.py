@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.diagnosis.family import Rule
+from stepscope.diagnosis.family import FamilyEntry, Rule, Verdict
 from stepscope.diagnosis.findings import Finding, Severity, severity_for_impact
 from stepscope.diagnosis.rules import REGISTRY, RULES
 
@@ -57,8 +57,36 @@ SUPERSEDES: dict[str, frozenset[str]] = {entry.family: entry.supersedes for entr
 #: them less certain (their confidence is scaled by :data:`CROWDED_CONFIDENCE`).
 CPU_BASED = frozenset(entry.family for entry in REGISTRY if entry.cpu_based)
 CROWDED_CONFIDENCE = 0.7
-#: Families whose finding explains other ranks' symptoms: listed first among a job's findings.
+#: Families that explain other ranks' symptoms: listed first among a job's findings.
 JOB_FIRST = tuple(entry.family for entry in REGISTRY if entry.explains_other_ranks)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What the engine reads of a registry: its rules, families, precedence and verdict."""
+
+    rules: tuple[Rule, ...]
+    families: frozenset[str]
+    supersedes: dict[str, frozenset[str]]
+    cpu_based: frozenset[str]
+    job_first: tuple[str, ...]
+    verdict: Verdict | None
+
+    @classmethod
+    def of(cls, registry: Sequence[FamilyEntry]) -> Tables:
+        return cls(rules=tuple(rule for entry in registry for rule in entry.rules),
+                   families=frozenset(entry.family for entry in registry),
+                   supersedes={entry.family: entry.supersedes for entry in registry if entry.supersedes},
+                   cpu_based=frozenset(entry.family for entry in registry if entry.cpu_based),
+                   job_first=tuple(entry.family for entry in registry if entry.explains_other_ranks),
+                   verdict=next((entry.verdict for entry in registry if entry.verdict is not None), None))
+
+
+def _tables(registry: Sequence[FamilyEntry] | None, rules: tuple[Rule, ...] | None) -> Tables:
+    tables = DEFAULT_TABLES if registry is None else Tables.of(registry)
+    if registry is None and RULES != DEFAULT_TABLES.rules:  # RULES replaced (tests monkeypatch it)
+        tables = replace(tables, rules=RULES)
+    return replace(tables, rules=rules) if rules is not None else tables
 
 #: A run whose findings all stay below this severity gets the healthy verdict.
 HEALTHY_BELOW = Severity.MEDIUM
@@ -98,29 +126,35 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda item: (-item.impact, -int(item.severity), -item.confidence, item.rule_id))
 
 
-def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True) -> Diagnosis:
-    """Run every rule, settle failures, precedence and overlapping costs (see the module docstring)."""
+def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True,
+              registry: Sequence[FamilyEntry] | None = None) -> Diagnosis:
+    """Run every rule of the registry (default :data:`~stepscope.diagnosis.rules.REGISTRY`; or only
+    ``rules``), settle failures, precedence and overlapping costs (see the module docstring)."""
+    tables = _tables(registry, rules)
     findings: list[Finding] = []
     failed: list[str] = []
-    for rule in RULES if rules is None else rules:
+    for rule in tables.rules:
+        name = getattr(rule, "__name__", repr(rule))
         try:
             finding = rule(evidence)
         except Exception as exc:  # noqa: BLE001 - isolate rule bugs, see docstring
-            name = getattr(rule, "__name__", repr(rule))
             logger.debug("diagnosis rule %s failed", name, exc_info=True)
             failed.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if finding is not None and rules is None and finding.family not in tables.families:
+            failed.append(f"{name}: its finding's family {finding.family!r} is not in the registry")
             continue
         if finding is not None:
             findings.append(finding)
     if _no_steps_to_diagnose(evidence):
         findings = [item for item in findings if not (item.impact_measured and item.impact > 0)]
         verdict = False
-    kept, superseded = _apply_precedence(findings)
+    kept, superseded = _apply_precedence(findings, tables)
     kept, absorbed = _partition_costs(rank_findings(kept), evidence)
     superseded += absorbed
-    kept = rank_findings(_crowded(kept))
+    kept = rank_findings(_crowded(kept, tables))
     if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
-        healthy = _healthy(evidence, tuple(kept), failed)
+        healthy = _healthy(evidence, tuple(kept), failed, tables)
         if healthy is not None:
             kept = [healthy, *kept]  # the verdict heads a healthy run
     return Diagnosis(tuple(calibrated(item) for item in kept), tuple(superseded), tuple(failed))
@@ -159,16 +193,18 @@ def diagnose(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdi
     return list(run_rules(evidence, rules, verdict).findings)
 
 
-def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[str]) -> Finding | None:
-    healthy_verdict = next(entry.verdict for entry in REGISTRY if entry.verdict is not None)
+def _healthy(evidence: RunEvidence, findings: tuple[Finding, ...], failed: list[str],
+             tables: Tables) -> Finding | None:
+    if tables.verdict is None:
+        return None
     try:
-        return healthy_verdict(evidence, findings)
+        return tables.verdict(evidence, findings)
     except Exception as exc:  # noqa: BLE001 - same isolation as the rules
         failed.append(f"verdict: {type(exc).__name__}: {exc}")
         return None
 
 
-def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, str]]]:
+def _apply_precedence(findings: list[Finding], tables: Tables) -> tuple[list[Finding], list[tuple[Finding, str]]]:
     """A cause makes its symptom moot (:data:`SUPERSEDES`) unless the cause is minor: a LOW
     finding (near its threshold, a few percent of the step) explains no larger finding, so both stay.
     A finding that explains only part of the symptom (``extra["partial"]``: the cold first epoch of
@@ -177,7 +213,7 @@ def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tupl
     kept, superseded = [], []
     for item in findings:
         winner = next((other for family, other in by_family.items()
-                       if item.family in SUPERSEDES.get(family, ()) and other is not item
+                       if item.family in tables.supersedes.get(family, ()) and other is not item
                        and not other.partial
                        and (other.severity >= Severity.MEDIUM or other.impact >= item.impact)), None)
         if winner is None:
@@ -187,12 +223,12 @@ def _apply_precedence(findings: list[Finding]) -> tuple[list[Finding], list[tupl
     return kept, superseded
 
 
-def _crowded(findings: list[Finding]) -> list[Finding]:
+def _crowded(findings: list[Finding], tables: Tables) -> list[Finding]:
     """Lower the confidence of CPU-based findings when other processes loaded the machine."""
     if not any(item.family == "foreign_load" for item in findings):
         return findings
     return [replace(item, confidence=round(item.confidence * CROWDED_CONFIDENCE, 2), crowded_machine=True)
-            if item.family in CPU_BASED else item for item in findings]
+            if item.family in tables.cpu_based else item for item in findings]
 
 
 #: A finding whose whole cost is already counted by costlier ones (what is left of it is below
@@ -238,6 +274,9 @@ def _partition_costs(findings: list[Finding],
     return out, absorbed
 
 
+DEFAULT_TABLES = Tables.of(REGISTRY)
+
+
 # -- the job step ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobDiagnosis:
@@ -251,16 +290,19 @@ class JobDiagnosis:
         return self.per_rank[self.ranks.index(rank)]
 
 
-def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]]) -> JobDiagnosis:
+def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]],
+                 registry: Sequence[FamilyEntry] | None = None) -> JobDiagnosis:
     """The rules on every rank's evidence, then, for several ranks, :func:`merge_findings`."""
     ranks = tuple(rank for rank, _ in evidences)
-    per_rank = tuple(run_rules(evidence) for _, evidence in evidences)
+    per_rank = tuple(run_rules(evidence, registry=registry) for _, evidence in evidences)
     if len(per_rank) == 1:
         return JobDiagnosis(ranks, per_rank, per_rank[0].findings)
-    return JobDiagnosis(ranks, per_rank, merge_findings(list(zip(ranks, per_rank))))
+    job_first = JOB_FIRST if registry is None else Tables.of(registry).job_first
+    return JobDiagnosis(ranks, per_rank, merge_findings(list(zip(ranks, per_rank)), job_first))
 
 
-def merge_findings(per_rank: list[tuple[int, Diagnosis]]) -> tuple[Finding, ...]:
+def merge_findings(per_rank: list[tuple[int, Diagnosis]],
+                   job_first: tuple[str, ...] = JOB_FIRST) -> tuple[Finding, ...]:
     """One finding per rule for the job, naming its ranks (``ranks``; ``rank``: the costliest),
     with the costliest rank's numbers; the families of :data:`JOB_FIRST` first; a rule healthy on
     some ranks only is left out (the others' findings speak for the job)."""
@@ -279,7 +321,7 @@ def merge_findings(per_rank: list[tuple[int, Diagnosis]]) -> tuple[Finding, ...]
             title = f"{title} — rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
         merged.append(replace(worst, title=title, ranks=ranks, rank=worst.rank if worst.rank is not None else worst_rank))
     ranked = rank_findings(_link_causes(merged))
-    return tuple(sorted(ranked, key=lambda item: item.family not in JOB_FIRST))
+    return tuple(sorted(ranked, key=lambda item: item.family not in job_first))
 
 
 def _link_causes(merged: list[Finding]) -> list[Finding]:
