@@ -93,3 +93,21 @@ def test_text_output_shows_the_table_the_best_change_and_what_is_not_tried(capsy
     assert "best: dataloader.num_workers=2 — ×2.00 samples/s (bounds ×1.82–×2.20); " \
            "stepscope run --set dataloader.num_workers=2 …" in out
     assert "not tried (no --set for it): Make each sample cheaper [input_pipeline.x]" in out
+
+
+def test_a_piped_table_keeps_whole_cells_at_80_columns(capsys, monkeypatch):
+    """``stepscope try > file`` with COLUMNS=80 cut the headers to ``samples…``, ``speed-…``; a
+    file gets the table's full width."""
+    from stepscope.cli.try_cmd import render
+    from stepscope.whatif import WhatIf
+
+    monkeypatch.setenv("COLUMNS", "80")
+    trials = [trial(BASELINE, 20), trial(BASELINE, 22), trial(WORKERS.name, 10), trial(WORKERS.name, 11)]
+    rows = compare(trials, [WORKERS])
+    render(WhatIf("a_rather_long_training_script_name.py", 30, 2, rows, (), best=best_change(rows).name))
+    out = capsys.readouterr().out
+    (header,) = [line for line in out.splitlines() if "setting" in line]
+    assert "…" not in header and header.split() == ["setting", "step", "time", "samples/s", "speed-up", "expected",
+                                                     "verdict"]
+    assert "a_rather_long_training_script_name.py" in out and "baseline" in out
+    assert all(line == line.rstrip() for line in out.splitlines())

@@ -189,9 +189,11 @@ def render(result: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from stepscope.report.render.output import Output
+    from stepscope.report.render.terminal import console_for, print_wide
     from stepscope.text import printable
 
-    console = Console(highlight=False)
+    console: Console = console_for(Output(stream=sys.stdout))  # a pipe or a file gets whole cells
     rows = result.comparisons
     unit = rows[0].unit if rows else "samples/s"
     table = Table(title=Text(f"stepscope try · {printable(result.target)} · {result.steps} steps per trial"),
@@ -214,18 +216,20 @@ def render(result: Any) -> None:
         verdict = row.verdict + (f" ({row.failed} failed)" if row.failed and row.verdict != "failed" else "")
         table.add_row(Text(printable(row.name)), time_text, rate, speed, expected, verdict)
     if rows:
-        console.print(table)
+        print_wide(console, table)
     best = next((row for row in rows if row.name == result.best), None)
     if best is not None:
         console.print(f"best: {printable(best.name)} — ×{best.speedup:.2f} {unit} "
                       f"(bounds ×{best.speedup_low:.2f}–×{best.speedup_high:.2f}); "
-                      f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …", markup=False)
+                      f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …",
+                      markup=False, soft_wrap=True)
     elif rows:
-        console.print("best: none — no change beat the baseline beyond noise", markup=False)
+        console.print("best: none — no change beat the baseline beyond noise", markup=False, soft_wrap=True)
     for change in result.code_changes:
-        console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"), markup=False)
+        console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"), markup=False,
+                      soft_wrap=True)
     for note in result.notes:
-        console.print(f"note: {printable(note)}", style="bright_black", markup=False)
+        console.print(f"note: {printable(note)}", style="bright_black", markup=False, soft_wrap=True)
 
 
 def _value(value: Any) -> str:
