@@ -1,15 +1,21 @@
-"""Overhead of always-on capture on a training step, three ways, each against a baseline in the same run.
+"""Overhead of always-on capture on a training step, each way against a baseline in the same run.
 
-1. *Hook cost per step*: a minimal step (one-sample DataLoader fetch, a 1×1 Linear forward and
-   backward, an optimizer step) timed bare and captured in alternating epochs of one process; the
-   difference of the minima is what capture adds per step, and the ratio it implies on a 5 ms step
-   is printed. This is the robust number on a noisy machine.
-2. *In-process blocks*: a ~3–5 ms/step MLP loop, alternating blocks bare and captured.
-3. *End to end*: the same loop as a script, ``python loop.py`` vs ``stepscope run loop.py``
+1. *Hook cost per step* (the figure to quote): a minimal step (one-sample DataLoader fetch, a 1×1
+   Linear forward and backward, an optimizer step) in blocks of steps, bare and captured (stack
+   sampling and GC timing on, as ``stepscope run``) alternately in one process; each round gives
+   the difference of the two blocks' mean step, adjacent in time, so the machine's drift cancels;
+   the median over rounds is printed with its interquartile range.
+2. *Instructions per step* (``--instructions``; needs valgrind): the same loop under callgrind,
+   instructions of one captured epoch minus one bare epoch, divided by the steps. Deterministic:
+   the number to compare versions with on a noisy machine (a µs is ~2,000 instructions of this
+   loop on the 2-core development VM).
+3. *In-process blocks*: a ~3–5 ms/step MLP loop, alternating blocks bare and captured.
+4. *End to end*: the same loop as a script, ``python loop.py`` vs ``stepscope run loop.py``
    alternately in subprocesses (each run times its own steady-state loop, so start-up is not
    counted); median ratio.
 
     python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
+    python benchmarks/bench_capture.py --instructions        # callgrind, ~2 minutes
     python benchmarks/bench_capture.py --compiled aot_eager [--rounds 7]   # end to end, compiled model
 """
 
@@ -50,37 +56,102 @@ LOOP = textwrap.dedent("""
 """)
 
 MINIMAL = textwrap.dedent("""
-    import statistics, sys, tempfile, time
+    import os, statistics, sys, tempfile, time
     import torch
     from torch.utils.data import DataLoader, TensorDataset
     from stepscope.capture.session import CaptureSession
 
     torch.set_num_threads(1)
-    steps, rounds = int(sys.argv[1]), int(sys.argv[2])
+    steps, rounds, stacks_hz = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    skip = 10  # the first steps of a captured block discover the root modules
     loader = DataLoader(TensorDataset(torch.zeros(steps, 1)), batch_size=None)
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     x = torch.zeros(1, 1)
 
-    def epoch():
-        started = time.perf_counter()
-        for _ in loader:
+    def block():
+        for index, _ in enumerate(loader):
+            if index == skip:
+                started = time.perf_counter()
             model(x).sum().backward()
             opt.step()
-        return (time.perf_counter() - started) / steps
+        return (time.perf_counter() - started) / (steps - skip)
 
-    epoch()
-    bare, captured = [], []
+    def captured(tmp, index):
+        session = CaptureSession(tmp + f"/r{index}", sample_interval_s=None, count_flops=False,
+                                 emit_warnings=False, stacks_hz=stacks_hz).start()
+        try:
+            return block()
+        finally:
+            session.stop()
+
+    block()
+    diffs, bare_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
-            bare.append(epoch())
-            session = CaptureSession(tmp + f"/r{index}", sample_interval_s=None, count_flops=False,
-                                     emit_warnings=False).start()
-            epoch()
-            captured.append(epoch())
-            session.stop()
-    print(min(bare), min(captured))
+            if index % 2:
+                with_capture, bare = captured(tmp, index), block()
+            else:
+                bare, with_capture = block(), captured(tmp, index)
+            diffs.append(with_capture - bare)
+            bare_times.append(bare)
+    q = statistics.quantiles(diffs, n=4)
+    print(statistics.median(bare_times), statistics.median(diffs), q[0], q[2])
 """)
+
+#: The callgrind variant: one bare epoch and one captured epoch between two dump points each.
+INSTRUCTIONS = textwrap.dedent("""
+    import os, subprocess, sys, tempfile
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from stepscope.capture.session import CaptureSession
+
+    torch.set_num_threads(1)
+    steps, stacks_hz = int(sys.argv[1]), float(sys.argv[2])
+    data = TensorDataset(torch.zeros(steps, 1))
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.zeros(1, 1)
+
+    def epoch():
+        for _ in DataLoader(data, batch_size=None):
+            model(x).sum().backward()
+            opt.step()
+
+    epoch(); epoch()
+    subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.getppid()  # dump 1: set-up
+        epoch()
+        os.getppid()  # dump 2: the bare epoch
+        session = CaptureSession(tmp + "/r", sample_interval_s=None, count_flops=False, emit_warnings=False,
+                                 stacks_hz=stacks_hz).start()
+        epoch()
+        os.getppid()  # dump 3: start-up and the discovery epoch
+        epoch()
+        os.getppid()  # dump 4: a captured epoch
+        session.stop()
+""")
+
+
+def instructions_per_step(steps: int, stacks_hz: float, workdir: Path) -> tuple[float, float]:
+    """(bare, captured) instructions per step of the minimal loop, counted by callgrind."""
+    script = workdir / "instructions.py"
+    script.write_text(INSTRUCTIONS)
+    out = workdir / "callgrind.out"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-before=getppid",
+                    f"--callgrind-out-file={out}", sys.executable, str(script), str(steps), str(stacks_hz)],
+                   capture_output=True, text=True, env=env, check=True, cwd=workdir)
+
+    def total(part: int) -> int:
+        for line in Path(f"{out}.{part}").read_text().splitlines():
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+        raise RuntimeError(f"no summary in {out}.{part}")
+
+    return total(2) / steps, total(4) / steps
+
 
 IN_PROCESS = textwrap.dedent("""
     import statistics, sys, tempfile, time
@@ -130,14 +201,15 @@ def run_once(script: Path, steps: int, wrapped: bool, workdir: Path, extra: tupl
     return float(result.stdout.strip().splitlines()[-2])
 
 
-def minimal_step(steps: int, rounds: int, workdir: Path) -> tuple[float, float]:
+def minimal_step(steps: int, rounds: int, workdir: Path, stacks_hz: float) -> tuple[float, float, float, float]:
+    """(bare step, median added per step, its first and third quartiles), in seconds."""
     script = workdir / "minimal.py"
     script.write_text(MINIMAL)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, str(script), str(steps), str(rounds)], capture_output=True,
-                            text=True, env=env, check=True)
-    bare, captured = (float(value) for value in result.stdout.split())
-    return bare, captured
+    result = subprocess.run([sys.executable, str(script), str(steps), str(rounds), str(stacks_hz)],
+                            capture_output=True, text=True, env=env, check=True)
+    bare, added, low, high = (float(value) for value in result.stdout.split())
+    return bare, added, low, high
 
 
 def in_process(block: int, rounds: int, workdir: Path) -> tuple[float, float, float]:
@@ -155,18 +227,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--block", type=int, default=100, help="steps per in-process block")
+    parser.add_argument("--stacks-hz", type=float, default=None,
+                        help="stack sampling rate of the captured blocks (default: stepscope run's)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="only the instructions per step, counted under callgrind (needs valgrind)")
     parser.add_argument("--compiled", metavar="BACKEND", help="only the end-to-end comparison, on the loop's model "
                         "compiled with torch.compile(backend=BACKEND), e.g. aot_eager or inductor")
     args = parser.parse_args()
+    if args.stacks_hz is None:
+        from stepscope.capture.stacks import DEFAULT_RATE_HZ
+
+        args.stacks_hz = DEFAULT_RATE_HZ
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if args.compiled:
             end_to_end(args, workdir, (args.compiled,))
             return
-        bare, captured = minimal_step(2000, args.rounds + 3, workdir)
-        cost = captured - bare
-        print(f"hook cost: minimal step {bare * 1e6:.1f} µs bare, {captured * 1e6:.1f} µs captured "
-              f"=> {cost * 1e6:.1f} µs/step; on a 5 ms step: ratio {1 + cost / 5e-3:.4f}", flush=True)
+        if args.instructions:
+            bare_ir, captured_ir = instructions_per_step(1000, args.stacks_hz, workdir)
+            print(f"instructions per step (callgrind): bare {bare_ir:,.0f}, captured {captured_ir:,.0f} "
+                  f"=> +{captured_ir - bare_ir:,.0f} (stacks {args.stacks_hz:g} Hz)", flush=True)
+            return
+        bare, added, low, high = minimal_step(args.block * 4, args.rounds * 6, workdir, args.stacks_hz)
+        print(f"hook cost: minimal step {bare * 1e6:.1f} µs bare, +{added * 1e6:.1f} µs/step captured "
+              f"(interquartile {low * 1e6:.1f}..{high * 1e6:.1f}, {args.rounds * 6} paired blocks of "
+              f"{args.block * 4} steps, stacks {args.stacks_hz:g} Hz); on a 5 ms step: ratio "
+              f"{1 + added / 5e-3:.4f}", flush=True)
         wall, cpu, step = in_process(args.block, args.rounds * 3, workdir)
         print(f"in-process, alternating blocks of {args.block} steps ({step * 1e3:.2f} ms/step): "
               f"median ratio wall {wall:.4f}, CPU time {cpu:.4f}", flush=True)

@@ -314,8 +314,10 @@ def test_autocast_and_fp32_runs_get_mfu_against_different_peaks(tmp_path):
     reports = {dtype: orjson.loads((tmp_path / dtype / "report.json").read_bytes()) for dtype in ("bf16", "fp32")}
     for dtype, report in reports.items():
         assert report["facts"]["compute"]["matmul_flops_by_dtype"].keys() == {dtype}
-        mfu = report["summary"]["mfu"]
-        assert mfu is not None, report["summary"]["mfu_note"]
+        mfu, note = report["summary"]["mfu"], report["summary"]["mfu_note"]
+        if mfu is None and "other processes used" in (note or ""):
+            pytest.skip(f"machine busy during the {dtype} run: {note}")  # withheld on purpose, see bundle.mfu_estimate
+        assert mfu is not None, note
         assert mfu["dtype"] == dtype and dtype in mfu["peak_source"] and 0 < mfu["value"] <= 1
     bf16 = reports["bf16"]
     assert bf16["facts"]["compute"]["autocast"] == "cpu:bf16"

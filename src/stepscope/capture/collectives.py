@@ -152,6 +152,8 @@ class CollectiveTimer:
 
     # -- DDP buckets -----------------------------------------------------------------------------
     def bucket_started(self) -> list[int]:
+        if self.active and self.rec.comm is None:
+            self.rec.comm = self  # the recorder settles buckets at backward's end from now on
         slot = [self.clock(), 0]
         self.buckets.append(slot)
         self.bucket_count += 1
@@ -228,8 +230,8 @@ class CollectiveHooks:
                            "(counted as backward)")
         else:
             self._install_ddp_safely(torch)
-        recorder = self.timer.rec
-        recorder.comm = self.timer
+        # the recorder asks the timer for the buckets at each backward's end once a bucket (or a
+        # device span) was seen: a run without DDP pays nothing for it
 
     def _install_ddp_safely(self, torch: Any) -> None:
         try:

@@ -38,7 +38,7 @@ def torch_cuda_backend() -> tuple[Callable[[], Any], Callable[[], None]] | None:
 class DeviceTimer:
     """Events per phase boundary; fills the recorder's device columns as events complete."""
 
-    def __init__(self, columns: dict[str, Any], make_event: Callable[[], Any], synchronize: Callable[[], None]):
+    def __init__(self, columns: Any, make_event: Callable[[], Any], synchronize: Callable[[], None]):
         self.columns = columns
         self.make_event = make_event
         self.synchronize = synchronize

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
 from stepscope.record.run import ComputeFacts
 
@@ -80,13 +81,17 @@ class FlopProbe:
         self._mode: Any = None
         self._ops: OpCounter | None = None
 
-    def on_commit(self, index: int) -> None:
+    def on_commit(self, index: int) -> int:
+        """After committed step ``index``; returns the next index it must be called at."""
         if self.done:
-            return
+            return NEVER
         if self._mode is None and index == self.step - 1:
             self._enter()
         elif self._mode is not None and index >= self.step:
             self._exit(index)
+        if self.done:
+            return NEVER
+        return self.step - 1 if self._mode is None and index < self.step - 1 else index + 1
 
     def _enter(self) -> None:
         try:

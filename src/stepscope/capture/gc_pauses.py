@@ -63,7 +63,7 @@ class GcPauseRecorder:
     def on_gc(self, event: str, info: dict[str, int]) -> None:
         if event == "start":
             recorder = self.recorder
-            self._phase = _PHASE_OF_RECORDER[recorder._phase] if recorder is not None else -1
+            self._phase = _PHASE_OF_RECORDER[recorder.current_phase()] if recorder is not None else -1
             self._started_at = self.clock()
             return
         end = self.clock()

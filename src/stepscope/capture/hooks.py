@@ -31,12 +31,26 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.patching import patch_attribute
-from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FORWARD, StepRecorder
+from stepscope.capture.recorder import BACKWARD, DATA_WAIT, NEVER, ROW, StepRecorder
 from stepscope.capture.warn import WarningSink
 from stepscope.safe_write import create_exclusive
 
 #: Steps during which every module call is watched to discover the root modules.
 DISCOVERY_STEPS = 2
+#: After discovery, the committed steps are looked at this often for a backward without a forward
+#: seen (a root module that appeared later: discovery again).
+REDISCOVERY_CHECK_EVERY = 8
+_FORWARD_COLUMN, _BACKWARD_COLUMN = ROW.index("forward_ns"), ROW.index("backward_ns")
+
+
+#: The training thread's CPU time inside ``next()`` is read on one step in this many (reading a
+#: thread's CPU clock is a system call, ~0.8 µs here, twice per fetch): the analysis takes the
+#: ratio over the steps that have it (``data_wait_cpu_ns`` is -1 on the others).
+LOADER_CPU_EVERY = 4
+
+
+#: ``torch.Tensor`` once the loader hook is installed (batch_length's fast path)
+_TENSOR: Any = None
 
 
 def batch_length(batch: Any, _depth: int = 0) -> int:
@@ -46,6 +60,21 @@ def batch_length(batch: Any, _depth: int = 0) -> int:
     TensorDict-like objects) and dataclasses, nested up to 4 levels; the first leaf with a
     dimension counts.
     """
+    kind = type(batch)
+    if kind is _TENSOR:  # the common leaf: a plain tensor (torch.Size holds ints)
+        shape = batch.shape
+        return shape[0] if shape else -1
+    if (kind is tuple or kind is list) and _depth < 4:  # the common container: no ABC checks
+        for child in batch:
+            if type(child) is _TENSOR:
+                shape = child.shape
+                if shape:
+                    return shape[0]
+                continue
+            length = batch_length(child, _depth + 1)
+            if length >= 0:
+                return length
+        return -1
     shape = getattr(batch, "shape", None)
     if shape is not None and not isinstance(batch, type):
         try:
@@ -164,7 +193,7 @@ class LoaderRegistry:
                 pass
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in info.items() if k != "_ref"} for info in self.loaders.values()]
+        return [{k: v for k, v in info.items() if k not in ("_ref", "in_process")} for info in self.loaders.values()]
 
 
 def _has_parameters(module: Any) -> bool:
@@ -211,6 +240,8 @@ class TorchHooks:
         self._committed_at_discovery = 0
         self._last_optimizer_id = 0
         self._last_optimizer: Any = None  # weakref to the last optimizer that stepped
+        #: id(module) -> (weak reference, key): whether a root module holds parameters, found once
+        self._module_keys: dict[int, tuple[Any, int]] = {}
 
     # -- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -279,6 +310,8 @@ class TorchHooks:
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+        global _TENSOR
+        _TENSOR = torch.Tensor
         hooks, rec, registry = self, self.rec, self.registry
         original_iter = DataLoader.__iter__
         original_next = _BaseDataLoaderIter.__next__
@@ -298,6 +331,7 @@ class TorchHooks:
                 info["iterators"] += 1
                 info["init_ns"] += elapsed
                 info["wait_ns"] += elapsed
+                info["in_process"] = not getattr(iterator, "_num_workers", 0)
                 iterator._stepscope_loader = info
                 rec.loader_init(elapsed)
                 registry.note_workers(info, iterator)
@@ -305,21 +339,23 @@ class TorchHooks:
                 hooks.warn.once("loader-iter", f"DataLoader start-up not recorded ({exc})")
             return iterator
 
+        fetch_begin, fetch_end = rec.fetch_begin, rec.fetch_end
+
         def __next__(iterator):  # noqa: N807
             if not hooks.live:
                 return original_next(iterator)
-            rec.batch_requested()
-            start = rec.enter(DATA_WAIT)
-            cpu_start = thread_time_ns()
+            start = fetch_begin()  # a batch request may end the previous step (and run --max-steps)
+            info = getattr(iterator, "_stepscope_loader", None)
+            # the training thread's CPU inside next() tells CPU-bound loading in the main process
+            # (num_workers=0); read on one step in LOADER_CPU_EVERY (see there)
+            measure = info is not None and info["in_process"] and rec.count % LOADER_CPU_EVERY == 0
+            cpu_start = thread_time_ns() if measure else 0
             try:
                 batch = original_next(iterator)
             except BaseException:
                 rec.leave(DATA_WAIT)
                 raise
-            rec.loader_cpu(thread_time_ns() - cpu_start)
-            end = rec.leave(DATA_WAIT)
-            rec.batch_received(batch_length(batch))
-            info = getattr(iterator, "_stepscope_loader", None)
+            end = fetch_end(thread_time_ns() - cpu_start if measure else -1, batch_length(batch))
             if info is not None:
                 info["batches"] += 1
                 info["wait_ns"] += end - start
@@ -340,16 +376,17 @@ class TorchHooks:
     def _install_backward(self, torch: Any) -> None:
         hooks, rec = self, self.rec
         original_autograd = torch.autograd.backward
+        enter, leave = rec.enter, rec.leave
 
         def timed(original):
             def wrapper(*args, **kwargs):
                 if not hooks.live:
                     return original(*args, **kwargs)
-                rec.enter(BACKWARD)
+                enter(BACKWARD)
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    rec.leave(BACKWARD)
+                    leave(BACKWARD)
 
             wrapper.__wrapped__ = original
             wrapper.__doc__ = original.__doc__
@@ -363,17 +400,18 @@ class TorchHooks:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         hooks, rec = self, self.rec
+        started, finished = rec.optimizer_started, rec.optimizer_finished
 
         def pre(optimizer, args, kwargs):
             if hooks.live:
                 key = id(optimizer)
                 if key != hooks._last_optimizer_id:
                     hooks._last_optimizer_id, hooks._last_optimizer = key, weakref.ref(optimizer)
-                rec.optimizer_started(key)
+                started(key)  # the same optimizer stepping again ends the step (and run --max-steps)
 
         def post(optimizer, args, kwargs):
             if hooks.live:
-                rec.optimizer_finished(id(optimizer))
+                finished(id(optimizer))
 
         pre_handle = register_optimizer_step_pre_hook(pre)
         post_handle = register_optimizer_step_post_hook(post)
@@ -396,37 +434,38 @@ class TorchHooks:
         self._grad_enabled = torch.is_grad_enabled  # False under no_grad() and inference_mode()
         self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
         self._start_discovery()
-        previous = self.rec.on_commit
-
-        def on_commit(index: int) -> None:
-            if previous is not None:
-                previous(index)
-            self._after_commit()
-
-        self.rec.on_commit = on_commit
+        if self.rec.on_commit is None:  # hooks without a capture session (whose callback calls ours)
+            self.rec.on_commit = self._own_commit_callback
 
     def _wrapper(self, original: Callable[..., Any], discover: bool) -> Callable[..., Any]:
         hooks, rec, is_compiling = self, self.rec, self._is_compiling
 
         grad_enabled = self._grad_enabled
+        keys = self._module_keys
+        forward_begin, forward_end = rec.forward_begin, rec.forward_end
 
         def __call__(module, *args, **kwargs):  # noqa: N807
-            if hooks._fwd_depth or is_compiling() or not hooks.live:
+            if hooks._fwd_depth or not hooks.live or is_compiling():
                 return original(module, *args, **kwargs)
             if discover:
                 hooks._root_classes.add(type(module))
-            key = id(module) if _has_parameters(module) else 0
-            if key:  # the model (a loss module has no parameters): may delimit steps
-                rec.model_forward_started(key, grad_enabled())
+            known = keys.get(id(module))
+            if known is not None and known[0]() is module:
+                key = known[1]
+            else:  # first call of this module: whether it holds parameters, kept by id (with a weak reference)
+                key = id(module) if _has_parameters(module) else 0
+                try:
+                    keys[id(module)] = (weakref.ref(module), key)
+                except TypeError:  # not weakly referenceable: looked up every call
+                    pass
+            # the model (key non-zero; a loss module has no parameters) may delimit steps
+            forward_begin(key, grad_enabled() if key else True)
             hooks._fwd_depth = 1
-            rec.enter(FORWARD)
             try:
                 return original(module, *args, **kwargs)
             finally:
                 hooks._fwd_depth = 0
-                rec.leave(FORWARD)
-                if key:
-                    rec.model_forward_finished(key)
+                forward_end(key)
 
         return __call__
 
@@ -438,15 +477,27 @@ class TorchHooks:
         self._patch(module_cls, "__call__", self._wrapper(original, discover=True))
         self._discovery_undo = self._undo[-1]
 
-    def _after_commit(self) -> None:
+    def _own_commit_callback(self, index: int) -> None:
+        self.rec.next_commit_call = self.after_commit(index)
+
+    def after_commit(self, index: int) -> int:
+        """After committed step ``index`` (the capture session calls it); returns the next index it
+        must be called at: every step while discovering root modules, then every
+        :data:`REDISCOVERY_CHECK_EVERY` steps, to look back for a backward without a forward seen
+        (a new root module: discovery again)."""
         rec = self.rec
         if not self.installed:  # a commit while capture ends: nothing left to patch or unpatch
-            return
+            return NEVER
         if self._discovering:
-            if rec.count - self._committed_at_discovery >= DISCOVERY_STEPS:
-                self._finish_discovery()
-        elif rec.columns["forward_ns"][rec.count - 1] == 0 and rec.columns["backward_ns"][rec.count - 1] > 0:
-            self._start_discovery()  # a backward without a seen forward: a new root module appeared
+            if rec.count - self._committed_at_discovery < DISCOVERY_STEPS:
+                return index + 1
+            self._finish_discovery()
+            return index + REDISCOVERY_CHECK_EVERY
+        for step in range(max(0, rec.count - REDISCOVERY_CHECK_EVERY), rec.count):
+            if rec.row_value(_FORWARD_COLUMN, step) == 0 and rec.row_value(_BACKWARD_COLUMN, step) > 0:
+                self._start_discovery()
+                return index + 1
+        return index + REDISCOVERY_CHECK_EVERY
 
     def _finish_discovery(self) -> None:
         self._discovering = False

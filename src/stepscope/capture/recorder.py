@@ -31,19 +31,35 @@ Step boundaries:
 Fallback boundaries (modes 2-4) are only taken at the top level of the step (no phase open), so a
 closure that runs forward and backward inside ``optimizer.step`` (LBFGS) never splits a step.
 
-The hot path uses ``time.perf_counter_ns`` and appends to ``array('q')`` columns; no locks (the
-training loop is single-threaded; calls from other threads are ignored and counted).
+The hot path is a clock read and a few integer operations per hook call, with one fused call per
+boundary from each hook (``fetch_begin``/``fetch_end``, ``forward_begin``/``forward_end``, the
+optimizer's ``optimizer_started``/``optimizer_finished``); a committed step is one row of
+:data:`ROW`. Two cores implement these rules with one interface: the C extension
+``stepscope.capture._fastrec`` (built at install; a hook call costs a clock read) and
+:class:`_PyCore` here, used where the extension is not built, is stale, or
+``STEPSCOPE_PURE_PYTHON=1`` is set. The recorder tests run against both. (An event log replayed at
+the boundaries was tried in Python and measured: it executes more bytecode per step, not less —
+BENCHMARKS.md, "Capture overhead".)
+
+Calls from another thread than the one that created the recorder are ignored and counted
+(``foreign_thread_calls``): the training loop is one thread, and a data-prefetching thread or a
+``DataParallel`` replica must not open or close the training thread's phases.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import time
+from pathlib import Path
 from array import array
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.record.run import STEP_COLUMNS, StepTable
+import numpy as np
+
+from stepscope.record.run import StepTable
 
 OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, COMPILE = range(7)
 PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "communication", "compile")
@@ -51,24 +67,59 @@ PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "commun
 #: Step-boundary modes used until an optimizer (or an explicit ``step()``) takes over.
 FALLBACK_MODES = frozenset({"batch", "backward", "forward"})
 
+#: ``next_commit_call`` of a commit callback that needs no further call
+NEVER = 1 << 62
+
 _now = time.perf_counter_ns
 
 
-class StepRecorder:
-    """Accumulates steps; see the module docstring for the boundary rules.
 
-    Args:
-        clock: nanosecond clock (tests pass a fake one).
-        phase_listener: optional object with ``start(action)``/``stop(action)`` called at every
-            step and phase boundary (a stepscope profiler for ``stepscope run --profiler``).
-    """
+#: Fields of a committed step, in the order of one row of :attr:`StepRecorder.rows` (the other
+#: columns of :data:`~stepscope.record.run.STEP_COLUMNS` are filled in when the steps are read).
+ROW = ("start_ns", "duration_ns", "data_wait_ns", "loader_init_ns", "data_wait_cpu_ns", "forward_ns", "backward_ns",
+       "optimizer_ns", "communication_ns", "communication_overlap_ns", "other_ns", "compile_ns", "batches", "samples",
+       "optimizer_steps")
+_WIDTH = len(ROW)
+_COL = {name: index for index, name in enumerate(ROW)}
+DEVICE_COLUMNS = ("device_ns", "device_forward_ns", "device_backward_ns", "device_optimizer_ns")
 
-    def __init__(self, clock: Callable[[], int] = _now, phase_listener: Any = None):
-        self.clock = clock
+
+class _Columns:
+    """Read (and, for the device columns, write) access by column name to the recorder's rows."""
+
+    def __init__(self, recorder: StepRecorder):
+        self._rec = recorder
+
+    def __getitem__(self, name: str) -> Any:
+        rec = self._rec
+        if name in DEVICE_COLUMNS:
+            rec._pad_device_columns()
+            return rec.device_columns[name]
+        rows = array("q")
+        rows.frombytes(rec.row_bytes())
+        return rows[_COL[name]::_WIDTH]
+
+    def __contains__(self, name: str) -> bool:
+        return name in _COL or name in DEVICE_COLUMNS
+
+
+class _PyCore:
+    """The recorder's state machine in Python (the C core, ``_fastrec.Core``, has the same
+    interface; see the module docstring). ``clock=None`` reads :func:`time.perf_counter_ns`."""
+
+    __slots__ = ("clock", "listener", "owner_thread", "_rows", "count", "mode", "foreign_thread_calls",
+                 "trailing_ns", "_batch_mode_rows", "backwards", "model_forwards", "model_forwards_no_grad",
+                 "optimizer_steps", "_stack", "_phase", "_depth", "_start", "_last", "_pending", "on_commit", "device",
+                 "comm", "_acc", "_overlap_ns", "_init_ns", "_wait_cpu_ns", "_batches", "_samples", "_samples_known",
+                 "_wait_cpu_known", "at_boundary", "_opt_steps", "_optimizers", "_backward_done", "_lead", "_lead_done",
+                 "next_commit_call", "__dict__", "__weakref__")
+
+    def __init__(self, clock: Callable[[], int] | None = None, phase_listener: Any = None):
+        self.clock = clock or _now
         self.listener = phase_listener
         self.owner_thread = threading.get_ident()
-        self.columns: dict[str, array] = {name: array("q") for name in STEP_COLUMNS}
-        self.count = 0  # committed steps (columns may be longer mid-append)
+        self._rows = array("q")  # _WIDTH values per committed step (ROW)
+        self.count = 0  # committed steps
         self.mode = "batch"  # "batch" | "forward" | "backward" | "optimizer" | "explicit"
         self.foreign_thread_calls = 0
         self.trailing_ns = 0
@@ -83,23 +134,48 @@ class StepRecorder:
         self._start: int | None = None  # start of the open step
         self._last = 0
         self._reset_step()
-        self._pending: dict[str, Any] | None = None  # ended, not yet committed step
+        self._pending: tuple[Any, ...] | None = None  # ended, not yet committed step (see _snapshot)
         self.on_commit: Callable[[int], None] | None = None
+        #: on_commit is called only for committed step indexes >= this (0: every commit); the
+        #: callback moves it to the next step it needs, so steady steps make no Python call
+        self.next_commit_call = 0
+        #: called after the commits of a batch request or an optimizer step (``run --max-steps``)
+        self.at_boundary: Callable[[], None] | None = None
         self.device: Any = None  # a DeviceTimer once CUDA is in use (see cuda_timing.py)
         #: collective timing (capture/collectives.py): ``backward_done(now) -> (exposed, overlapped)``
         self.comm: Any = None
 
+    # the device columns live in Python for both cores (_RecorderAPI)
+    _pad_device_columns: Callable[[], None]
+    _truncate_device_columns: Callable[[int], None]
+
+    def _foreign(self) -> bool:
+        """Whether the caller is another thread (its call is ignored and counted)."""
+        if threading.get_ident() == self.owner_thread:
+            return False
+        self.foreign_thread_calls += 1
+        return True
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending is not None
+
+    def row_bytes(self) -> bytes:
+        return self._rows.tobytes()
+
+    def row_value(self, column: int, index: int) -> int:
+        if index < 0:
+            index += self.count
+        if not (0 <= column < _WIDTH and 0 <= index < self.count):
+            raise IndexError("no such step or column")
+        return self._rows[index * _WIDTH + column]
+
     # -- phase accounting ------------------------------------------------------------------
     def _reset_step(self) -> None:
         self._acc = [0, 0, 0, 0, 0, 0, 0]
-        self._overlap_ns = 0
-        self._init_ns = 0
-        self._wait_cpu_ns = 0
-        self._batches = 0
-        self._samples = 0
-        self._samples_known = True
-        self._opt_steps = 0
-        self._optimizers: set[int] = set()
+        self._overlap_ns = self._init_ns = self._wait_cpu_ns = self._batches = self._samples = self._opt_steps = 0
+        self._samples_known = self._wait_cpu_known = True
+        self._optimizers: tuple[int, ...] = ()
         self._backward_done = False  # a backward ended in this step (backward mode)
         self._lead: int | None = None  # the model whose forward leads this step (forward mode)
         self._lead_done = False
@@ -115,36 +191,58 @@ class StepRecorder:
             self._acc[self._phase] += now - self._last
         self._last = now
 
+    # -- the hot path ------------------------------------------------------------------------
+    def current_phase(self) -> int:
+        """The innermost phase open right now (what the stack sampler and the GC timer read)."""
+        return self._phase
+
     def enter(self, phase: int) -> int:
         """Open ``phase``; returns the timestamp used."""
         now = self.clock()
-        if phase == self._phase and self._stack:
-            self._depth += 1
-            return now
-        self._mark(now)
-        self._stack.append(self._phase * 1000 + self._depth)
-        self._phase, self._depth = phase, 0
-        if self.listener is not None:
-            self._notify("start", phase)
+        if not self._foreign():
+            self._enter(phase, now)
         return now
 
     def leave(self, phase: int) -> int:
         now = self.clock()
+        if not self._foreign():
+            self._leave(phase, now)
+        return now
+
+    def _enter(self, phase: int, now: int) -> None:
+        current = self._phase
+        if phase == current and self._stack:
+            self._depth += 1
+            return
+        if self.device is not None or self._start is None:
+            self._mark(now)
+        else:
+            self._acc[current] += now - self._last
+            self._last = now
+        self._stack.append(current * 1000 + self._depth)
+        self._phase = phase
+        self._depth = 0
+        if self.listener is not None:
+            self._notify("start", phase)
+
+    def _leave(self, phase: int, now: int) -> None:
         if phase != self._phase or not self._stack:
-            return now  # unbalanced (an exception skipped a boundary): ignore
+            return  # unbalanced (an exception skipped a boundary): ignore
         if self._depth:
             self._depth -= 1
-            return now
-        self._mark(now)
-        saved = self._stack.pop()
-        self._phase, self._depth = divmod(saved, 1000)
+            return
+        if self.device is not None or self._start is None:
+            self._mark(now)
+        else:
+            self._acc[phase] += now - self._last
+            self._last = now
+        self._phase, self._depth = divmod(self._stack.pop(), 1000)
         if self.listener is not None:
             self._notify("stop", phase)
         if phase == BACKWARD and self._phase != BACKWARD:
             if self.comm is not None:
                 self._settle_backward_comm(now)
             self._backward_left()
-        return now
 
     def _settle_backward_comm(self, now: int) -> None:
         """Move the exposed part of the gradient all-reduce from backward to communication."""
@@ -171,10 +269,17 @@ class StepRecorder:
     # -- boundaries reported by hooks ------------------------------------------------------
     def batch_requested(self) -> None:
         """A ``next()`` on a data loader begins: may end the previous step."""
+        now = self.clock()
+        if not self._foreign():
+            self._batch_requested(now)
+
+    def _batch_requested(self, now: int) -> None:
         if self._pending is not None:
             self._commit_pending()
-        elif self._fallback_step_done(by_batch=True):
-            self._commit_fallback()
+        elif self.mode != "optimizer" and self._fallback_step_done(by_batch=True):
+            self._commit_fallback(now)
+        if self.at_boundary is not None:
+            self.at_boundary()
 
     def _fallback_step_done(self, by_batch: bool = False) -> bool:
         """Whether the open step is complete under the fallback modes (see the module docstring)."""
@@ -184,8 +289,7 @@ class StepRecorder:
             return self._backward_done
         return bool(self._batches) if by_batch else (self._lead_done and not self._batches)
 
-    def _commit_fallback(self) -> None:
-        now = self.clock()
+    def _commit_fallback(self, now: int) -> None:
         if self.mode == "batch" and not self._batches and self._lead_done:
             self.mode = "forward"
         self._mark(now)
@@ -194,6 +298,11 @@ class StepRecorder:
 
     def model_forward_started(self, key: int, grad_enabled: bool = True) -> None:
         """A root forward of a module with parameters (the model) begins: may end the previous step."""
+        now = self.clock()
+        if not self._foreign():
+            self._model_forward_started(now, key, grad_enabled)
+
+    def _model_forward_started(self, now: int, key: int, grad_enabled: bool | int) -> None:
         self.model_forwards += 1
         if not grad_enabled:
             self.model_forwards_no_grad += 1
@@ -201,47 +310,108 @@ class StepRecorder:
             return
         if self._lead == key or self._backward_done:
             if self._fallback_step_done():
-                self._commit_fallback()
+                self._commit_fallback(now)
         if self._lead is None:
             self._lead = key
 
     def model_forward_finished(self, key: int) -> None:
-        if key == self._lead:
+        if not self._foreign() and key == self._lead:
             self._lead_done = True
 
-    @property
-    def inference(self) -> bool:
-        """The run only ran forwards: no backward, no optimizer step."""
-        return self.model_forwards > 0 and not self.backwards and not self.optimizer_steps
+    def forward_begin(self, key: int, grad_enabled: bool | int) -> int:
+        """A root forward begins (one call from the module hook): :meth:`model_forward_started`
+        when the module is the model (``key`` non-zero), then entering the forward phase."""
+        now = self.clock()
+        if self._foreign():
+            return now
+        if key:
+            self._model_forward_started(now, key, grad_enabled)
+        self._enter(FORWARD, now)
+        return now
+
+    def forward_end(self, key: int) -> int:
+        """The root forward returned (or raised): leaving the forward phase, and
+        :meth:`model_forward_finished`."""
+        now = self.clock()
+        if self._foreign():
+            return now
+        self._leave(FORWARD, now)
+        if key and key == self._lead:
+            self._lead_done = True
+        return now
 
     def batch_received(self, batch_len: int) -> None:
+        if self._foreign():
+            return
         self._batches += 1
         if batch_len >= 0:
             self._samples += batch_len
         else:
             self._samples_known = False
 
+    def fetch_begin(self) -> int:
+        """A ``next()`` on a data loader begins: :meth:`batch_requested` and entering the data wait
+        (one call from the loader hook); returns the timestamp."""
+        now = self.clock()
+        if not self._foreign():
+            self._batch_requested(now)
+            self._enter(DATA_WAIT, now)
+        return now
+
+    def fetch_end(self, cpu_ns: int, batch_len: int) -> int:
+        """The batch arrived (one call from the loader hook): the fetch's CPU time (-1: not
+        measured), leaving the data wait, and its samples (-1: unknown); returns the timestamp."""
+        now = self.clock()
+        if self._foreign():
+            return now
+        if cpu_ns >= 0:
+            self._wait_cpu_ns += cpu_ns
+        else:
+            self._wait_cpu_known = False
+        self._leave(DATA_WAIT, now)
+        self._batches += 1
+        if batch_len >= 0:
+            self._samples += batch_len
+        else:
+            self._samples_known = False
+        return now
+
     def loader_init(self, duration_ns: int) -> None:
-        self._init_ns += duration_ns
+        if not self._foreign():
+            self._init_ns += duration_ns
 
     def loader_cpu(self, cpu_ns: int) -> None:
         """CPU time the training thread spent inside a batch fetch."""
-        self._wait_cpu_ns += cpu_ns
+        if not self._foreign():
+            self._wait_cpu_ns += cpu_ns
 
     def optimizer_started(self, optimizer_id: int) -> None:
+        now = self.clock()
+        if not self._foreign():
+            self._optimizer_started(now, optimizer_id)
+
+    def _optimizer_started(self, now: int, optimizer_id: int) -> None:
         pending = self._pending
         if pending is not None:
-            if optimizer_id in pending["optimizers"]:
+            if optimizer_id in pending[_P_OPTIMIZERS]:
                 self._commit_pending()
             else:  # another optimizer of the same iteration: reopen the ended step
-                self._merge_pending_into_open()
-        self.enter(OPTIMIZER)
+                self._merge_pending_into_open(now)
+        if self.at_boundary is not None:
+            self.at_boundary()
+        self._enter(OPTIMIZER, now)
 
     def optimizer_finished(self, optimizer_id: int) -> None:
-        now = self.leave(OPTIMIZER)
+        now = self.clock()
+        if not self._foreign():
+            self._optimizer_finished(now, optimizer_id)
+
+    def _optimizer_finished(self, now: int, optimizer_id: int) -> None:
+        self._leave(OPTIMIZER, now)
         self._opt_steps += 1
         self.optimizer_steps += 1
-        self._optimizers.add(optimizer_id)
+        if optimizer_id not in self._optimizers:
+            self._optimizers = (*self._optimizers, optimizer_id)
         if self.mode == "explicit":
             return
         if self.mode in FALLBACK_MODES:
@@ -256,6 +426,8 @@ class StepRecorder:
     def mark_step(self) -> None:
         """Explicit step end (library API); switches to explicit mode."""
         now = self.clock()
+        if self._foreign():
+            return
         if self.mode != "explicit":
             if self._pending is not None:
                 self._commit_pending()
@@ -274,7 +446,7 @@ class StepRecorder:
             self._commit_pending()
         self._stack.clear()  # phases left open by an exception: the step ends here
         if self._fallback_step_done(by_batch=bool(self._batches)):
-            self._commit_fallback()
+            self._commit_fallback(now)
         elif self._start is not None:
             self._mark(now)
             self.trailing_ns = now - self._start
@@ -283,20 +455,12 @@ class StepRecorder:
         self._start = None
 
     # -- committing --------------------------------------------------------------------------
-    def _snapshot(self, end: int) -> dict[str, Any]:
-        return {
-            "start": self._start if self._start is not None else end,
-            "end": end,
-            "acc": list(self._acc),
-            "overlap": self._overlap_ns,
-            "init": self._init_ns,
-            "wait_cpu": self._wait_cpu_ns,
-            "batches": self._batches,
-            "samples": self._samples if self._samples_known else -1,
-            "opt_steps": self._opt_steps,
-            "optimizers": set(self._optimizers),
-            "events": self.device.take() if self.device is not None else None,
-        }
+    def _snapshot(self, end: int) -> tuple[Any, ...]:
+        """An ended step: (start, end, acc, overlap, init, wait_cpu, batches, samples, opt_steps,
+        optimizers, device events)."""
+        return (self._start if self._start is not None else end, end, self._acc, self._overlap_ns, self._init_ns,
+                self._wait_cpu_ns if self._wait_cpu_known else -1, self._batches, self._samples if self._samples_known else -1, self._opt_steps,
+                self._optimizers, self.device.take() if self.device is not None else None)
 
     def _commit_open(self, now: int) -> None:
         self._append(self._snapshot(now))
@@ -309,25 +473,27 @@ class StepRecorder:
         if pending is not None:
             self._append(pending)
 
-    def _merge_pending_into_open(self) -> None:
+    def _merge_pending_into_open(self, now: int) -> None:
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        now = self.clock()
         self._mark(now)
-        self._acc = [a + b for a, b in zip(self._acc, pending["acc"])]
-        self._overlap_ns += pending["overlap"]
-        self._init_ns += pending["init"]
-        self._wait_cpu_ns += pending["wait_cpu"]
-        self._batches += pending["batches"]
-        if pending["samples"] < 0:
+        start, _end, acc, overlap, init, wait_cpu, batches, samples, opt_steps, optimizers, events = pending
+        self._acc = [a + b for a, b in zip(self._acc, acc)]
+        self._overlap_ns += overlap
+        self._init_ns += init
+        if wait_cpu < 0:
+            self._wait_cpu_known = False
+        self._wait_cpu_ns += max(0, wait_cpu)
+        self._batches += batches
+        if samples < 0:
             self._samples_known = False
-        self._samples += max(0, pending["samples"])
-        self._opt_steps += pending["opt_steps"]
-        self._optimizers |= pending["optimizers"]
-        self._start = pending["start"]
-        if self.device is not None and pending["events"] is not None:
-            self.device.current[:0] = pending["events"]
+        self._samples += max(0, samples)
+        self._opt_steps += opt_steps
+        self._optimizers = (*self._optimizers, *(key for key in optimizers if key not in self._optimizers))
+        self._start = start
+        if self.device is not None and events is not None:
+            self.device.current[:0] = events
 
     def _absorb_batch_mode_rows(self) -> None:
         """Fold the batch-mode steps recorded so far into the open (first training) step."""
@@ -336,58 +502,138 @@ class StepRecorder:
         if not rows:
             return
         first = self.count - rows
-        cols = self.columns
-        for index, name in enumerate(("other_ns", "data_wait_ns", "forward_ns", "backward_ns", "optimizer_ns",
-                                      "communication_ns", "compile_ns")):
-            self._acc[index] += sum(cols[name][first:self.count])
-        self._overlap_ns += sum(cols["communication_overlap_ns"][first:self.count])
-        self._init_ns += sum(cols["loader_init_ns"][first:self.count])
-        self._wait_cpu_ns += sum(cols["data_wait_cpu_ns"][first:self.count])
-        self._batches += sum(cols["batches"][first:self.count])
-        if min(cols["samples"][first:self.count]) < 0:
-            self._samples_known = False
-        self._samples += sum(max(0, value) for value in cols["samples"][first:self.count])
-        self._start = cols["start_ns"][first]
-        for column in cols.values():
-            del column[first:]
+        table = self._rows
+        for r in range(first, self.count):
+            row = table[r * _WIDTH:(r + 1) * _WIDTH]
+            for phase, name in enumerate(PHASE_NAMES):
+                self._acc[phase] += row[_COL[name + "_ns"]]
+            self._overlap_ns += row[_COL["communication_overlap_ns"]]
+            self._init_ns += row[_COL["loader_init_ns"]]
+            if row[_COL["data_wait_cpu_ns"]] < 0:
+                self._wait_cpu_known = False
+            else:
+                self._wait_cpu_ns += row[_COL["data_wait_cpu_ns"]]
+            self._batches += row[_COL["batches"]]
+            if row[_COL["samples"]] < 0:
+                self._samples_known = False
+            else:
+                self._samples += row[_COL["samples"]]
+        self._start = table[first * _WIDTH]
+        del table[first * _WIDTH:]
         self.count = first
+        self._truncate_device_columns(first)
 
-    def _append(self, step: dict[str, Any]) -> None:
-        acc = step["acc"]
-        duration = step["end"] - step["start"]
-        cols = self.columns
-        cols["start_ns"].append(step["start"])
-        cols["duration_ns"].append(duration)
-        cols["data_wait_ns"].append(acc[DATA_WAIT])
-        cols["loader_init_ns"].append(min(step["init"], acc[DATA_WAIT]))
-        cols["data_wait_cpu_ns"].append(step["wait_cpu"])
-        cols["forward_ns"].append(acc[FORWARD])
-        cols["backward_ns"].append(acc[BACKWARD])
-        cols["optimizer_ns"].append(acc[OPTIMIZER])
-        cols["communication_ns"].append(acc[COMMUNICATION])
-        cols["communication_overlap_ns"].append(step["overlap"])
-        cols["other_ns"].append(duration - acc[DATA_WAIT] - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER]
-                                - acc[COMMUNICATION] - acc[COMPILE])
-        cols["compile_ns"].append(acc[COMPILE])
-        cols["batches"].append(step["batches"])
-        cols["samples"].append(step["samples"] if step["batches"] else -1)
-        cols["optimizer_steps"].append(step["opt_steps"])
-        for name in ("device_ns", "device_forward_ns", "device_backward_ns", "device_optimizer_ns"):
-            cols[name].append(-1)
+    def _append(self, step: tuple[Any, ...]) -> None:
+        start, end, acc, overlap, init, wait_cpu, batches, samples, opt_steps, _optimizers, events = step
+        duration = end - start
+        wait = acc[DATA_WAIT]
+        self._rows.extend((start, duration, wait, init if init < wait else wait, wait_cpu, acc[FORWARD], acc[BACKWARD],
+                          acc[OPTIMIZER], acc[COMMUNICATION], overlap,
+                          duration - wait - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER] - acc[COMMUNICATION]
+                          - acc[COMPILE], acc[COMPILE], batches, samples if batches else -1, opt_steps))
         self.count += 1
-        if self.device is not None and step["events"] is not None:
-            self.device.step_committed(self.count - 1, step["events"])
+        if self.device is not None:
+            self._pad_device_columns()
+        if self.device is not None and events is not None:
+            self.device.step_committed(self.count - 1, events)
         if self.listener is not None:
             self.listener.stop("step")
             self.listener.start("step")
-        if self.on_commit is not None:
+        if self.on_commit is not None and self.count - 1 >= self.next_commit_call:
             self.on_commit(self.count - 1)
 
     def _notify(self, kind: str, phase: int) -> None:
         if phase != OTHER:
             getattr(self.listener, kind)(PHASE_NAMES[phase])
 
+
+_P_OPTIMIZERS = 9  # index of the optimizers in an ended step's tuple (_snapshot)
+
+
+class _RecorderAPI:
+    """What both cores share, in Python: named columns, device columns, the final step table."""
+
+    count: int
+    device: Any
+    model_forwards: int
+    backwards: int
+    optimizer_steps: int
+    row_bytes: Callable[[], bytes]
+    row_value: Callable[[int, int], int]
+
+    def __init__(self, clock: Callable[[], int] = _now, phase_listener: Any = None):
+        super().__init__(None if clock is _now else clock, phase_listener)  # type: ignore[call-arg]
+        self.device_columns: dict[str, array] = {name: array("q") for name in DEVICE_COLUMNS}
+        self.columns = _Columns(self)  # type: ignore[arg-type]
+
+    def use_device(self, timer: Any) -> None:
+        """Time the phases on the device too (a :class:`~stepscope.capture.cuda_timing.DeviceTimer`)."""
+        self.device = timer
+
+    @property
+    def inference(self) -> bool:
+        """The run only ran forwards: no backward, no optimizer step."""
+        return self.model_forwards > 0 and not self.backwards and not self.optimizer_steps
+
+    def value(self, name: str, index: int) -> int:
+        """One committed step's value of column ``name`` (of :data:`ROW`)."""
+        return self.row_value(_COL[name], index)
+
+    def _pad_device_columns(self) -> None:
+        """Device columns as long as the committed steps (-1: not measured); written only on GPU runs."""
+        for column in self.device_columns.values():
+            if len(column) < self.count:
+                column.extend([-1] * (self.count - len(column)))
+
+    def _truncate_device_columns(self, count: int) -> None:
+        for column in self.device_columns.values():
+            del column[count:]
+
     def steps(self) -> StepTable:
-        """The committed steps as a frozen, columnar :class:`Steps`."""
+        """The committed steps as a frozen, columnar :class:`~stepscope.record.run.StepTable`."""
         count = self.count
-        return StepTable.from_columns({name: column[:count] for name, column in self.columns.items()})
+        table = np.frombuffer(self.row_bytes(), dtype=np.int64).reshape(count, _WIDTH) if count \
+            else np.zeros((0, _WIDTH), dtype=np.int64)
+        columns: dict[str, Any] = {name: table[:, index].copy() for index, name in enumerate(ROW)}
+        if self.device is not None or any(len(column) for column in self.device_columns.values()):
+            self._pad_device_columns()
+            columns.update({name: column[:count] for name, column in self.device_columns.items()})
+        return StepTable.from_columns(columns)
+
+
+class PyStepRecorder(_RecorderAPI, _PyCore):
+    """The step recorder on the Python core."""
+
+
+def _c_core() -> tuple[Any, str | None]:
+    """The C core, or None and why it is not used."""
+    if os.environ.get("STEPSCOPE_PURE_PYTHON"):
+        return None, "STEPSCOPE_PURE_PYTHON is set"
+    try:
+        from stepscope.capture import _fastrec
+    except ImportError as exc:
+        return None, f"the C core is not built ({exc})"
+    source = Path(__file__).with_name("_fastrec.c")
+    if source.is_file():  # a source checkout: a build of older source would run older rules
+        built = getattr(_fastrec, "SOURCE_SHA", None)
+        if built != hashlib.sha256(source.read_bytes()).hexdigest()[:16]:
+            return None, "the C core was built from an older _fastrec.c (reinstall: pip install -e .)"
+    return _fastrec.Core, None
+
+
+_CORE, PYTHON_CORE_REASON = _c_core()
+
+if TYPE_CHECKING:  # one interface: the Python core's
+    StepRecorder = PyStepRecorder
+    CStepRecorder: type[PyStepRecorder] | None
+elif _CORE is not None:
+    class CStepRecorder(_RecorderAPI, _CORE):
+        """The step recorder on the C core."""
+
+    StepRecorder = CStepRecorder
+else:
+    CStepRecorder = None
+    StepRecorder = PyStepRecorder
+
+#: "c" or "python": the core capture runs on (PYTHON_CORE_REASON says why not C)
+CORE = "c" if _CORE is not None else "python"

@@ -33,7 +33,7 @@ from stepscope.capture.compile_watch import compile_facts
 from stepscope.capture.gc_pauses import GcPauseRecorder
 from stepscope.capture.hooks import ChildProcesses, TorchHooks
 from stepscope.capture.overrides import MaxStepsReached, OverrideApplier
-from stepscope.capture.recorder import DATA_WAIT, PHASE_NAMES, StepRecorder
+from stepscope.capture.recorder import CORE, DATA_WAIT, PHASE_NAMES, PYTHON_CORE_REASON, StepRecorder
 from stepscope.capture.stacks import DEFAULT_RATE_HZ as DEFAULT_STACKS_HZ
 from stepscope.capture.stacks import StackSampler
 from stepscope.capture.torch_windows import TraceWindow
@@ -300,7 +300,11 @@ class CaptureSession:
                 "with `with stepscope.profile(out=...):` around its training function, or launch the "
                 "processes with torchrun -m stepscope run")
         if recorder.foreign_thread_calls:
-            self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored")
+            self.warnings.note(f"{recorder.foreign_thread_calls} loader/phase calls from other threads were ignored "
+                               "(only the thread that started capture is timed)")
+        if CORE != "c" and recorder.count:
+            self.warnings.note(f"capture ran on its Python core ({PYTHON_CORE_REASON}): its hooks cost about 3x "
+                               "the C core's per step")
         meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
                           "exit_code": exit_code, "exception": exception, "interrupted_by": interrupted_by,
                           "step_source": recorder.mode if recorder.count else "none",
@@ -345,23 +349,13 @@ class CaptureSession:
         optimizer step begins (before it updates anything). Raised between phases, from the hooks'
         own calls, so the record stays consistent and holds exactly ``max_steps`` steps."""
         recorder, owner = self.recorder, self.meta["pid"]
-        batch_requested, optimizer_started = recorder.batch_requested, recorder.optimizer_started
 
         def stop() -> None:
             if recorder.count >= max_steps and os.getpid() == owner and not self.stopped_at_max_steps:
                 self.stopped_at_max_steps = True
                 raise MaxStepsReached(recorder.count)
 
-        def bounded_batch_requested() -> None:
-            batch_requested()
-            stop()
-
-        def bounded_optimizer_started(optimizer_id: int) -> None:
-            optimizer_started(optimizer_id)
-            stop()
-
-        recorder.batch_requested = bounded_batch_requested  # type: ignore[method-assign]
-        recorder.optimizer_started = bounded_optimizer_started  # type: ignore[method-assign]
+        recorder.at_boundary = stop  # after the commits of a batch request or an optimizer step
 
     # -- parts ---------------------------------------------------------------------------------
     def _start_sidecar(self) -> None:
@@ -384,20 +378,27 @@ class CaptureSession:
         self.profiler.teardown("run")
 
     def _chain_commit_callbacks(self) -> None:
-        previous = self.recorder.on_commit
+        """One callback after committed steps: the hooks' root-module discovery, the FLOP probe, the
+        profiler window and the check for CUDA. Each part returns the next step it needs, and the
+        recorder calls back only then: a steady step makes no Python call here."""
+        hooks, flops, trace, recorder = self.hooks, self.flops, self.trace, self.recorder
 
         def on_commit(index: int) -> None:
-            if previous is not None:
-                previous(index)
-            if self.flops is not None:
-                self.flops.on_commit(index)
-            if self.trace is not None:
-                self.trace.on_commit(index)
-            if self.recorder.device is None and index - self._device_checked_at >= DEVICE_CHECK_EVERY:
-                self._device_checked_at = index
-                self._maybe_enable_device_timing()
+            wanted = hooks.after_commit(index)
+            if flops is not None:
+                wanted = min(wanted, flops.on_commit(index))
+            if trace is not None:
+                wanted = min(wanted, trace.on_commit(index))
+            if recorder.device is None:
+                if index - self._device_checked_at >= DEVICE_CHECK_EVERY:
+                    self._device_checked_at = index
+                    self._maybe_enable_device_timing()
+                if recorder.device is None:
+                    wanted = min(wanted, self._device_checked_at + DEVICE_CHECK_EVERY)
+            recorder.next_commit_call = max(wanted, index + 1)
 
-        self.recorder.on_commit = on_commit
+        recorder.on_commit = on_commit
+        recorder.next_commit_call = 0
 
     def _maybe_enable_device_timing(self) -> None:
         try:
@@ -405,7 +406,7 @@ class CaptureSession:
 
             backend = torch_cuda_backend()
             if backend is not None:
-                self.recorder.device = DeviceTimer(self.recorder.columns, *backend)
+                self.recorder.use_device(DeviceTimer(self.recorder.columns, *backend))
         except Exception as exc:  # noqa: BLE001
             self.warnings.once("cuda-timing", f"CUDA event timing unavailable ({exc}); host times only")
 

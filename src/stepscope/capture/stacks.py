@@ -446,7 +446,7 @@ class StackSampler:
 
     def _phase(self) -> int:
         recorder = self.recorder
-        return _PHASE_OF_RECORDER[recorder._phase] if recorder is not None else -1
+        return _PHASE_OF_RECORDER[recorder.current_phase()] if recorder is not None else -1
 
     def start(self) -> StackSampler:
         """Start sampling (see :func:`sampler_for`) and, once torch is imported, the worker hook."""

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
 from stepscope.record.run import ProfilerWindow
 
@@ -34,7 +35,8 @@ class TraceWindow:
         self._last_step: int | None = None
         self.window: ProfilerWindow | None = None
 
-    def on_commit(self, index: int) -> None:
+    def on_commit(self, index: int) -> int:
+        """After committed step ``index``; returns the next index it must be called at."""
         if self._profiler is None and self._last_step is None and index == self.first_step - 2:
             self._start()
         elif self._profiler is not None and self._last_step is None:
@@ -42,6 +44,11 @@ class TraceWindow:
                 self._stop(index)
             else:
                 self._step()
+        if self._last_step is not None:
+            return NEVER
+        if self._profiler is None and index < self.first_step - 2:
+            return self.first_step - 2
+        return index + 1
 
     def _step(self) -> None:
         """Mark a step boundary in the trace (``ProfilerStep#N`` ranges, as analyses expect)."""

@@ -123,6 +123,7 @@ class FakeEvent:
 
 
 def test_device_spans_are_read_only_when_complete():
+    FakeEvent.clock = 0.0
     spans = DeviceSpans(FakeEvent)
     start = spans.begin()
     FakeEvent.clock = 2.5

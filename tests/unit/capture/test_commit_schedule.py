@@ -1,0 +1,36 @@
+"""Commit callbacks run only at the steps that need them: discovery, the FLOP step, the trace
+window, the periodic CUDA and root-module checks; a steady step makes no Python call."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from stepscope.capture.session import DEVICE_CHECK_EVERY, CaptureSession
+
+
+def test_steady_steps_call_back_only_at_the_periodic_checks(tmp_path):
+    session = CaptureSession(tmp_path / "run", sample_interval_s=None, count_flops=False, emit_warnings=False,
+                             stacks_hz=0, trace=True).start()
+    try:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        chained = session.recorder.on_commit
+        calls = []
+
+        def spy(index):
+            calls.append(index)
+            chained(index)
+
+        session.recorder.on_commit = spy
+        for (x,) in DataLoader(TensorDataset(torch.zeros(60 * 2, 4)), batch_size=2):
+            model(x).sum().backward()
+            opt.step()
+    finally:
+        record = session.stop()
+    # discovery (0, 1), the trace window (4..8), then one call per DEVICE_CHECK_EVERY steps
+    assert calls[:2] == [0, 1] and [4, 5, 6, 7, 8] == [index for index in calls if 4 <= index <= 8]
+    steady = [index for index in calls if index > 8]
+    assert steady and all(later - earlier == DEVICE_CHECK_EVERY for earlier, later in zip(steady, steady[1:]))
+    assert len(calls) < 2 + 5 + 59 // DEVICE_CHECK_EVERY + 2
+    assert record is not None and len(record.profiler_windows) == 1 and len(record.steps) >= 59
