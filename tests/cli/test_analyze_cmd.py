@@ -91,3 +91,25 @@ def test_empty_directory_and_missing_path(capsys, tmp_path):
     assert "no .json" in capsys.readouterr().err
     assert main(["analyze", str(tmp_path / "nope.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_ranks_on_worker_processes_print_the_same_document(capsys, tmp_path):
+    doc = json.loads(gzip.decompress(TRAIN.read_bytes()))
+    for rank in range(3):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 3}
+        (tmp_path / f"w{rank}.json").write_text(json.dumps(doc))
+    outputs = []
+    for jobs in ("1", "3"):
+        assert main(["analyze", str(tmp_path), "--format", "json", "--jobs", jobs]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1] and len(outputs[0]["trace_analysis"]["ranks"]) == 3
+    assert main(["analyze", str(tmp_path), "--jobs", "0"]) == 2
+    assert "--jobs must be >= 1" in capsys.readouterr().err
+
+
+def test_unreachable_dask_scheduler_is_one_line_exit_2(capsys):
+    pytest.importorskip("distributed", reason="Dask's distributed is the optional engine (stepscope[dask])")
+    assert main(["analyze", str(TRAIN), "--dask", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepscope: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    assert len(err.strip().splitlines()) == 1

@@ -268,3 +268,48 @@ def test_a_script_s_own_comm_hook_runs_and_is_timed(tmp_path):
     assert result.stdout.count("calls 8") == 2  # the script's hook ran for every bucket
     steps = load_record(tmp_path / "out", 0).steps
     assert steps.communication_ns.sum() + steps.communication_overlap_ns.sum() > 0
+
+
+ALL_REDUCE_LOOP = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(30):
+        opt.zero_grad()
+        model(torch.randn(8, 16)).pow(2).mean().backward()
+        for parameter in model.parameters():
+            dist.all_reduce(parameter.grad)
+        opt.step()
+    dist.destroy_process_group()
+"""
+
+
+def test_two_nodes_without_a_shared_filesystem_merge_on_rank_0_s_node(tmp_path):
+    """Each node writes to its own directory; rank 1's record reaches rank 0 through the job's c10d
+    store, and node 0's directory holds the one merged report."""
+    port = _free_port()
+    common = ["-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
+              "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "nofs"]
+    homes = [tmp_path / f"node{node}" for node in (0, 1)]
+    for home in homes:
+        home.mkdir()
+        write_script(home, "loop.py", ALL_REDUCE_LOOP)
+    nodes = [subprocess.Popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
+                               *NO_STACKS, "-o", "out", "loop.py"], cwd=homes[node], env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert nodes[0].returncode == 0, outputs[0][1][-3000:]
+    assert nodes[1].returncode == 0 or "RendezvousConnectionError" in outputs[1][1], outputs[1][1][-3000:]
+    assert sorted(p.name for p in (homes[1] / "out").glob("record.*")) == ["record.rank1.json.gz"]
+    assert not (homes[1] / "out" / "report.json").exists()
+    node0 = homes[0] / "out"
+    assert sorted(p.name for p in node0.glob("record.*")) == ["record.rank0.json.gz", "record.rank1.json.gz"]
+    assert (node0 / "samples.rank1.jsonl.gz").is_file()
+    report = json.loads((node0 / "report.json").read_text())
+    assert [(row["rank"], row["node"]) for row in report["job"]["ranks"]] == [(0, 0), (1, 1)]
+    assert report["job"]["missing"] == []
+    assert "Ranks (2 of 2)" in outputs[0][1]
+    assert load_record(node0, 1).meta.rank == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -127,12 +128,13 @@ class SystemSampler:
 
 def run_sampler(sampler: SystemSampler, writer: SamplesWriter, interval_s: float,
                 should_stop: Callable[[], bool], *, flush_every_s: float = FLUSH_EVERY_S,
-                max_samples: int | None = None) -> int:
+                max_samples: int | None = None, sleep: Callable[[float], object] = time.sleep) -> int:
     """Sample at a fixed rate until ``should_stop()``, the target ends, or ``max_samples``.
 
     Ticks are on a fixed grid (``start + k × interval``); a tick missed because sampling was slow
     (an overloaded machine) is skipped rather than taken late, so samples stay evenly spaced.
     A last sample is taken when stopping on request. Returns the number of samples written.
+    ``sleep`` waits between ticks; the sidecar passes one that a stop signal ends at once.
     """
     taken = 0
     next_tick = last_flush = time.monotonic()
@@ -154,7 +156,7 @@ def run_sampler(sampler: SystemSampler, writer: SamplesWriter, interval_s: float
         if next_tick < now:
             next_tick += (now - next_tick) // interval_s * interval_s + interval_s
         while not should_stop() and (remaining := next_tick - time.monotonic()) > 0:
-            time.sleep(min(remaining, _MAX_SLEEP_S))
+            sleep(min(remaining, _MAX_SLEEP_S))
     writer.flush()
     return taken
 
@@ -193,7 +195,7 @@ class Sidecar:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
-                    process.wait(timeout=timeout_s)
+                    _wait_exit(process, timeout_s)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(timeout=5.0)
@@ -223,6 +225,22 @@ class Sidecar:
 
         self.warnings.append(text)
         emit(text)
+
+
+def _wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """``process.wait(timeout_s)``, woken by the exit itself where Linux gives a pidfd (``Popen.wait``
+    polls with sleeps growing to 50 ms: up to 50 ms more at the end of every run)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        process.wait(timeout=timeout_s)
+        return
+    try:
+        if not select.select([pidfd], [], [], timeout_s)[0]:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+    finally:
+        os.close(pidfd)
+    process.wait(timeout=timeout_s)
 
 
 def start_sidecar(run_dir: Path, target_pid: int, rank: int, interval_s: float = DEFAULT_INTERVAL_S) -> Sidecar:
@@ -284,13 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flush-every", type=float, default=FLUSH_EVERY_S)
     args = parser.parse_args(argv)
     check_interval(args.interval)
-    stop = _install_stop_handlers()
+    stop, sleep = _install_stop_handlers()
     sampler = SystemSampler(args.pid, layout.roles_path(args.run_dir, args.rank), interval_s=args.interval)
     writer = None
     try:
         writer = SamplesWriter(layout.samples_path(args.run_dir, args.rank),
                                sampler.header(rank=args.rank, interval_s=args.interval))
-        run_sampler(sampler, writer, args.interval, stop, flush_every_s=args.flush_every)
+        run_sampler(sampler, writer, args.interval, stop, flush_every_s=args.flush_every, sleep=sleep)
         writer.close()
     except OSError as exc:  # disk full, directory made read-only, a name already taken
         print(f"could not write the samples ({exc}); the samples written before are kept", file=sys.stderr)
@@ -305,7 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _install_stop_handlers() -> Callable[[], bool]:
+def _install_stop_handlers() -> tuple[Callable[[], bool], Callable[[float], object]]:
+    """(stop requested?, a sleep that a stop signal ends at once).
+
+    The signal's wakeup file descriptor wakes the ``select`` the sleep waits in: a plain
+    ``time.sleep`` is resumed after the handler (PEP 475), so the last sample and the exit would
+    wait for the end of the slice, and the training process waits for the sidecar."""
     requested: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
@@ -313,8 +336,24 @@ def _install_stop_handlers() -> Callable[[], bool]:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, handler)
-    return lambda: bool(requested)
+    try:
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (AttributeError, OSError, ValueError):
+        return lambda: bool(requested), time.sleep
+
+    def sleep(seconds: float) -> None:
+        if not requested and select.select([read_fd], [], [], seconds)[0]:
+            try:
+                os.read(read_fd, 512)
+            except BlockingIOError:
+                pass
+
+    return lambda: bool(requested), sleep
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the samples are closed: nothing is left for the interpreter's teardown to do

@@ -54,6 +54,12 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
     parser.add_argument("--html", action="store_true",
                         help="write a self-contained HTML report (to -o FILE, default TRACE.html)")
+    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                        help="analyse ranks in parallel on N local processes (default: one per core, at most one "
+                             "per trace; 1: in this process)")
+    parser.add_argument("--dask", metavar="SCHEDULER", default=None,
+                        help="analyse ranks on a Dask cluster: a scheduler address (tcp://HOST:8786) or 'local' "
+                             "(a local cluster of --jobs workers); needs stepscope[dask]")
     add_max_bytes_option(parser)
     parser.set_defaults(handler=run)
 
@@ -90,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from stepscope.errors import UsageError
     from stepscope.pipeline.diagnose import ReportOptions, diagnose
-    from stepscope.pipeline.inputs import load_traces
     from stepscope.report.render import Output, render
 
     if args.top < 0:
@@ -102,9 +107,11 @@ def _run(args: argparse.Namespace) -> int:
         from stepscope.cli.exports import plan_trace_html
 
         html_path = plan_trace_html(args.trace, args.output)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
     progress, callback = _progress(args)
     try:
-        inputs = load_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback)
+        inputs = _load(args, callback)
     finally:
         if progress is not None:
             progress.stop()
@@ -125,6 +132,22 @@ def _run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def _load(args: argparse.Namespace, callback: Any) -> Any:
+    """The traces, analysed: in this process, on local worker processes, or on a Dask cluster."""
+    from stepscope.analysis.trace.trace_evidence import default_jobs
+    from stepscope.pipeline.inputs import load_traces
+    from stepscope.traces.load import discover_traces
+
+    if args.dask is not None:
+        from stepscope.executors import dask_executor
+
+        with dask_executor(args.dask, workers=args.jobs or 2) as executor:
+            return load_traces(args.trace, group_by_shape=args.group_by_shape, executor=executor)
+    jobs = args.jobs if args.jobs is not None else default_jobs(len(discover_traces(args.trace)))
+    return load_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None,
+                       jobs=jobs)
 
 
 def _check_output(output: str, trace: str) -> None:

@@ -41,15 +41,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"stepscope: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``only`` (``stepscope run …`` imports no other command's
+    module: some of them import the report pipeline, ~0.7 s of start-up)."""
     parser = _Parser(
         prog="stepscope",
         description="Find out why a PyTorch training or inference loop is slow, and what to change.",
     )
     parser.add_argument("--version", action="version", version=f"stepscope {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module_name in COMMANDS.values():
-        _command_module(module_name).add_parser(subparsers)
+    for name, module_name in COMMANDS.items():
+        if only is None or name == only:
+            _command_module(module_name).add_parser(subparsers)
     return parser
 
 
@@ -60,7 +63,7 @@ def _command_module(module_name: str) -> ModuleType:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
     rest: list[str] = []
     if args_list and args_list[0] in COMMANDS:
         module = _command_module(COMMANDS[args_list[0]])

@@ -206,6 +206,9 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
         guard.die_if_pending()
         if record is None or report_box:
             return
+        if record.meta.world_size > 1:
+            _exchange_records(session.run_dir, record.meta.rank, record.meta.world_size)
+            guard.die_if_pending()
         from stepscope.pipeline.publish import publish_run
 
         verifying = options.verify and exit_code == 0 and exception is None and interrupted_by is None
@@ -240,6 +243,21 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
             return EXIT_FINDINGS
     launcher.finish_process(outcome)
     return outcome.exit_code
+
+
+def _exchange_records(run_dir: Path, rank: int, world_size: int) -> None:
+    """Nodes without a shared filesystem: ranks send their files to rank 0 through the job's store
+    (:mod:`stepscope.capture.job_store`), rank 0 collects them before merging."""
+    from stepscope.capture import job_store
+    from stepscope.capture.warn import emit
+    from stepscope.pipeline.inputs import job_wait_s
+
+    if rank == 0:
+        _, warnings = job_store.collect_files(run_dir, world_size, job_wait_s())
+    else:
+        warnings = job_store.send_files(run_dir, rank)
+    for text in warnings:
+        emit(text)
 
 
 def fail_on_findings(findings: Any, fail_on: Any) -> int:

@@ -22,16 +22,19 @@ For traces (``stepscope analyze``) steps 1–2 are each rank's trace evidence al
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from stepscope.analysis.bundle import RunEvidence, job_evidence, rank_basis, trace_evidence
 from stepscope.analysis.run.code_locations import collapse_stacks
-from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
 from stepscope.errors import UsageError
 from stepscope.pipeline import views
 from stepscope.pipeline.inputs import JobInputs
 from stepscope.record.run import PHASES, RunRecord
 from stepscope.report.model import FlameView, PerfettoView, RankReport, Report
+
+if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
+    from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ where the summary is worth more than the samples.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from stepscope.analysis.run.ranks import MissingRank
-from stepscope.analysis.trace.trace_evidence import TraceAnalysis, analyze_traces
 from stepscope.errors import InputError, StepscopeError
 from stepscope.record import layout
 from stepscope.record.run import RunRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
+    from concurrent.futures import Executor
+
+    from stepscope.analysis.trace.trace_evidence import TraceAnalysis
     from stepscope.verify import Verification
 
 #: How long rank 0 waits for the other ranks' records after its own (``STEPSCOPE_JOB_WAIT_S``).
@@ -179,6 +180,8 @@ def window_views(record: RunRecord, run_dir: Path) -> tuple[TraceAnalysis | None
         return None, None
     path = run_dir / str(windows[-1].trace_path)
     try:
+        from stepscope.analysis.trace.trace_evidence import analyze_traces
+
         return analyze_traces(path), None
     except (StepscopeError, OSError) as exc:
         return None, f"profiler window trace not analyzed: {exc}"
@@ -191,41 +194,29 @@ def window_trace_path(record: RunRecord, run_dir: Path | None) -> Path | None:
 
 
 # -- the ranks of a job ----------------------------------------------------------------------------
+def job_wait_s() -> float:
+    """How long rank 0 waits for the other ranks' records (``STEPSCOPE_JOB_WAIT_S``, default 60 s)."""
+    try:
+        return float(os.environ.get("STEPSCOPE_JOB_WAIT_S", DEFAULT_WAIT_S))
+    except ValueError:
+        return DEFAULT_WAIT_S
+
+
 def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None = None,
                    poll_s: float = 0.2) -> list[int]:
     """Wait until every rank below ``world_size`` has a record, or has ended without one, or the
     timeout passes; returns the ranks that have a record."""
     if timeout_s is None:
-        try:
-            timeout_s = float(os.environ.get("STEPSCOPE_JOB_WAIT_S", DEFAULT_WAIT_S))
-        except ValueError:
-            timeout_s = DEFAULT_WAIT_S
+        timeout_s = job_wait_s()
     path = Path(run_dir)
     deadline = time.monotonic() + max(0.0, timeout_s)
     while True:
         present = layout.record_ranks(path)
-        pending = [rank for rank in range(world_size) if rank not in present and _may_still_write(path, rank)]
+        pending = [rank for rank in range(world_size)
+                   if rank not in present and layout.rank_may_still_write(path, rank)]
         if not pending or time.monotonic() >= deadline:
             return present
         time.sleep(poll_s)
-
-
-def _may_still_write(run_dir: Path, rank: int) -> bool:
-    """False when the rank's lock exists and nobody holds it (the rank ended)."""
-    lock = layout.lock_path(run_dir, rank)
-    try:
-        descriptor = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return True  # not started yet (or on another node, still claiming)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True  # held: the rank is alive
-    else:
-        fcntl.flock(descriptor, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(descriptor)
 
 
 def missing_rank(run_dir: Path, rank: int) -> MissingRank:
@@ -272,10 +263,15 @@ def is_job_dir(run_dir: str | Path) -> bool:
 
 # -- traces alone ----------------------------------------------------------------------------------
 def load_traces(path: str | Path | Sequence[str | Path], *, group_by_shape: bool = False,
-                progress: Callable[[str, int, int], None] | None = None) -> JobInputs:
-    """torch.profiler traces (a file, a directory of per-rank files, or a list), analysed."""
-    return JobInputs("trace", traces=analyze_traces(path, group_by_shape=group_by_shape, progress=progress))
+                progress: Callable[[str, int, int], None] | None = None, jobs: int = 1,
+                executor: Executor | None = None) -> JobInputs:
+    """torch.profiler traces (a file, a directory of per-rank files, or a list), analysed; ranks in
+    parallel on ``jobs`` local processes or on ``executor`` (see ``analyze_traces``)."""
+    from stepscope.analysis.trace.trace_evidence import analyze_traces
+
+    return JobInputs("trace", traces=analyze_traces(path, group_by_shape=group_by_shape, progress=progress,
+                                                    jobs=jobs, executor=executor))
 
 
-__all__ = ["DEFAULT_WAIT_S", "JobInputs", "inputs_after_run", "is_job_dir", "load_run", "load_traces",
+__all__ = ["DEFAULT_WAIT_S", "JobInputs", "inputs_after_run", "is_job_dir", "job_wait_s", "load_run", "load_traces",
            "missing_rank", "wait_for_ranks", "window_trace_path", "window_views"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,14 +18,14 @@ from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.ranks import MissingRank, rank_row, rank_spread
 from stepscope.analysis.run.steady import step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
-from stepscope.analysis.trace.launch_stats import LAUNCH_DELAY_CUTOFF_US, RUNTIME_CUTOFF_US
-from stepscope.analysis.trace.rank_analysis import RankAnalysis
-from stepscope.analysis.trace.step_breakdown import CATEGORIES
-from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.record.run import PHASES, RunRecord, StepTable
 from stepscope.report.model import (JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
                                     StepSeries, TraceRankView, TraceViews)
+
+if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
+    from stepscope.analysis.trace.rank_analysis import RankAnalysis
+    from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 
 _EMPTY_STATS = step_stats(StepTable.empty())
 #: MFU gets a line in the summary when the model's own phases take at least this share of the step
@@ -134,6 +134,8 @@ def trace_views(analysis: TraceAnalysis, from_window: bool) -> TraceViews:
 
 
 def trace_rank_view(item: RankAnalysis) -> TraceRankView:
+    from stepscope.analysis.trace.step_breakdown import CATEGORIES
+
     steps = item.steps
     temporal = item.temporal
     python = item.python
@@ -271,5 +273,5 @@ def _step_residual(events: list[dict[str, Any]], record: RunRecord, window_steps
     return int(round(median))
 
 
-__all__ = ["LAUNCH_DELAY_CUTOFF_US", "MFU_SHOWN_COMPUTE_SHARE", "RUNTIME_CUTOFF_US", "job_summary", "perfetto_view",
+__all__ = ["MFU_SHOWN_COMPUTE_SHARE", "job_summary", "perfetto_view",
            "run_summary", "skip_summary", "step_series", "timelines_of", "trace_rank_view", "trace_views"]

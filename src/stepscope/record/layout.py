@@ -17,6 +17,8 @@ directory is refused.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 from pathlib import Path
 
@@ -53,3 +55,21 @@ def record_ranks(run_dir: Path) -> list[int]:
         if match:
             ranks.append(int(match.group(1)))
     return sorted(ranks)
+
+
+def rank_may_still_write(run_dir: Path, rank: int) -> bool:
+    """False when the rank's lock exists and nobody holds it (the rank ended)."""
+    lock = lock_path(run_dir, rank)
+    try:
+        descriptor = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True  # not started yet (or on another node, still claiming)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held: the rank is alive
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(descriptor)

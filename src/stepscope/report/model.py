@@ -14,7 +14,7 @@ statistics, the machine's timelines, the step series for charts — so a rendere
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -26,14 +26,16 @@ from stepscope.analysis.run.gc_pauses import GcPauseSummary
 from stepscope.analysis.run.ranks import MissingRank, RankRow, RankSpread
 from stepscope.analysis.run.steady import StepStats
 from stepscope.analysis.run.timelines import SystemTimelines
-from stepscope.analysis.trace.gpu_metrics import DeviceSummary
-from stepscope.analysis.trace.kernels import KernelRow
-from stepscope.analysis.trace.memory import AllocatingOperator, DeviceMemory
-from stepscope.analysis.trace.operators import OperatorRow
-from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunMeta, SkippedSamples
+
+if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
+    from stepscope.analysis.trace.gpu_metrics import DeviceSummary
+    from stepscope.analysis.trace.kernels import KernelRow
+    from stepscope.analysis.trace.memory import AllocatingOperator, DeviceMemory
+    from stepscope.analysis.trace.operators import OperatorRow
+    from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 
 REPORT_KIND = "stepscope.report"
 #: 4: findings carry ``rank``, ``ranks``, ``cause_of``, ``partial``, ``rule_confidence``,

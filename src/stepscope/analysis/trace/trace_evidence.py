@@ -16,7 +16,9 @@ event table released before the next is loaded, so memory holds one rank's colum
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,34 +67,126 @@ def analyze_traces(
     *,
     group_by_shape: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    jobs: int = 1,
+    executor: Executor | None = None,
 ) -> TraceAnalysis:
+    """Analyse every rank's trace; ranks in parallel with ``jobs`` > 1 or an ``executor``.
+
+    The work is a map and a reduce: each trace is decoded and reduced to its :class:`RankAnalysis`
+    (views, tables, the per-rank summary) where it runs, its event columns released there; the
+    job-level parts (kernel-type breakdown, rank comparison, stragglers) are computed here from
+    those results. ``jobs`` > 1 runs the map on that many local processes (one trace per process at
+    a time, so memory is bounded by ``jobs`` ranks' columns); ``executor`` is any
+    :class:`concurrent.futures.Executor` — e.g. a Dask cluster's ``Client.get_executor()`` — whose
+    workers can import stepscope. The result does not depend on how the map ran. ``progress`` is
+    called with a file's decode progress (bytes) in one process, and with (file, ranks done, ranks)
+    once per finished rank otherwise."""
     if isinstance(path_or_paths, (str, Path)):
         paths = discover_traces(path_or_paths)
     else:
         paths = [p for item in path_or_paths for p in discover_traces(item)]
-    results: list[RankAnalysis] = []
+    if executor is not None or (jobs > 1 and len(paths) > 1):
+        results = _map_ranks(paths, group_by_shape, progress, jobs, executor)
+    else:
+        results = []
+        for index, path in enumerate(paths):
+            callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
+            results.append(_analyze_one(path, index, group_by_shape, callback))
     seen: dict[int, str] = {}
-    for index, path in enumerate(paths):
-        callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
-        collecting = gc.isenabled()
-        gc.disable()  # decoding allocates millions of short-lived acyclic objects: no cycle scans meanwhile
-        try:
-            trace = load_trace(path, rank=index, progress=callback)
-        finally:
-            if collecting:
-                gc.enable()
-        if trace.rank in seen and len(paths) > 1:
+    for item in results:
+        if item.rank in seen and len(paths) > 1:
             from stepscope.errors import InputError
 
             raise InputError(
-                trace.path,
-                f"rank {trace.rank} (from {trace.rank_source}) is also claimed by {seen[trace.rank]}; "
+                item.path,
+                f"rank {item.rank} (from {item.rank_source}) is also claimed by {seen[item.rank]}; "
                 "pass traces of one job, one file per rank",
             )
-        seen[trace.rank] = trace.path
-        results.append(analyze_rank(trace, group_by_shape=group_by_shape))
-        del trace
+        seen[item.rank] = item.path
     results.sort(key=lambda r: r.rank)
     kinds = kernel_type_breakdown([r.kernel_type_sums for r in results])
     comparison = compare_ranks([r.summary for r in results])
     return TraceAnalysis(tuple(results), kinds, comparison, tuple(rank_evidence(item) for item in results))
+
+
+def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
+                 progress: Callable[[int, int], None] | None = None) -> RankAnalysis:
+    """The map step: one trace file to its rank's analysis (the event table is freed on return)."""
+    collecting = gc.isenabled()
+    gc.disable()  # decoding allocates millions of short-lived acyclic objects: no cycle scans meanwhile
+    try:
+        trace = load_trace(path, rank=index, progress=progress)
+    finally:
+        if collecting:
+            gc.enable()
+    return analyze_rank(trace, group_by_shape=group_by_shape)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A user-facing error raised in a worker, carried back as plain strings (exception classes
+    with their own ``__init__`` do not always survive pickling)."""
+
+    path: str
+    message: str
+
+
+def _analyze_remote(path: str, index: int, group_by_shape: bool, max_bytes: int) -> RankAnalysis | _Failed:
+    from stepscope import limits
+    from stepscope.errors import InputError, StepscopeError
+
+    try:
+        with limits.configured(max_bytes):  # the caller's --max-bytes, also on a worker that did not inherit it
+            return _analyze_one(path, index, group_by_shape)
+    except InputError as exc:
+        return _Failed(exc.path, str(exc))
+    except StepscopeError as exc:
+        return _Failed(path, str(exc))
+
+
+def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Callable[[str, int, int], None] | None,
+               jobs: int, executor: Executor | None) -> list[RankAnalysis]:
+    from stepscope import limits
+    from stepscope.errors import StepscopeError
+
+    limit = limits.max_bytes()
+    own = None
+    if executor is None:
+        own = executor = local_executor(min(jobs, len(paths)))
+    try:
+        futures = {executor.submit(_analyze_remote, str(path), index, group_by_shape, limit): str(path)
+                   for index, path in enumerate(paths)}
+        results: list[RankAnalysis] = []
+        for done, future in enumerate(as_completed(futures), 1):
+            outcome = future.result()
+            if isinstance(outcome, _Failed):
+                for other in futures:
+                    other.cancel()
+                raise StepscopeError(outcome.message)
+            results.append(outcome)
+            if progress is not None:
+                progress(futures[future], done, len(paths))
+        return results
+    finally:
+        if own is not None:
+            own.shutdown(wait=True, cancel_futures=True)
+
+
+def local_executor(workers: int) -> Executor:
+    """Worker processes for the per-rank map: forked from this process when it runs a single thread
+    (the analysis modules are already imported: no start-up per worker), else spawned (forking a
+    process that runs threads can deadlock in the child)."""
+    import multiprocessing
+    import threading
+
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context(method))
+
+
+def default_jobs(ranks: int) -> int:
+    """Local processes for ``ranks`` traces: one per usable core, at most one per trace."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, ranks))

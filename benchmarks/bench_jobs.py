@@ -1,0 +1,90 @@
+"""A job's traces: time and peak memory of ``stepscope analyze DIR`` against the number of ranks,
+analysed in one process (``--jobs 1``) and on local worker processes (``--jobs N``).
+
+Jobs are derived from a reference trace: rank copies with ``distributedInfo`` rewritten (and the
+trace replicated to reach the size asked for, as ``bench_analyze.py`` builds its synthetic
+traces). Each command runs in a fresh child; wall time includes interpreter start; CPU time and
+peak RSS (the largest single process: the driver or one worker) come from ``wait4``.
+
+    python benchmarks/bench_jobs.py [--small 64 --small-mb 2] [--large 8 --large-mb 50] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "tests" / "data" / "traces" / "reference" / "hta" / "trace_compare" / "base"
+
+
+def seed_trace() -> Path:
+    return next(p for p in sorted(SEED.iterdir()) if p.name.endswith((".json", ".json.gz")))
+
+
+def derive_job(seed: Path, ranks: int, mb: float, out: Path) -> Path:
+    """``ranks`` copies of ``seed`` of ~``mb`` MB each, one rank each."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_analyze import make_synthetic
+
+    out.mkdir(parents=True, exist_ok=True)
+    raw = seed.read_bytes()
+    doc = orjson.loads(gzip.decompress(raw) if seed.name.endswith(".gz") else raw)
+    if len(orjson.dumps(doc)) < mb * 1e6 * 0.9:
+        sized = make_synthetic(seed, mb, out / "sized.json")
+        doc = orjson.loads(sized.read_bytes())
+        sized.unlink()
+    for rank in range(ranks):
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": ranks}
+        (out / f"rank{rank:04d}.json").write_bytes(orjson.dumps(doc))
+    return out
+
+
+def measure(command: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s of the process and its children, peak RSS MB of the largest one)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {process.stderr.read().decode()[-500:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=64)
+    parser.add_argument("--small-mb", type=float, default=2.0)
+    parser.add_argument("--large", type=int, default=8)
+    parser.add_argument("--large-mb", type=float, default=50.0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--work-dir", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
+        for label, ranks, mb in (("small", args.small, args.small_mb), ("large", args.large, args.large_mb)):
+            for count in sorted({max(1, ranks // 4), ranks}):
+                job = derive_job(seed_trace(), count, mb, Path(tmp) / f"{label}{count}")
+                size = sum(p.stat().st_size for p in job.iterdir()) / 1e6
+                rows = {}
+                for jobs in (1, args.jobs):
+                    rows[jobs] = measure([sys.executable, "-m", "stepscope", "analyze", str(job), "--format", "json",
+                                          "-o", str(Path(tmp) / "out.json"), "--jobs", str(jobs)])
+                one, many = rows[1], rows[args.jobs]
+                print(f"{count:4d} ranks x {size / count:5.1f} MB ({size:7.1f} MB): --jobs 1 {one[0]:6.1f} s wall, "
+                      f"{one[1]:6.1f} s CPU, {one[2]:5.0f} MB peak | --jobs {args.jobs} {many[0]:6.1f} s wall, "
+                      f"{many[1]:6.1f} s CPU, {many[2]:5.0f} MB peak per process | speed-up {one[0] / many[0]:.2f}x",
+                      flush=True)
+                for path in job.iterdir():
+                    path.unlink()
+
+
+if __name__ == "__main__":
+    main()
