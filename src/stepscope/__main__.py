@@ -1,4 +1,4 @@
-from stepscope.cli.main import console_main
+from stepscope.cli.entry import console_main
 
 if __name__ == "__main__":
     console_main()

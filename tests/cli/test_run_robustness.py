@@ -413,3 +413,45 @@ def test_os_exit_keeps_the_record_and_the_exit_status(tmp_path):
     assert len(record.steps) == 5 and record.meta.exit_code == 7
     assert any("os._exit(7)" in warning for warning in record.warnings)
     assert (tmp_path / "out" / "report.json").is_file() and "exit 7" in result.stderr
+
+
+def _stepscope_frames(stderr: str) -> list[str]:
+    """Traceback frames inside stepscope's package, apart from importing the console entry itself
+    (a Ctrl-C there lands before any code of ours can catch it, like one during Python's own start)."""
+    import re
+
+    import stepscope
+
+    package = os.path.dirname(stepscope.__file__)
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', stderr)
+    entry_imports = {os.path.join(package, "__init__.py"), os.path.join(package, "_version.py"),
+                     os.path.join(package, "cli", "__init__.py"), os.path.join(package, "cli", "entry.py")}
+    return [f"{path}:{name}" for path, name in frames
+            if path.startswith(package) and not (path in entry_imports and name == "<module>")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["console", "module"])
+def test_double_ctrl_c_during_start_up_never_shows_stepscope_s_traceback(tmp_path, entry):
+    """Two Ctrl-Cs 10 ms apart, from interpreter start to the script's first line: one line and a
+    SIGINT death while stepscope starts, the script's own KeyboardInterrupt once it runs."""
+    write_script(tmp_path, "slow.py", "import time\ntime.sleep(5)\n")
+    from support import CONSOLE_SCRIPT
+
+    prefix = [str(CONSOLE_SCRIPT)] if entry == "console" else [sys.executable, "-m", "stepscope"]
+    outcomes = set()
+    for delay in (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.6):
+        process = subprocess.Popen([*prefix, "run", "--no-monitor", "-o", "out", "--force", "slow.py"], cwd=tmp_path,
+                                   env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        assert not _stepscope_frames(stderr), (delay, stderr)
+        assert process.returncode in (-signal.SIGINT, 1), (delay, process.returncode, stderr)
+        if stderr == "stepscope: interrupted (Ctrl-C)\n":
+            outcomes.add("one line")
+        elif 'slow.py", line 2' in stderr:
+            outcomes.add("the script's traceback")
+    assert "one line" in outcomes, outcomes  # the sweep did cross stepscope's start

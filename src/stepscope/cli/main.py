@@ -83,24 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Console-script entry point.
-
-    A Ctrl-C that reaches here came before the script started (stepscope importing itself,
-    parsing, starting the sampler) or in a command of stepscope's own: one line, and the process
-    ends by SIGINT as Python's would, without a traceback of stepscope's internals. (The script's
-    own Ctrl-C is the script's: :mod:`stepscope.capture.launcher` reports it as Python does.)"""
+    """Console-script entry point (kept here for callers of ``stepscope.cli.main``): see
+    :mod:`stepscope.cli.entry`."""
     try:
         code = main()
     except KeyboardInterrupt:
-        import os
-        import signal
+        from stepscope.cli.entry import interrupted
 
-        try:
-            sys.stderr.write("stepscope: interrupted (Ctrl-C)\n")
-            sys.stderr.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        code = 128 + signal.SIGINT  # pragma: no cover - only if the signal did not end us
+        interrupted()
     sys.exit(code)
