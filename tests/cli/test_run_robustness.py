@@ -455,3 +455,50 @@ def test_double_ctrl_c_during_start_up_never_shows_stepscope_s_traceback(tmp_pat
         elif 'slow.py", line 2' in stderr:
             outcomes.add("the script's traceback")
     assert "one line" in outcomes, outcomes  # the sweep did cross stepscope's start
+
+
+def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
+    """SIGKILL skips every handler: the record's checkpoint, saved while the steps accrued, is what
+    `stepscope report` reads, with a note saying the run did not finish capture."""
+    write_script(tmp_path, "killed.py", """
+        import os, signal, time
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = run_cli(["run", "--no-summary", "-o", "out", "killed.py"], tmp_path, env={"STEPSCOPE_CHECKPOINT_S": "0.5"})
+    assert result.returncode == -signal.SIGKILL
+    out = tmp_path / "out"
+    assert not (out / "record.rank0.json.gz").exists() and (out / "record.rank0.partial.json.gz").is_file()
+    record = load_record(out)
+    assert len(record.steps) >= 20 and record.meta.step_source == "optimizer"
+    assert any("last checkpoint of the record" in note for note in record.warnings)
+    report = run_cli(["report", "out"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "last checkpoint" in report.stdout + report.stderr
+
+
+def test_a_finished_run_leaves_no_checkpoint(tmp_path):
+    write_script(tmp_path, "short.py", """
+        import time
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(60):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            time.sleep(0.02)
+    """)
+    result = run_cli(["run", "--no-summary", "--no-monitor", "-o", "out", "short.py"], tmp_path,
+                     env={"STEPSCOPE_CHECKPOINT_S": "0.2"})
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("record.*")) == ["record.rank0.json.gz"]
+    assert len(load_record(tmp_path / "out").steps) >= 59

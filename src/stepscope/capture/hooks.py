@@ -193,7 +193,9 @@ class LoaderRegistry:
                 pass
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in info.items() if k not in ("_ref", "in_process")} for info in self.loaders.values()]
+        # copies taken in one C call each: capture's checkpoint thread reads this while the script runs
+        return [{k: v for k, v in dict(info).items() if k not in ("_ref", "in_process")}
+                for info in list(self.loaders.values())]
 
 
 def _has_parameters(module: Any) -> bool:

@@ -589,13 +589,17 @@ class _RecorderAPI:
         for column in self.device_columns.values():
             del column[count:]
 
-    def steps(self) -> StepTable:
-        """The committed steps as a frozen, columnar :class:`~stepscope.record.run.StepTable`."""
-        count = self.count
-        table = np.frombuffer(self.row_bytes(), dtype=np.int64).reshape(count, _WIDTH) if count \
-            else np.zeros((0, _WIDTH), dtype=np.int64)
+    def steps(self, device: bool = True) -> StepTable:
+        """The committed steps as a frozen, columnar :class:`~stepscope.record.run.StepTable`.
+
+        ``device=False`` leaves the device columns out: the capture's checkpoint thread reads the
+        steps while the training thread commits (the rows are copied in one call, so they are
+        whole; the device columns are still being drained)."""
+        rows = np.frombuffer(self.row_bytes(), dtype=np.int64)
+        count = rows.shape[0] // _WIDTH
+        table = rows[: count * _WIDTH].reshape(count, _WIDTH)
         columns: dict[str, Any] = {name: table[:, index].copy() for index, name in enumerate(ROW)}
-        if self.device is not None or any(len(column) for column in self.device_columns.values()):
+        if device and (self.device is not None or any(len(column) for column in self.device_columns.values())):
             self._pad_device_columns()
             columns.update({name: column[:count] for name, column in self.device_columns.items()})
         return StepTable.from_columns(columns)

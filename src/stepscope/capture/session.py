@@ -71,6 +71,12 @@ _HELD_LOCKS: list[Any] = []
 ACTIVE: CaptureSession | None = None
 
 
+#: The record is checkpointed this long after capture starts, then at doubling intervals up to
+#: CHECKPOINT_MAX_S (``STEPSCOPE_CHECKPOINT_S`` sets the first; 0 turns checkpoints off).
+CHECKPOINT_FIRST_S = 2.0
+CHECKPOINT_MAX_S = 60.0
+
+
 class CaptureSession:
     """Everything captured in one process (one rank).
 
@@ -123,6 +129,8 @@ class CaptureSession:
         self.record: RunRecord | None = None
         self._lock = threading.Lock()
         self._started = False
+        self._checkpoints: threading.Event | None = None
+        self._checkpoint_thread: threading.Thread | None = None
         self._torch_watcher: Any = None
         self._dynamo_watcher: Any = None
         self.compile_watch: Any = None  # stepscope.capture.compile_watch.CompileWatcher, once dynamo is imported
@@ -163,9 +171,64 @@ class CaptureSession:
             self._sigint = SigintGuard()
             _quietly(self.warnings, "sigint", self._sigint.install)
         self._started = True
+        self._start_checkpoints()
         global ACTIVE
         ACTIVE = self
         return self
+
+    def _start_checkpoints(self) -> None:
+        """A thread that saves the record as it stands, at growing intervals, while steps accrue, so
+        a process killed outright (SIGKILL, the OOM killer) still leaves a record to report."""
+        try:
+            first_s = float(os.environ.get("STEPSCOPE_CHECKPOINT_S", CHECKPOINT_FIRST_S))
+        except ValueError:
+            first_s = CHECKPOINT_FIRST_S
+        if first_s <= 0:
+            return
+        self._checkpoints = threading.Event()
+        self._checkpoint_thread = threading.Thread(target=self._checkpoint_loop, args=(first_s,),
+                                                   name="stepscope-checkpoint", daemon=True)
+        self._checkpoint_thread.start()
+
+    def _checkpoint_loop(self, interval_s: float) -> None:
+        assert self._checkpoints is not None
+        written = 0
+        while not self._checkpoints.wait(interval_s):
+            if self.recorder.count > written and self.record is None:
+                try:
+                    written = self._save_checkpoint()
+                except Exception as exc:  # noqa: BLE001 - a checkpoint is a safety net, never a failure
+                    self.warnings.once("checkpoint", f"could not save a checkpoint of the record "
+                                                     f"({type(exc).__name__}: {exc}); a killed run would lose it")
+                    return
+                interval_s = min(interval_s * 2, CHECKPOINT_MAX_S)  # the intervals between saves double
+
+    def _save_checkpoint(self) -> int:
+        """The record as it stands (committed steps, DataLoaders, notes so far), to the partial
+        record file; returns the steps it holds."""
+        steps = self.recorder.steps(device=False)
+        now = time.perf_counter_ns()
+        meta = RunMeta(**{**self.meta, **environment.torch_meta(), "end_wall_ns": time.time_ns(), "end_ns": now,
+                          "step_source": self.recorder.mode if len(steps) else "none", "timing": "cpu"})
+        loaders = tuple(LoaderInfo(**{**item, "worker_pids": tuple(item["worker_pids"])})
+                        for item in self.hooks.registry.snapshot())
+        end = int(steps.end_ns[-1]) if len(steps) else now
+        note = (f"this is the last checkpoint of the record ({len(steps)} steps, saved "
+                f"{(now - self.meta['start_ns']) / 1e9:.1f} s into the run): the process ended without finishing "
+                "capture (killed by SIGKILL or the OOM killer, or the machine stopped); what came after is unknown")
+        record = RunRecord(meta=meta, steps=steps, loaders=loaders, warnings=(*self.warnings.messages, note),
+                           facts=CaptureFacts(trailing_ns=max(0, now - end), inference=self.recorder.inference,
+                                              model_forwards=self.recorder.model_forwards,
+                                              model_forwards_no_grad=self.recorder.model_forwards_no_grad))
+        if self.record is None:  # the final record was not written meanwhile
+            save_record(record, layout.partial_record_path(self.run_dir, self.rank))
+        return len(steps)
+
+    def _stop_checkpoints(self) -> None:
+        if self._checkpoints is not None and self._checkpoint_thread is not None:
+            self._checkpoints.set()
+            if self._checkpoint_thread is not threading.current_thread():
+                self._checkpoint_thread.join(timeout=1.0)
 
     def _watch_os_exit(self) -> None:
         """``os._exit`` skips atexit and every ``finally``: wrap it so that the training process
@@ -233,8 +296,11 @@ class CaptureSession:
             self._restore_os_exit()
             if self._sigint is not None:
                 _quietly(self.warnings, "sigint", self._sigint.uninstall)
+            self._stop_checkpoints()
             self.record = self._finish(exit_code, exception, interrupted_by)
             self._save()
+            with contextlib.suppress(OSError):  # the record is written: its checkpoint is obsolete
+                layout.partial_record_path(self.run_dir, self.rank).unlink(missing_ok=True)
             if self.sidecar is not None and not self.should_hurry():
                 _quietly(self.warnings, "sidecar", self.sidecar.stop)
                 notes = [str(note) for note in getattr(self.sidecar, "warnings", ()) or ()]

@@ -80,15 +80,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StepscopeError as exc:
         print(f"stepscope: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def console_main() -> None:
-    """Console-script entry point (kept here for callers of ``stepscope.cli.main``): see
-    :mod:`stepscope.cli.entry`."""
-    try:
-        code = main()
-    except KeyboardInterrupt:
-        from stepscope.cli.entry import interrupted
-
-        interrupted()
-    sys.exit(code)

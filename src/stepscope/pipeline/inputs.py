@@ -222,6 +222,9 @@ def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None
 def missing_rank(run_dir: Path, rank: int) -> MissingRank:
     """A rank without a record, and what its other files say."""
     samples = layout.samples_path(run_dir, rank)
+    if layout.partial_record_path(run_dir, rank).exists():
+        return MissingRank(rank, f"no record: the process was killed; its last checkpoint is kept "
+                                 f"(stepscope report {run_dir} --rank {rank} reads it)")
     if samples.exists():
         ran = _samples_span_s(samples)
         seen = f"; its samples file shows it ran {ran:.1f} s" if ran is not None else "; its samples file is empty"

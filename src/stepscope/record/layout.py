@@ -4,6 +4,7 @@
 
     stepscope-runs/<timestamp>-<script>/
         record.rank<R>.json.gz     the RunRecord of rank R (record/store.py)
+        record.rank<R>.partial.json.gz   its last checkpoint while the rank runs (left by a killed run)
         samples.rank<R>.jsonl.gz   the sidecar sampler's samples for rank R (record/samples.py)
         roles.rank<R>.jsonl        pids the training process reports (DataLoader workers), for the sampler
         traces/                    torch.profiler windows (Kineto JSON)
@@ -25,10 +26,16 @@ from pathlib import Path
 REPORT_FILE = "report.json"
 TRACES_DIR = "traces"
 _RECORD_RE = re.compile(r"^record\.rank(\d+)\.json\.gz$")
+_PARTIAL_RE = re.compile(r"^record\.rank(\d+)\.partial\.json\.gz$")
 
 
 def record_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / f"record.rank{rank}.json.gz"
+
+
+def partial_record_path(run_dir: Path, rank: int) -> Path:
+    """The last checkpoint of a rank's record while it runs; removed once the record is written."""
+    return Path(run_dir) / f"record.rank{rank}.partial.json.gz"
 
 
 def samples_path(run_dir: Path, rank: int) -> Path:
@@ -52,6 +59,16 @@ def record_ranks(run_dir: Path) -> list[int]:
     ranks = []
     for child in Path(run_dir).iterdir():
         match = _RECORD_RE.match(child.name)
+        if match:
+            ranks.append(int(match.group(1)))
+    return sorted(ranks)
+
+
+def partial_record_ranks(run_dir: Path) -> list[int]:
+    """Ranks that left a checkpoint (``record.rank<R>.partial.json.gz``) in ``run_dir``, sorted."""
+    ranks = []
+    for child in Path(run_dir).iterdir():
+        match = _PARTIAL_RE.match(child.name)
         if match:
             ranks.append(int(match.group(1)))
     return sorted(ranks)

@@ -117,6 +117,11 @@ def resolve_record_path(path: str | Path, rank: int | None = None) -> Path:
     path = Path(path)
     if path.is_dir():
         ranks = layout.record_ranks(path)
+        if not ranks or (rank is not None and rank not in ranks):
+            partial = layout.partial_record_ranks(path)  # a killed run's last checkpoint
+            chosen = (partial[0] if partial else None) if rank is None else rank
+            if chosen is not None and chosen in partial:
+                return layout.partial_record_path(path, chosen)
         if not ranks:
             raise InputError(path, "no run record (record.rank<N>.json.gz) in this directory; "
                              "pass a directory written by 'stepscope run'")

@@ -80,7 +80,7 @@ def test_a_script_s_own_handler_is_left_alone():
 def test_ctrl_c_before_the_script_is_one_line_and_a_sigint_death():
     code = ("import stepscope.cli.main as cli\n"
             "def interrupted():\n    raise KeyboardInterrupt\n"
-            "cli.main = interrupted\ncli.console_main()\n")
+            "cli.main = interrupted\nfrom stepscope.cli.entry import console_main\nconsole_main()\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGINT
     assert result.stderr == "stepscope: interrupted (Ctrl-C)\n"
