@@ -34,11 +34,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-DEFAULT_TRACES = (
+DEFAULT_TRACES = (  # every reference trace of at least 15 MB of JSON
     "hta/mtia_trace_single_rank/mtia_rank_0.json.gz",
     "hta/trace_diff/control/control.json.gz",
+    "hta/trace_diff/test/test.json.gz",
     "hta/negative_queue_length_values_check/rank0.json.gz",
     "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
 )
 
@@ -48,7 +50,7 @@ t0 = time.perf_counter()
 from stepscope.analysis.trace.trace_evidence import analyze_traces
 analysis = analyze_traces(sys.argv[1])
 evidence = analysis.evidence()
-print("views", len(analysis.ranks), evidence.idle_share, time.perf_counter() - t0)
+print("views", len(analysis.ranks), evidence.idle.share, time.perf_counter() - t0)
 """
 
 HTA_CHILD = """
@@ -76,16 +78,25 @@ print("done", time.perf_counter() - t0)
 """
 
 
-def run_child(code: str, args: list[str], env_extra: dict[str, str]) -> dict:
+def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str = sys.executable) -> dict:
     env = dict(os.environ)
     env.update(env_extra)
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([python, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
             "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+
+
+def json_mb(path: Path) -> float:
+    """Size of the trace's JSON in MB: a gzip's own trailer says it (mod 4 GiB), without inflating."""
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            return path.stat().st_size / 1e6
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little") / 1e6
 
 
 def trace_rank(path: Path) -> int:
@@ -157,6 +168,10 @@ def main() -> None:
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "stepscope-bench"))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--hta", action="append", default=[], metavar="LABEL=PYTHON",
+                        help="an interpreter with an HTA release installed (repeatable), e.g. "
+                             "hta-0.5.0=/venvs/hta05/bin/python traceinsight-0.6.1=/venvs/hta06/bin/python; "
+                             "default: 'hta' in this interpreter")
     parser.add_argument("--out", default=None)
     parser.add_argument("--make-synthetic", nargs=3, metavar=("SEED", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,19 +192,22 @@ def main() -> None:
             )
         cases.append((f"synthetic {int(args.synthetic_mb)} MB", target))
     env = {"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    hta_env = {"OMP_NUM_THREADS": "1"}
     rows = []
     print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8}")
     for rel, path in cases:
-        size_mb = path.stat().st_size / 1e6
+        size_mb = json_mb(path)
         rank = trace_rank(path)
-        tools = [("stepscope", STEPSCOPE_CHILD, [str(path)])]
+        tools = [("stepscope", STEPSCOPE_CHILD, [str(path)], sys.executable)]
         if not args.skip_hta:
-            tools.append(("hta", HTA_CHILD, [str(path), str(rank)]))
-        runs_by_tool: dict[str, list[dict]] = {tool: [] for tool, _, _ in tools}
+            for item in args.hta or [f"hta={sys.executable}"]:
+                label, _, python = item.partition("=")
+                tools.append((label, HTA_CHILD, [str(path), str(rank)], python))
+        runs_by_tool: dict[str, list[dict]] = {tool[0]: [] for tool in tools}
         for _ in range(args.repeat):  # alternate the tools so both see the same load
-            for tool, code, child_args in tools:
-                runs_by_tool[tool].append(run_child(code, child_args, env))
-        for tool, code, child_args in tools:
+            for tool, code, child_args, python in tools:
+                runs_by_tool[tool].append(run_child(code, child_args, env if tool == "stepscope" else hta_env, python))
+        for tool, *_ in tools:
             runs = runs_by_tool[tool]
             best = {"wall_s": min(r["wall_s"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs),
                     "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
@@ -199,25 +217,27 @@ def main() -> None:
                   + ("" if best["exit"] == 0 else f"  exit {best['exit']}: {best['tail']!r}"), flush=True)
     summary = ratios(rows)
     if summary:
-        print(f"\n{'trace':<60} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
-        for rel, speedup, cpu, rss in summary:
-            print(f"{rel[-60:]:<60} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
+        print(f"\n{'trace':<60} {'against':<20} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
+        for rel, other, speedup, cpu, rss in summary:
+            print(f"{rel[-60:]:<60} {other:<20} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": rows, "ratios": summary}, indent=1))
 
 
-def ratios(rows: list[dict]) -> list[tuple[str, float, float, float]]:
-    """Per trace measured by both tools: HTA wall / stepscope wall, HTA CPU time / stepscope CPU
-    time (less disturbed by other work on a shared machine), stepscope RSS / HTA RSS."""
+def ratios(rows: list[dict]) -> list[tuple[str, str, float, float, float]]:
+    """Per trace and per HTA release: its wall / stepscope wall, its CPU time / stepscope CPU time
+    (less disturbed by other work on a shared machine), stepscope RSS / its RSS."""
     by_trace: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_trace.setdefault(row["trace"], {})[row["tool"]] = row
     out = []
     for rel, tools in by_trace.items():
-        if "stepscope" in tools and "hta" in tools and tools["stepscope"]["wall_s"] > 0 and tools["hta"]["peak_rss_mb"] > 0:
-            ours, theirs = tools["stepscope"], tools["hta"]
+        ours = tools.get("stepscope")
+        for other, theirs in tools.items():
+            if other == "stepscope" or ours is None or ours["wall_s"] <= 0 or theirs["peak_rss_mb"] <= 0:
+                continue
             cpu = theirs["cpu_s"] / ours["cpu_s"] if ours["cpu_s"] > 0 else float("nan")
-            out.append((rel, theirs["wall_s"] / ours["wall_s"], cpu, ours["peak_rss_mb"] / theirs["peak_rss_mb"]))
+            out.append((rel, other, theirs["wall_s"] / ours["wall_s"], cpu, ours["peak_rss_mb"] / theirs["peak_rss_mb"]))
     return out
 
 
