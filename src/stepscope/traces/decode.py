@@ -38,6 +38,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from stepscope.traces import typed
+
 CHUNK_BYTES = 1024 * 1024  # bytes of JSON decoded at once: bounds the transient dicts
 HEAD_SEARCH_BYTES = 64 * 1024 * 1024
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -133,9 +135,11 @@ def _read(stream: BinaryIO) -> bytes:
 
 def iter_event_batches(
     stream: BinaryIO, stats: DecodeStats, progress: Callable[[int], None] | None = None,
-    max_bytes: int | None = None,
+    max_bytes: int | None = None, typed_batches: bool = True,
 ) -> Iterator[tuple[str, Any]]:
-    """Yield ``("events", list)`` batches and finally one ``("meta", dict)`` item.
+    """Yield ``("events", batch)`` items and finally one ``("meta", dict)`` item. A batch is a list
+    of event dicts, or — with ``typed_batches`` and msgspec installed, on the streaming path — a
+    :class:`~stepscope.traces.typed.TypedBatch` (only the fields the tables read).
 
     Linear in the size of the document, and holds at most about ``max_bytes`` of it at once
     (default :func:`stepscope.limits.max_bytes`): the undecoded rest — one event, or a run of
@@ -183,7 +187,7 @@ def iter_event_batches(
         buffer += block
         if len(buffer) < attempt_at and len(buffer) <= max_bytes:
             continue
-        cut = _cut(buffer, stats, consumed)
+        cut = _cut(buffer, stats, consumed, typed_batches)
         if cut is None:
             if len(buffer) > max_bytes:
                 raise _overflow(buffer, stats, consumed, max_bytes)
@@ -191,8 +195,8 @@ def iter_event_batches(
             # so the decode attempts add up to a constant times the bytes read, however large it grows
             attempt_at = 2 * len(buffer)
             continue
-        events, used = cut
-        yield "events", events
+        batch, used = cut
+        yield "events", batch
         del buffer[:used]
         consumed += used
         attempt_at = len(buffer) + CHUNK_BYTES
@@ -208,7 +212,8 @@ def _bracketed(buffer: bytes | bytearray, stop: int) -> bytearray:
     return piece
 
 
-def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list[Any], int] | None:
+def _cut(buffer: bytearray, stats: DecodeStats, offset: int,
+         typed_batches: bool = True) -> tuple[list[Any] | typed.TypedBatch, int] | None:
     """Decode the longest prefix of whole events, trying the last few candidate boundaries."""
     start = len(buffer)
     for _attempt in range(8):
@@ -219,8 +224,16 @@ def _cut(buffer: bytearray, stats: DecodeStats, offset: int) -> tuple[list[Any],
         start = brace
         if found is None:
             continue
+        piece = _bracketed(buffer, brace + 1)
+        if typed_batches and typed.AVAILABLE:
+            try:
+                batch = typed.decode_typed(piece)
+            except typed.DecodeError:
+                batch = None  # not JSON as cut here, or JSON only the careful decode accepts: orjson decides
+            if batch is not None:
+                return batch, found.end() - 1
         try:
-            events = _loads(_bracketed(buffer, brace + 1), stats, offset - 1)
+            events = _loads(piece, stats, offset - 1)
         except DecodeFailure:
             continue
         if isinstance(events, list):
@@ -299,3 +312,9 @@ def _whole_document(data: bytes, stats: DecodeStats) -> Iterator[tuple[str, Any]
     if events is not None:
         yield "events", events
     yield "meta", doc
+
+
+def dicts_of(batch: typed.TypedBatch, stats: DecodeStats) -> list[Any]:
+    """A typed batch the typed path could not take, decoded into dicts for the careful path."""
+    events = _loads(batch.piece, stats, 0)
+    return events if isinstance(events, list) else [events]

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from stepscope.traces.fastpath import complete_columns
+from stepscope.traces.fastpath import complete_columns, typed_complete_columns
 
 FAR_TS_US = 1e17
 _BIG = 1 << 62
@@ -160,6 +160,7 @@ class TableBuilder:
         self._mem_i = {k: array("q") for k in ("device_type", "device_id", "addr")}
         self._mem_tid = array("i")
         self._scalar_ids: dict[tuple[type, Any], int] = {}
+        self._dims_ids: dict[bytes, int] = {}
 
     def _scalar(self, value: Any) -> int:
         key = (type(value), value)
@@ -203,6 +204,56 @@ class TableBuilder:
             store.frombytes(values.tobytes())
         if rest:
             self._add_events(rest)
+
+    def add_typed(self, events: list[Any]) -> bool:
+        """Add a batch decoded by :mod:`stepscope.traces.typed`, or return False having added nothing
+        when any event needs the careful path (the caller then decodes the batch into dicts for
+        :meth:`add_batch`). Takes complete events, the ignored phases, instants and clean
+        ``[memory]`` instants — the same rows, symbols and counts as :meth:`add_batch`."""
+        complete: list[Any] = []
+        memory: list[Any] = []
+        ignored: Counter[str] = Counter()
+        instants = 0
+        for event in events:
+            ph = event.ph
+            if ph == "X":
+                complete.append(event)
+            elif ph in _IGNORED_PHASES:
+                ignored[ph] += 1
+            elif (ph == "i" or ph == "I") and event.dur is None:
+                ts = event.ts
+                if ts is None or abs(ts) >= FAR_TS_US or event.name is None:
+                    return False
+                if event.name == "[memory]":
+                    memory.append(event)
+                else:
+                    instants += 1
+            else:
+                return False
+        for event in memory:  # add_batch interns the [memory] instants' threads before the complete events'
+            self._scalar(event.tid)
+        columns = typed_complete_columns(complete, self.symbols, self._scalar, self._dims_ids) if complete else {}
+        if columns is None:
+            return False
+        self.counts.ignored.update(ignored)
+        if instants:
+            self.counts.ignored["instant"] += instants
+        if memory:
+            self._add_typed_memory(memory)
+        for key, values in columns.items():
+            store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
+            store.frombytes(values.tobytes())
+        return True
+
+    def _add_typed_memory(self, events: list[Any]) -> None:
+        scalar = self._scalar
+        self._mem_f["ts"].frombytes(np.array([e.ts for e in events], dtype=np.float64).tobytes())
+        self._mem_tid.frombytes(np.array([scalar(e.tid) for e in events], dtype=np.int32).tobytes())
+        args = [e.args for e in events]
+        for key in ("device_type", "device_id", "addr"):
+            self._mem_i[key].frombytes(np.array([_to_int(getattr(a, key)) for a in args], dtype=np.int64).tobytes())
+        for key in ("nbytes", "total_allocated", "total_reserved"):
+            self._mem_f[key].frombytes(np.array([_to_float(getattr(a, key)) for a in args], dtype=np.float64).tobytes())
 
     def _add_events(self, events: list[Any]) -> None:  # noqa: C901 - one tight loop on purpose
         skipped, ignored = self.counts.skipped, self.counts.ignored

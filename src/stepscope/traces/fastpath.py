@@ -69,7 +69,7 @@ def _symbols(values: list[str] | tuple[str, ...], symbols: Any) -> np.ndarray:
     return np.array(found, dtype=np.int32)
 
 
-def _scalars(values: tuple[Any, ...], scalar: Callable[[Any], int]) -> np.ndarray:
+def _scalars(values: tuple[Any, ...] | list[Any], scalar: Callable[[Any], int]) -> np.ndarray:
     """Symbol ids of pid/tid values (ints or strings: never equal to each other, so one dict)."""
     mapping = {value: scalar(value) for value in dict.fromkeys(values)}  # first-sight order
     return np.array(list(map(mapping.__getitem__, values)), dtype=np.int32)
@@ -162,5 +162,81 @@ def complete_columns(
     return {
         "name": name_ids, "cat": cat_ids, "pid": pid_ids, "tid": tid_ids, "input_dims": dims_ids, "call_stack": stack_ids,
         "ts": ts, "dur": dur, "blocks_per_sm": bps, "occupancy": occ,
+        "external_id": ints["ext"], "correlation": ints["corr"], "stream": ints["stream"], "device": ints["device"],
+    }
+
+
+def typed_complete_columns(
+    events: list[Any], symbols: Any, scalar: Callable[[Any], int], dims_cache: dict[bytes, int]
+) -> dict[str, np.ndarray] | None:
+    """:func:`complete_columns` for events decoded by :mod:`stepscope.traces.typed` (structs whose
+    fields are already typed); None when any event needs the careful path. Same columns, same
+    symbols: an ``Input Dims`` value is interned as orjson writes it, whatever the spacing of the
+    file (``dims_cache`` maps the raw bytes seen to their symbol)."""
+    if not events:
+        return None
+    names = [e.name for e in events]
+    ts_v = [e.ts for e in events]
+    dur_v = [e.dur for e in events]
+    pids = [e.pid for e in events]
+    tids = [e.tid for e in events]
+    if None in names or None in ts_v or None in dur_v or None in pids or None in tids:
+        return None
+    ts = np.array(ts_v, dtype=np.float64)
+    dur = np.array(dur_v, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
+            return None
+    n = len(events)
+    cats = [e.cat for e in events]
+    name_ids = _symbols(names, symbols)
+    if None in cats:
+        present = [c for c in cats if c is not None]
+        cat_ids = np.full(n, -1, dtype=np.int32)
+        if present:
+            cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
+    else:
+        cat_ids = _symbols(cats, symbols)
+    pid_ids = _scalars(pids, scalar)  # interned in the order complete_columns interns them
+    tid_ids = _scalars(tids, scalar)
+    args = [e.args for e in events]
+    ext_values = [a.ext for a in args]
+    lower = [a.ext_lower for a in args]
+    if lower.count(None) != n:
+        ext_values = [v if v is not None else low for v, low in zip(ext_values, lower)]
+    ints = {}
+    for key, values in (("ext", ext_values), ("corr", [a.corr for a in args]), ("stream", [a.stream for a in args]),
+                        ("device", [a.device for a in args])):
+        converted = _ints(values)
+        if converted is None:
+            return None
+        ints[key] = converted
+    bps = _floats([a.bps for a in args])
+    occ = _floats([a.occ for a in args])
+    if bps is None or occ is None:
+        return None
+    dims_ids = np.full(n, -1, dtype=np.int32)
+    stack_ids = np.full(n, -1, dtype=np.int32)
+    dims = [a.dims for a in args]
+    if any(dims):  # an absent value is an empty Raw
+        for i, raw in enumerate(dims):
+            text_bytes = bytes(raw)
+            if text_bytes and text_bytes != b"null":
+                found = dims_cache.get(text_bytes)
+                if found is None:
+                    try:
+                        text = orjson.dumps(orjson.loads(text_bytes)).decode()
+                    except (orjson.JSONDecodeError, TypeError):  # e.g. an integer beyond 64 bits
+                        return None
+                    found = dims_cache[text_bytes] = symbols.intern(text)
+                dims_ids[i] = found
+    stacks = [a.stack for a in args]
+    if stacks.count(None) != n:
+        for i, value in enumerate(stacks):
+            if value is not None:
+                stack_ids[i] = symbols.intern(value)
+    return {
+        "name": name_ids, "cat": cat_ids, "pid": pid_ids, "tid": tid_ids,
+        "input_dims": dims_ids, "call_stack": stack_ids, "ts": ts, "dur": dur, "blocks_per_sm": bps, "occupancy": occ,
         "external_id": ints["ext"], "correlation": ints["corr"], "stream": ints["stream"], "device": ints["device"],
     }

@@ -31,7 +31,8 @@ from typing import Any
 
 from stepscope import limits
 from stepscope.errors import InputError
-from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, iter_event_batches, open_binary
+from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
+from stepscope.traces.typed import TypedBatch
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
 
 MAX_JSON_BYTES = 32 * 1024**3
@@ -110,7 +111,11 @@ def load_trace(
     path = str(path)
     builder = TableBuilder()
 
-    def add(batch: Any) -> None:
+    def add(batch: Any, stats: DecodeStats) -> None:
+        if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts
+            if builder.add_typed(batch.events):
+                return
+            batch = dicts_of(batch, stats)
         if not isinstance(batch, list):
             raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
         builder.add_batch(batch)
@@ -142,17 +147,20 @@ def load_raw_events(path: str | Path, max_bytes: int | None = None) -> tuple[lis
     path = str(path)
     events: list[dict[str, Any]] = []
 
-    def add(batch: Any) -> None:
+    def add(batch: Any, stats: DecodeStats) -> None:
+        if isinstance(batch, TypedBatch):  # every field is wanted here: the events as dicts
+            batch = dicts_of(batch, stats)
         if not isinstance(batch, list):
             raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
         events.extend(item for item in batch if isinstance(item, dict))
 
-    meta, _, _ = _decode(path, add, None, MAX_JSON_BYTES, max_bytes)
+    meta, _, _ = _decode(path, add, None, MAX_JSON_BYTES, max_bytes, typed_batches=False)
     return events, meta
 
 
-def _decode(path: str, on_batch: Callable[[Any], None], progress: Callable[[int, int], None] | None,
-            max_json_bytes: int, max_bytes: int | None) -> tuple[dict[str, Any], DecodeStats, int]:
+def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: Callable[[int, int], None] | None,
+            max_json_bytes: int, max_bytes: int | None, typed_batches: bool = True,
+            ) -> tuple[dict[str, Any], DecodeStats, int]:
     """Stream the file's event batches into ``on_batch``; returns (metadata, stats, JSON bytes)."""
     size = _file_size(path)
     limit = limits.max_bytes() if max_bytes is None else max_bytes
@@ -166,10 +174,11 @@ def _decode(path: str, on_batch: Callable[[Any], None], progress: Callable[[int,
         with open_binary(path) as stream:
             tracker.raw = getattr(stream, "fileobj", None) or stream
             guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
-            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit):  # type: ignore[arg-type]
+            for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit,  # type: ignore[arg-type]
+                                                    typed_batches=typed_batches):
                 if kind == "events":
                     saw_events = True
-                    on_batch(payload)
+                    on_batch(payload, stats)
                 else:
                     meta = payload
             json_bytes = guard.total
