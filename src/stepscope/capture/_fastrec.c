@@ -1160,15 +1160,318 @@ static PyType_Spec Core_spec = {
     .slots = Core_slots,
 };
 
+/* ---------------------------------------------------------------------------------------------
+ * PhaseCall: a callable that times a phase around another callable, with no Python frame.
+ *
+ * PhaseCall(original, core, gate, phase): calling it calls original(*args, **kwargs) inside the
+ * phase `phase` of `core` (enter before, leave after, also when original raises), when
+ * `gate.live` is true and the call comes from the core's thread; otherwise it calls original
+ * alone. Capture's backward() wrapper is one (capture/hooks.py): a Python wrapper costs a frame
+ * per call and shows in the script's tracebacks; this costs neither.
+ * ------------------------------------------------------------------------------------------- */
+
+static PyTypeObject *CoreTypePtr = NULL;
+static PyObject *LIVE = NULL; /* interned "live" */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original;
+    Core *core;
+    PyObject *gate;
+    int phase;
+    PyObject *dict;
+    PyObject *weakreflist;
+} PhaseCall;
+
+static PyObject *
+PhaseCall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PhaseCall *self = (PhaseCall *)callable;
+    PyObject *live = PyObject_GetAttr(self->gate, LIVE);
+    if (live == NULL)
+        return NULL;
+    int on = PyObject_IsTrue(live);
+    Py_DECREF(live);
+    if (on < 0)
+        return NULL;
+    Core *core = self->core;
+    if (!on || foreign(core))
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    int64_t now;
+    if (read_clock(core, &now) < 0 || do_enter(core, self->phase, now) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    PyObject *type, *value, *traceback;
+    if (result == NULL)
+        PyErr_Fetch(&type, &value, &traceback);
+    int left = read_clock(core, &now) < 0 ? -1 : do_leave(core, self->phase, now);
+    if (result == NULL) {
+        if (left < 0)
+            PyErr_Clear(); /* the call's own exception is the one to see */
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    if (left < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+static int
+PhaseCall_init(PhaseCall *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"original", "core", "gate", "phase", NULL};
+    PyObject *original, *core, *gate;
+    int phase;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOi", keywords, &original, &core, &gate, &phase))
+        return -1;
+    if (!PyCallable_Check(original)) {
+        PyErr_SetString(PyExc_TypeError, "PhaseCall: original must be callable");
+        return -1;
+    }
+    if (CoreTypePtr == NULL || !PyObject_TypeCheck(core, CoreTypePtr)) {
+        PyErr_SetString(PyExc_TypeError, "PhaseCall: core must be a _fastrec.Core");
+        return -1;
+    }
+    if (phase < 0 || phase >= NPHASES) {
+        PyErr_Format(PyExc_ValueError, "unknown phase %d", phase);
+        return -1;
+    }
+    Py_INCREF(original);
+    Py_XSETREF(self->original, original);
+    Py_INCREF(core);
+    Py_XSETREF(self->core, (Core *)core);
+    Py_INCREF(gate);
+    Py_XSETREF(self->gate, gate);
+    self->phase = phase;
+    self->vectorcall = PhaseCall_vectorcall;
+    return 0;
+}
+
+static int
+PhaseCall_traverse(PhaseCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->original);
+    Py_VISIT(self->core);
+    Py_VISIT(self->gate);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+PhaseCall_clear(PhaseCall *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->gate);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+PhaseCall_dealloc(PhaseCall *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    PhaseCall_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef PhaseCall_members[] = {
+    {"original", T_OBJECT, offsetof(PhaseCall, original), READONLY, "the callable timed"},
+    {"phase", T_INT, offsetof(PhaseCall, phase), READONLY, "the phase it runs in"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(PhaseCall, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(PhaseCall, dict), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PhaseCall, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot PhaseCall_slots[] = {
+    {Py_tp_doc, "original(*args, **kwargs) inside a phase of a Core, with no Python frame."},
+    {Py_tp_init, PhaseCall_init},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_dealloc, PhaseCall_dealloc},
+    {Py_tp_traverse, PhaseCall_traverse},
+    {Py_tp_clear, PhaseCall_clear},
+    {Py_tp_members, PhaseCall_members},
+    {0, NULL},
+};
+
+static PyType_Spec PhaseCall_spec = {
+    .name = "stepscope.capture._fastrec.PhaseCall",
+    .basicsize = sizeof(PhaseCall),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = PhaseCall_slots,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * OptimizerHook: torch.optim's global step pre/post hook, with no Python frame.
+ *
+ * OptimizerHook(core, gate, started, on_new=None): called by torch as hook(optimizer, args,
+ * kwargs); when `gate.live`, marks the optimizer step started (or finished) in `core`, keyed by
+ * id(optimizer). A pre hook calls on_new(optimizer) when a different optimizer steps than the
+ * last one (capture keeps a weak reference to it).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Core *core;
+    PyObject *gate;
+    PyObject *on_new;
+    int started;
+    int64_t last_key;
+} OptimizerHook;
+
+static PyObject *
+OptimizerHook_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    OptimizerHook *self = (OptimizerHook *)callable;
+    (void)kwnames; /* torch passes (optimizer, args, kwargs) positionally */
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "optimizer hook: hook(optimizer, args, kwargs)");
+        return NULL;
+    }
+    PyObject *live = PyObject_GetAttr(self->gate, LIVE);
+    if (live == NULL)
+        return NULL;
+    int on = PyObject_IsTrue(live);
+    Py_DECREF(live);
+    if (on < 0)
+        return NULL;
+    if (!on)
+        Py_RETURN_NONE;
+    PyObject *optimizer = args[0];
+    int64_t key = (int64_t)(intptr_t)optimizer;
+    if (self->started && key != self->last_key) {
+        self->last_key = key;
+        if (self->on_new != Py_None) {
+            PyObject *result = PyObject_CallOneArg(self->on_new, optimizer);
+            if (result == NULL)
+                return NULL;
+            Py_DECREF(result);
+        }
+    }
+    Core *core = self->core;
+    int64_t now;
+    if (read_clock(core, &now) < 0)
+        return NULL;
+    if (!foreign(core)) {
+        if ((self->started ? optimizer_started(core, now, key) : optimizer_finished(core, now, key)) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int
+OptimizerHook_init(OptimizerHook *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"core", "gate", "started", "on_new", NULL};
+    PyObject *core, *gate, *on_new = Py_None;
+    int started;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOp|O", keywords, &core, &gate, &started, &on_new))
+        return -1;
+    if (CoreTypePtr == NULL || !PyObject_TypeCheck(core, CoreTypePtr)) {
+        PyErr_SetString(PyExc_TypeError, "OptimizerHook: core must be a _fastrec.Core");
+        return -1;
+    }
+    Py_INCREF(core);
+    Py_XSETREF(self->core, (Core *)core);
+    Py_INCREF(gate);
+    Py_XSETREF(self->gate, gate);
+    Py_INCREF(on_new);
+    Py_XSETREF(self->on_new, on_new);
+    self->started = started;
+    self->last_key = 0;
+    self->vectorcall = OptimizerHook_vectorcall;
+    return 0;
+}
+
+static int
+OptimizerHook_traverse(OptimizerHook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->core);
+    Py_VISIT(self->gate);
+    Py_VISIT(self->on_new);
+    return 0;
+}
+
+static int
+OptimizerHook_clear(OptimizerHook *self)
+{
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->gate);
+    Py_CLEAR(self->on_new);
+    return 0;
+}
+
+static void
+OptimizerHook_dealloc(OptimizerHook *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    OptimizerHook_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef OptimizerHook_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(OptimizerHook, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot OptimizerHook_slots[] = {
+    {Py_tp_doc, "torch.optim's global step pre/post hook recording into a Core, with no Python frame."},
+    {Py_tp_init, OptimizerHook_init},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_dealloc, OptimizerHook_dealloc},
+    {Py_tp_traverse, OptimizerHook_traverse},
+    {Py_tp_clear, OptimizerHook_clear},
+    {Py_tp_members, OptimizerHook_members},
+    {0, NULL},
+};
+
+static PyType_Spec OptimizerHook_spec = {
+    .name = "stepscope.capture._fastrec.OptimizerHook",
+    .basicsize = sizeof(OptimizerHook),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = OptimizerHook_slots,
+};
+
 static int
 fastrec_exec(PyObject *module)
 {
     PyObject *type = PyType_FromModuleAndSpec(module, &Core_spec, NULL);
     if (type == NULL)
         return -1;
+    CoreTypePtr = (PyTypeObject *)type;
     int status = PyModule_AddObject(module, "Core", type);
     if (status < 0) {
         Py_DECREF(type);
+        return -1;
+    }
+    if (LIVE == NULL && (LIVE = PyUnicode_InternFromString("live")) == NULL)
+        return -1;
+    PyObject *phase_call = PyType_FromModuleAndSpec(module, &PhaseCall_spec, NULL);
+    if (phase_call == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "PhaseCall", phase_call) < 0) {
+        Py_DECREF(phase_call);
+        return -1;
+    }
+    PyObject *optimizer_hook = PyType_FromModuleAndSpec(module, &OptimizerHook_spec, NULL);
+    if (optimizer_hook == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "OptimizerHook", optimizer_hook) < 0) {
+        Py_DECREF(optimizer_hook);
         return -1;
     }
     if (PyModule_AddIntConstant(module, "WIDTH", WIDTH) < 0)

@@ -198,6 +198,32 @@ class LoaderRegistry:
                 for info in list(self.loaders.values())]
 
 
+def _phase_call(original: Any, rec: Any, gate: Any, phase: int) -> Any:
+    """The C core's frame-less phase wrapper around ``original`` (None on the Python core)."""
+    try:
+        from stepscope.capture import _fastrec
+    except ImportError:
+        return None
+    if not isinstance(rec, _fastrec.Core):
+        return None
+    wrapper = _fastrec.PhaseCall(original, rec, gate, phase)
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__doc__ = original.__doc__
+    wrapper.__name__ = getattr(original, "__name__", "backward")  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _optimizer_hooks(rec: Any, gate: Any, on_new: Any) -> tuple[Any, Any] | None:
+    """The C core's frame-less optimizer pre and post hooks (None on the Python core)."""
+    try:
+        from stepscope.capture import _fastrec
+    except ImportError:
+        return None
+    if not isinstance(rec, _fastrec.Core):
+        return None
+    return _fastrec.OptimizerHook(rec, gate, True, on_new), _fastrec.OptimizerHook(rec, gate, False)
+
+
 def _has_parameters(module: Any) -> bool:
     """Whether a module holds parameters (its own first, then its children's)."""
     try:
@@ -395,7 +421,8 @@ class TorchHooks:
             wrapper.__name__ = getattr(original, "__name__", "backward")
             return wrapper
 
-        self._patch(torch.autograd, "backward", timed(original_autograd))
+        wrapper = _phase_call(original_autograd, rec, hooks, BACKWARD) or timed(original_autograd)
+        self._patch(torch.autograd, "backward", wrapper)
 
     # -- optimizer ---------------------------------------------------------------------------
     def _install_optimizer(self, torch: Any) -> None:
@@ -415,8 +442,12 @@ class TorchHooks:
             if hooks.live:
                 finished(id(optimizer))
 
-        pre_handle = register_optimizer_step_pre_hook(pre)
-        post_handle = register_optimizer_step_post_hook(post)
+        def on_new(optimizer):
+            hooks._last_optimizer_id, hooks._last_optimizer = id(optimizer), weakref.ref(optimizer)
+
+        fast = _optimizer_hooks(rec, hooks, on_new)
+        pre_handle = register_optimizer_step_pre_hook(fast[0] if fast else pre)
+        post_handle = register_optimizer_step_post_hook(fast[1] if fast else post)
         self._undo.append(pre_handle.remove)
         self._undo.append(post_handle.remove)
 
