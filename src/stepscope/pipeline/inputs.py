@@ -223,8 +223,10 @@ def missing_rank(run_dir: Path, rank: int) -> MissingRank:
     """A rank without a record, and what its other files say."""
     samples = layout.samples_path(run_dir, rank)
     if layout.partial_record_path(run_dir, rank).exists():
-        return MissingRank(rank, f"no record: the process was killed; its last checkpoint is kept "
-                                 f"(stepscope report {run_dir} --rank {rank} reads it)")
+        ran = _samples_span_s(samples) if samples.exists() else None
+        seen = f" after {ran:.1f} s" if ran is not None else ""
+        return MissingRank(rank, f"no record: the process was killed{seen}; its last checkpoint is kept "
+                                 f"(stepscope report {run_dir} --rank {rank} reads it)", ran)
     if samples.exists():
         ran = _samples_span_s(samples)
         seen = f"; its samples file shows it ran {ran:.1f} s" if ran is not None else "; its samples file is empty"
