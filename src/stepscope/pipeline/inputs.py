@@ -165,7 +165,8 @@ def _finish(inputs: JobInputs, with_windows: bool, job: bool = True) -> JobInput
     if job and run_dir is not None and run_dir.is_dir():
         present = {record.meta.rank for record in inputs.records} | {item.rank for item in missing}
         declared = max((record.meta.world_size for record in inputs.records), default=1)
-        missing += [missing_rank(run_dir, rank) for rank in range(declared) if rank not in present]
+        names = {child.name for child in run_dir.iterdir()}  # one listing, not three stats per declared rank
+        missing += [missing_rank(run_dir, rank, names) for rank in range(declared) if rank not in present]
     from stepscope import verify
 
     verification = verify.load(run_dir) if run_dir is not None and run_dir.is_dir() else None
@@ -219,19 +220,24 @@ def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None
         time.sleep(poll_s)
 
 
-def missing_rank(run_dir: Path, rank: int) -> MissingRank:
-    """A rank without a record, and what its other files say."""
+def missing_rank(run_dir: Path, rank: int, names: set[str] | None = None) -> MissingRank:
+    """A rank without a record, and what its other files say (``names``: the directory's file
+    names, when the caller listed it once)."""
+
+    def exists(path: Path) -> bool:
+        return path.name in names if names is not None else path.exists()
+
     samples = layout.samples_path(run_dir, rank)
-    if layout.partial_record_path(run_dir, rank).exists():
-        ran = _samples_span_s(samples) if samples.exists() else None
+    if exists(layout.partial_record_path(run_dir, rank)):
+        ran = _samples_span_s(samples) if exists(samples) else None
         seen = f" after {ran:.1f} s" if ran is not None else ""
         return MissingRank(rank, f"no record: the process was killed{seen}; its last checkpoint is kept "
                                  f"(stepscope report {run_dir} --rank {rank} reads it)", ran)
-    if samples.exists():
+    if exists(samples):
         ran = _samples_span_s(samples)
         seen = f"; its samples file shows it ran {ran:.1f} s" if ran is not None else "; its samples file is empty"
         return MissingRank(rank, f"no record: the process crashed or was killed before writing it{seen}", ran)
-    if layout.lock_path(run_dir, rank).exists():
+    if exists(layout.lock_path(run_dir, rank)):
         return MissingRank(rank, "no record and no samples: it started capture, then ended before sampling")
     return MissingRank(rank, "no files at all: the rank never started capture (or wrote elsewhere)")
 

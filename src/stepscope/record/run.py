@@ -376,6 +376,11 @@ class CaptureFacts:
 
 
 
+#: Ranks of one job a record may declare: a record claiming more is damaged (a job report lists
+#: every declared rank without a record, so a hostile world size must not reach it).
+MAX_WORLD_SIZE = 1 << 17
+
+
 #: Process roles of stack samples (the ``role`` column of :class:`StackSamples`).
 STACK_ROLES: tuple[str, ...] = ("main", "worker")
 
@@ -513,6 +518,11 @@ class RunRecord:
 
     def check(self) -> None:
         """Assert the record's invariants (used by tests and after loading)."""
+        meta = self.meta
+        if not (type(meta.world_size) is int and 1 <= meta.world_size <= MAX_WORLD_SIZE):
+            raise ValueError(f"world_size {meta.world_size!r} is not between 1 and {MAX_WORLD_SIZE}")
+        if not (type(meta.rank) is int and 0 <= meta.rank < MAX_WORLD_SIZE):
+            raise ValueError(f"rank {meta.rank!r} is not between 0 and {MAX_WORLD_SIZE - 1}")
         steps = self.steps
         lengths = {len(column) for column in steps.columns().values()}
         if len(lengths) > 1:

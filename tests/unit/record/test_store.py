@@ -116,3 +116,16 @@ def test_record_module_does_not_need_torch():
             "print('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("meta", [{"world_size": 10**12}, {"world_size": 0}, {"world_size": 2, "rank": -1},
+                                  {"rank": 10**12}])
+def test_a_hostile_world_size_or_rank_is_a_damaged_record(tmp_path, meta):
+    """A job report lists every declared rank without a record: a record claiming a trillion ranks
+    must be refused at load, not enumerated."""
+    document = record_to_document(make_record())
+    document["meta"].update(meta)
+    path = layout.record_path(tmp_path, 0)
+    path.write_bytes(gzip.compress(orjson.dumps(document)))
+    with pytest.raises(InputError, match="world_size|rank"):
+        load_record(tmp_path)
