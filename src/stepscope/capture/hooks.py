@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.patching import patch_attribute
-from stepscope.capture.recorder import BACKWARD, DATA_WAIT, NEVER, ROW, StepRecorder
+from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FASTREC, NEVER, ROW, StepRecorder
 from stepscope.capture.warn import WarningSink
 from stepscope.safe_write import create_exclusive
 
@@ -198,30 +198,9 @@ class LoaderRegistry:
                 for info in list(self.loaders.values())]
 
 
-def _phase_call(original: Any, rec: Any, gate: Any, phase: int) -> Any:
-    """The C core's frame-less phase wrapper around ``original`` (None on the Python core)."""
-    try:
-        from stepscope.capture import _fastrec
-    except ImportError:
-        return None
-    if not isinstance(rec, _fastrec.Core):
-        return None
-    wrapper = _fastrec.PhaseCall(original, rec, gate, phase)
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    wrapper.__doc__ = original.__doc__
-    wrapper.__name__ = getattr(original, "__name__", "backward")  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _optimizer_hooks(rec: Any, gate: Any, on_new: Any) -> tuple[Any, Any] | None:
-    """The C core's frame-less optimizer pre and post hooks (None on the Python core)."""
-    try:
-        from stepscope.capture import _fastrec
-    except ImportError:
-        return None
-    if not isinstance(rec, _fastrec.Core):
-        return None
-    return _fastrec.OptimizerHook(rec, gate, True, on_new), _fastrec.OptimizerHook(rec, gate, False)
+def _frameless(rec: Any) -> Any:
+    """The C extension when ``rec`` runs on its core (its hooks then need no Python frame), else None."""
+    return FASTREC if FASTREC is not None and isinstance(rec, FASTREC.Core) else None
 
 
 def _has_parameters(module: Any) -> bool:
@@ -421,7 +400,14 @@ class TorchHooks:
             wrapper.__name__ = getattr(original, "__name__", "backward")
             return wrapper
 
-        wrapper = _phase_call(original_autograd, rec, hooks, BACKWARD) or timed(original_autograd)
+        fast = _frameless(rec)
+        if fast is not None:
+            wrapper = fast.PhaseCall(original_autograd, rec, hooks, BACKWARD)
+            wrapper.__wrapped__ = original_autograd
+            wrapper.__doc__ = original_autograd.__doc__
+            wrapper.__name__ = getattr(original_autograd, "__name__", "backward")
+        else:
+            wrapper = timed(original_autograd)
         self._patch(torch.autograd, "backward", wrapper)
 
     # -- optimizer ---------------------------------------------------------------------------
@@ -431,23 +417,25 @@ class TorchHooks:
         hooks, rec = self, self.rec
         started, finished = rec.optimizer_started, rec.optimizer_finished
 
+        def on_new(optimizer):  # another optimizer than the last one steps
+            hooks._last_optimizer_id, hooks._last_optimizer = id(optimizer), weakref.ref(optimizer)
+
         def pre(optimizer, args, kwargs):
             if hooks.live:
                 key = id(optimizer)
                 if key != hooks._last_optimizer_id:
-                    hooks._last_optimizer_id, hooks._last_optimizer = key, weakref.ref(optimizer)
+                    on_new(optimizer)
                 started(key)  # the same optimizer stepping again ends the step (and run --max-steps)
 
         def post(optimizer, args, kwargs):
             if hooks.live:
                 finished(id(optimizer))
 
-        def on_new(optimizer):
-            hooks._last_optimizer_id, hooks._last_optimizer = id(optimizer), weakref.ref(optimizer)
-
-        fast = _optimizer_hooks(rec, hooks, on_new)
-        pre_handle = register_optimizer_step_pre_hook(fast[0] if fast else pre)
-        post_handle = register_optimizer_step_post_hook(fast[1] if fast else post)
+        fast = _frameless(rec)
+        if fast is not None:
+            pre, post = fast.OptimizerHook(rec, hooks, True, on_new), fast.OptimizerHook(rec, hooks, False)
+        pre_handle = register_optimizer_step_pre_hook(pre)
+        post_handle = register_optimizer_step_post_hook(post)
         self._undo.append(pre_handle.remove)
         self._undo.append(post_handle.remove)
 

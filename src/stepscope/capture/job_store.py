@@ -4,7 +4,7 @@ Under torchrun every worker can reach the elastic agent's TCPStore (``TORCHELAST
 at ``MASTER_ADDR:MASTER_PORT``; torch's own ``init_process_group`` connects to it the same way).
 At the end of the run, once its record is saved, every rank but 0 puts its record and samples file
 into that store under a key of this job and attempt; rank 0, before merging, fetches each rank
-whose record is not in its own run directory, writes it there (a new file, never over one already
+whose record is not in its own run directory, writes it there (atomically, never over one already
 present), and deletes the keys. On a shared filesystem the files are already there and rank 0 only
 deletes the keys. No socket of our own: the store is torch's, and it lives as long as the agent
 hosting it, which is node 0's, which waits for rank 0.
@@ -116,15 +116,13 @@ def collect_files(run_dir: Path, world_size: int, timeout_s: float, store: Any |
 
 
 def _fetch(store: Any, prefix: str, run_dir: Path, rank: int, sent: list[str]) -> bool:
-    from stepscope.safe_write import create_exclusive
+    from stepscope.safe_write import atomic_write
 
     wrote = False
     for name in sent:
         path = _FILES[name](run_dir, rank)
         if path.exists():
             continue  # shared filesystem: the rank's own file is here already
-        payload = store.get(prefix + name)
-        with create_exclusive(path) as handle:
-            handle.write(payload)
+        atomic_write(path, store.get(prefix + name))  # never seen half-written by a reader of the directory
         wrote = wrote or name == "record"
     return wrote

@@ -610,7 +610,7 @@ class PyStepRecorder(_RecorderAPI, _PyCore):
 
 
 def _c_core() -> tuple[Any, str | None]:
-    """The C core, or None and why it is not used."""
+    """The C extension (``_fastrec``), or None and why it is not used."""
     if os.environ.get("STEPSCOPE_PURE_PYTHON"):
         return None, "STEPSCOPE_PURE_PYTHON is set"
     try:
@@ -622,10 +622,13 @@ def _c_core() -> tuple[Any, str | None]:
         built = getattr(_fastrec, "SOURCE_SHA", None)
         if built != hashlib.sha256(source.read_bytes()).hexdigest()[:16]:
             return None, "the C core was built from an older _fastrec.c (reinstall: pip install -e .)"
-    return _fastrec.Core, None
+    return _fastrec, None
 
 
-_CORE, PYTHON_CORE_REASON = _c_core()
+#: The C extension when capture runs on it (its Core, and the frame-less hooks PhaseCall and
+#: OptimizerHook), else None; PYTHON_CORE_REASON says why not.
+FASTREC, PYTHON_CORE_REASON = _c_core()
+_CORE = FASTREC.Core if FASTREC is not None else None
 
 if TYPE_CHECKING:  # one interface: the Python core's
     StepRecorder = PyStepRecorder

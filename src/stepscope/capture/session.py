@@ -206,12 +206,10 @@ class CaptureSession:
     def _save_checkpoint(self) -> int:
         """The record as it stands (committed steps, DataLoaders, notes so far), to the partial
         record file; returns the steps it holds."""
-        steps = self.recorder.steps(device=False)
+        steps = self.recorder.steps(device=False)  # host times: the device columns are still draining
         now = time.perf_counter_ns()
-        meta = RunMeta(**{**self.meta, **environment.torch_meta(), "end_wall_ns": time.time_ns(), "end_ns": now,
-                          "step_source": self.recorder.mode if len(steps) else "none", "timing": "cpu"})
-        loaders = tuple(LoaderInfo(**{**item, "worker_pids": tuple(item["worker_pids"])})
-                        for item in self.hooks.registry.snapshot())
+        meta = self._run_meta(environment.torch_meta(), now, len(steps), "cpu")
+        loaders = self._loaders()
         end = int(steps.end_ns[-1]) if len(steps) else now
         note = (f"this is the last checkpoint of the record ({len(steps)} steps, saved "
                 f"{(now - self.meta['start_ns']) / 1e9:.1f} s into the run): the process ended without finishing "
@@ -223,6 +221,15 @@ class CaptureSession:
         if self.record is None:  # the final record was not written meanwhile
             save_record(record, layout.partial_record_path(self.run_dir, self.rank))
         return len(steps)
+
+    def _run_meta(self, torch_meta: dict[str, Any], end_ns: int, steps: int, timing: str, **outcome: Any) -> RunMeta:
+        """The run's metadata as of ``end_ns`` (the final record's, or a checkpoint's)."""
+        return RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns, **outcome,
+                          "step_source": self.recorder.mode if steps else "none", "timing": timing})
+
+    def _loaders(self) -> tuple[LoaderInfo, ...]:
+        return tuple(LoaderInfo(**{**item, "worker_pids": tuple(item["worker_pids"])})
+                     for item in self.hooks.registry.snapshot())
 
     def _stop_checkpoints(self) -> None:
         if self._checkpoints is not None and self._checkpoint_thread is not None:
@@ -371,14 +378,9 @@ class CaptureSession:
         if CORE != "c" and recorder.count:
             self.warnings.note(f"capture ran on its Python core ({PYTHON_CORE_REASON}): its hooks cost about 3x "
                                "the C core's per step")
-        meta = RunMeta(**{**self.meta, **torch_meta, "end_wall_ns": time.time_ns(), "end_ns": end_ns,
-                          "exit_code": exit_code, "exception": exception, "interrupted_by": interrupted_by,
-                          "step_source": recorder.mode if recorder.count else "none",
-                          "timing": "cuda" if recorder.device is not None else "cpu"})
-        loaders = tuple(
-            LoaderInfo(**{**item, "worker_pids": tuple(item["worker_pids"])})
-            for item in self.hooks.registry.snapshot()
-        )
+        meta = self._run_meta(torch_meta, end_ns, recorder.count, "cuda" if recorder.device is not None else "cpu",
+                              exit_code=exit_code, exception=exception, interrupted_by=interrupted_by)
+        loaders = self._loaders()
         if not loaders and recorder.count:
             self.warnings.note("no torch DataLoader was used: data loading by other means "
                                "(generators, DALI, FFCV) is invisible and counted as 'other'")

@@ -145,9 +145,9 @@ def _load(args: argparse.Namespace, callback: Any) -> Any:
 
         with dask_executor(args.dask, workers=args.jobs or 2) as executor:
             return load_traces(args.trace, group_by_shape=args.group_by_shape, executor=executor)
-    jobs = args.jobs if args.jobs is not None else default_jobs(len(discover_traces(args.trace)))
-    return load_traces(args.trace, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None,
-                       jobs=jobs)
+    paths = discover_traces(args.trace)  # listed once: the job size picks the default --jobs
+    jobs = args.jobs if args.jobs is not None else default_jobs(len(paths))
+    return load_traces(paths, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None, jobs=jobs)
 
 
 def _check_output(output: str, trace: str) -> None:

@@ -56,22 +56,16 @@ def report_path(run_dir: Path) -> Path:
 
 def record_ranks(run_dir: Path) -> list[int]:
     """Ranks that have a record in ``run_dir``, sorted."""
-    ranks = []
-    for child in Path(run_dir).iterdir():
-        match = _RECORD_RE.match(child.name)
-        if match:
-            ranks.append(int(match.group(1)))
-    return sorted(ranks)
+    return _ranks(run_dir, _RECORD_RE)
 
 
 def partial_record_ranks(run_dir: Path) -> list[int]:
     """Ranks that left a checkpoint (``record.rank<R>.partial.json.gz``) in ``run_dir``, sorted."""
-    ranks = []
-    for child in Path(run_dir).iterdir():
-        match = _PARTIAL_RE.match(child.name)
-        if match:
-            ranks.append(int(match.group(1)))
-    return sorted(ranks)
+    return _ranks(run_dir, _PARTIAL_RE)
+
+
+def _ranks(run_dir: Path, pattern: re.Pattern[str]) -> list[int]:
+    return sorted(int(match.group(1)) for child in Path(run_dir).iterdir() if (match := pattern.match(child.name)))
 
 
 def rank_may_still_write(run_dir: Path, rank: int) -> bool:

@@ -117,18 +117,16 @@ def resolve_record_path(path: str | Path, rank: int | None = None) -> Path:
     path = Path(path)
     if path.is_dir():
         ranks = layout.record_ranks(path)
-        if not ranks or (rank is not None and rank not in ranks):
-            partial = layout.partial_record_ranks(path)  # a killed run's last checkpoint
-            chosen = (partial[0] if partial else None) if rank is None else rank
-            if chosen is not None and chosen in partial:
-                return layout.partial_record_path(path, chosen)
+        candidates = ranks or layout.partial_record_ranks(path)  # else a killed run's last checkpoint
+        chosen = rank if rank is not None else candidates[0] if candidates else None
+        if chosen in ranks:
+            return layout.record_path(path, chosen)
+        if chosen is not None and layout.partial_record_path(path, chosen).is_file():
+            return layout.partial_record_path(path, chosen)  # a killed run's last checkpoint
         if not ranks:
             raise InputError(path, "no run record (record.rank<N>.json.gz) in this directory; "
                              "pass a directory written by 'stepscope run'")
-        chosen = ranks[0] if rank is None else rank
-        if chosen not in ranks:
-            raise InputError(path, f"no record for rank {chosen}; ranks present: {ranks}")
-        return layout.record_path(path, chosen)
+        raise InputError(path, f"no record for rank {chosen}; ranks present: {ranks}")
     if not path.exists():
         raise InputError(path, "no such file or directory; pass a run directory or a record file")
     return path

@@ -199,9 +199,7 @@ class TableBuilder:
         if columns is None:
             self._add_events(complete + rest if complete else rest)
             return
-        for key, values in columns.items():
-            store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
-            store.frombytes(values.tobytes())
+        self._append_columns(columns)
         if rest:
             self._add_events(rest)
 
@@ -210,15 +208,18 @@ class TableBuilder:
         when any event needs the careful path (the caller then decodes the batch into dicts for
         :meth:`add_batch`). Takes complete events, the ignored phases, instants and clean
         ``[memory]`` instants — the same rows, symbols and counts as :meth:`add_batch`."""
-        complete: list[Any] = []
+        phases = [event.ph for event in events]
+        if phases.count("X") == len(events):  # the usual batch: complete events only
+            complete, rest = events, []
+        else:
+            complete = [event for event, ph in zip(events, phases) if ph == "X"]
+            rest = [event for event, ph in zip(events, phases) if ph != "X"]
         memory: list[Any] = []
         ignored: Counter[str] = Counter()
         instants = 0
-        for event in events:
+        for event in rest:
             ph = event.ph
-            if ph == "X":
-                complete.append(event)
-            elif ph in _IGNORED_PHASES:
+            if ph in _IGNORED_PHASES:
                 ignored[ph] += 1
             elif (ph == "i" or ph == "I") and event.dur is None:
                 ts = event.ts
@@ -240,10 +241,13 @@ class TableBuilder:
             self.counts.ignored["instant"] += instants
         if memory:
             self._add_typed_memory(memory)
+        self._append_columns(columns)
+        return True
+
+    def _append_columns(self, columns: dict[str, np.ndarray]) -> None:
         for key, values in columns.items():
             store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
             store.frombytes(values.tobytes())
-        return True
 
     def _add_typed_memory(self, events: list[Any]) -> None:
         scalar = self._scalar

@@ -75,6 +75,56 @@ def _scalars(values: tuple[Any, ...] | list[Any], scalar: Callable[[Any], int]) 
     return np.array(list(map(mapping.__getitem__, values)), dtype=np.int32)
 
 
+def _times(ts_v: Any, dur_v: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``ts`` and ``dur`` columns, or None when a time is missing, not finite, negative or absurd."""
+    ts = _floats(ts_v, missing_ok=False)
+    dur = _floats(dur_v, missing_ok=False)
+    if ts is None or dur is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
+            return None
+        if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
+            return None
+    return ts, dur
+
+
+def _identity_columns(names: Any, cats: Any, pids: Any, tids: Any, symbols: Any,
+                      scalar: Callable[[Any], int]) -> dict[str, np.ndarray]:
+    """Symbol columns of names, categories (-1: none), pids and tids, interned in that order."""
+    n = len(names)
+    name_ids = _symbols(names, symbols)
+    if None in cats:
+        present = [c for c in cats if c is not None]
+        cat_ids = np.full(n, -1, dtype=np.int32)
+        if present:
+            cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
+    else:
+        cat_ids = _symbols(cats, symbols)
+    return {"name": name_ids, "cat": cat_ids, "pid": _scalars(pids, scalar), "tid": _scalars(tids, scalar)}
+
+
+def _arg_columns(ext: list[Any], lower: list[Any], corr: list[Any], stream: list[Any], device: list[Any],
+                 bps: list[Any], occ: list[Any]) -> dict[str, np.ndarray] | None:
+    """The numeric args' columns (``External id``, else ``external id``), or None when a value
+    needs the careful path."""
+    n = len(ext)
+    if lower.count(None) != n:
+        ext = [v if v is not None else low for v, low in zip(ext, lower)]
+    columns = {}
+    for key, values in (("external_id", ext), ("correlation", corr), ("stream", stream), ("device", device)):
+        converted = _ints(values)
+        if converted is None:
+            return None
+        columns[key] = converted
+    for key, values in (("blocks_per_sm", bps), ("occupancy", occ)):
+        floats = _floats(values)
+        if floats is None:
+            return None
+        columns[key] = floats
+    return columns
+
+
 def complete_columns(
     events: list[dict[str, Any]], symbols: Any, scalar_ids: dict[Any, int], scalar: Callable[[Any], int]
 ) -> dict[str, np.ndarray] | None:
@@ -92,19 +142,12 @@ def complete_columns(
             return None
         cats = list(map(dict.get, events, ["cat"] * n))
         args = list(map(dict.get, events, ["args"] * n))
-    ts = _floats(ts_v, missing_ok=False)
-    dur = _floats(dur_v, missing_ok=False)
-    if ts is None or dur is None:
+    times = _times(ts_v, dur_v)
+    if times is None:
         return None
-    with np.errstate(invalid="ignore"):
-        if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
-            return None
-        if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
-            return None
     if set(map(type, names)) != {str}:
         return None
-    cat_types = set(map(type, cats))
-    if not cat_types <= {str, _NONE}:
+    if not set(map(type, cats)) <= {str, _NONE}:
         return None
     if not set(map(type, pids)) <= {int, str} or not set(map(type, tids)) <= {int, str}:
         return None
@@ -113,33 +156,14 @@ def complete_columns(
         return None
     if _NONE in arg_types:
         args = [a if a is not None else _EMPTY for a in args]
-    name_ids = _symbols(names, symbols)
-    if _NONE in cat_types:
-        present = [c for c in cats if c is not None]
-        cat_ids = np.full(n, -1, dtype=np.int32)
-        if present:
-            cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
-    else:
-        cat_ids = _symbols(cats, symbols)
-    pid_ids = _scalars(pids, scalar)
-    tid_ids = _scalars(tids, scalar)
+    identity = _identity_columns(names, cats, pids, tids, symbols, scalar)
 
     def arg(key: str) -> list[Any]:
         return list(map(dict.get, args, [key] * n))
 
-    ext_values = arg("External id")
-    lower = arg("external id")
-    if lower.count(None) != n:
-        ext_values = [v if v is not None else low for v, low in zip(ext_values, lower)]
-    ints = {}
-    for key, values in (("ext", ext_values), ("corr", arg("correlation")), ("stream", arg("stream")), ("device", arg("device"))):
-        converted = _ints(values)
-        if converted is None:
-            return None
-        ints[key] = converted
-    bps = _floats(arg("blocks per SM"))
-    occ = _floats(arg("est. achieved occupancy %"))
-    if bps is None or occ is None:
+    numeric = _arg_columns(arg("External id"), arg("external id"), arg("correlation"), arg("stream"), arg("device"),
+                           arg("blocks per SM"), arg("est. achieved occupancy %"))
+    if numeric is None:
         return None
     dims_ids = np.full(n, -1, dtype=np.int32)
     stack_ids = np.full(n, -1, dtype=np.int32)
@@ -159,11 +183,7 @@ def complete_columns(
         for i, value in enumerate(stacks):
             if type(value) is str:
                 stack_ids[i] = symbols.intern(value)
-    return {
-        "name": name_ids, "cat": cat_ids, "pid": pid_ids, "tid": tid_ids, "input_dims": dims_ids, "call_stack": stack_ids,
-        "ts": ts, "dur": dur, "blocks_per_sm": bps, "occupancy": occ,
-        "external_id": ints["ext"], "correlation": ints["corr"], "stream": ints["stream"], "device": ints["device"],
-    }
+    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric}
 
 
 def typed_complete_columns(
@@ -176,44 +196,20 @@ def typed_complete_columns(
     if not events:
         return None
     names = [e.name for e in events]
-    ts_v = [e.ts for e in events]
-    dur_v = [e.dur for e in events]
     pids = [e.pid for e in events]
     tids = [e.tid for e in events]
-    if None in names or None in ts_v or None in dur_v or None in pids or None in tids:
+    if None in names or None in pids or None in tids:
         return None
-    ts = np.array(ts_v, dtype=np.float64)
-    dur = np.array(dur_v, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
-            return None
+    times = _times([e.ts for e in events], [e.dur for e in events])
+    if times is None:
+        return None
     n = len(events)
-    cats = [e.cat for e in events]
-    name_ids = _symbols(names, symbols)
-    if None in cats:
-        present = [c for c in cats if c is not None]
-        cat_ids = np.full(n, -1, dtype=np.int32)
-        if present:
-            cat_ids[[i for i, c in enumerate(cats) if c is not None]] = _symbols(present, symbols)
-    else:
-        cat_ids = _symbols(cats, symbols)
-    pid_ids = _scalars(pids, scalar)  # interned in the order complete_columns interns them
-    tid_ids = _scalars(tids, scalar)
+    identity = _identity_columns(names, [e.cat for e in events], pids, tids, symbols, scalar)
     args = [e.args for e in events]
-    ext_values = [a.ext for a in args]
-    lower = [a.ext_lower for a in args]
-    if lower.count(None) != n:
-        ext_values = [v if v is not None else low for v, low in zip(ext_values, lower)]
-    ints = {}
-    for key, values in (("ext", ext_values), ("corr", [a.corr for a in args]), ("stream", [a.stream for a in args]),
-                        ("device", [a.device for a in args])):
-        converted = _ints(values)
-        if converted is None:
-            return None
-        ints[key] = converted
-    bps = _floats([a.bps for a in args])
-    occ = _floats([a.occ for a in args])
-    if bps is None or occ is None:
+    numeric = _arg_columns([a.ext for a in args], [a.ext_lower for a in args], [a.corr for a in args],
+                           [a.stream for a in args], [a.device for a in args], [a.bps for a in args],
+                           [a.occ for a in args])
+    if numeric is None:
         return None
     dims_ids = np.full(n, -1, dtype=np.int32)
     stack_ids = np.full(n, -1, dtype=np.int32)
@@ -235,8 +231,4 @@ def typed_complete_columns(
         for i, value in enumerate(stacks):
             if value is not None:
                 stack_ids[i] = symbols.intern(value)
-    return {
-        "name": name_ids, "cat": cat_ids, "pid": pid_ids, "tid": tid_ids,
-        "input_dims": dims_ids, "call_stack": stack_ids, "ts": ts, "dur": dur, "blocks_per_sm": bps, "occupancy": occ,
-        "external_id": ints["ext"], "correlation": ints["corr"], "stream": ints["stream"], "device": ints["device"],
-    }
+    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric}

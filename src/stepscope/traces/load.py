@@ -147,9 +147,7 @@ def load_raw_events(path: str | Path, max_bytes: int | None = None) -> tuple[lis
     path = str(path)
     events: list[dict[str, Any]] = []
 
-    def add(batch: Any, stats: DecodeStats) -> None:
-        if isinstance(batch, TypedBatch):  # every field is wanted here: the events as dicts
-            batch = dicts_of(batch, stats)
+    def add(batch: Any, _stats: DecodeStats) -> None:  # decoded into dicts (typed_batches=False below)
         if not isinstance(batch, list):
             raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
         events.extend(item for item in batch if isinstance(item, dict))
