@@ -113,3 +113,12 @@ def test_unreachable_dask_scheduler_is_one_line_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.startswith("stepscope: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_dask_without_the_extra_is_one_line_exit_2(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if stepscope[dask] were not installed
+    assert main(["analyze", str(TRAIN), "--dask", "local"]) == 2
+    err = capsys.readouterr().err
+    assert err == "stepscope: error: --dask needs Dask's distributed scheduler: pip install 'stepscope[dask]'\n"
