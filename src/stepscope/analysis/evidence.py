@@ -168,6 +168,23 @@ class CompiledGraphs:
 
 
 @dataclass(frozen=True)
+class CriticalPathShares:
+    """What bounds the traced steps: shares of their critical path
+    (:mod:`stepscope.analysis.trace.critical_path`; they add up to 1)."""
+
+    cpu: float = 0.0  # CPU operators and the Python between them
+    data_loading: float = 0.0  # inside DataLoader ranges
+    launch: float = 0.0  # from a launch call's start to its kernel's start, the stream empty
+    kernel_gaps: float = 0.0  # idle stream between two kernels on the path
+    gpu_compute: float = 0.0
+    memory_copies: float = 0.0  # memcpy / memset rows
+    communication: float = 0.0  # collectives
+    after_sync: float = 0.0  # CPU path time right after a sync returned, until the next launch
+    syncs: tuple[str, ...] = ()  # what the path waited on ("cudaStreamSynchronize waited for stream 7")
+    length_us: float = 0.0  # mean path length per step
+
+
+@dataclass(frozen=True)
 class TraceEvidence:
     """What a torch.profiler trace says about one rank, as typed parts (plugin/HTA-defined numbers)."""
 
@@ -188,6 +205,7 @@ class TraceEvidence:
     #: collectives' share of the step less what computation hides: shares.communication × (1 − comm_overlap)
     exposed_communication: float | None = None
     compiled: CompiledGraphs | None = None  # None without compiled code
+    critical_path: CriticalPathShares | None = None  # None without a graph to build (no operators)
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,9 @@ counted but not stored: no analysis here reads them.
 
 Integer args (``External id``, ``correlation``, ``stream``, ``device``) are coerced like HTA does:
 numeric strings become ints, anything else (or a value beyond ±2^62) becomes -1. 2021 traces spell
-``external id`` in lower case; both spellings are read.
+``external id`` in lower case; both spellings are read. The two args of CUDA event synchronisation
+(``wait_on_stream``, ``wait_on_cuda_event_record_corr_id``, on ``Event Sync`` and ``Stream Wait
+Event`` rows) are kept sparsely: :attr:`EventTable.wait_rows` lists the rows that carry either.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from stepscope.traces.fastpath import complete_columns, typed_complete_columns
 FAR_TS_US = 1e17
 _BIG = 1 << 62
 _IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
+#: The sparse columns of CUDA-event waits: rows, then the two args.
+WAIT_COLUMNS = ("wait_rows", "wait_on_stream", "wait_on_record")
 
 
 class SymbolTable:
@@ -84,6 +88,10 @@ class EventTable:
     occupancy: np.ndarray  # float64 (percent, as Kineto writes it), nan
     input_dims: np.ndarray  # int32 symbol of the JSON text of "Input Dims", -1
     call_stack: np.ndarray  # int32 symbol, -1
+    # sparse: the rows with a CUDA-event wait arg (ascending), and their two args (-1 = absent)
+    wait_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    wait_on_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    wait_on_record: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -156,6 +164,7 @@ class TableBuilder:
         self._i32 = {k: array("i") for k in ("name", "cat", "pid", "tid", "input_dims", "call_stack")}
         self._f64 = {k: array("d") for k in ("ts", "dur", "blocks_per_sm", "occupancy")}
         self._i64 = {k: array("q") for k in ("external_id", "correlation", "stream", "device")}
+        self._wait = {k: array("q") for k in WAIT_COLUMNS}
         self._mem_f = {k: array("d") for k in ("ts", "nbytes", "total_allocated", "total_reserved")}
         self._mem_i = {k: array("q") for k in ("device_type", "device_id", "addr")}
         self._mem_tid = array("i")
@@ -245,6 +254,11 @@ class TableBuilder:
         return True
 
     def _append_columns(self, columns: dict[str, np.ndarray]) -> None:
+        rows = columns.pop("wait_rows", None)
+        if rows is not None:
+            self._wait["wait_rows"].frombytes((rows + len(self._f64["ts"])).tobytes())
+            for key in WAIT_COLUMNS[1:]:
+                self._wait[key].frombytes(columns.pop(key).tobytes())
         for key, values in columns.items():
             store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
             store.frombytes(values.tobytes())
@@ -334,6 +348,11 @@ class TableBuilder:
                 a_dims(intern(orjson.dumps(value).decode()) if value is not None else -1)
                 value = args.get("Call stack")
                 a_stack(intern(value) if type(value) is str else -1)
+                wait_stream, wait_record = args.get("wait_on_stream"), args.get("wait_on_cuda_event_record_corr_id")
+                if wait_stream is not None or wait_record is not None:
+                    self._wait["wait_rows"].append(len(self._f64["ts"]) - 1)
+                    self._wait["wait_on_stream"].append(_to_int(wait_stream) if wait_stream is not None else -1)
+                    self._wait["wait_on_record"].append(_to_int(wait_record) if wait_record is not None else -1)
             else:
                 a_ext(-1)
                 a_corr(-1)
@@ -409,6 +428,7 @@ class TableBuilder:
         cols = {k: arr(v, np.int32) for k, v in self._i32.items()}
         cols.update({k: arr(v, np.float64) for k, v in self._f64.items()})
         cols.update({k: arr(v, np.int64) for k, v in self._i64.items()})
+        cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(
             tid=arr(self._mem_tid, np.int32),

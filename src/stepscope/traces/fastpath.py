@@ -183,7 +183,25 @@ def complete_columns(
         for i, value in enumerate(stacks):
             if type(value) is str:
                 stack_ids[i] = symbols.intern(value)
-    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric}
+    waits = _wait_columns(arg("wait_on_stream"), arg("wait_on_cuda_event_record_corr_id"))
+    if waits is None:
+        return None
+    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric,
+            **waits}
+
+
+def _wait_columns(streams: list[Any], records: list[Any]) -> dict[str, np.ndarray] | None:
+    """The sparse CUDA-event wait columns of a batch (rows local to it); {} without any; None when
+    a value needs the careful path."""
+    n = len(streams)
+    if streams.count(None) == n and records.count(None) == n:
+        return {}
+    rows = [i for i, (a, b) in enumerate(zip(streams, records)) if a is not None or b is not None]
+    stream_ints = _ints([streams[i] for i in rows])
+    record_ints = _ints([records[i] for i in rows])
+    if stream_ints is None or record_ints is None:
+        return None
+    return {"wait_rows": np.array(rows, dtype=np.int64), "wait_on_stream": stream_ints, "wait_on_record": record_ints}
 
 
 def typed_complete_columns(
@@ -231,4 +249,8 @@ def typed_complete_columns(
         for i, value in enumerate(stacks):
             if value is not None:
                 stack_ids[i] = symbols.intern(value)
-    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric}
+    waits = _wait_columns([a.wait_stream for a in args], [a.wait_record for a in args])
+    if waits is None:
+        return None
+    return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric,
+            **waits}

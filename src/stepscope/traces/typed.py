@@ -33,7 +33,8 @@ if AVAILABLE:
         "ext": "External id", "ext_lower": "external id", "corr": "correlation", "bps": "blocks per SM",
         "occ": "est. achieved occupancy %", "dims": "Input Dims", "stack": "Call stack", "nbytes": "Bytes",
         "total_allocated": "Total Allocated", "total_reserved": "Total Reserved", "device_type": "Device Type",
-        "device_id": "Device Id", "addr": "Addr"}):
+        "device_id": "Device Id", "addr": "Addr", "wait_stream": "wait_on_stream",
+        "wait_record": "wait_on_cuda_event_record_corr_id"}):
         ext: Union[int, None] = None
         ext_lower: Union[int, None] = None
         corr: Union[int, None] = None
@@ -49,6 +50,8 @@ if AVAILABLE:
         device_type: Union[int, None] = None
         device_id: Union[int, None] = None
         addr: Union[int, None] = None
+        wait_stream: Union[int, None] = None
+        wait_record: Union[int, None] = None
 
     NO_ARGS = Args()
 

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.evidence import (CompiledGraphs, DeviceMemoryUse, DeviceUse, GpuIdle, HostTime, KernelLaunches,
-                                         StepShares, SyncsAndCopies, TraceEvidence)
+from stepscope.analysis.evidence import (CompiledGraphs, CriticalPathShares, DeviceMemoryUse, DeviceUse, GpuIdle, HostTime,
+                                         KernelLaunches, StepShares, SyncsAndCopies, TraceEvidence)
 from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
+from stepscope.analysis.trace.critical_path import (COMM, CPU, DATA_LOADING, GAP, GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD,
+                                                    PathSummary, path_summary)
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
 from stepscope.analysis.trace.idle_causes import IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
@@ -65,6 +67,7 @@ class RankAnalysis:
     warnings: tuple[str, ...] = ()
     idle_causes: IdleCauses | None = None
     compiled: CompiledRegions | None = None  # torch.compile's regions, graphs and guard checks
+    critical: PathSummary | None = None  # the critical path of each step
 
     def to_dict(self, full: bool = True) -> dict[str, Any]:
         limit = None if full else 25
@@ -89,6 +92,7 @@ class RankAnalysis:
             "warnings": list(self.warnings),
             "idle_causes": None if self.idle_causes is None else self.idle_causes.to_dict(),
             "compiled_regions": None if self.compiled is None else self.compiled.to_dict(),
+            "critical_path": None if self.critical is None else self.critical.to_dict(),
         }
 
 
@@ -169,6 +173,7 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         warnings=trace.warnings,
         idle_causes=idle_causes(links),
         compiled=compiled_regions(links, steps),
+        critical=path_summary(events, trace.rank),
     )
 
 
@@ -182,6 +187,16 @@ def _exposed(share: float | None, overlap: float | None) -> float | None:
     if share is None:
         return None
     return share * (1.0 - overlap) if overlap is not None else share
+
+
+def _path_shares(path: PathSummary | None) -> CriticalPathShares | None:
+    if path is None or path.length_us <= 0:
+        return None
+    return CriticalPathShares(
+        cpu=path.share(CPU), data_loading=path.share(DATA_LOADING), launch=path.share(LAUNCH_OVERHEAD),
+        kernel_gaps=path.share(GAP), gpu_compute=path.share(GPU_COMPUTE), memory_copies=path.share(GPU_MEMORY),
+        communication=path.share(COMM), after_sync=path.after_sync_share, syncs=path.syncs,
+        length_us=path.length_us / max(len(path.steps), 1))
 
 
 def rank_evidence(item: RankAnalysis) -> TraceEvidence:
@@ -230,5 +245,6 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
         exposed_communication=_exposed(steps.share("Communication"), item.overlap.overlap_share),
         compiled=None if compiled is None else CompiledGraphs(compiled.graphs_per_step, compiled.recompiled_frames,
                                                               compiled.variants),
+        critical_path=_path_shares(item.critical),
         notes=tuple(steps.notes) + tuple(item.warnings),
     )

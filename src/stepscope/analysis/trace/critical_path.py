@@ -1,0 +1,980 @@
+"""The critical path of a traced step: which chain of CPU work, launches, kernels, synchronisations,
+data loading and collectives, shortened, would shorten the step.
+
+Contract: :func:`critical_path` builds, for one window of one rank (a ``ProfilerStep``, an
+annotation's instance, or the whole trace), the dependency graph of Holistic Trace Analysis'
+lightweight critical-path analysis (``hta/analyzers/critical_path_analysis.py``, 0.6.x) from the
+rows HTA sees (:class:`~stepscope.traces.links.HtaRows`: HTA's filtering and rounded times), takes
+its longest path and says what bounds it. In ``hta`` mode the graph is HTA's, edge for edge
+(tested on HTA's own critical-path traces); the default mode differs where HTA's answer misleads a
+user, each difference named in :data:`DIFFERENCES`.
+
+The graph. Every CPU operator / CUDA runtime call (and data-loading range) in the window and every
+GPU row launched from it has a start and an end node; times are HTA's (µs, rounded inward). Edges:
+
+- per CPU thread, the nesting walk: parent start → first child start, child end → next sibling
+  start, last child end → parent end (``operator``; between two top-level operators a
+  ``dependency`` of weight 0 in HTA), op start → op end for a leaf; a blocking runtime call
+  (``cudaStreamSynchronize``, ``cudaMemcpy``…) weighs 0: its time is the GPU's, reached through
+  its sync edge. The backward thread is walked as part of the forward thread (HTA's remap) when
+  exactly one thread has ``forward`` and one ``autograd`` operators;
+- the CUDA runtime lock (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaHostAlloc`` across
+  threads): each call's end waits for the calls that started before it (``dependency``);
+- per kernel: kernel start → end (``operator``); then, when the stream was empty at the launch
+  and the previous kernel ended before the launch, launch start → kernel start (``launch``);
+  otherwise, previous kernel end on the stream → kernel start when under 1.5 ms
+  (``kernel_gap``); a ``cudaStreamWaitEvent`` makes the next kernel on the waiting stream wait
+  for the kernel before the matching ``cudaEventRecord`` (``sync``);
+- ``Stream Sync`` / ``Context Sync`` / ``Event Sync``: the last kernel on the stream (all streams;
+  the recorded event's kernel) → the end of the CPU call that waited (``sync``, weight 0).
+
+The longest path is the classic dynamic programme over a topological order (linear in nodes and
+edges; HTA calls networkx). Ties are broken as networkx does (first edge added, earliest end), so
+the path is HTA's, not only its length. Each weighted edge is *attributed* to an event (HTA's
+rule: the event it lies in; a gap between two children to their parent) and classified:
+``cpu``, ``data_loading``, ``launch_overhead``, ``kernel_gap``, ``gpu_compute``, ``gpu_memory``,
+``communication`` (HTA's ``gpu_compute_bound`` is ``gpu_compute`` + ``gpu_memory`` here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stepscope.traces.events import EventTable
+from stepscope.traces.links import COMMUNICATION, MEMORY, is_dataloader, links_of, symbol_mask
+from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
+from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
+from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
+
+IntArray = npt.NDArray[np.int64]
+
+# edge types (HTA's CPEdgeType, short)
+OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC = "operator", "dependency", "launch", "kernel_gap", "sync"
+EDGE_TYPES = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC)
+HTA_EDGE_TYPES = {
+    OPERATOR: "critical_path_operator", DEPENDENCY: "critical_path_dependency",
+    LAUNCH: "critical_path_kernel_launch_delay", KERNEL_GAP: "critical_path_kernel_kernel_delay",
+    SYNC: "critical_path_sync_dependency",
+}
+# what bounds a path edge
+CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM = (
+    "cpu", "data_loading", "launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")
+BOUND_KINDS = (CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM)
+BOUND_LABELS = {
+    CPU: "CPU (Python / framework)", DATA_LOADING: "data loading", LAUNCH_OVERHEAD: "kernel launch",
+    GAP: "gaps between kernels", GPU_COMPUTE: "GPU compute", GPU_MEMORY: "memory copies",
+    COMM: "communication",
+}
+#: HTA's summary names for ours (``gpu_compute_bound`` covers compute and memory rows).
+HTA_BOUND = {CPU: "cpu_bound", DATA_LOADING: "data_loading", LAUNCH_OVERHEAD: "gpu_kernel_launch_overhead",
+             GAP: "gpu_kernel_kernel_overhead", GPU_COMPUTE: "gpu_compute_bound", GPU_MEMORY: "gpu_compute_bound",
+             COMM: "gpu_communication_bound"}
+
+#: A path edge attributed to no event: the time between two top-level operators of a thread.
+BETWEEN_OPS = -3
+KERNEL_GAP_LIMIT_US = 1500.0  # HTA: a longer gap on a stream is an unrecognised dependency
+RUNTIME_LOCK_CALLS = frozenset(("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync"))
+BLOCKING_CALLS = frozenset(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery",
+                            "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpyAsync"))
+LAUNCH_CALLS = frozenset((
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
+    "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
+    "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream"))
+#: ... and, in the default mode, a CUDA graph's replay (HTA does not count it as a launch)
+GRAPH_LAUNCH_CALLS = frozenset(("cudaGraphLaunch", "hipGraphLaunch"))
+_NODE_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
+
+#: Where the default mode departs from HTA (``hta=True`` turns all of them off).
+DIFFERENCES = {
+    "python_gaps": "the time between two top-level operators on a thread (Python, the framework, "
+                   "untraced work) weighs what it lasted; HTA gives it 0, so its path misses that CPU time",
+    "data_loading": "data loading is everything under a DataLoader range (its children included); HTA "
+                    "counts only the gaps between the range's children, and only for patterns the caller passes",
+    "graph_launches": "a cudaGraphLaunch launches every kernel with its correlation (HTA keeps one: #290)",
+    "ill_nested": "a CPU event that outlives its parent (out-of-order stacks) is cut at the parent's end; "
+                  "HTA's walk then builds a cycle and fails (#113)",
+}
+
+
+@dataclass(frozen=True)
+class PathEdge:
+    kind: str  # edge type
+    weight_us: float
+    src: int  # event rows (of the event table)
+    dst: int
+    src_start: bool
+    dst_start: bool
+    event: int  # the row the edge is attributed to, -1 for none
+    bound: str  # BOUND_KINDS, "" for a weightless dependency
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Path time of one event (or one kind of gap), for the top-segments table."""
+
+    name: str
+    stream: int  # -1 on the CPU
+    bound: str
+    why: str
+    us: float
+    count: int
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    rank: int
+    label: str  # "ProfilerStep#12", an annotation instance, or "whole trace"
+    start_us: float
+    end_us: float
+    nodes: int
+    edges: int
+    edge_types: dict[str, int]
+    length_us: float
+    path: tuple[PathEdge, ...]
+    bound_us: dict[str, float]
+    syncs: tuple[str, ...]  # what the path waited on, e.g. "cudaStreamSynchronize waited for stream 7"
+    mode: str  # "stepscope" or "hta"
+    notes: tuple[str, ...] = ()
+    ok: bool = True
+    #: every edge (type, weight, source row, source is a start, destination row, ...), when asked for
+    graph: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
+
+    @property
+    def span_us(self) -> float:
+        return self.end_us - self.start_us
+
+    def share(self, kind: str) -> float:
+        return self.bound_us.get(kind, 0.0) / self.length_us if self.length_us > 0 else 0.0
+
+    def hta_summary(self) -> dict[str, float]:
+        """HTA's ``summary()`` (percent of path per bound type)."""
+        out: dict[str, float] = defaultdict(float)
+        for kind, us in self.bound_us.items():
+            out[HTA_BOUND[kind]] += us
+        return {k: 100.0 * v / self.length_us for k, v in out.items()} if self.length_us > 0 else {}
+
+
+@dataclass
+class _Graph:
+    """Nodes are (event position, is_start); edges in insertion order, one per node pair."""
+
+    node_ts: list[float] = field(default_factory=list)
+    node_pos: list[int] = field(default_factory=list)
+    node_start: list[bool] = field(default_factory=list)
+    edges: dict[tuple[int, int], tuple[str, float, int]] = field(default_factory=dict)  # -> (type, weight, attributed pos)
+
+    def add(self, u: int, v: int, kind: str, zero: bool = False, event: int = -2) -> None:
+        weight = 0.0 if zero or kind in (DEPENDENCY, SYNC) else self.node_ts[v] - self.node_ts[u]
+        # networkx keeps one edge per pair: the last one added, in the place of the first
+        self.edges[(u, v)] = (kind, weight, event)
+
+
+class _Rows:
+    """The window's columns over HTA's kept rows (positions index the kept rows)."""
+
+    def __init__(self, events: EventTable):
+        links = links_of(events)
+        hta = links.hta
+        self.events, self.index = events, hta.index
+        self.ts, self.end = hta.ts, hta.end
+        self.dur = self.end - self.ts
+        rows = hta.index
+        self.name = events.name[rows]
+        self.cat = events.cat[rows]
+        self.stream = events.stream[rows]
+        self.corr = events.correlation[rows]
+        self.pid = events.pid[rows]
+        self.tid = events.tid[rows]
+        self.ktype = hta.ktype
+        self.role = links.role[rows]
+        symbols = events.symbols
+        self.n_symbols = len(symbols.strings)
+        self.strings = symbols.strings
+        ids = symbols.ids
+        self.sym = lambda text: ids.get(text, -2)
+        sync_names = [i for i in (self.sym("Event Sync"), self.sym("Context Sync")) if i >= 0]
+        self.is_gpu = ((self.stream >= 0) & (self.corr >= 0)) | symbol_mask(self.name, sync_names, self.n_symbols)
+        self.ic = self._index_correlation()
+        wait_pos = np.searchsorted(rows, events.wait_rows)
+        ok = np.zeros(len(wait_pos), dtype=bool)
+        if len(rows):
+            ok = rows[np.minimum(wait_pos, len(rows) - 1)] == events.wait_rows
+        self.wait_stream = dict(zip(wait_pos[ok].tolist(), events.wait_on_stream[ok].tolist()))
+        self.wait_record = dict(zip(wait_pos[ok].tolist(), events.wait_on_record[ok].tolist()))
+
+    def _index_correlation(self) -> IntArray:
+        """HTA's ``index_correlation`` (positions): -1 unlinked, a CPU row -> the last GPU row with its
+        correlation, a GPU row (or Event/Context Sync) -> the last CPU row with it; -2 = correlated
+        but the partner is not in the trace (HTA's 0)."""
+        corr = self.corr
+        ic = np.where(corr == -1, -1, -2).astype(np.int64)
+        linked = np.flatnonzero(corr != -1)
+        cpu = linked[~self.is_gpu[linked]]
+        gpu = linked[self.is_gpu[linked]]
+        last_gpu = _last_by_key(corr[gpu], gpu)
+        last_cpu = _last_by_key(corr[cpu], cpu)
+        for side, partner in ((cpu, last_gpu), (gpu, last_cpu)):
+            keys, values = partner
+            if not len(keys) or not len(side):
+                continue
+            pos = np.minimum(np.searchsorted(keys, corr[side]), len(keys) - 1)
+            hit = keys[pos] == corr[side]
+            ic[side[hit]] = values[pos[hit]]
+        return ic
+
+    def names(self, names: Iterable[str]) -> npt.NDArray[np.int32]:
+        return np.array([i for i in (self.sym(n) for n in names) if i >= 0], dtype=np.int32)
+
+    def name_in(self, names: Iterable[str], pos: IntArray | None = None) -> npt.NDArray[np.bool_]:
+        values = self.name if pos is None else self.name[pos]
+        return symbol_mask(values, self.names(names), self.n_symbols)
+
+    def decode(self, pos: int) -> str:
+        return self.strings[int(self.name[pos])] if pos >= 0 else ""
+
+
+def _last_by_key(keys: IntArray, values: IntArray) -> tuple[IntArray, IntArray]:
+    """Sorted distinct keys and, for each, the last value (in input order) with that key."""
+    if not len(keys):
+        return keys, values
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    last = np.ones(len(k), dtype=bool)
+    last[:-1] = k[1:] != k[:-1]
+    return k[last], v[last]
+
+
+def step_windows(events: EventTable) -> list[tuple[str, float, float]]:
+    """The ``ProfilerStep`` windows HTA would analyse (its kept rows, rounded), in order."""
+    rows = _Rows(events)
+    names = [i for i, s in enumerate(rows.strings) if "ProfilerStep" in s]
+    pos = np.flatnonzero(symbol_mask(rows.name, np.array(names, dtype=np.int32), rows.n_symbols) & ~rows.is_gpu)
+    return [(rows.decode(int(p)), float(rows.ts[p]), float(rows.end[p])) for p in pos]
+
+
+def critical_path(events: EventTable, rank: int = 0, annotation: str = "ProfilerStep", instance: int | None = 0,
+                  hta: bool = False, data_loading: tuple[str, ...] | None = None,
+                  keep_graph: bool = False) -> CriticalPath | None:
+    """The critical path of one window: the ``instance``-th row whose name contains ``annotation``
+    (``annotation=""``: the whole trace). None when the annotation is not in the trace or the
+    window holds no event. ``hta=True`` builds HTA's graph exactly; ``data_loading`` are regular
+    expressions of data-loading event names (HTA's ``data_load_events``; default mode: the
+    DataLoader ranges). ``keep_graph`` keeps every edge in :attr:`CriticalPath.graph`."""
+    rows = _Rows(events)
+    if not len(rows.ts):
+        return None
+    if annotation:
+        ids = np.array([i for i, s in enumerate(rows.strings) if annotation in s], dtype=np.int32)
+        hits = np.flatnonzero(symbol_mask(rows.name, ids, rows.n_symbols))
+        first, last = (0, 0) if instance is None else (instance, instance)
+        chosen = hits[first:last + 1]
+        if not len(chosen):
+            return None
+        start, end = float(rows.ts[chosen].min()), float(rows.end[chosen].max())
+        label = rows.decode(int(chosen[0]))
+    else:
+        start, end = float(rows.ts.min()), float(rows.end.max())
+        label = "whole trace"
+    return _analyse(rows, rank, label, start, end, hta, data_loading, keep_graph)
+
+
+def step_paths(events: EventTable, rank: int = 0, hta: bool = False) -> list[CriticalPath]:
+    """The critical path of every ``ProfilerStep`` of the trace (HTA's kept rows: with two steps or
+    more, HTA drops the last one's host events)."""
+    rows = _Rows(events)
+    out = []
+    for label, start, end in step_windows(events):
+        found = _analyse(rows, rank, label, start, end, hta, None)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: bool,
+             data_loading: tuple[str, ...] | None, keep_graph: bool = False) -> CriticalPath | None:
+    window = _clip(rows, start, end, hta)
+    if not len(window):
+        return None
+    notes: list[str] = []
+    graph, pos_node = _nodes(rows, window, hta, data_loading)
+    _runtime_lock_edges(rows, graph)
+    _call_stack_edges(rows, window, graph, pos_node, hta, notes)
+    syncs = _kernel_edges(rows, window, graph, pos_node, hta, notes)
+    found = _longest_path(graph)
+    edge_types = Counter(kind for kind, _, _ in graph.edges.values())
+    if found is None:
+        return CriticalPath(rank, label, start, end, len(graph.node_ts), len(graph.edges), dict(edge_types), 0.0, (),
+                            {}, (), "hta" if hta else "stepscope", (*notes, "the graph has a cycle: no path"), ok=False)
+    path_nodes, length = found
+    touched = {node for pair in graph.edges for node in pair}  # HTA's graph holds the nodes its edges touch
+    dl_pos = _data_loading_ranges(rows, window, hta, data_loading)
+    path = []
+    bound: dict[str, float] = defaultdict(float)
+    waited = []
+    for u, v in zip(path_nodes, path_nodes[1:]):
+        kind, weight, event = graph.edges[(u, v)]
+        src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
+        attributed = _attribute(graph, kind, u, v, event)
+        what = _bound(rows, kind, attributed, dl_pos)
+        if what:
+            bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
+        if kind == SYNC:
+            waited.append(_sync_text(rows, src_pos, dst_pos))
+        path.append(PathEdge(kind, weight, int(rows.index[src_pos]), int(rows.index[dst_pos]), graph.node_start[u],
+                             graph.node_start[v], int(rows.index[attributed]) if attributed >= 0 else attributed, what))
+    kept = ()
+    if keep_graph:
+        index, pos, starts = rows.index, graph.node_pos, graph.node_start
+        kept = tuple((kind, weight, int(index[pos[u]]), starts[u], int(index[pos[v]]), starts[v])
+                     for (u, v), (kind, weight, _) in graph.edges.items())
+    return CriticalPath(rank, label, start, end, len(touched), len(graph.edges), dict(edge_types), length,
+                        tuple(path), dict(bound), tuple(dict.fromkeys(waited)), "hta" if hta else "stepscope",
+                        tuple(dict.fromkeys(notes)), graph=kept)
+
+
+def _clip(rows: _Rows, start: float, end: float, hta: bool = True) -> IntArray:
+    """HTA's window: CPU rows starting in it with a duration; GPU rows whose launch did; and every
+    ``Stream Wait Event`` row. HTA finds a GPU row from its launch's link, which names one row:
+    in the default mode every GPU row whose own link names a launch in the window is kept (a
+    CUDA graph's replay launches many)."""
+    cpu = rows.stream == -1
+    in_window = (rows.ts >= start) & (rows.ts <= end) & (rows.dur > 0)
+    keep = cpu & in_window
+    gpu = np.flatnonzero(~cpu)
+    # the host rows whose index_correlation points at a GPU row (HTA joins the GPU row to them)
+    launchers = np.flatnonzero(cpu & (rows.ic >= 0))
+    targets = rows.ic[launchers]
+    hit = np.zeros(len(rows.ts), dtype=bool)
+    good = in_window[launchers]
+    hit[targets[good]] = True
+    keep[gpu[hit[gpu]]] = True
+    if not hta:
+        linked = gpu[rows.ic[gpu] >= 0]
+        launcher = rows.ic[linked]
+        keep[linked[(rows.stream[launcher] == -1) & in_window[launcher]]] = True
+    keep[gpu[rows.name_in(("Stream Wait Event",), gpu)]] = True
+    return np.flatnonzero(keep)
+
+
+def _nodes(rows: _Rows, window: IntArray, hta: bool, data_loading: tuple[str, ...] | None) -> tuple[_Graph, dict[int, int]]:
+    cats = rows.names(_NODE_CATS)
+    mask = symbol_mask(rows.cat[window], cats, rows.n_symbols)
+    if not hta:  # also the 2021 spelling (cat "Operator" / "Runtime"), which HTA does not read
+        role = rows.role[window]
+        mask |= ((role == OPERATOR_ROLE) | (role == RUNTIME_ROLE)) & (rows.stream[window] == -1)
+    mask |= (rows.stream[window] != -1) & (rows.ic[window] != -1)
+    dl = _data_loading_names(rows, hta, data_loading)
+    if len(dl):
+        mask |= symbol_mask(rows.name[window], dl, rows.n_symbols)
+    pos = window[mask]
+    ts = np.concatenate([rows.ts[pos], rows.end[pos]])
+    who = np.concatenate([pos, pos])
+    is_start = np.concatenate([np.ones(len(pos), dtype=bool), np.zeros(len(pos), dtype=bool)])
+    order = np.lexsort((~is_start, who, ts))  # (ts, event), a start before its own end
+    graph = _Graph(ts[order].tolist(), who[order].tolist(), is_start[order].tolist())
+    pos_node: dict[int, int] = {}
+    for node, (p, s) in enumerate(zip(graph.node_pos, graph.node_start)):
+        pos_node[p * 2 + (0 if s else 1)] = node
+    return graph, pos_node
+
+
+def _data_loading_names(rows: _Rows, hta: bool, patterns: tuple[str, ...] | None) -> npt.NDArray[np.int32]:
+    if patterns is not None:
+        compiled = [re.compile(p) for p in patterns]
+        return np.array([i for i, s in enumerate(rows.strings) if any(c.search(s) for c in compiled)], dtype=np.int32)
+    if hta:
+        return np.zeros(0, dtype=np.int32)
+    return np.array([i for i, s in enumerate(rows.strings) if is_dataloader(s)], dtype=np.int32)
+
+
+def _runtime_lock_edges(rows: _Rows, graph: _Graph) -> None:
+    lock = rows.names(RUNTIME_LOCK_CALLS)
+    if not len(lock):
+        return
+    names = rows.name[np.array(graph.node_pos, dtype=np.int64)] if graph.node_pos else np.zeros(0, dtype=np.int32)
+    is_lock = symbol_mask(names, lock, rows.n_symbols)
+    open_starts: list[int] = []
+    last = -1
+    for node in np.flatnonzero(is_lock).tolist():
+        if graph.node_start[node]:
+            open_starts.append(node)
+        else:
+            me = graph.node_pos[node]
+            while open_starts:
+                previous = open_starts.pop()
+                if graph.node_pos[previous] == me:
+                    graph.add(previous, node, OPERATOR, event=me)
+                else:
+                    graph.add(previous, node, DEPENDENCY)
+            if last >= 0 and not graph.node_start[last]:
+                graph.add(last, node, DEPENDENCY)
+        last = node
+
+
+def _thread_of(rows: _Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntArray:
+    """Thread key per CPU row, the backward thread folded into the forward thread (HTA's remap)."""
+    pid, tid = rows.pid[cpu].astype(np.int64), rows.tid[cpu].astype(np.int64)
+    key = pid * (rows.n_symbols + 1) + tid
+    cats = rows.names(("cpu_op", "user_annotation"))
+    typed = symbol_mask(rows.cat, cats, rows.n_symbols)  # (over all rows: cheap, and indexed by window below)
+    if not hta:  # the 2021 spelling too
+        typed |= (rows.role == OPERATOR_ROLE) | (rows.role == ANNOTATION_ROLE)
+
+    def only_thread(word: str) -> int | None:
+        ids = np.array([i for i, s in enumerate(rows.strings) if word in s], dtype=np.int32)
+        hits = window[symbol_mask(rows.name[window], ids, rows.n_symbols) & typed[window]]
+        tids = set(rows.tid[hits].tolist())
+        return tids.pop() if len(tids) == 1 else None
+
+    forward, backward = only_thread("forward"), only_thread("autograd")
+    if forward is not None and backward is not None and forward != backward:
+        tid = np.where(tid == backward, forward, tid)
+        key = pid * (rows.n_symbols + 1) + tid
+    return key
+
+
+def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
+                      notes: list[str]) -> None:
+    cpu = window[rows.stream[window] == -1]
+    if not len(cpu):
+        return
+    thread = _thread_of(rows, cpu, window, hta)
+    lock = rows.names(RUNTIME_LOCK_CALLS)
+    is_lock = set(cpu[symbol_mask(rows.name[cpu], lock, rows.n_symbols)].tolist())
+    blocking = set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist())
+    ts_all, end_all = rows.ts, rows.end
+    for key in np.unique(thread).tolist():
+        members = cpu[thread == key]
+        # HTA's order: by start; at one start the longer first; then file order
+        order = np.lexsort((members, -(end_all[members] - ts_all[members]), ts_all[members]))
+        members = members[order]
+        _walk(graph, pos_node, members.tolist(), ts_all[members].tolist(), end_all[members].tolist(), is_lock,
+              blocking, hta, notes)
+
+
+def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: list[float], ends: list[float],
+          is_lock: set[int], blocking: set[int], hta: bool, notes: list[str]) -> None:
+    """One thread's nesting walk (HTA's depth-first enter/exit over its call stack)."""
+    stack: list[tuple[int, float]] = []  # (position, effective end)
+    last_node = -1
+    last_parent = -1
+    depth = 0  # open events that have nodes
+
+    def shares_lock(a: int, b: int) -> bool:
+        return (graph.node_pos[a] in is_lock and graph.node_pos[b] in is_lock
+                and (graph.node_start[a] or not graph.node_start[b]))
+
+    def leave(p: int, parent: int) -> None:
+        nonlocal last_node, last_parent, depth
+        end_node = pos_node.get(p * 2 + 1)
+        if end_node is None:
+            return
+        if last_node >= 0 and not shares_lock(last_node, end_node):
+            graph.add(last_node, end_node, OPERATOR, zero=p in blocking, event=_case_event(graph, last_node, end_node, last_parent))
+        last_node, last_parent = end_node, parent
+        depth -= 1
+
+    for p, ts, end in zip(members, starts, ends):
+        while stack and stack[-1][1] <= ts:  # at one time an end comes before a start
+            done, _ = stack.pop()
+            leave(done, stack[-1][0] if stack else -1)
+        parent = stack[-1][0] if stack else -1
+        if stack and end > stack[-1][1]:
+            notes.append("a CPU event outlives its parent (an out-of-order stack): it is cut at the parent's end")
+            end = stack[-1][1]
+            end_node = pos_node.get(p * 2 + 1)
+            if end_node is not None and not hta:
+                graph.node_ts[end_node] = end
+        start_node = pos_node.get(p * 2)
+        if start_node is not None:
+            if last_node >= 0 and not shares_lock(last_node, start_node):
+                top_level = depth == 0
+                kind = DEPENDENCY if top_level else OPERATOR
+                if top_level and not hta:
+                    graph.add(last_node, start_node, OPERATOR, event=BETWEEN_OPS)  # see DIFFERENCES
+                else:
+                    graph.add(last_node, start_node, kind, event=_case_event(graph, last_node, start_node, last_parent))
+            last_node, last_parent = start_node, parent
+            depth += 1
+        stack.append((p, end))
+    while stack:
+        done, _ = stack.pop()
+        leave(done, stack[-1][0] if stack else -1)
+
+
+def _case_event(graph: _Graph, u: int, v: int, parent: int) -> int:
+    """HTA's attribution of an operator edge: a start -> the source's event; end -> end: the
+    destination's; end -> start: the source's parent."""
+    if graph.node_start[u]:
+        return graph.node_pos[u]
+    if not graph.node_start[v]:
+        return graph.node_pos[v]
+    return parent
+
+
+def _attribute(graph: _Graph, kind: str, u: int, v: int, event: int) -> int:
+    if kind == KERNEL_GAP:
+        return graph.node_pos[u]
+    if kind != OPERATOR:
+        return -1
+    return event if event >= 0 or event == BETWEEN_OPS else graph.node_pos[u]
+
+
+def _queue_lengths(rows: _Rows, launch_calls: frozenset[str]) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """HTA's queue length per stream, over the whole trace: +1 at a launch for each GPU row it
+    launched, -1 at each GPU row's start. Returns the length after each launch (by launch
+    position), after each GPU row's start (by its position), and each launched row's place among
+    the rows of its launch (0 for the first; a CUDA graph's replay launches many)."""
+    launch = np.flatnonzero(rows.name_in(launch_calls))
+    gpu = np.flatnonzero(rows.stream != -1)
+    keys, last_launch = _last_by_key(rows.corr[launch], launch)
+    if not len(keys) or not len(gpu):
+        return {}, {}, {}
+    at = np.minimum(np.searchsorted(keys, rows.corr[gpu]), len(keys) - 1)
+    ok = keys[at] == rows.corr[gpu]
+    launched, by = gpu[ok], last_launch[at[ok]]
+    pos = np.concatenate([by, launched])
+    delta = np.concatenate([np.ones(len(by), dtype=np.int64), -np.ones(len(launched), dtype=np.int64)])
+    stream = np.concatenate([rows.stream[launched], rows.stream[launched]])
+    order = np.lexsort((np.arange(len(pos)), rows.ts[pos], stream))
+    s, d = stream[order], delta[order]
+    lengths = np.empty(len(order), dtype=np.int64)
+    for chunk in np.split(np.arange(len(order)), np.flatnonzero(np.diff(s)) + 1):
+        lengths[chunk] = np.cumsum(d[chunk])
+    after_launch: dict[int, int] = {}
+    after_start: dict[int, int] = {}
+    for p, dd, q in zip(pos[order].tolist(), d.tolist(), lengths.tolist()):
+        (after_launch if dd > 0 else after_start)[p] = q
+    place: dict[int, int] = {}
+    seen: Counter[int] = Counter()
+    for g, launcher in sorted(zip(launched.tolist(), by.tolist()), key=lambda item: (rows.ts[item[0]], item[0])):
+        place[g] = seen[launcher]
+        seen[launcher] += 1
+    return after_launch, after_start, place
+
+
+def _launch_before(rows: _Rows, calls: IntArray, stream_of: dict[int, tuple[int, int]],
+                   launch_calls: frozenset[str]) -> dict[int, int]:
+    """For each cudaEventRecord position: the GPU row launched last on its (device, stream) before it."""
+    launch = np.flatnonzero(rows.name_in(launch_calls) & (rows.ic >= 0))
+    if not len(launch):
+        return {}
+    target = rows.ic[launch]
+    key_of_launch = list(zip(rows.pid[target].tolist(), rows.stream[target].tolist()))
+    out: dict[int, int] = {}
+    by_key: dict[tuple[int, int], list[tuple[float, int, int]]] = defaultdict(list)
+    for p, k, t in zip(launch.tolist(), key_of_launch, target.tolist()):
+        by_key[k].append((float(rows.ts[p]), 0, t))
+    gpu_of_record = {}
+    for p in calls.tolist():
+        found = stream_of.get(p)
+        if found is not None:
+            gpu_of_record[p] = found
+    for p, (device, stream) in gpu_of_record.items():
+        by_key[(device, stream)].append((float(rows.ts[p]), 1, p))
+    for items in by_key.values():
+        items.sort(key=lambda item: item[0])
+        previous = -1
+        for _, is_record, value in items:
+            if is_record:
+                if previous >= 0:
+                    out[value] = previous
+            else:
+                previous = value
+    return out
+
+
+def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
+                  notes: list[str]) -> list[str]:
+    launch_calls = LAUNCH_CALLS if hta else LAUNCH_CALLS | GRAPH_LAUNCH_CALLS
+    after_launch, after_start, place = _queue_lengths(rows, launch_calls)
+    launched_by: Counter[int] = Counter(int(rows.ic[g]) for g in place) if not hta else Counter()
+    sync_cat = rows.sym("cuda_sync")
+    names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
+    in_window = window[((rows.stream[window] != -1) | np.isin(rows.name[window], [names["Event Sync"], names["Context Sync"]]))
+                       & (rows.ic[window] != -1)]
+    records = np.flatnonzero(rows.name == rows.sym("cudaEventRecord"))
+    # each recorded CUDA event: the stream and device it was recorded on (from the waits that name it)
+    record_stream: dict[int, tuple[int, int]] = {}
+    corr_to_record = dict(zip(rows.corr[records].tolist(), records.tolist()))
+    for p, stream in rows.wait_stream.items():
+        record = corr_to_record.get(rows.wait_record.get(p, -1))
+        if record is not None and stream > -1:
+            record_stream.setdefault(record, (int(rows.pid[p]), stream))
+    previous_launch = _launch_before(rows, records, record_stream, launch_calls)
+    is_sync = rows.cat[in_window] == sync_cat
+    sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
+    ordered = in_window[np.lexsort((in_window, sort_by))]
+    last: dict[int, int] = {}  # stream -> end node of its last kernel
+    kernel_sync: dict[int, int] = {}  # kernel position -> position of the kernel it waits for
+    waits_next = _next_launch_after_waits(rows, launch_calls) if names["Stream Wait Event"] >= 0 else {}
+    ts = rows.ts
+    for p in ordered.tolist():
+        name = int(rows.name[p])
+        if rows.cat[p] == sync_cat:
+            runtime = int(rows.ic[p])
+            if name in (names["Stream Wait Event"], names["Event Sync"]):
+                record = corr_to_record.get(rows.wait_record.get(p, -2))
+                src_launch = previous_launch.get(record, -1) if record is not None else -1
+                if src_launch < 0:
+                    continue
+                if name == names["Stream Wait Event"]:
+                    dest = waits_next.get(runtime, -1)
+                    if dest >= 0:
+                        kernel_sync[dest] = src_launch
+                else:
+                    end_node = pos_node.get(src_launch * 2 + 1)
+                    target = pos_node.get(runtime * 2 + 1) if runtime >= 0 else None
+                    if end_node is not None and target is not None:
+                        graph.add(end_node, target, SYNC)
+                continue
+            target = pos_node.get(runtime * 2 + 1) if runtime >= 0 else None
+            if target is None:
+                continue
+            sources = list(last.values()) if name == names["Context Sync"] else [last.get(int(rows.stream[p]), -1)]
+            for node in sources:
+                if node >= 0:
+                    graph.add(node, target, SYNC)
+            continue
+        start_node, end_node = pos_node.get(p * 2), pos_node.get(p * 2 + 1)
+        if start_node is None or end_node is None:
+            continue
+        graph.add(start_node, end_node, OPERATOR, event=p)
+        stream = int(rows.stream[p])
+        runtime = int(rows.ic[p])
+        sync_end = -1
+        waits = kernel_sync.pop(p, None)
+        if waits is not None:
+            found = pos_node.get(waits * 2 + 1)
+            if found is not None:
+                graph.add(found, start_node, SYNC)
+                sync_end = found
+            else:
+                waits = None
+        previous = last.get(stream, -1)
+        runtime_ts = ts[runtime] if runtime >= 0 else np.inf
+        # the stream held nothing else: one row launched, none queued behind it (a graph's replay:
+        # its first row, the rest of the graph behind it)
+        count = launched_by.get(runtime, 1) if not hta else 1
+        if (after_launch.get(runtime) == count and after_start.get(p) == count - 1 and place.get(p, 0) == 0
+                and (previous < 0 or graph.node_ts[previous] < runtime_ts)
+                and (waits is None or graph.node_ts[sync_end] < runtime_ts)):
+            launch_start = pos_node.get(runtime * 2)
+            if launch_start is not None:
+                graph.add(launch_start, start_node, LAUNCH)
+        elif (previous >= 0 and graph.node_ts[start_node] - graph.node_ts[previous] < KERNEL_GAP_LIMIT_US
+              and (waits is None or graph.node_ts[sync_end] < graph.node_ts[previous])):
+            graph.add(previous, start_node, KERNEL_GAP, event=graph.node_pos[previous])
+        last[stream] = end_node
+    if not hta and sync_cat < 0:
+        _inferred_syncs(rows, window, graph, pos_node, notes)
+    return []
+
+
+def _inferred_syncs(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], notes: list[str]) -> None:
+    """Without ``cuda_sync`` rows (traces before PyTorch 2.1), a blocking call (a synchronize, a
+    ``cudaMemcpy``…) is taken to have waited for the GPU row that ended last within it."""
+    gpu = window[(rows.stream[window] >= 0)]
+    gpu = gpu[[pos_node.get(int(p) * 2 + 1) is not None for p in gpu.tolist()]] if len(gpu) else gpu
+    calls = window[(rows.stream[window] == -1) & rows.name_in(BLOCKING_CALLS, window)]
+    if not len(gpu) or not len(calls):
+        return
+    order = np.argsort(rows.end[gpu], kind="stable")
+    ends, gpu = rows.end[gpu][order], gpu[order]
+    last = np.searchsorted(ends, rows.end[calls], side="right") - 1
+    added = 0
+    for call, i in zip(calls.tolist(), last.tolist()):
+        target = pos_node.get(call * 2 + 1)
+        if i < 0 or target is None or ends[i] < rows.ts[call]:
+            continue
+        graph.add(pos_node[int(gpu[i]) * 2 + 1], target, SYNC)
+        added += 1
+    if added:
+        notes.append("the trace has no CUDA synchronisation events (PyTorch < 2.1): a blocking call is taken "
+                     "to wait for the GPU work that ended last within it")
+
+
+def _next_launch_after_waits(rows: _Rows, launch_calls: frozenset[str]) -> dict[int, int]:
+    """For each cudaStreamWaitEvent call (position): the GPU row of the next launch on the same
+    thread onto the waiting stream."""
+    waits = np.flatnonzero((rows.name == rows.sym("cudaStreamWaitEvent")) & (rows.ic >= 0))
+    launch = np.flatnonzero(rows.name_in(launch_calls) & (rows.ic >= 0))
+    if not len(waits) or not len(launch):
+        return {}
+    by_key: dict[tuple[int, int, int], list[tuple[float, int, int]]] = defaultdict(list)
+    for p in launch.tolist():
+        target = int(rows.ic[p])
+        by_key[(int(rows.pid[p]), int(rows.tid[p]), int(rows.stream[target]))].append((float(rows.ts[p]), 1, target))
+    for p in waits.tolist():
+        target = int(rows.ic[p])  # the Stream Wait Event row, on the waiting stream
+        by_key[(int(rows.pid[p]), int(rows.tid[p]), int(rows.stream[target]))].append((float(rows.ts[p]), 0, p))
+    out = {}
+    for items in by_key.values():
+        items.sort(key=lambda item: item[0])
+        pending: list[int] = []
+        for _, is_launch, value in items:
+            if is_launch:
+                for wait in pending:
+                    out[wait] = value
+                pending = []
+            else:
+                pending.append(value)
+    return out
+
+
+def _longest_path(graph: _Graph) -> tuple[list[int], float] | None:
+    """Longest path by dynamic programming over a topological order; None on a cycle. The order
+    and the ties are networkx's (``topological_sort`` by generations, the first-added best
+    predecessor, the first best end in that order), so the path is HTA's, not only its length.
+    A negative weight counts as 0 (HTA: "nanosecond precision")."""
+    n = len(graph.node_ts)
+    if n == 0:
+        return None
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for (u, v), (_, weight, _) in graph.edges.items():
+        succ[u].append(v)
+        pred[v].append((u, weight if weight > 0 else 0.0))
+        indegree[v] += 1
+    generation = [i for i in range(n) if indegree[i] == 0]
+    order: list[int] = []
+    while generation:
+        order.extend(generation)
+        following = []
+        for u in generation:
+            for w in succ[u]:
+                indegree[w] -= 1
+                if indegree[w] == 0:
+                    following.append(w)
+        generation = following
+    if len(order) < n:
+        return None
+    dist = [0.0] * n
+    back = list(range(n))
+    for v in order:
+        best, via = 0.0, v
+        for u, weight in pred[v]:
+            candidate = dist[u] + weight
+            if via == v or candidate > best:
+                best, via = candidate, u
+        dist[v], back[v] = best, via
+    end = max(order, key=lambda node: dist[node])
+    path = [end]
+    while back[path[-1]] != path[-1]:
+        path.append(back[path[-1]])
+    path.reverse()
+    return path, dist[end]
+
+
+def _data_loading_ranges(rows: _Rows, window: IntArray, hta: bool,
+                         patterns: tuple[str, ...] | None) -> list[tuple[float, float, int, int]]:
+    names = _data_loading_names(rows, hta, patterns)
+    if not len(names):
+        return []
+    pos = window[symbol_mask(rows.name[window], names, rows.n_symbols)]
+    return [(float(rows.ts[p]), float(rows.end[p]), int(rows.pid[p]), int(rows.tid[p])) for p in pos.tolist()]
+
+
+def _bound(rows: _Rows, kind: str, event: int, data_loading: list[tuple[float, float, int, int]]) -> str:
+    if kind == KERNEL_GAP:
+        return GAP
+    if kind == LAUNCH:
+        return LAUNCH_OVERHEAD
+    if event == BETWEEN_OPS:
+        return CPU
+    if kind in (DEPENDENCY, SYNC) or event < 0:
+        return ""
+    if rows.stream[event] < 0:
+        for start, end, pid, tid in data_loading:
+            if start <= rows.ts[event] <= end and rows.pid[event] == pid and rows.tid[event] == tid:
+                return DATA_LOADING
+        return CPU
+    ktype = rows.ktype[event]
+    if ktype == COMMUNICATION:
+        return COMM
+    return GPU_MEMORY if ktype == MEMORY else GPU_COMPUTE
+
+
+def _sync_text(rows: _Rows, src: int, dst: int) -> str:
+    stream = int(rows.stream[src])
+    waiter = rows.decode(dst)
+    if rows.stream[dst] >= 0:
+        return f"stream {int(rows.stream[dst])} waited for stream {stream} (cudaStreamWaitEvent)"
+    return f"{waiter} waited for stream {stream}"
+
+
+def segments(path: CriticalPath, events: EventTable, top: int = 10) -> list[Segment]:
+    """The path's weighted edges grouped by the event they are attributed to (by name and stream),
+    longest first."""
+    strings = events.symbols.strings
+    why = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
+           GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
+           COMM: "collective on the path"}
+    totals: dict[tuple[str, int, str], list[float]] = {}
+    for edge in path.path:
+        if not edge.bound or edge.weight_us <= 0:
+            continue
+        if edge.bound == LAUNCH_OVERHEAD:
+            row, stream = edge.dst, int(events.stream[edge.dst])
+            name = strings[int(events.name[edge.dst])]
+        else:
+            row = edge.event
+            name = strings[int(events.name[row])] if row >= 0 else "(between operators)"
+            stream = int(events.stream[row]) if row >= 0 else -1
+        entry = totals.setdefault((name, stream, edge.bound), [0.0, 0])
+        entry[0] += edge.weight_us
+        entry[1] += 1
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
+    return [Segment(name, stream, bound, why[bound], us, int(count)) for (name, stream, bound), (us, count) in ranked]
+
+
+@dataclass(frozen=True)
+class StepPath:
+    """One step's path, summarised."""
+
+    label: str
+    span_us: float  # the window (the step's duration)
+    length_us: float
+    bound_us: dict[str, float]
+    syncs: tuple[str, ...]
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "span_us": self.span_us, "length_us": self.length_us,
+                "bound_us": dict(self.bound_us), "syncs": list(self.syncs), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class PathSpan:
+    """A stretch of one step's path on the timeline (µs as in the trace), for the HTML and Perfetto views."""
+
+    name: str
+    bound: str
+    ts_us: float
+    end_us: float
+    pid: str
+    tid: str  # the thread, or the stream's tid on a device
+    stream: int
+
+
+@dataclass(frozen=True)
+class PathSummary:
+    """The critical path of every step of one rank's trace (or of the whole trace without steps)."""
+
+    steps: tuple[StepPath, ...]
+    bound_us: dict[str, float]  # over all steps
+    length_us: float
+    span_us: float
+    segments: tuple[Segment, ...]
+    syncs: tuple[str, ...]
+    shown_step: str  # the step drawn on the timeline (the longest path)
+    spans: tuple[PathSpan, ...]
+    notes: tuple[str, ...] = ()
+    after_sync_us: float = 0.0  # CPU path time after a sync returned, until the path reaches the GPU again
+
+    @property
+    def after_sync_share(self) -> float:
+        return self.after_sync_us / self.length_us if self.length_us > 0 else 0.0
+
+    def share(self, *kinds: str) -> float:
+        if self.length_us <= 0:
+            return 0.0
+        return sum(self.bound_us.get(kind, 0.0) for kind in kinds) / self.length_us
+
+    @property
+    def coverage(self) -> float | None:
+        """Path length over the steps' duration (below 1: the path skips time nothing on it explains)."""
+        return self.length_us / self.span_us if self.span_us > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "stepscope",
+            "length_us": self.length_us, "span_us": self.span_us, "coverage": self.coverage,
+            "bound_us": dict(self.bound_us),
+            "bound_share": {kind: self.share(kind) for kind in BOUND_KINDS if kind in self.bound_us},
+            "after_sync_us": self.after_sync_us,
+            "segments": [{"name": s.name, "stream": s.stream, "bound": s.bound, "why": s.why, "us": s.us,
+                          "count": s.count} for s in self.segments],
+            "syncs": list(self.syncs), "shown_step": self.shown_step,
+            "steps": [s.to_dict() for s in self.steps], "notes": list(self.notes),
+        }
+
+
+#: At most this many steps are analysed (the first ones); a note says when more were skipped.
+MAX_STEPS = 64
+
+
+def path_summary(events: EventTable, rank: int = 0, top: int = 12) -> PathSummary | None:
+    """The critical path of each ``ProfilerStep`` (default mode), or of the whole trace when it has
+    none; None without any GPU row or CPU operator to build a graph from."""
+    windows = step_windows(events)
+    notes: list[str] = []
+    if len(windows) > MAX_STEPS:
+        notes.append(f"the critical path covers the first {MAX_STEPS} of {len(windows)} steps")
+        windows = windows[:MAX_STEPS]
+    rows = _Rows(events)
+    if not len(rows.ts):
+        return None
+    if not windows:
+        windows = [("whole trace", float(rows.ts.min()), float(rows.end.max()))]
+    paths = [found for label, start, end in windows
+             if (found := _analyse(rows, rank, label, start, end, False, None)) is not None]
+    paths = [p for p in paths if p.nodes > 0]
+    if not paths:
+        return None
+    bound: dict[str, float] = defaultdict(float)
+    for p in paths:
+        for kind, us in p.bound_us.items():
+            bound[kind] += us
+        notes.extend(p.notes)
+    merged = CriticalPath(rank, "all steps", paths[0].start_us, paths[-1].end_us, 0, 0, {}, sum(p.length_us for p in paths),
+                          tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
+    shown = max(paths, key=lambda p: p.length_us)
+    return PathSummary(
+        steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
+        bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
+        segments=tuple(segments(merged, events, top)), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
+        shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
+        after_sync_us=sum(_after_sync_us(p) for p in paths))
+
+
+def _after_sync_us(path: CriticalPath) -> float:
+    """The CPU time on the path between a sync edge and the path's next GPU edge: host work the
+    device waited for because the host had waited for the device."""
+    total, armed = 0.0, False
+    for edge in path.path:
+        if edge.kind == SYNC:
+            armed = True
+        elif edge.bound in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM):
+            armed = False
+        elif armed and edge.bound == CPU:
+            total += edge.weight_us
+    return total
+
+
+def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
+    """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
+    thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
+    strings = events.symbols.strings
+    hta = links_of(events).hta
+    times = dict(zip(hta.index.tolist(), zip(hta.ts.tolist(), hta.end.tolist())))
+    out = []
+    for edge in path.path:
+        if not edge.bound or edge.weight_us <= 0:
+            continue
+        begin = times[edge.src][0] if edge.src_start else times[edge.src][1]
+        finish = times[edge.dst][0] if edge.dst_start else times[edge.dst][1]
+        where = edge.dst if edge.bound in (LAUNCH_OVERHEAD, GAP) else (edge.event if edge.event >= 0 else edge.src)
+        name = strings[int(events.name[edge.event])] if edge.event >= 0 else (
+            "(between operators)" if edge.event == BETWEEN_OPS else strings[int(events.name[where])])
+        out.append(PathSpan(name, edge.bound, begin, finish, strings[int(events.pid[where])],
+                            strings[int(events.tid[where])], int(events.stream[where])))
+    return out
