@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -54,6 +55,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--no-progress", action="store_true", help="never draw the loading progress bar")
     parser.add_argument("--html", action="store_true",
                         help="write a self-contained HTML report (to -o FILE, default TRACE.html)")
+    parser.add_argument("--perfetto", metavar="FILE", default=None,
+                        help="also write the trace with its critical path marked (a track per thread or stream "
+                             "and flow arrows; the longest step's path) for ui.perfetto.dev (FILE.gz: gzipped)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="analyse ranks in parallel on N local processes (default: one per core, at most one "
                              "per trace; 1: in this process)")
@@ -109,6 +113,12 @@ def _run(args: argparse.Namespace) -> int:
         html_path = plan_trace_html(args.trace, args.output)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    perfetto_path = None
+    if args.perfetto:
+        from stepscope.cli.exports import check_output
+        from stepscope.traces.load import discover_traces
+
+        perfetto_path = check_output(args.perfetto, "Perfetto trace", [Path(p) for p in discover_traces(args.trace)])
     progress, callback = _progress(args)
     try:
         inputs = _load(args, callback)
@@ -116,6 +126,8 @@ def _run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.stop()
     report = diagnose(inputs, ReportOptions(focus=args.rank))
+    if perfetto_path is not None:
+        _write_path_overlay(report, perfetto_path, args.rank)
     if html_path is not None:
         from stepscope.cli.exports import export_report
 
@@ -132,6 +144,34 @@ def _run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def _write_path_overlay(report: Any, path: Path, rank: int | None) -> None:
+    """``--perfetto``: the focus rank's trace with its critical path marked (one line on stderr)."""
+    import gzip
+
+    import orjson
+
+    from stepscope.errors import UsageError
+    from stepscope.report.render.perfetto import path_overlay
+    from stepscope.safe_write import atomic_write
+    from stepscope.traces.load import load_raw_events
+
+    views = report.traces.ranks if report.traces is not None else ()
+    view = next((v for v in views if rank is None or v.rank == rank), None)
+    if view is None or view.critical is None or not view.critical.spans:
+        print("stepscope: no critical path to mark (no operators or GPU rows): no Perfetto trace written",
+              file=sys.stderr)
+        return
+    events, top = load_raw_events(view.path)
+    doc = {key: value for key, value in top.items() if key != "traceEvents"}
+    doc["traceEvents"] = path_overlay(events, view.critical)
+    payload = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        atomic_write(path, gzip.compress(payload, 6) if path.name.endswith(".gz") else payload)
+    except OSError as exc:
+        raise UsageError(f"cannot write the Perfetto trace {path} ({exc.strerror}); choose a writable path") from None
+    print(f"stepscope: wrote {path} (critical path of {view.critical.shown_step}, rank {view.rank})", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace, callback: Any) -> Any:

@@ -40,7 +40,7 @@ from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry, Rule, Verdict
-from stepscope.diagnosis.findings import Finding, Severity, severity_for_impact
+from stepscope.diagnosis.findings import Evidence, Finding, Severity, severity_for_impact
 from stepscope.diagnosis.rules import REGISTRY, RULES
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
@@ -123,7 +123,44 @@ class Diagnosis:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda item: (-item.impact, -int(item.severity), -item.confidence, item.rule_id))
+    """Most costly first: by the share of the critical path the finding owns when a trace gives
+    one (:func:`on_the_path`), else by its impact; then severity, confidence."""
+    return sorted(findings, key=lambda item: (-(item.path_share if item.path_share is not None else item.impact),
+                                              -int(item.severity), -item.confidence, item.rule_id))
+
+
+#: The parts of a traced step's critical path each family's cause owns (CriticalPathShares fields).
+PATH_OWNERS: dict[str, tuple[str, ...]] = {
+    "input_pipeline": ("data_loading",),
+    "launch_overhead": ("cpu", "launch"),
+    "host_device_sync": ("after_sync", "memory_copies"),
+    "compute": ("gpu_compute", "kernel_gaps"),
+    "communication": ("communication",),
+}
+#: A trace finding whose cause owns less of the critical path than this is LOW at most.
+PATH_SHARE_FLOOR = 0.01
+
+
+def on_the_path(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
+    """Findings of a trace (no run record) whose family owns part of the critical path carry that
+    share (``path_share``, and as evidence) and rank by it; one whose cause owns none of the path is
+    LOW at most: shortening what is off the path does not shorten the step."""
+    trace = evidence.trace
+    shares = trace.critical_path if trace is not None else None
+    if shares is None or evidence.record is not None:
+        return findings
+    out = []
+    for item in findings:
+        kinds = PATH_OWNERS.get(item.family)
+        if kinds is None:
+            out.append(item)
+            continue
+        share = min(1.0, sum(float(getattr(shares, kind)) for kind in kinds))
+        severity = item.severity if share >= PATH_SHARE_FLOOR else min(item.severity, Severity.LOW)
+        note = Evidence("critical_path_share", round(share, 4), None, "trace", "ratio",
+                        "of the steps' critical path: " + " + ".join(kind.replace("_", " ") for kind in kinds))
+        out.append(replace(item, path_share=round(share, 4), severity=severity, evidence=(*item.evidence, note)))
+    return out
 
 
 def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True,
@@ -152,7 +189,7 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
     kept, superseded = _apply_precedence(findings, tables)
     kept, absorbed = _partition_costs(rank_findings(kept), evidence)
     superseded += absorbed
-    kept = rank_findings(_crowded(kept, tables))
+    kept = rank_findings(on_the_path(_crowded(kept, tables), evidence))
     if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
         healthy = _healthy(evidence, tuple(kept), failed, tables)
         if healthy is not None:

@@ -121,7 +121,8 @@ class Finding:
     ``cause_families`` (a finding about another rank: the families of that rank's own findings
     that are its cause), ``partial`` (it explains only part of a symptom another family reports,
     which then stays), and the engine's own notes (``rule_confidence``, ``crowded_machine``,
-    ``impact_before_overlap``). ``extra`` holds the rule's own details for ``report.json`` only.
+    ``impact_before_overlap``), and ``path_share``, the share of the traced steps' critical path
+    the finding's cause owns (the ranking key of a trace's findings). ``extra`` holds the rule's own details for ``report.json`` only.
     """
 
     rule_id: str
@@ -144,6 +145,8 @@ class Finding:
     rule_confidence: float | None = None
     crowded_machine: bool = False
     impact_before_overlap: float | None = None
+    #: the share of the traced steps' critical path this finding's cause owns (None: no path)
+    path_share: float | None = None
 
     @property
     def impact_measured(self) -> bool:
@@ -188,6 +191,7 @@ class Finding:
             crowded_machine=bool(values.get("crowded_machine", False)),
             impact_before_overlap=(None if values.get("impact_before_overlap") is None
                                    else float(values["impact_before_overlap"])),
+            path_share=None if data.get("path_share") is None else float(data["path_share"]),
         )
 
 

@@ -159,7 +159,7 @@ def trace_rank_view(item: RankAnalysis) -> TraceRankView:
         host=None if python is None else {part: python.share(part) for part in ("python", "aten", "runtime")},
         memory=item.memory.devices, allocators=item.memory.top_operators,
         operators=item.operators.rows, operators_by_shape=item.operators.grouped_by_shape,
-        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings))
+        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=item.critical)
 
 
 # -- the Perfetto timeline -------------------------------------------------------------------------

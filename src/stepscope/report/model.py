@@ -31,6 +31,7 @@ from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunMeta, SkippedSamples
 
 if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
+    from stepscope.analysis.trace.critical_path import PathSummary
     from stepscope.analysis.trace.gpu_metrics import DeviceSummary
     from stepscope.analysis.trace.kernels import KernelRow
     from stepscope.analysis.trace.memory import AllocatingOperator, DeviceMemory
@@ -171,6 +172,7 @@ class TraceRankView:
     operators_by_shape: bool
     kernels: tuple[KernelRow, ...]
     notes: tuple[str, ...]
+    critical: PathSummary | None = None  # what bounds the steps: their critical path
 
 
 @dataclass(frozen=True)

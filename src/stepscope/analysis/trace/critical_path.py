@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stepscope.traces import intervals
 from stepscope.traces.events import EventTable
 from stepscope.traces.links import COMMUNICATION, MEMORY, is_dataloader, links_of, symbol_mask
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
@@ -329,7 +330,7 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
             waited.append(_sync_text(rows, src_pos, dst_pos))
         path.append(PathEdge(kind, weight, int(rows.index[src_pos]), int(rows.index[dst_pos]), graph.node_start[u],
                              graph.node_start[v], int(rows.index[attributed]) if attributed >= 0 else attributed, what))
-    kept = ()
+    kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index, pos, starts = rows.index, graph.node_pos, graph.node_start
         kept = tuple((kind, weight, int(index[pos[u]]), starts[u], int(index[pos[v]]), starts[v])
@@ -878,7 +879,7 @@ class PathSummary:
     shown_step: str  # the step drawn on the timeline (the longest path)
     spans: tuple[PathSpan, ...]
     notes: tuple[str, ...] = ()
-    after_sync_us: float = 0.0  # CPU path time after a sync returned, until the path reaches the GPU again
+    after_sync_us: float = 0.0  # device idle while the path is on the host right after a sync
 
     @property
     def after_sync_share(self) -> float:
@@ -938,26 +939,36 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12) -> PathSummar
     merged = CriticalPath(rank, "all steps", paths[0].start_us, paths[-1].end_us, 0, 0, {}, sum(p.length_us for p in paths),
                           tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
     shown = max(paths, key=lambda p: p.length_us)
+    hta = links_of(events).hta
+    times = dict(zip(hta.index.tolist(), zip(hta.ts.tolist(), hta.end.tolist())))
+    busy = intervals.merge(hta.ts[hta.gpu], hta.end[hta.gpu])
     return PathSummary(
         steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
         bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
         segments=tuple(segments(merged, events, top)), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
         shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
-        after_sync_us=sum(_after_sync_us(p) for p in paths))
+        after_sync_us=sum(_after_sync_us(p, times, busy) for p in paths))
 
 
-def _after_sync_us(path: CriticalPath) -> float:
-    """The CPU time on the path between a sync edge and the path's next GPU edge: host work the
-    device waited for because the host had waited for the device."""
-    total, armed = 0.0, False
+def _after_sync_us(path: CriticalPath, times: dict[int, tuple[float, float]],
+                   busy: tuple[np.ndarray, np.ndarray]) -> float:
+    """The device's idle time while the path is on the host right after a sync (until the path
+    reaches the device again): what the sync cost, the device having drained its queue for it.
+    The host's own time there is not counted when the device was busy meanwhile."""
+    begins, ends = [], []
+    armed = False
     for edge in path.path:
         if edge.kind == SYNC:
             armed = True
         elif edge.bound in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM):
             armed = False
-        elif armed and edge.bound == CPU:
-            total += edge.weight_us
-    return total
+        elif armed and edge.bound == CPU and edge.weight_us > 0:
+            begins.append(times[edge.src][0 if edge.src_start else 1])
+            ends.append(times[edge.dst][0 if edge.dst_start else 1])
+    if not begins:
+        return 0.0
+    host = intervals.merge(np.array(begins), np.array(ends))
+    return intervals.total(*intervals.subtract(host, busy))
 
 
 def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:

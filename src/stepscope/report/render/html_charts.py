@@ -20,6 +20,7 @@ import base64
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass
 from html import escape
 
@@ -338,3 +339,51 @@ def stacked_columns(names: Sequence[str], parts: Sequence[dict[str, float]], col
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the critical path -----------------------------------------------------------------------------
+PATH_COLORS = {"cpu": "#54a24b", "data_loading": "#e4572e", "launch_overhead": "#e45756", "kernel_gap": "#b8b0a8",
+               "gpu_compute": "#4c78a8", "gpu_memory": "#eeca3b", "communication": "#b279a2"}
+#: Path stretches drawn per lane at most (consecutive ones of one kind are merged past it).
+MAX_PATH_RECTS = 4000
+
+
+def path_timeline(spans: Sequence[tuple[str, str, str, float, float]], fmt: Callable[[float], str],
+                  labels: dict[str, str], lane_height: int = 16) -> str:
+    """One step's critical path on its lanes (a thread or a stream each): ``spans`` are (lane,
+    kind, name, start µs, end µs), drawn in the kind's colour, with the event's name in a
+    tooltip. Stretches narrower than a drawing unit are merged with their neighbours of the same
+    kind on the lane."""
+    if not spans:
+        return ""
+    t0 = min(start for *_, start, _ in spans)
+    t1 = max(end for *_, end in spans)
+    scale = WIDTH / (t1 - t0) if t1 > t0 else 0.0
+    lanes: dict[str, int] = {}
+    for lane, *_ in spans:
+        lanes.setdefault(lane, len(lanes))
+    merged: list[list[Any]] = []
+    for lane, kind, name, start, end in sorted(spans, key=lambda item: (lanes[item[0]], item[3])):
+        last = merged[-1] if merged else None
+        if (last is not None and last[0] == lane and last[1] == kind
+                and ((start - last[4]) * scale < 1 or len(merged) >= MAX_PATH_RECTS)):
+            last[4] = max(last[4], end)
+            last[5] += 1
+            continue
+        merged.append([lane, kind, name, start, end, 1])
+    parts = []
+    for lane, row in lanes.items():
+        y = row * (lane_height + 4)
+        parts.append(f'<text x="{LEFT - 4}" y="{y + lane_height - 4}" text-anchor="end" class="lane">'
+                     f"{escape(_short(lane, 12))}</text>")
+    for lane, kind, name, start, end, count in merged:
+        x = LEFT + (start - t0) * scale
+        width = max((end - start) * scale, 0.5)
+        what = escape(name) + (f" and {count - 1} more" if count > 1 else "")
+        tip = f"{what} · {escape(labels.get(kind, kind))} · {escape(fmt(end - start))}"
+        parts.append(f'<rect x="{x:.2f}" y="{lanes[lane] * (lane_height + 4)}" width="{width:.2f}" '
+                     f'height="{lane_height}" fill="{PATH_COLORS.get(kind, "#999")}"><title>{tip}</title></rect>')
+    height = len(lanes) * (lane_height + 4)
+    return (f'<svg class="chart path" viewBox="0 0 {LEFT + WIDTH + RIGHT} {height}" role="img" '
+            f'aria-label="critical path of one step">{"".join(parts)}</svg>'
+            f'<p class="sub">0 to {escape(fmt(t1 - t0))} from the first stretch of the path</p>')

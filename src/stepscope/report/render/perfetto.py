@@ -124,3 +124,48 @@ def _counter_events(rank: PerfettoRank, origin: int) -> list[dict[str, Any]]:
             if args:
                 out.append({"ph": "C", "name": f"[stepscope] {name}", "pid": rank.rank, "ts": stamp, "args": args})
     return out
+
+
+# -- a trace with its critical path marked (``stepscope analyze TRACE --perfetto FILE``) -----------
+#: Thread ids of the critical-path tracks (one per thread or stream the path crosses).
+PATH_TID_BASE = TID_BASE + 1000
+
+
+def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
+    """The events of a trace with one step's critical path added: for each thread or stream the
+    path crosses, a ``[stepscope] critical path`` track beside it (same process) holding the
+    path's stretches (name, what bounds it), and flow arrows from each stretch to the next.
+    ``path`` is a :class:`~stepscope.analysis.trace.critical_path.PathSummary`; the trace's own
+    events are returned unchanged, first."""
+    from stepscope.analysis.trace.critical_path import BOUND_LABELS
+
+    original: dict[str, Any] = {}
+    for event in events:
+        if type(event) is dict:
+            for key in ("pid", "tid"):
+                value = event.get(key)
+                if value is not None and type(value) in (int, str):
+                    original.setdefault(str(value), value)
+    out: list[dict[str, Any]] = [e for e in events if type(e) is dict]
+    lanes: dict[tuple[str, str], int] = {}
+    stretches = []
+    for span in path.spans:
+        lane = (span.pid, span.tid)
+        if lane not in lanes:
+            lanes[lane] = PATH_TID_BASE + len(lanes)
+            pid = original.get(span.pid, span.pid)
+            where = f"stream {span.stream}" if span.stream >= 0 else f"thread {span.tid}"
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lanes[lane],
+                        "args": {"name": f"[stepscope] critical path ({where})"}})
+        pid = original.get(span.pid, span.pid)
+        stretch = {"ph": "X", "cat": "stepscope.critical_path", "name": span.name, "pid": pid, "tid": lanes[lane],
+                   "ts": span.ts_us, "dur": max(span.end_us - span.ts_us, 0.0),
+                   "args": {"bound by": BOUND_LABELS.get(span.bound, span.bound), "step": path.shown_step}}
+        out.append(stretch)
+        stretches.append(stretch)
+    stretches.sort(key=lambda item: item["ts"])
+    for number, (a, b) in enumerate(zip(stretches, stretches[1:])):
+        flow = {"cat": "stepscope.critical_path", "name": "critical path", "id": number}
+        out.append({**flow, "ph": "s", "pid": a["pid"], "tid": a["tid"], "ts": a["ts"] + a["dur"] / 2})
+        out.append({**flow, "ph": "f", "bp": "e", "pid": b["pid"], "tid": b["tid"], "ts": b["ts"] + b["dur"] / 2})
+    return out

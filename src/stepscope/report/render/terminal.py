@@ -108,7 +108,8 @@ def head_line(finding: Finding, number: int, cost: bool = False) -> Text:
 
 def cost_line(finding: Finding) -> str:
     where = f" · rank {finding.rank}" if finding.rank is not None and finding.family != "straggler" else ""
-    return f"{cost_text(finding)} · {finding.family} · confidence {format_ratio(finding.confidence)}{where}"
+    path = f" · owns {format_ratio(finding.path_share)} of the critical path" if finding.path_share is not None else ""
+    return f"{cost_text(finding)}{path} · {finding.family} · confidence {format_ratio(finding.confidence)}{where}"
 
 
 def action_line(prescription: Any, first: bool) -> Text:
