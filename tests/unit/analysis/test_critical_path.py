@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from reference_traces import VENDORED
+from trace_builders import kernel, op, runtime, table_of
 
 from stepscope.analysis.trace import critical_path as cp
 from stepscope.traces.load import load_trace
-from tests.unit.analysis.reference_traces import VENDORED
-from tests.unit.analysis.trace_builders import kernel, op, runtime, table_of
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "hta_cpa"
 TRACES = {
@@ -179,3 +179,22 @@ def test_no_trace_rows_no_path():
     assert cp.critical_path(table_of()) is None
     assert cp.path_summary(table_of()) is None
     assert cp.critical_path(_step(op("aten::mm", 1, 2)), annotation="NoSuchThing") is None
+
+
+def test_a_synchronous_launch_puts_the_device_work_on_the_path():
+    """A launch call that returns only after its kernel ran (MTIA's runFunction): the path goes
+    through the kernel, not through the call, and the call's own time is not counted twice."""
+    events = _step(
+        runtime("runFunction - job_prep_and_submit_for_execution", 10, 500, correlation=1),
+        kernel("fc-dtype_Float", 30, 470, stream=1, correlation=1),
+        op("aten::add", 520, 20),
+    )
+    found = cp.critical_path(events)
+    assert found is not None
+    assert found.bound_us[cp.GPU_COMPUTE] == 470
+    assert found.bound_us[cp.LAUNCH_OVERHEAD] == 20
+    # from the call's start: the launch (20), the kernel (470), the sync back to the call's end,
+    # the 10 µs before the add, the add (20)
+    assert found.length_us == pytest.approx(20 + 470 + 10 + 20)
+    hta = cp.critical_path(events, hta=True)
+    assert hta is not None and hta.bound_us.get(cp.GPU_COMPUTE, 0) == 0  # HTA: the call's time, on the CPU

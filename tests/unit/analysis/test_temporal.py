@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reference_traces import SKIP, analysis, close, hta_results, kineto_trace_names, timeline_view
+from reference_traces import SHARED, SKIP, analysis, close, hta_results, kineto_trace_names, timeline_view
 from trace_builders import kernel, table_of
 
 from stepscope.analysis.trace.temporal import comm_overlap, temporal_breakdown
@@ -64,3 +64,32 @@ def test_overlap_share_is_of_communication_time():
 def test_no_gpu_rows_gives_none():
     table = table_of({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 5})
     assert temporal_breakdown(timeline_of(links_of(table)), 0) is None
+
+
+def test_memory_under_compute_counts_as_compute_as_in_hta():
+    """HTA: non-compute = kernel time - |union of COMPUTATION| - idle, so a copy running under a
+    kernel costs no non-compute time (``breakdown_analysis.py``, ``idle_time_per_rank``)."""
+    table = table_of(kernel("gemm", 0, 100), kernel("Memcpy DtoD (Device -> Device)", 20, 30, stream=8, cat="gpu_memcpy"),
+                     kernel("Memset (Device)", 100, 10, stream=8, cat="gpu_memset"))
+    result = temporal_breakdown(timeline_of(links_of(table)), 0)
+    assert (result.kernel_time_us, result.compute_us, result.non_compute_us, result.idle_us) == (110, 100, 10, 0)
+
+
+MTIA = "hta/mtia_trace_single_rank/mtia_rank_0.json.gz"
+
+
+@pytest.mark.reference_shared
+@pytest.mark.skipif(not (SHARED / MTIA).is_file(), reason="the shared reference set is not beside the repository")
+def test_mtia_compute_share_is_htas():
+    """The MTIA trace: compute is 54.81 % of kernel time and 95.14 % of busy time, as in HTA 0.5.0
+    and 0.6.1; its MEMORY rows never run under COMPUTATION rows, so no overlap rule can move it."""
+    from stepscope.traces import intervals
+    from stepscope.traces.links import COMPUTATION, MEMORY
+    from stepscope.traces.load import load_trace
+
+    timeline = timeline_of(links_of(load_trace(SHARED / MTIA).events))
+    result = temporal_breakdown(timeline, 0)
+    assert round(100 * result.compute_share, 2) == 54.81 and round(100 * result.non_compute_share, 2) == 2.80
+    busy = result.kernel_time_us - result.idle_us
+    assert round(100 * result.compute_us / busy, 2) == 95.14
+    assert intervals.total(*intervals.intersect(timeline.kinds[COMPUTATION], timeline.kinds[MEMORY])) == 0

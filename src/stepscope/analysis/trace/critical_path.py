@@ -450,6 +450,8 @@ def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: di
     lock = rows.names(RUNTIME_LOCK_CALLS)
     is_lock = set(cpu[symbol_mask(rows.name[cpu], lock, rows.n_symbols)].tolist())
     blocking = set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist())
+    if not hta:
+        blocking |= set(_synchronous_launches(rows, window)[0].tolist())
     ts_all, end_all = rows.ts, rows.end
     for key in np.unique(thread).tolist():
         members = cpu[thread == key]
@@ -676,7 +678,26 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
         last[stream] = end_node
     if not hta and sync_cat < 0:
         _inferred_syncs(rows, window, graph, pos_node, notes)
+    if not hta:
+        calls, launched = _synchronous_launches(rows, window)
+        for call, row in zip(calls.tolist(), launched.tolist()):
+            source, target = pos_node.get(row * 2 + 1), pos_node.get(call * 2 + 1)
+            if source is not None and target is not None:
+                graph.add(source, target, SYNC)
+        if len(calls):
+            notes.append(f"{len(calls)} launch call(s) returned only after their work ran (synchronous "
+                         "submission): the path goes through the device's work, not the call")
     return []
+
+
+def _synchronous_launches(rows: _Rows, window: IntArray) -> tuple[IntArray, IntArray]:
+    """Launch calls in the window whose launched GPU row ran wholly inside the call (a synchronous
+    submission, e.g. MTIA's ``runFunction``): the calls and their rows."""
+    calls = window[(rows.stream[window] == -1) & rows.name_in(LAUNCH_CALLS, window) & (rows.ic[window] >= 0)]
+    launched = rows.ic[calls]
+    inside = (rows.stream[launched] >= 0) & (rows.ts[launched] >= rows.ts[calls]) & (rows.end[launched] <= rows.end[calls])
+    inside &= rows.end[launched] > rows.ts[launched]
+    return calls[inside], launched[inside]
 
 
 def _inferred_syncs(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], notes: list[str]) -> None:
