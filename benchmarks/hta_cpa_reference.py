@@ -61,7 +61,8 @@ def main() -> int:
         began = time.perf_counter()
         analyzer = TraceAnalysis(trace_dir=workdir)
         loaded = time.perf_counter()
-        result = analyzer.critical_path_analysis(rank=0, annotation=args.annotation, instance_id=args.instance)
+        rank = next(iter(analyzer.t.traces))  # the trace's own rank (distributedInfo)
+        result = analyzer.critical_path_analysis(rank=rank, annotation=args.annotation, instance_id=args.instance)
         done = time.perf_counter()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
