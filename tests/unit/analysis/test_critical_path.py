@@ -198,3 +198,17 @@ def test_a_synchronous_launch_puts_the_device_work_on_the_path():
     assert found.length_us == pytest.approx(20 + 470 + 10 + 20)
     hta = cp.critical_path(events, hta=True)
     assert hta is not None and hta.bound_us.get(cp.GPU_COMPUTE, 0) == 0  # HTA: the call's time, on the CPU
+
+
+def test_the_main_thread_waiting_for_the_autograd_thread_is_not_python():
+    """The main thread idles 800 µs between two operators while another thread of the process runs
+    a 650 µs operator: the path goes through that operator; the gap alone would weigh 150 µs."""
+    events = _step(op("aten::mm", 0, 100), op("MulBackward0", 150, 650, tid=2), op("aten::add", 900, 50))
+    found = cp.critical_path(events)
+    assert found is not None
+    assert found.length_us == 950
+    names = events.symbols.strings
+    assert "MulBackward0" in {names[events.name[e.event]] for e in found.path if e.event >= 0}
+    alone = cp.critical_path(_step(op("aten::mm", 0, 100), op("aten::add", 900, 50)))
+    assert alone is not None and alone.length_us == 950  # the same gap with no other thread: all Python
+    assert any(e.event == cp.BETWEEN_OPS and e.weight_us == 800 for e in alone.path)

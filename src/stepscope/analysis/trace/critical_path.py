@@ -95,7 +95,9 @@ _NODE_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
 #: Where the default mode departs from HTA (``hta=True`` turns all of them off).
 DIFFERENCES = {
     "python_gaps": "the time between two top-level operators on a thread (Python, the framework, "
-                   "untraced work) weighs what it lasted; HTA gives it 0, so its path misses that CPU time",
+                   "untraced work) weighs what it lasted, less the time other threads of the process ran "
+                   "operators then (the path may go through those instead: the main thread inside "
+                   "loss.backward() waits for the autograd thread); HTA gives it 0, so its path misses that CPU time",
     "data_loading": "data loading is everything under a DataLoader range (its children included); HTA "
                     "counts only the gaps between the range's children, and only for patterns the caller passes",
     "graph_launches": "a cudaGraphLaunch launches every kernel with its correlation (HTA keeps one: #290)",
@@ -453,17 +455,61 @@ def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: di
     if not hta:
         blocking |= set(_synchronous_launches(rows, window)[0].tolist())
     ts_all, end_all = rows.ts, rows.end
+    tops: dict[int, list[tuple[int, int]]] = {}
+    gaps: dict[int, list[tuple[int, int]]] = {}
     for key in np.unique(thread).tolist():
         members = cpu[thread == key]
         # HTA's order: by start; at one start the longer first; then file order
         order = np.lexsort((members, -(end_all[members] - ts_all[members]), ts_all[members]))
         members = members[order]
+        tops[key], gaps[key] = [], []
         _walk(graph, pos_node, members.tolist(), ts_all[members].tolist(), end_all[members].tolist(), is_lock,
-              blocking, hta, notes)
+              blocking, hta, notes, tops[key], gaps[key])
+    if not hta:
+        _hand_offs(rows, graph, tops, gaps)
+
+
+def _hand_offs(rows: _Rows, graph: _Graph, tops: dict[int, list[tuple[int, int]]],
+               gaps: dict[int, list[tuple[int, int]]]) -> None:
+    """A thread's gap between two top-level operators during which other threads of its process ran
+    operators (the main thread inside ``loss.backward()`` while the autograd thread works) is not
+    that thread's Python: the path may go through the other threads' operators instead (edges to
+    the first one starting in the gap and from the last one ending in it), and the gap itself
+    weighs only the time no other thread ran an operator."""
+    if len(tops) < 2:
+        return
+    node_ts, node_pos = graph.node_ts, graph.node_pos
+    everyone = [(node_ts[a], node_ts[b], a, b, key) for key, items in tops.items() for a, b in items]
+    everyone.sort()
+    starts = np.array([item[0] for item in everyone])
+    ends = np.array([item[1] for item in everyone])
+    pids = np.array([rows.pid[node_pos[item[2]]] for item in everyone])
+    keys = np.array([item[4] for item in everyone])
+    for key, items in gaps.items():
+        for u, v in items:
+            t0, t1 = node_ts[u], node_ts[v]
+            if t1 <= t0:
+                continue
+            lo, hi = np.searchsorted(starts, t0, side="left"), np.searchsorted(starts, t1, side="right")
+            if lo >= hi:
+                continue
+            pid = rows.pid[node_pos[u]]
+            inside = np.arange(lo, hi)
+            inside = inside[(keys[inside] != key) & (pids[inside] == pid) & (ends[inside] <= t1)]
+            if not len(inside):
+                continue
+            busy = intervals.total(*intervals.merge(starts[inside], ends[inside]))
+            kind, weight, event = graph.edges[(u, v)]
+            graph.edges[(u, v)] = (kind, max(weight - busy, 0.0), event)
+            first = everyone[int(inside[np.argmin(starts[inside])])][2]
+            last = everyone[int(inside[np.argmax(ends[inside])])][3]
+            graph.add(u, first, OPERATOR, event=BETWEEN_OPS)
+            graph.add(last, v, OPERATOR, event=BETWEEN_OPS)
 
 
 def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: list[float], ends: list[float],
-          is_lock: set[int], blocking: set[int], hta: bool, notes: list[str]) -> None:
+          is_lock: set[int], blocking: set[int], hta: bool, notes: list[str], tops: list[tuple[int, int]],
+          gaps: list[tuple[int, int]]) -> None:
     """One thread's nesting walk (HTA's depth-first enter/exit over its call stack)."""
     stack: list[tuple[int, float]] = []  # (position, effective end)
     last_node = -1
@@ -502,8 +548,13 @@ def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: l
                 kind = DEPENDENCY if top_level else OPERATOR
                 if top_level and not hta:
                     graph.add(last_node, start_node, OPERATOR, event=BETWEEN_OPS)  # see DIFFERENCES
+                    gaps.append((last_node, start_node))
                 else:
                     graph.add(last_node, start_node, kind, event=_case_event(graph, last_node, start_node, last_parent))
+            if depth == 0:
+                end_node = pos_node.get(p * 2 + 1)
+                if end_node is not None:
+                    tops.append((start_node, end_node))
             last_node, last_parent = start_node, parent
             depth += 1
         stack.append((p, end))
@@ -688,8 +739,8 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
             if source is not None and target is not None:
                 graph.add(source, target, SYNC)
         if len(calls):
-            notes.append(f"{len(calls)} launch call(s) returned only after their work ran (synchronous "
-                         "submission): the path goes through the device's work, not the call")
+            notes.append("some launch calls returned only after their work ran (a synchronous submission or "
+                         "copy): the path goes through the device's work, not the call")
     return []
 
 
