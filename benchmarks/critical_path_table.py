@@ -17,8 +17,8 @@ from stepscope.analysis.trace import critical_path as cp  # noqa: E402
 from stepscope.errors import StepscopeError  # noqa: E402
 from stepscope.traces.load import load_trace  # noqa: E402
 
-KINDS = (cp.CPU, cp.DATA_LOADING, cp.LAUNCH_OVERHEAD, cp.GAP, cp.GPU_COMPUTE, cp.GPU_MEMORY, cp.COMM)
-HEAD = ("CPU", "data", "launch", "gaps", "compute", "copies", "comm.")
+KINDS = (cp.CPU, cp.DATA_LOADING, cp.LAUNCH_OVERHEAD, cp.GAP, cp.GPU_COMPUTE, cp.GPU_MEMORY, cp.COMM, cp.SYNC_WAIT)
+HEAD = ("CPU", "data", "launch", "gaps", "compute", "copies", "comm.", "blocked")
 
 
 def main() -> None:

@@ -179,6 +179,7 @@ class CriticalPathShares:
     gpu_compute: float = 0.0
     memory_copies: float = 0.0  # memcpy / memset rows
     communication: float = 0.0  # collectives
+    sync_wait: float = 0.0  # a blocking call's own time no device work in the trace explains
     after_sync: float = 0.0  # device idle while the path is on the host right after a sync
     syncs: tuple[str, ...] = ()  # what the path waited on ("cudaStreamSynchronize waited for stream 7")
     length_us: float = 0.0  # mean path length per step

@@ -133,7 +133,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 PATH_OWNERS: dict[str, tuple[str, ...]] = {
     "input_pipeline": ("data_loading",),
     "launch_overhead": ("cpu", "launch"),
-    "host_device_sync": ("after_sync", "memory_copies"),
+    "host_device_sync": ("after_sync", "sync_wait", "memory_copies"),
     "compute": ("gpu_compute", "kernel_gaps"),
     "communication": ("communication",),
 }

@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from stepscope.traces import intervals
 from stepscope.traces.events import EventTable
-from stepscope.traces.links import COMMUNICATION, MEMORY, is_dataloader, links_of, symbol_mask
+from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY, is_dataloader, links_of, symbol_mask
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
 from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
@@ -58,25 +58,26 @@ IntArray = npt.NDArray[np.int64]
 
 # edge types (HTA's CPEdgeType, short)
 OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC = "operator", "dependency", "launch", "kernel_gap", "sync"
-EDGE_TYPES = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC)
+WAIT = "wait"  # default mode: a blocking call's own time, when no device work explains more of it
+EDGE_TYPES = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC, WAIT)
 HTA_EDGE_TYPES = {
     OPERATOR: "critical_path_operator", DEPENDENCY: "critical_path_dependency",
     LAUNCH: "critical_path_kernel_launch_delay", KERNEL_GAP: "critical_path_kernel_kernel_delay",
-    SYNC: "critical_path_sync_dependency",
+    SYNC: "critical_path_sync_dependency", WAIT: "stepscope_blocking_wait",
 }
 # what bounds a path edge
-CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM = (
-    "cpu", "data_loading", "launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication")
-BOUND_KINDS = (CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM)
+CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM, SYNC_WAIT = (
+    "cpu", "data_loading", "launch_overhead", "kernel_gap", "gpu_compute", "gpu_memory", "communication", "sync_wait")
+BOUND_KINDS = (CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM, SYNC_WAIT)
 BOUND_LABELS = {
     CPU: "CPU (Python / framework)", DATA_LOADING: "data loading", LAUNCH_OVERHEAD: "kernel launch",
     GAP: "gaps between kernels", GPU_COMPUTE: "GPU compute", GPU_MEMORY: "memory copies",
-    COMM: "communication",
+    COMM: "communication", SYNC_WAIT: "waiting on the device",
 }
 #: HTA's summary names for ours (``gpu_compute_bound`` covers compute and memory rows).
 HTA_BOUND = {CPU: "cpu_bound", DATA_LOADING: "data_loading", LAUNCH_OVERHEAD: "gpu_kernel_launch_overhead",
              GAP: "gpu_kernel_kernel_overhead", GPU_COMPUTE: "gpu_compute_bound", GPU_MEMORY: "gpu_compute_bound",
-             COMM: "gpu_communication_bound"}
+             COMM: "gpu_communication_bound", SYNC_WAIT: "cpu_bound"}
 
 #: A path edge attributed to no event: the time between two top-level operators of a thread.
 BETWEEN_OPS = -3
@@ -88,6 +89,9 @@ LAUNCH_CALLS = frozenset((
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
     "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
     "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream"))
+#: The launches of kernels (asynchronous: never taken for a blocking call)
+KERNEL_LAUNCH_CALLS = frozenset(("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                 "hipLaunchKernel", "hipExtModuleLaunchKernel"))
 #: ... and, in the default mode, a CUDA graph's replay (HTA does not count it as a launch)
 GRAPH_LAUNCH_CALLS = frozenset(("cudaGraphLaunch", "hipGraphLaunch"))
 _NODE_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
@@ -116,6 +120,8 @@ class PathEdge:
     dst_start: bool
     event: int  # the row the edge is attributed to, -1 for none
     bound: str  # BOUND_KINDS, "" for a weightless dependency
+    #: a blocking call's wait, split by what the device did meanwhile: (bound, µs) adding up to the weight
+    parts: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,9 +178,16 @@ class _Graph:
     node_pos: list[int] = field(default_factory=list)
     node_start: list[bool] = field(default_factory=list)
     edges: dict[tuple[int, int], tuple[str, float, int]] = field(default_factory=dict)  # -> (type, weight, attributed pos)
+    node_begin: list[float] = field(default_factory=list)  # the start of each node's event
 
-    def add(self, u: int, v: int, kind: str, zero: bool = False, event: int = -2) -> None:
-        weight = 0.0 if zero or kind in (DEPENDENCY, SYNC) else self.node_ts[v] - self.node_ts[u]
+    def add(self, u: int, v: int, kind: str, zero: bool = False, event: int = -2, timed: bool = False) -> None:
+        """``timed``: a sync edge weighs the time from the device work's end to the call's return when
+        the call was waiting for it (the work ended after the call began), else nothing."""
+        if timed:
+            waited = self.node_ts[u] >= self.node_begin[v]
+            weight = max(self.node_ts[v] - self.node_ts[u], 0.0) if waited else 0.0
+        else:
+            weight = 0.0 if zero or kind in (DEPENDENCY, SYNC) else self.node_ts[v] - self.node_ts[u]
         # networkx keeps one edge per pair: the last one added, in the place of the first
         self.edges[(u, v)] = (kind, weight, event)
 
@@ -231,6 +244,38 @@ class _Rows:
             hit = keys[pos] == corr[side]
             ic[side[hit]] = values[pos[hit]]
         return ic
+
+    def device_during(self, start: float, end: float) -> tuple[tuple[str, float], ...]:
+        """What the device did while a host call blocked in [start, end]: time computing, in
+        collectives, copying (in that precedence where they overlap), and the rest (``sync_wait``:
+        the device idle, or busy elsewhere than the trace shows)."""
+        busy = self._device_busy()
+        out = []
+        left = end - start
+        for kind in (GPU_COMPUTE, COMM, GPU_MEMORY):
+            starts, ends = busy[kind]
+            lo, hi = np.searchsorted(ends, start, side="right"), np.searchsorted(starts, end, side="left")
+            us = float(np.sum(np.minimum(ends[lo:hi], end) - np.maximum(starts[lo:hi], start))) if hi > lo else 0.0
+            if us > 0:
+                out.append((kind, us))
+                left -= us
+        if left > 0:
+            out.append((SYNC_WAIT, left))
+        return tuple(out)
+
+    def _device_busy(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        found: dict[str, tuple[np.ndarray, np.ndarray]] | None = self.__dict__.get("_busy")
+        if found is None:
+            gpu = self.stream >= 0
+            compute = intervals.merge(self.ts[gpu & (self.ktype == COMPUTATION)], self.end[gpu & (self.ktype == COMPUTATION)])
+            comm = intervals.subtract(intervals.merge(self.ts[gpu & (self.ktype == COMMUNICATION)],
+                                                      self.end[gpu & (self.ktype == COMMUNICATION)]), compute)
+            taken = intervals.merge(np.concatenate([compute[0], comm[0]]), np.concatenate([compute[1], comm[1]]))
+            rest = gpu & (self.ktype != COMPUTATION) & (self.ktype != COMMUNICATION)
+            memory = intervals.subtract(intervals.merge(self.ts[rest], self.end[rest]), taken)
+            found = {GPU_COMPUTE: compute, COMM: comm, GPU_MEMORY: memory}
+            self.__dict__["_busy"] = found
+        return found
 
     def names(self, names: Iterable[str]) -> npt.NDArray[np.int32]:
         return np.array([i for i in (self.sym(n) for n in names) if i >= 0], dtype=np.int32)
@@ -307,9 +352,14 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
         return None
     notes: list[str] = []
     graph, pos_node = _nodes(rows, window, hta, data_loading)
-    _runtime_lock_edges(rows, graph)
-    _call_stack_edges(rows, window, graph, pos_node, hta, notes)
-    syncs = _kernel_edges(rows, window, graph, pos_node, hta, notes)
+    # default mode: blocking calls' own edges are drawn last, as waits (see _waits)
+    blocking = set() if hta else _blocking_calls(rows, window)
+    deferred: list[tuple[int, int, int]] = []
+    _runtime_lock_edges(rows, graph, blocking, deferred)
+    _call_stack_edges(rows, window, graph, pos_node, hta, notes, blocking, deferred)
+    _kernel_edges(rows, window, graph, pos_node, hta, notes)
+    for u, v, p in deferred:
+        graph.add(u, v, WAIT, event=p)
     found = _longest_path(graph)
     edge_types = Counter(kind for kind, _, _ in graph.edges.values())
     if found is None:
@@ -324,14 +374,20 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
     for u, v in zip(path_nodes, path_nodes[1:]):
         kind, weight, event = graph.edges[(u, v)]
         src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
-        attributed = _attribute(graph, kind, u, v, event)
-        what = _bound(rows, kind, attributed, dl_pos)
-        if what:
+        attributed = _attribute(graph, kind, u, v, event, weight)
+        what = _bound(rows, kind, attributed, dl_pos, weight)
+        parts: tuple[tuple[str, float], ...] = ()
+        if kind == WAIT and weight > 0:
+            parts = rows.device_during(graph.node_ts[u], graph.node_ts[v])
+            for part, us in parts:
+                bound[part] += us
+        elif what:
             bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
-        if kind == SYNC:
-            waited.append(_sync_text(rows, src_pos, dst_pos))
+        if kind in (SYNC, WAIT):
+            waited.append(_sync_text(rows, kind, src_pos, dst_pos))
         path.append(PathEdge(kind, weight, int(rows.index[src_pos]), int(rows.index[dst_pos]), graph.node_start[u],
-                             graph.node_start[v], int(rows.index[attributed]) if attributed >= 0 else attributed, what))
+                             graph.node_start[v], int(rows.index[attributed]) if attributed >= 0 else attributed, what,
+                             parts))
     kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index, pos, starts = rows.index, graph.node_pos, graph.node_start
@@ -381,7 +437,8 @@ def _nodes(rows: _Rows, window: IntArray, hta: bool, data_loading: tuple[str, ..
     who = np.concatenate([pos, pos])
     is_start = np.concatenate([np.ones(len(pos), dtype=bool), np.zeros(len(pos), dtype=bool)])
     order = np.lexsort((~is_start, who, ts))  # (ts, event), a start before its own end
-    graph = _Graph(ts[order].tolist(), who[order].tolist(), is_start[order].tolist())
+    graph = _Graph(ts[order].tolist(), who[order].tolist(), is_start[order].tolist(),
+                   node_begin=rows.ts[who[order]].tolist())
     pos_node: dict[int, int] = {}
     for node, (p, s) in enumerate(zip(graph.node_pos, graph.node_start)):
         pos_node[p * 2 + (0 if s else 1)] = node
@@ -397,7 +454,8 @@ def _data_loading_names(rows: _Rows, hta: bool, patterns: tuple[str, ...] | None
     return np.array([i for i, s in enumerate(rows.strings) if is_dataloader(s)], dtype=np.int32)
 
 
-def _runtime_lock_edges(rows: _Rows, graph: _Graph) -> None:
+def _runtime_lock_edges(rows: _Rows, graph: _Graph, blocking: set[int], deferred: list[tuple[int, int, int]]) -> None:
+    """HTA's runtime-lock pass (default mode: a ``blocking`` call's own edge is ``deferred``)."""
     lock = rows.names(RUNTIME_LOCK_CALLS)
     if not len(lock):
         return
@@ -413,7 +471,10 @@ def _runtime_lock_edges(rows: _Rows, graph: _Graph) -> None:
             while open_starts:
                 previous = open_starts.pop()
                 if graph.node_pos[previous] == me:
-                    graph.add(previous, node, OPERATOR, event=me)
+                    if me in blocking:
+                        deferred.append((previous, node, me))
+                    else:
+                        graph.add(previous, node, OPERATOR, event=me)
                 else:
                     graph.add(previous, node, DEPENDENCY)
             if last >= 0 and not graph.node_start[last]:
@@ -443,8 +504,16 @@ def _thread_of(rows: _Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntAr
     return key
 
 
+def _blocking_calls(rows: _Rows, window: IntArray) -> set[int]:
+    """Default mode: the calls that block the host on the device (synchronize, blocking copies,
+    synchronous launches)."""
+    cpu = window[rows.stream[window] == -1]
+    return set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist()) | set(_synchronous_launches(rows, window)[0].tolist())
+
+
 def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
-                      notes: list[str]) -> None:
+                      notes: list[str], deferring: set[int] | None = None,
+                      deferred: list[tuple[int, int, int]] | None = None) -> None:
     cpu = window[rows.stream[window] == -1]
     if not len(cpu):
         return
@@ -452,8 +521,8 @@ def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: di
     lock = rows.names(RUNTIME_LOCK_CALLS)
     is_lock = set(cpu[symbol_mask(rows.name[cpu], lock, rows.n_symbols)].tolist())
     blocking = set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist())
-    if not hta:
-        blocking |= set(_synchronous_launches(rows, window)[0].tolist())
+    deferring = deferring or set()
+    deferred = deferred if deferred is not None else []
     ts_all, end_all = rows.ts, rows.end
     tops: dict[int, list[tuple[int, int]]] = {}
     gaps: dict[int, list[tuple[int, int]]] = {}
@@ -464,7 +533,7 @@ def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: di
         members = members[order]
         tops[key], gaps[key] = [], []
         _walk(graph, pos_node, members.tolist(), ts_all[members].tolist(), end_all[members].tolist(), is_lock,
-              blocking, hta, notes, tops[key], gaps[key])
+              blocking, hta, notes, tops[key], gaps[key], deferring, deferred)
     if not hta:
         _hand_offs(rows, graph, tops, gaps)
 
@@ -509,7 +578,8 @@ def _hand_offs(rows: _Rows, graph: _Graph, tops: dict[int, list[tuple[int, int]]
 
 def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: list[float], ends: list[float],
           is_lock: set[int], blocking: set[int], hta: bool, notes: list[str], tops: list[tuple[int, int]],
-          gaps: list[tuple[int, int]]) -> None:
+          gaps: list[tuple[int, int]], deferring: set[int] = frozenset(),  # type: ignore[assignment]
+          deferred: list[tuple[int, int, int]] | None = None) -> None:
     """One thread's nesting walk (HTA's depth-first enter/exit over its call stack)."""
     stack: list[tuple[int, float]] = []  # (position, effective end)
     last_node = -1
@@ -526,7 +596,11 @@ def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: l
         if end_node is None:
             return
         if last_node >= 0 and not shares_lock(last_node, end_node):
-            graph.add(last_node, end_node, OPERATOR, zero=p in blocking, event=_case_event(graph, last_node, end_node, last_parent))
+            if p in deferring and deferred is not None and last_node == pos_node.get(p * 2):
+                deferred.append((last_node, end_node, p))  # a leaf blocking call: drawn last, as a wait
+            else:
+                graph.add(last_node, end_node, OPERATOR, zero=p in blocking,
+                          event=_case_event(graph, last_node, end_node, last_parent))
         last_node, last_parent = end_node, parent
         depth -= 1
 
@@ -573,9 +647,13 @@ def _case_event(graph: _Graph, u: int, v: int, parent: int) -> int:
     return parent
 
 
-def _attribute(graph: _Graph, kind: str, u: int, v: int, event: int) -> int:
+def _attribute(graph: _Graph, kind: str, u: int, v: int, event: int, weight: float = 0.0) -> int:
     if kind == KERNEL_GAP:
         return graph.node_pos[u]
+    if kind == WAIT:
+        return event
+    if kind == SYNC:  # a timed sync: the waiting call's return
+        return graph.node_pos[v] if weight > 0 else -1
     if kind != OPERATOR:
         return -1
     return event if event >= 0 or event == BETWEEN_OPS else graph.node_pos[u]
@@ -690,7 +768,7 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
                     end_node = pos_node.get(src_launch * 2 + 1)
                     target = pos_node.get(runtime * 2 + 1) if runtime >= 0 else None
                     if end_node is not None and target is not None:
-                        graph.add(end_node, target, SYNC)
+                        graph.add(end_node, target, SYNC, timed=not hta)
                 continue
             target = pos_node.get(runtime * 2 + 1) if runtime >= 0 else None
             if target is None:
@@ -698,7 +776,7 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
             sources = list(last.values()) if name == names["Context Sync"] else [last.get(int(rows.stream[p]), -1)]
             for node in sources:
                 if node >= 0:
-                    graph.add(node, target, SYNC)
+                    graph.add(node, target, SYNC, timed=not hta)
             continue
         start_node, end_node = pos_node.get(p * 2), pos_node.get(p * 2 + 1)
         if start_node is None or end_node is None:
@@ -737,7 +815,10 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
         for call, row in zip(calls.tolist(), launched.tolist()):
             source, target = pos_node.get(row * 2 + 1), pos_node.get(call * 2 + 1)
             if source is not None and target is not None:
-                graph.add(source, target, SYNC)
+                graph.add(source, target, SYNC, timed=True)
+            begin, first = pos_node.get(call * 2), pos_node.get(row * 2)
+            if begin is not None and first is not None and (begin, first) not in graph.edges:
+                graph.add(begin, first, WAIT, event=call)  # the call waited for its work to start
         if len(calls):
             notes.append("some launch calls returned only after their work ran (a synchronous submission or "
                          "copy): the path goes through the device's work, not the call")
@@ -745,9 +826,11 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
 
 
 def _synchronous_launches(rows: _Rows, window: IntArray) -> tuple[IntArray, IntArray]:
-    """Launch calls in the window whose launched GPU row ran wholly inside the call (a synchronous
-    submission, e.g. MTIA's ``runFunction``): the calls and their rows."""
-    calls = window[(rows.stream[window] == -1) & rows.name_in(LAUNCH_CALLS, window) & (rows.ic[window] >= 0)]
+    """Copy, memset and submission calls in the window whose GPU row ran wholly inside the call (a
+    blocking copy, a synchronous submission such as MTIA's ``runFunction``): the calls and their
+    rows. A kernel launch is never taken as one: a slow launch of a short kernel is still async."""
+    calls = window[(rows.stream[window] == -1) & rows.name_in(LAUNCH_CALLS - KERNEL_LAUNCH_CALLS, window)
+                   & (rows.ic[window] >= 0)]
     launched = rows.ic[calls]
     inside = (rows.stream[launched] >= 0) & (rows.ts[launched] >= rows.ts[calls]) & (rows.end[launched] <= rows.end[calls])
     inside &= rows.end[launched] > rows.ts[launched]
@@ -770,7 +853,7 @@ def _inferred_syncs(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict
         target = pos_node.get(call * 2 + 1)
         if i < 0 or target is None or ends[i] < rows.ts[call]:
             continue
-        graph.add(pos_node[int(gpu[i]) * 2 + 1], target, SYNC)
+        graph.add(pos_node[int(gpu[i]) * 2 + 1], target, SYNC, timed=True)
         added += 1
     if added:
         notes.append("the trace has no CUDA synchronisation events (PyTorch < 2.1): a blocking call is taken "
@@ -859,9 +942,14 @@ def _data_loading_ranges(rows: _Rows, window: IntArray, hta: bool,
     return [(float(rows.ts[p]), float(rows.end[p]), int(rows.pid[p]), int(rows.tid[p])) for p in pos.tolist()]
 
 
-def _bound(rows: _Rows, kind: str, event: int, data_loading: list[tuple[float, float, int, int]]) -> str:
+def _bound(rows: _Rows, kind: str, event: int, data_loading: list[tuple[float, float, int, int]],
+           weight: float = 0.0) -> str:
     if kind == KERNEL_GAP:
         return GAP
+    if kind == WAIT:
+        return SYNC_WAIT
+    if kind == SYNC:
+        return CPU if weight > 0 and event >= 0 else ""
     if kind == LAUNCH:
         return LAUNCH_OVERHEAD
     if event == BETWEEN_OPS:
@@ -879,7 +967,11 @@ def _bound(rows: _Rows, kind: str, event: int, data_loading: list[tuple[float, f
     return GPU_MEMORY if ktype == MEMORY else GPU_COMPUTE
 
 
-def _sync_text(rows: _Rows, src: int, dst: int) -> str:
+def _sync_text(rows: _Rows, kind: str, src: int, dst: int) -> str:
+    if kind == WAIT:
+        if rows.stream[dst] >= 0:
+            return f"{rows.decode(src)} waited for stream {int(rows.stream[dst])}"
+        return f"{rows.decode(src)} waited on the device (no kernel in the trace is linked to the wait)"
     stream = int(rows.stream[src])
     waiter = rows.decode(dst)
     if rows.stream[dst] >= 0:
@@ -893,10 +985,18 @@ def segments(path: CriticalPath, events: EventTable, top: int = 10) -> list[Segm
     strings = events.symbols.strings
     why = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
            GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
-           COMM: "collective on the path"}
+           COMM: "collective on the path", SYNC_WAIT: "the host blocked on the device"}
     totals: dict[tuple[str, int, str], list[float]] = {}
     for edge in path.path:
         if not edge.bound or edge.weight_us <= 0:
+            continue
+        if edge.parts:  # a blocking call's wait: the device's work meanwhile, and the rest
+            call = strings[int(events.name[edge.event])] if edge.event >= 0 else "a blocking call"
+            for part, us in edge.parts:
+                key = (call if part == SYNC_WAIT else f"(device busy while {call} waited)", -1, part)
+                entry = totals.setdefault(key, [0.0, 0])
+                entry[0] += us
+                entry[1] += 1
             continue
         if edge.bound == LAUNCH_OVERHEAD:
             row, stream = edge.dst, int(events.stream[edge.dst])

@@ -20,7 +20,7 @@ from stepscope.analysis.evidence import (CompiledGraphs, CriticalPathShares, Dev
                                          KernelLaunches, StepShares, SyncsAndCopies, TraceEvidence)
 from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
 from stepscope.analysis.trace.critical_path import (COMM, CPU, DATA_LOADING, GAP, GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD,
-                                                    PathSummary, path_summary)
+                                                    SYNC_WAIT, PathSummary, path_summary)
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
 from stepscope.analysis.trace.idle_causes import IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
@@ -195,7 +195,8 @@ def _path_shares(path: PathSummary | None) -> CriticalPathShares | None:
     return CriticalPathShares(
         cpu=path.share(CPU), data_loading=path.share(DATA_LOADING), launch=path.share(LAUNCH_OVERHEAD),
         kernel_gaps=path.share(GAP), gpu_compute=path.share(GPU_COMPUTE), memory_copies=path.share(GPU_MEMORY),
-        communication=path.share(COMM), after_sync=path.after_sync_share, syncs=path.syncs,
+        communication=path.share(COMM), sync_wait=path.share(SYNC_WAIT), after_sync=path.after_sync_share,
+        syncs=path.syncs,
         length_us=path.length_us / max(len(path.steps), 1))
 
 

@@ -8,7 +8,9 @@
 
 - The critical path (a trace with one): while the path is on the host right after a sync (until
   it reaches the device again), the device's idle time is what the sync cost: the device drained
-  its queue for the host. At 5 % of the path it is reported even when the sync calls are short.
+  its queue for the host; and the host's time on the path inside blocking calls that no device
+  work in the trace explains (waiting on another stream, another rank). At 5 % of the path together
+  they are reported even when the sync calls themselves look short.
 
 Thresholds follow XProf's moderate level (5 % of the step) for all three.
 """
@@ -35,13 +37,18 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
     pageable = trace.syncs.pageable_memcpy_share or 0.0
     count = trace.syncs.syncs_per_step
     path = trace.critical_path
-    exposed = path.after_sync if path is not None else 0.0
+    blocked = path.sync_wait if path is not None else 0.0
+    exposed = (path.after_sync if path is not None else 0.0) + blocked
     if sync < SYNC_MODERATE and memcpy < MEMCPY_MODERATE and exposed < SYNC_MODERATE:
         return None
     evidence = [Evidence("sync_share", round(sync, 4), SYNC_MODERATE, "trace", "ratio", "per step"),
                 Evidence("memcpy_share", round(memcpy, 4), MEMCPY_MODERATE, "trace", "ratio", "per step")]
     if path is not None:
-        evidence.append(Evidence("after_sync_path_share", round(exposed, 4), SYNC_MODERATE, "trace", "ratio",
+        if blocked > 0:
+            evidence.append(Evidence("blocked_path_share", round(blocked, 4), None, "trace", "ratio",
+                                     "the host inside blocking calls on the critical path, no device work "
+                                     "in the trace explaining the wait"))
+        evidence.append(Evidence("after_sync_path_share", round(path.after_sync, 4), SYNC_MODERATE, "trace", "ratio",
                                  "device idle while the critical path is on the host after a sync: "
                                  + "; ".join(path.syncs[:2])))
     if count is not None:
@@ -69,8 +76,15 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
         # pageable copies make the sync: pinning removes it, so it goes first
         prescriptions = [p for p in prescriptions if "pin_memory" in p.action] + [
             p for p in prescriptions if "pin_memory" not in p.action]
-    title = (f"Host–device syncs and copies take {common.pct(impact)} of the step" if exposed <= sync + memcpy
-             else f"A host–device sync leaves the device idle for {common.pct(impact)} of the step")
+    if exposed <= sync + memcpy:
+        title = f"Host–device syncs and copies take {common.pct(impact)} of the step"
+    elif blocked > exposed - blocked:
+        after = exposed - blocked
+        title = (f"The host waits on the device in blocking calls for {common.pct(blocked)} of the step"
+                 + (f", and the device then idles for {common.pct(after)} while the host catches up" if after >= 0.01
+                    else ""))
+    else:
+        title = f"A host–device sync leaves the device idle for {common.pct(impact)} of the step"
     return common.finding("host_device_sync.sync_and_copies", "host_device_sync", title,
                           impact, 0.8, evidence, prescriptions,
                           "The host waits for the device (or the copy engine) inside the step, so the "
