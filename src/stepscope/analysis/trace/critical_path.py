@@ -1056,6 +1056,13 @@ class PathSummary:
     notes: tuple[str, ...] = ()
     after_sync_us: float = 0.0  # device idle while the path is on the host right after a sync
 
+    #: every bound kind, in display order (renderers read kinds and labels from here)
+    KINDS = BOUND_KINDS
+
+    @staticmethod
+    def label(kind: str) -> str:
+        return BOUND_LABELS.get(kind, kind)
+
     @property
     def after_sync_share(self) -> float:
         return self.after_sync_us / self.length_us if self.length_us > 0 else 0.0

@@ -137,7 +137,6 @@ def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
     path's stretches (name, what bounds it), and flow arrows from each stretch to the next.
     ``path`` is a :class:`~stepscope.analysis.trace.critical_path.PathSummary`; the trace's own
     events are returned unchanged, first."""
-    from stepscope.analysis.trace.critical_path import BOUND_LABELS
 
     original: dict[str, Any] = {}
     for event in events:
@@ -160,7 +159,7 @@ def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
         pid = original.get(span.pid, span.pid)
         stretch = {"ph": "X", "cat": "stepscope.critical_path", "name": span.name, "pid": pid, "tid": lanes[lane],
                    "ts": span.ts_us, "dur": max(span.end_us - span.ts_us, 0.0),
-                   "args": {"bound by": BOUND_LABELS.get(span.bound, span.bound), "step": path.shown_step}}
+                   "args": {"bound by": path.label(span.bound), "step": path.shown_step}}
         out.append(stretch)
         stretches.append(stretch)
     stretches.sort(key=lambda item: item["ts"])

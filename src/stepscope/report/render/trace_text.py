@@ -74,7 +74,6 @@ def _gpu(rank: TraceRankView) -> RenderableType | None:
 
 def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None:
     """What bounds the steps: the critical path's shares and its longest segments."""
-    from stepscope.analysis.trace.critical_path import BOUND_KINDS, BOUND_LABELS
 
     path = rank.critical
     if path is None or path.length_us <= 0:
@@ -82,8 +81,8 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     steps = len(path.steps)
     head = Text(f"What bounds the step: its critical path ({steps} step{'s' if steps != 1 else ''}, "
                 f"{_us(path.length_us / steps)} per step)", style="italic")
-    shares = sorted(((path.share(kind), kind) for kind in BOUND_KINDS if path.bound_us.get(kind, 0) > 0), reverse=True)
-    lines = ["  " + " · ".join(f"{BOUND_LABELS[kind]} {format_ratio(share)}" for share, kind in shares)]
+    shares = sorted(((path.share(kind), kind) for kind in path.KINDS if path.bound_us.get(kind, 0) > 0), reverse=True)
+    lines = ["  " + " · ".join(f"{path.label(kind)} {format_ratio(share)}" for share, kind in shares)]
     if path.after_sync_us > 0:
         lines.append(f"  device idle while the path is on the host after a sync: {format_ratio(path.after_sync_share)}")
     for sync in path.syncs[:3]:
@@ -91,11 +90,11 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     table = Table(title="Top critical-path segments", title_justify="left")
     for column, width in (("Time/step", 9), ("Share", 6), ("Count", 5), ("Where", 9)):
         table.add_column(column, justify="right", no_wrap=True, min_width=width)
-    table.add_column("Bound by", no_wrap=True, min_width=max(len(label) for label in BOUND_LABELS.values()))
+    table.add_column("Bound by", no_wrap=True, min_width=max(len(path.label(kind)) for kind in path.KINDS))
     table.add_column("Segment", overflow="fold")
     for segment in path.segments[:top]:
         table.add_row(_us(segment.us / steps), format_ratio(segment.us / path.length_us), str(segment.count),
-                      "CPU" if segment.stream < 0 else f"stream {segment.stream}", BOUND_LABELS[segment.bound],
+                      "CPU" if segment.stream < 0 else f"stream {segment.stream}", path.label(segment.bound),
                       _name(segment.name, cut))
     return Group(head, Text("\n".join(lines)), table)
 
