@@ -58,6 +58,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--perfetto", metavar="FILE", default=None,
                         help="also write the trace with its critical path marked (a track per thread or stream "
                              "and flow arrows; the longest step's path) for ui.perfetto.dev (FILE.gz: gzipped)")
+    parser.add_argument("--path-steps", type=int, default=None, metavar="N",
+                        help="steps whose critical path is computed, spread over their durations "
+                             "(default: 1, the step of median duration; 0: every step)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="analyse ranks in parallel on N local processes (default: one per core, at most one "
                              "per trace; 1: in this process)")
@@ -113,6 +116,8 @@ def _run(args: argparse.Namespace) -> int:
         html_path = plan_trace_html(args.trace, args.output)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    if args.path_steps is not None and args.path_steps < 0:
+        raise UsageError("--path-steps must be >= 0 (0: every step)")
     perfetto_path = None
     if args.perfetto:
         from stepscope.cli.exports import check_output
@@ -184,10 +189,12 @@ def _load(args: argparse.Namespace, callback: Any) -> Any:
         from stepscope.executors import dask_executor
 
         with dask_executor(args.dask, workers=args.jobs or 2) as executor:
-            return load_traces(args.trace, group_by_shape=args.group_by_shape, executor=executor)
+            return load_traces(args.trace, group_by_shape=args.group_by_shape, executor=executor,
+                               path_steps=args.path_steps)
     paths = discover_traces(args.trace)  # listed once: the job size picks the default --jobs
     jobs = args.jobs if args.jobs is not None else default_jobs(len(paths))
-    return load_traces(paths, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None, jobs=jobs)
+    return load_traces(paths, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None, jobs=jobs,
+                       path_steps=args.path_steps)
 
 
 def _check_output(output: str, trace: str) -> None:

@@ -275,13 +275,16 @@ def is_job_dir(run_dir: str | Path) -> bool:
 # -- traces alone ----------------------------------------------------------------------------------
 def load_traces(path: str | Path | Sequence[str | Path], *, group_by_shape: bool = False,
                 progress: Callable[[str, int, int], None] | None = None, jobs: int = 1,
-                executor: Executor | None = None) -> JobInputs:
+                executor: Executor | None = None, path_steps: int | None = None) -> JobInputs:
     """torch.profiler traces (a file, a directory of per-rank files, or a list), analysed; ranks in
     parallel on ``jobs`` local processes or on ``executor`` (see ``analyze_traces``)."""
     from stepscope.analysis.trace.trace_evidence import analyze_traces
 
+    from stepscope.analysis.trace.critical_path import DEFAULT_PATH_STEPS
+
+    steps = DEFAULT_PATH_STEPS if path_steps is None else path_steps
     return JobInputs("trace", traces=analyze_traces(path, group_by_shape=group_by_shape, progress=progress,
-                                                    jobs=jobs, executor=executor))
+                                                    jobs=jobs, executor=executor, path_steps=steps))
 
 
 __all__ = ["DEFAULT_WAIT_S", "JobInputs", "inputs_after_run", "is_job_dir", "job_wait_s", "load_run", "load_traces",

@@ -360,22 +360,22 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
     _kernel_edges(rows, window, graph, pos_node, hta, notes)
     for u, v, p in deferred:
         graph.add(u, v, WAIT, event=p)
-    found = _longest_path(graph)
+    found = _longest_path(graph, exact=hta)
     edge_types = Counter(kind for kind, _, _ in graph.edges.values())
     if found is None:
         return CriticalPath(rank, label, start, end, len(graph.node_ts), len(graph.edges), dict(edge_types), 0.0, (),
                             {}, (), "hta" if hta else "stepscope", (*notes, "the graph has a cycle: no path"), ok=False)
     path_nodes, length = found
     touched = {node for pair in graph.edges for node in pair}  # HTA's graph holds the nodes its edges touch
-    dl_pos = _data_loading_ranges(rows, window, hta, data_loading)
+    pairs = list(zip(path_nodes, path_nodes[1:]))
+    edges = [graph.edges[pair] for pair in pairs]
+    attributed = [_attribute(graph, kind, u, v, event, weight) for (u, v), (kind, weight, event) in zip(pairs, edges)]
+    what_of = _bounds(rows, edges, attributed, _data_loading_ranges(rows, window, hta, data_loading))
+    index = rows.index
     path = []
     bound: dict[str, float] = defaultdict(float)
     waited = []
-    for u, v in zip(path_nodes, path_nodes[1:]):
-        kind, weight, event = graph.edges[(u, v)]
-        src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
-        attributed = _attribute(graph, kind, u, v, event, weight)
-        what = _bound(rows, kind, attributed, dl_pos, weight)
+    for (u, v), (kind, weight, _), event, what in zip(pairs, edges, attributed, what_of):
         parts: tuple[tuple[str, float], ...] = ()
         if kind == WAIT and weight > 0:
             parts = rows.device_during(graph.node_ts[u], graph.node_ts[v])
@@ -383,11 +383,11 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
                 bound[part] += us
         elif what:
             bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
+        src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
         if kind in (SYNC, WAIT):
             waited.append(_sync_text(rows, kind, src_pos, dst_pos))
-        path.append(PathEdge(kind, weight, int(rows.index[src_pos]), int(rows.index[dst_pos]), graph.node_start[u],
-                             graph.node_start[v], int(rows.index[attributed]) if attributed >= 0 else attributed, what,
-                             parts))
+        path.append(PathEdge(kind, weight, int(index[src_pos]), int(index[dst_pos]), graph.node_start[u],
+                             graph.node_start[v], int(index[event]) if event >= 0 else event, what, parts))
     kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index, pos, starts = rows.index, graph.node_pos, graph.node_start
@@ -436,7 +436,16 @@ def _nodes(rows: _Rows, window: IntArray, hta: bool, data_loading: tuple[str, ..
     ts = np.concatenate([rows.ts[pos], rows.end[pos]])
     who = np.concatenate([pos, pos])
     is_start = np.concatenate([np.ones(len(pos), dtype=bool), np.zeros(len(pos), dtype=bool)])
-    order = np.lexsort((~is_start, who, ts))  # (ts, event), a start before its own end
+    if hta:
+        order = np.lexsort((~is_start, who, ts))  # HTA's: (ts, event), a start before its own end
+    else:
+        # at one time: zero-length events' starts, then ends (the later-started first: a child's
+        # before its parent's), then starts (the longer first): every edge then goes forward
+        # (the device's ends before the host's: a sync returns after the work it waited for; at
+        # one span, the inner event of the walk — the later row — first)
+        begin, finish = np.concatenate([rows.ts[pos]] * 2), np.concatenate([rows.end[pos]] * 2)
+        flag = np.where(is_start, np.where(finish == begin, 0, 3), np.where(rows.stream[who] >= 0, 1, 2))
+        order = np.lexsort((np.where(is_start, who, -who), np.where(is_start, -finish, -begin), flag, ts))
     graph = _Graph(ts[order].tolist(), who[order].tolist(), is_start[order].tolist(),
                    node_begin=rows.ts[who[order]].tolist())
     pos_node: dict[int, int] = {}
@@ -726,15 +735,27 @@ def _launch_before(rows: _Rows, calls: IntArray, stream_of: dict[int, tuple[int,
     return out
 
 
-def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
-                  notes: list[str]) -> list[str]:
+@dataclass(frozen=True)
+class _Launches:
+    """The whole trace's launch bookkeeping, computed once per trace and mode (every step reads it)."""
+
+    after_launch: dict[int, int]
+    after_start: dict[int, int]
+    place: dict[int, int]
+    launched_by: Counter[int]
+    corr_to_record: dict[int, int]
+    previous: dict[int, int]  # cudaEventRecord -> the GPU row launched last before it on its stream
+    waits_next: dict[int, int]  # cudaStreamWaitEvent -> the GPU row of the next launch on its stream
+
+
+def _launches(rows: _Rows, hta: bool) -> _Launches:
+    cache: dict[bool, _Launches] = rows.__dict__.setdefault("_launches", {})
+    found = cache.get(hta)
+    if found is not None:
+        return found
     launch_calls = LAUNCH_CALLS if hta else LAUNCH_CALLS | GRAPH_LAUNCH_CALLS
     after_launch, after_start, place = _queue_lengths(rows, launch_calls)
     launched_by: Counter[int] = Counter(int(rows.ic[g]) for g in place) if not hta else Counter()
-    sync_cat = rows.sym("cuda_sync")
-    names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
-    in_window = window[((rows.stream[window] != -1) | np.isin(rows.name[window], [names["Event Sync"], names["Context Sync"]]))
-                       & (rows.ic[window] != -1)]
     records = np.flatnonzero(rows.name == rows.sym("cudaEventRecord"))
     # each recorded CUDA event: the stream and device it was recorded on (from the waits that name it)
     record_stream: dict[int, tuple[int, int]] = {}
@@ -743,13 +764,27 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
         record = corr_to_record.get(rows.wait_record.get(p, -1))
         if record is not None and stream > -1:
             record_stream.setdefault(record, (int(rows.pid[p]), stream))
-    previous_launch = _launch_before(rows, records, record_stream, launch_calls)
+    previous = _launch_before(rows, records, record_stream, launch_calls)
+    waits_next = _next_launch_after_waits(rows, launch_calls) if rows.sym("Stream Wait Event") >= 0 else {}
+    found = cache[hta] = _Launches(after_launch, after_start, place, launched_by, corr_to_record, previous, waits_next)
+    return found
+
+
+def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
+                  notes: list[str]) -> list[str]:
+    launches = _launches(rows, hta)
+    after_launch, after_start, place, launched_by = (launches.after_launch, launches.after_start, launches.place,
+                                                     launches.launched_by)
+    corr_to_record, previous_launch, waits_next = launches.corr_to_record, launches.previous, launches.waits_next
+    sync_cat = rows.sym("cuda_sync")
+    names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
+    in_window = window[((rows.stream[window] != -1) | np.isin(rows.name[window], [names["Event Sync"], names["Context Sync"]]))
+                       & (rows.ic[window] != -1)]
     is_sync = rows.cat[in_window] == sync_cat
     sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
     ordered = in_window[np.lexsort((in_window, sort_by))]
     last: dict[int, int] = {}  # stream -> end node of its last kernel
     kernel_sync: dict[int, int] = {}  # kernel position -> position of the kernel it waits for
-    waits_next = _next_launch_after_waits(rows, launch_calls) if names["Stream Wait Event"] >= 0 else {}
     ts = rows.ts
     for p in ordered.tolist():
         name = int(rows.name[p])
@@ -888,14 +923,46 @@ def _next_launch_after_waits(rows: _Rows, launch_calls: frozenset[str]) -> dict[
     return out
 
 
-def _longest_path(graph: _Graph) -> tuple[list[int], float] | None:
+def _longest_path_forward(graph: _Graph) -> tuple[list[int], float] | None:
+    """The same dynamic programme in node order, when every edge goes from a lower node to a higher
+    one (nodes are sorted by time: the usual case). Same path length and the same first-added best
+    predecessor; among several best ends, the earliest node (networkx's order may pick another of
+    equal length). None when some edge goes backwards."""
+    n = len(graph.node_ts)
+    pairs = np.fromiter((x for pair in graph.edges for x in pair), dtype=np.int64, count=2 * len(graph.edges))
+    us, vs = pairs[0::2], pairs[1::2]
+    if len(us) and (us >= vs).any():
+        return None
+    weights = np.fromiter((w for _, w, _ in graph.edges.values()), dtype=np.float64, count=len(graph.edges))
+    np.maximum(weights, 0.0, out=weights)
+    order = np.argsort(vs, kind="stable")
+    dist = [0.0] * n
+    back = list(range(n))
+    for u, v, w in zip(us[order].tolist(), vs[order].tolist(), weights[order].tolist()):
+        candidate = dist[u] + w
+        if back[v] == v or candidate > dist[v]:
+            dist[v], back[v] = candidate, u
+    end = max(range(n), key=dist.__getitem__)
+    path = [end]
+    while back[path[-1]] != path[-1]:
+        path.append(back[path[-1]])
+    path.reverse()
+    return path, dist[end]
+
+
+def _longest_path(graph: _Graph, exact: bool = True) -> tuple[list[int], float] | None:
     """Longest path by dynamic programming over a topological order; None on a cycle. The order
     and the ties are networkx's (``topological_sort`` by generations, the first-added best
     predecessor, the first best end in that order), so the path is HTA's, not only its length.
-    A negative weight counts as 0 (HTA: "nanosecond precision")."""
+    A negative weight counts as 0 (HTA: "nanosecond precision"). ``exact=False`` (default mode)
+    takes :func:`_longest_path_forward` when it applies."""
     n = len(graph.node_ts)
     if n == 0:
         return None
+    if not exact:
+        found = _longest_path_forward(graph)
+        if found is not None:
+            return found
     succ: list[list[int]] = [[] for _ in range(n)]
     pred: list[list[tuple[int, float]]] = [[] for _ in range(n)]
     indegree = [0] * n
@@ -942,29 +1009,45 @@ def _data_loading_ranges(rows: _Rows, window: IntArray, hta: bool,
     return [(float(rows.ts[p]), float(rows.end[p]), int(rows.pid[p]), int(rows.tid[p])) for p in pos.tolist()]
 
 
-def _bound(rows: _Rows, kind: str, event: int, data_loading: list[tuple[float, float, int, int]],
-           weight: float = 0.0) -> str:
-    if kind == KERNEL_GAP:
-        return GAP
-    if kind == WAIT:
-        return SYNC_WAIT
-    if kind == SYNC:
-        return CPU if weight > 0 and event >= 0 else ""
-    if kind == LAUNCH:
-        return LAUNCH_OVERHEAD
-    if event == BETWEEN_OPS:
-        return CPU
-    if kind in (DEPENDENCY, SYNC) or event < 0:
-        return ""
-    if rows.stream[event] < 0:
+def _bounds(rows: _Rows, edges: list[tuple[str, float, int]], attributed: list[int],
+            data_loading: list[tuple[float, float, int, int]]) -> list[str]:
+    """What bounds each path edge (its type; for an operator or kernel edge, the event it is
+    attributed to: a CPU row inside a data-loading range of its thread, another CPU row, or the GPU
+    row's kernel type)."""
+    events = np.array(attributed, dtype=np.int64)
+    real = np.flatnonzero(events >= 0)
+    stream = np.full(len(events), -1, dtype=np.int64)
+    ktype = np.zeros(len(events), dtype=np.int64)
+    loading = np.zeros(len(events), dtype=bool)
+    if len(real):
+        rows_of = events[real]
+        stream[real] = rows.stream[rows_of]
+        ktype[real] = rows.ktype[rows_of]
         for start, end, pid, tid in data_loading:
-            if start <= rows.ts[event] <= end and rows.pid[event] == pid and rows.tid[event] == tid:
-                return DATA_LOADING
-        return CPU
-    ktype = rows.ktype[event]
-    if ktype == COMMUNICATION:
-        return COMM
-    return GPU_MEMORY if ktype == MEMORY else GPU_COMPUTE
+            loading[real] |= ((rows.ts[rows_of] >= start) & (rows.ts[rows_of] <= end) & (rows.pid[rows_of] == pid)
+                              & (rows.tid[rows_of] == tid))
+    out = []
+    for (kind, weight, _), event, on_device, kernel, in_loading in zip(edges, attributed, (stream >= 0).tolist(),
+                                                                        ktype.tolist(), loading.tolist()):
+        if kind == KERNEL_GAP:
+            out.append(GAP)
+        elif kind == WAIT:
+            out.append(SYNC_WAIT)
+        elif kind == SYNC:
+            out.append(CPU if weight > 0 and event >= 0 else "")
+        elif kind == LAUNCH:
+            out.append(LAUNCH_OVERHEAD)
+        elif event == BETWEEN_OPS:
+            out.append(CPU)
+        elif kind == DEPENDENCY or event < 0:
+            out.append("")
+        elif not on_device:
+            out.append(DATA_LOADING if in_loading else CPU)
+        elif kernel == COMMUNICATION:
+            out.append(COMM)
+        else:
+            out.append(GPU_MEMORY if kernel == MEMORY else GPU_COMPUTE)
+    return out
 
 
 def _sync_text(rows: _Rows, kind: str, src: int, dst: int) -> str:
@@ -1091,18 +1174,32 @@ class PathSummary:
         }
 
 
-#: At most this many steps are analysed (the first ones); a note says when more were skipped.
-MAX_STEPS = 64
+#: Steps whose critical path ``analyze`` computes by default: the one of median duration. The path
+#: costs ~0.2 s per step of ~15,000 host events (BENCHMARKS.md); ``--path-steps`` asks for more.
+DEFAULT_PATH_STEPS = 1
 
 
-def path_summary(events: EventTable, rank: int = 0, top: int = 12) -> PathSummary | None:
-    """The critical path of each ``ProfilerStep`` (default mode), or of the whole trace when it has
-    none; None without any GPU row or CPU operator to build a graph from."""
+def chosen_steps(windows: list[tuple[str, float, float]], steps: int) -> list[tuple[str, float, float]]:
+    """``steps`` of the windows, spread over their durations (one: the median; 0: all), in order."""
+    if steps <= 0 or steps >= len(windows):
+        return windows
+    by_span = sorted(range(len(windows)), key=lambda i: (windows[i][2] - windows[i][1], i))
+    picked = sorted({by_span[min(int((k + 0.5) * len(windows) / steps), len(windows) - 1)] for k in range(steps)})
+    return [windows[i] for i in picked]
+
+
+def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 0) -> PathSummary | None:
+    """The critical path of each ``ProfilerStep`` (default mode) — of ``steps`` of them chosen
+    across their durations (:func:`chosen_steps`; 0: every step) — or of the whole trace when it
+    has none; None without any GPU row or CPU operator to build a graph from."""
     windows = step_windows(events)
     notes: list[str] = []
-    if len(windows) > MAX_STEPS:
-        notes.append(f"the critical path covers the first {MAX_STEPS} of {len(windows)} steps")
-        windows = windows[:MAX_STEPS]
+    if 0 < steps < len(windows):
+        picked = chosen_steps(windows, steps)
+        which = "the one of median duration" if steps == 1 else "spread over their durations"
+        notes.append(f"the critical path covers {len(picked)} of {len(windows)} steps ({which}: "
+                     f"{', '.join(label for label, _, _ in picked)}); analyze --path-steps 0 covers every step")
+        windows = picked
     rows = _Rows(events)
     if not len(rows.ts):
         return None

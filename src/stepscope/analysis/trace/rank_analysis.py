@@ -20,7 +20,7 @@ from stepscope.analysis.evidence import (CompiledGraphs, CriticalPathShares, Dev
                                          KernelLaunches, StepShares, SyncsAndCopies, TraceEvidence)
 from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
 from stepscope.analysis.trace.critical_path import (COMM, CPU, DATA_LOADING, GAP, GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD,
-                                                    SYNC_WAIT, PathSummary, path_summary)
+                                                    DEFAULT_PATH_STEPS, SYNC_WAIT, PathSummary, path_summary)
 from stepscope.analysis.trace.gpu_metrics import DeviceSummary, device_summaries
 from stepscope.analysis.trace.idle_causes import IdleCauses, idle_causes
 from stepscope.analysis.trace.idle_time import IdleTimeBreakdown, idle_time_breakdown
@@ -130,7 +130,7 @@ def _counters(links: EventLinks, steps: TraceSteps) -> dict[str, float | None]:
     }
 
 
-def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalysis:
+def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: int = DEFAULT_PATH_STEPS) -> RankAnalysis:
     events = trace.events
     links = links_of(events)  # the linked-events table: classified, joined and step-assigned once
     rows = links.hta
@@ -173,7 +173,7 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False) -> RankAnalys
         warnings=trace.warnings,
         idle_causes=idle_causes(links),
         compiled=compiled_regions(links, steps),
-        critical=path_summary(events, trace.rank),
+        critical=path_summary(events, trace.rank, steps=path_steps),
     )
 
 

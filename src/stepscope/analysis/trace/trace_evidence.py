@@ -25,6 +25,7 @@ from typing import Any
 
 from stepscope.analysis.evidence import TraceEvidence
 from stepscope.analysis.trace.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
+from stepscope.analysis.trace.critical_path import DEFAULT_PATH_STEPS
 from stepscope.analysis.trace.rank_analysis import RankAnalysis, analyze_rank, rank_evidence
 from stepscope.analysis.trace.stragglers import RankComparison, compare_ranks
 from stepscope.errors import UsageError
@@ -69,6 +70,7 @@ def analyze_traces(
     progress: Callable[[str, int, int], None] | None = None,
     jobs: int = 1,
     executor: Executor | None = None,
+    path_steps: int = DEFAULT_PATH_STEPS,
 ) -> TraceAnalysis:
     """Analyse every rank's trace; ranks in parallel with ``jobs`` > 1 or an ``executor``.
 
@@ -80,18 +82,19 @@ def analyze_traces(
     :class:`concurrent.futures.Executor` — e.g. a Dask cluster's ``Client.get_executor()`` — whose
     workers can import stepscope. The result does not depend on how the map ran. ``progress`` is
     called with a file's decode progress (bytes) in one process, and with (file, ranks done, ranks)
-    once per finished rank otherwise."""
+    once per finished rank otherwise. ``path_steps``: the steps whose critical path is computed
+    (0: every step; see :func:`~stepscope.analysis.trace.critical_path.path_summary`)."""
     if isinstance(path_or_paths, (str, Path)):
         paths = discover_traces(path_or_paths)
     else:
         paths = [p for item in path_or_paths for p in discover_traces(item)]
     if executor is not None or (jobs > 1 and len(paths) > 1):
-        results = _map_ranks(paths, group_by_shape, progress, jobs, executor)
+        results = _map_ranks(paths, group_by_shape, progress, jobs, executor, path_steps)
     else:
         results = []
         for index, path in enumerate(paths):
             callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
-            results.append(_analyze_one(path, index, group_by_shape, callback))
+            results.append(_analyze_one(path, index, group_by_shape, callback, path_steps))
     seen: dict[int, str] = {}
     for item in results:
         if item.rank in seen and len(paths) > 1:
@@ -110,7 +113,8 @@ def analyze_traces(
 
 
 def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
-                 progress: Callable[[int, int], None] | None = None) -> RankAnalysis:
+                 progress: Callable[[int, int], None] | None = None,
+                 path_steps: int = DEFAULT_PATH_STEPS) -> RankAnalysis:
     """The map step: one trace file to its rank's analysis (the event table is freed on return)."""
     collecting = gc.isenabled()
     gc.disable()  # decoding allocates millions of short-lived acyclic objects: no cycle scans meanwhile
@@ -119,7 +123,7 @@ def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
     finally:
         if collecting:
             gc.enable()
-    return analyze_rank(trace, group_by_shape=group_by_shape)
+    return analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps)
 
 
 @dataclass(frozen=True)
@@ -131,13 +135,14 @@ class _Failed:
     message: str
 
 
-def _analyze_remote(path: str, index: int, group_by_shape: bool, max_bytes: int) -> RankAnalysis | _Failed:
+def _analyze_remote(path: str, index: int, group_by_shape: bool, max_bytes: int,
+                    path_steps: int = DEFAULT_PATH_STEPS) -> RankAnalysis | _Failed:
     from stepscope import limits
     from stepscope.errors import InputError, StepscopeError
 
     try:
         with limits.configured(max_bytes):  # the caller's --max-bytes, also on a worker that did not inherit it
-            return _analyze_one(path, index, group_by_shape)
+            return _analyze_one(path, index, group_by_shape, path_steps=path_steps)
     except InputError as exc:
         return _Failed(exc.path, str(exc))
     except StepscopeError as exc:
@@ -145,7 +150,7 @@ def _analyze_remote(path: str, index: int, group_by_shape: bool, max_bytes: int)
 
 
 def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Callable[[str, int, int], None] | None,
-               jobs: int, executor: Executor | None) -> list[RankAnalysis]:
+               jobs: int, executor: Executor | None, path_steps: int = DEFAULT_PATH_STEPS) -> list[RankAnalysis]:
     from stepscope import limits
     from stepscope.errors import StepscopeError
 
@@ -154,7 +159,7 @@ def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Call
     if executor is None:
         own = executor = local_executor(min(jobs, len(paths)))
     try:
-        futures = {executor.submit(_analyze_remote, str(path), index, group_by_shape, limit): str(path)
+        futures = {executor.submit(_analyze_remote, str(path), index, group_by_shape, limit, path_steps): str(path)
                    for index, path in enumerate(paths)}
         results: list[RankAnalysis] = []
         for done, future in enumerate(as_completed(futures), 1):

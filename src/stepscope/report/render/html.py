@@ -426,7 +426,7 @@ def _critical_path(view: TraceRankView) -> str:
     if path is None or path.length_us <= 0:
         return ""
     steps = len(path.steps)
-    shares = {kind: path.share(kind) for kind in path.KINDS if path.bound_us.get(kind, 0) > 0}
+    shares = {kind: path.share(kind) for kind in path.KINDS if path.share(kind) >= 0.0005}
     legend = _legend({path.label(k): charts.PATH_COLORS[k] for k in shares},
                      {path.label(k): format_ratio(v) for k, v in shares.items()})
     waits = "".join(f"<li>{text(item)}</li>" for item in path.syncs[:5])

@@ -81,12 +81,14 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     steps = len(path.steps)
     head = Text(f"What bounds the step: its critical path ({steps} step{'s' if steps != 1 else ''}, "
                 f"{_us(path.length_us / steps)} per step)", style="italic")
-    shares = sorted(((path.share(kind), kind) for kind in path.KINDS if path.bound_us.get(kind, 0) > 0), reverse=True)
+    shares = sorted(((path.share(kind), kind) for kind in path.KINDS if path.share(kind) >= 0.0005), reverse=True)
     lines = ["  " + " · ".join(f"{path.label(kind)} {format_ratio(share)}" for share, kind in shares)]
     if path.after_sync_us > 0:
         lines.append(f"  device idle while the path is on the host after a sync: {format_ratio(path.after_sync_share)}")
     for sync in path.syncs[:3]:
         lines.append(f"  the path waited: {printable(sync)}")
+    for note in path.notes:
+        lines.append(f"  note: {printable(note)}")
     table = Table(title="Top critical-path segments", title_justify="left")
     for column, width in (("Time/step", 9), ("Share", 6), ("Count", 5), ("Where", 9)):
         table.add_column(column, justify="right", no_wrap=True, min_width=width)
