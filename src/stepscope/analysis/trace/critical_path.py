@@ -42,7 +42,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -110,8 +110,7 @@ DIFFERENCES = {
 }
 
 
-@dataclass(frozen=True)
-class PathEdge:
+class PathEdge(NamedTuple):
     kind: str  # edge type
     weight_us: float
     src: int  # event rows (of the event table)
@@ -122,6 +121,8 @@ class PathEdge:
     bound: str  # BOUND_KINDS, "" for a weightless dependency
     #: a blocking call's wait, split by what the device did meanwhile: (bound, µs) adding up to the weight
     parts: tuple[tuple[str, float], ...] = ()
+    src_us: float = 0.0  # the two nodes' times (HTA's rounded µs)
+    dst_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -387,7 +388,8 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
         if kind in (SYNC, WAIT):
             waited.append(_sync_text(rows, kind, src_pos, dst_pos))
         path.append(PathEdge(kind, weight, int(index[src_pos]), int(index[dst_pos]), graph.node_start[u],
-                             graph.node_start[v], int(index[event]) if event >= 0 else event, what, parts))
+                             graph.node_start[v], int(index[event]) if event >= 0 else event, what, parts,
+                             graph.node_ts[u], graph.node_ts[v]))
     kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index, pos, starts = rows.index, graph.node_pos, graph.node_start
@@ -1070,24 +1072,21 @@ def segments(path: CriticalPath, events: EventTable, top: int = 10) -> list[Segm
            GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
            COMM: "collective on the path", SYNC_WAIT: "the host blocked on the device"}
     totals: dict[tuple[str, int, str], list[float]] = {}
-    for edge in path.path:
-        if not edge.bound or edge.weight_us <= 0:
-            continue
+    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
+    rows = np.array([edge.dst if edge.bound == LAUNCH_OVERHEAD else edge.event for edge in kept], dtype=np.int64)
+    safe = np.maximum(rows, 0)
+    names, streams = events.name[safe].tolist(), events.stream[safe].tolist()
+    for edge, row, name_id, row_stream in zip(kept, rows.tolist(), names, streams):
         if edge.parts:  # a blocking call's wait: the device's work meanwhile, and the rest
-            call = strings[int(events.name[edge.event])] if edge.event >= 0 else "a blocking call"
+            call = strings[name_id] if edge.event >= 0 else "a blocking call"
             for part, us in edge.parts:
                 key = (call if part == SYNC_WAIT else f"(device busy while {call} waited)", -1, part)
                 entry = totals.setdefault(key, [0.0, 0])
                 entry[0] += us
                 entry[1] += 1
             continue
-        if edge.bound == LAUNCH_OVERHEAD:
-            row, stream = edge.dst, int(events.stream[edge.dst])
-            name = strings[int(events.name[edge.dst])]
-        else:
-            row = edge.event
-            name = strings[int(events.name[row])] if row >= 0 else "(between operators)"
-            stream = int(events.stream[row]) if row >= 0 else -1
+        name = strings[name_id] if row >= 0 else "(between operators)"
+        stream = row_stream if row >= 0 else -1
         entry = totals.setdefault((name, stream, edge.bound), [0.0, 0])
         entry[0] += edge.weight_us
         entry[1] += 1
@@ -1219,18 +1218,16 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
                           tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
     shown = max(paths, key=lambda p: p.length_us)
     hta = links_of(events).hta
-    times = dict(zip(hta.index.tolist(), zip(hta.ts.tolist(), hta.end.tolist())))
     busy = intervals.merge(hta.ts[hta.gpu], hta.end[hta.gpu])
     return PathSummary(
         steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
         bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
         segments=tuple(segments(merged, events, top)), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
         shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
-        after_sync_us=sum(_after_sync_us(p, times, busy) for p in paths))
+        after_sync_us=sum(_after_sync_us(p, busy) for p in paths))
 
 
-def _after_sync_us(path: CriticalPath, times: dict[int, tuple[float, float]],
-                   busy: tuple[np.ndarray, np.ndarray]) -> float:
+def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> float:
     """The device's idle time while the path is on the host right after a sync (until the path
     reaches the device again): what the sync cost, the device having drained its queue for it.
     The host's own time there is not counted when the device was busy meanwhile."""
@@ -1242,8 +1239,8 @@ def _after_sync_us(path: CriticalPath, times: dict[int, tuple[float, float]],
         elif edge.bound in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM):
             armed = False
         elif armed and edge.bound == CPU and edge.weight_us > 0:
-            begins.append(times[edge.src][0 if edge.src_start else 1])
-            ends.append(times[edge.dst][0 if edge.dst_start else 1])
+            begins.append(edge.src_us)
+            ends.append(edge.dst_us)
     if not begins:
         return 0.0
     host = intervals.merge(np.array(begins), np.array(ends))
@@ -1254,17 +1251,15 @@ def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
     """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
     thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
     strings = events.symbols.strings
-    hta = links_of(events).hta
-    times = dict(zip(hta.index.tolist(), zip(hta.ts.tolist(), hta.end.tolist())))
-    out = []
-    for edge in path.path:
-        if not edge.bound or edge.weight_us <= 0:
-            continue
-        begin = times[edge.src][0] if edge.src_start else times[edge.src][1]
-        finish = times[edge.dst][0] if edge.dst_start else times[edge.dst][1]
-        where = edge.dst if edge.bound in (LAUNCH_OVERHEAD, GAP) else (edge.event if edge.event >= 0 else edge.src)
-        name = strings[int(events.name[edge.event])] if edge.event >= 0 else (
-            "(between operators)" if edge.event == BETWEEN_OPS else strings[int(events.name[where])])
-        out.append(PathSpan(name, edge.bound, begin, finish, strings[int(events.pid[where])],
-                            strings[int(events.tid[where])], int(events.stream[where])))
-    return out
+    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
+    if not kept:
+        return []
+    where = np.array([edge.dst if edge.bound in (LAUNCH_OVERHEAD, GAP) else (edge.event if edge.event >= 0 else edge.src)
+                      for edge in kept], dtype=np.int64)
+    named = np.array([edge.event if edge.event >= 0 else -1 for edge in kept], dtype=np.int64)
+    names = events.name[np.where(named >= 0, named, where)].tolist()
+    pids, tids = events.pid[where].tolist(), events.tid[where].tolist()
+    streams = events.stream[where].tolist()
+    return [PathSpan("(between operators)" if edge.event == BETWEEN_OPS else strings[name], edge.bound, edge.src_us,
+                     edge.dst_us, strings[pid], strings[tid], stream)
+            for edge, name, pid, tid, stream in zip(kept, names, pids, tids, streams)]
