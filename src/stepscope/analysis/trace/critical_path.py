@@ -1110,8 +1110,7 @@ class StepPath:
                 "bound_us": dict(self.bound_us), "syncs": list(self.syncs), "ok": self.ok}
 
 
-@dataclass(frozen=True)
-class PathSpan:
+class PathSpan(NamedTuple):
     """A stretch of one step's path on the timeline (µs as in the trace), for the HTML and Perfetto views."""
 
     name: str
