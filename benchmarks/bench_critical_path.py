@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
+sys.path.insert(0, str(HERE))
+from bench_analyze import run_child  # noqa: E402 - one way to time a child process for every benchmark
 DEFAULT_TRACES = (  # the reference traces with ProfilerSteps and GPU rows, largest first
     "hta/trace_diff/control/control.json.gz",
     "hta/trace_diff/test/test.json.gz",
@@ -58,15 +58,16 @@ print(json.dumps({"load_s": loaded - began, "critical_path_s": done - loaded, "p
 
 
 def _child(argv: list[str], env: dict[str, str]) -> tuple[float, float, dict]:
-    began = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    out = process.stdout.read() if process.stdout is not None else b""
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - began
-    lines = out.decode().strip().splitlines()
-    if status != 0:
-        return wall, usage.ru_maxrss / 1024, {"failed": status}
-    return wall, usage.ru_maxrss / 1024, json.loads(lines[-1]) if lines else {}
+    """(wall s, peak RSS MB, the child's last JSON line) of one run in its own process."""
+    python, rest = argv[0], argv[1:]
+    if rest[0] == "-c":
+        code, args = rest[1], rest[2:]
+    else:  # a script: run as __main__ with its arguments
+        code, args = f"import runpy, sys; sys.argv = {rest[:1]!r} + sys.argv[1:]; runpy.run_path({rest[0]!r}, run_name='__main__')", rest[1:]
+    run = run_child(code, args, {"PYTHONPATH": env.get("PYTHONPATH", "")}, python=python)
+    lines = [line for line in run["tail"].splitlines() if line.startswith("{")]
+    data = json.loads(lines[-1]) if run["exit"] == 0 and lines else {"failed": run["exit"]}
+    return run["wall_s"], run["peak_rss_mb"], data
 
 
 def main() -> None:

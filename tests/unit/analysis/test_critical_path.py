@@ -212,3 +212,20 @@ def test_the_main_thread_waiting_for_the_autograd_thread_is_not_python():
     alone = cp.critical_path(_step(op("aten::mm", 0, 100), op("aten::add", 900, 50)))
     assert alone is not None and alone.length_us == 950  # the same gap with no other thread: all Python
     assert any(e.event == cp.BETWEEN_OPS and e.weight_us == 800 for e in alone.path)
+
+
+def test_every_step_or_the_median_one():
+    """Three steps of 100, 300 and 200 µs: the default picks the median (200 µs), 0 picks all."""
+    events = table_of(
+        op("ProfilerStep#1", 0, 100, cat="user_annotation"), op("aten::mm", 10, 50),
+        op("ProfilerStep#2", 100, 300, cat="user_annotation"), op("aten::mm", 110, 250),
+        op("ProfilerStep#3", 400, 200, cat="user_annotation"), op("aten::mm", 410, 150),
+        op("ProfilerStep#4", 600, 10, cat="user_annotation"),  # HTA drops the last step's host rows
+    )
+    assert [p.label for p in cp.step_paths(events)] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    median = cp.path_summary(events, steps=1)
+    assert median is not None and [s.label for s in median.steps] == ["ProfilerStep#3"]
+    assert any("covers 1 of 3 steps" in note for note in median.notes)
+    every = cp.path_summary(events, steps=0)
+    assert every is not None and [s.label for s in every.steps] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    assert every.length_us == 50 + 250 + 150
