@@ -425,6 +425,7 @@ def _stepscope_frames(stderr: str) -> list[str]:
     package = os.path.dirname(stepscope.__file__)
     frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', stderr)
     entry_imports = {os.path.join(package, "__init__.py"), os.path.join(package, "_version.py"),
+                     os.path.join(package, "__main__.py"),  # `python -m stepscope`: its first line imports the entry
                      os.path.join(package, "cli", "__init__.py"), os.path.join(package, "cli", "entry.py")}
     return [f"{path}:{name}" for path, name in frames
             if path.startswith(package) and not (path in entry_imports and name == "<module>")]

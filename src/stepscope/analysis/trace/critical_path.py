@@ -81,7 +81,10 @@ HTA_BOUND = {CPU: "cpu_bound", DATA_LOADING: "data_loading", LAUNCH_OVERHEAD: "g
 
 #: A path edge attributed to no event: the time between two top-level operators of a thread.
 BETWEEN_OPS = -3
-KERNEL_GAP_LIMIT_US = 1500.0  # HTA: a longer gap on a stream is an unrecognised dependency
+KERNEL_GAP_LIMIT_US = 1500.0
+#: A blocking call's wait is named among what the path waited on from this long (a poll such as
+#: ``cudaEventQuery`` returns in microseconds).
+WAIT_WORTH_NAMING_US = 100.0  # HTA: a longer gap on a stream is an unrecognised dependency
 RUNTIME_LOCK_CALLS = frozenset(("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync"))
 BLOCKING_CALLS = frozenset(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery",
                             "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpyAsync"))
@@ -385,7 +388,7 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
         elif what:
             bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
         src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
-        if kind in (SYNC, WAIT):
+        if kind == SYNC or (kind == WAIT and weight >= WAIT_WORTH_NAMING_US):
             waited.append(_sync_text(rows, kind, src_pos, dst_pos))
         path.append(PathEdge(kind, weight, int(index[src_pos]), int(index[dst_pos]), graph.node_start[u],
                              graph.node_start[v], int(index[event]) if event >= 0 else event, what, parts,

@@ -44,7 +44,7 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
     evidence = [Evidence("sync_share", round(sync, 4), SYNC_MODERATE, "trace", "ratio", "per step"),
                 Evidence("memcpy_share", round(memcpy, 4), MEMCPY_MODERATE, "trace", "ratio", "per step")]
     if path is not None:
-        if blocked > 0:
+        if blocked >= 0.0005:
             evidence.append(Evidence("blocked_path_share", round(blocked, 4), None, "trace", "ratio",
                                      "the host inside blocking calls on the critical path, no device work "
                                      "in the trace explaining the wait"))
