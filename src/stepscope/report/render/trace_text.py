@@ -93,7 +93,7 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     for column, width in (("Time/step", 9), ("Share", 6), ("Count", 5), ("Where", 9)):
         table.add_column(column, justify="right", no_wrap=True, min_width=width)
     table.add_column("Bound by", no_wrap=True, min_width=max(len(path.label(kind)) for kind in path.KINDS))
-    table.add_column("Segment", no_wrap=True, overflow="ellipsis")  # whole in the JSON and the HTML report
+    table.add_column("Segment", overflow="fold")  # a long kernel name folds: every column stays readable
     for segment in path.segments[:top]:
         table.add_row(_us(segment.us / steps), format_ratio(segment.us / path.length_us), str(segment.count),
                       "CPU" if segment.stream < 0 else f"stream {segment.stream}", path.label(segment.bound),
