@@ -264,7 +264,7 @@ def _kernel_types(events: EventTable, gpu: BoolArray) -> npt.NDArray[np.int8]:
     return out
 
 
-def _last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
+def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
     """For each wanted key, the last of ``rows`` (file order) whose key equals it; -1 if none."""
     out = np.full(len(wanted), -1, dtype=np.int64)
     if not len(keys) or not len(wanted):
@@ -373,7 +373,7 @@ def link_events(events: EventTable) -> EventLinks:
     runtime = np.flatnonzero(role == RUNTIME)
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
     launcher = np.full(len(events), -1, dtype=np.int64)
-    launcher[device] = _last_match(events.correlation[runtime], runtime, events.correlation[device])
+    launcher[device] = last_match(events.correlation[runtime], runtime, events.correlation[device])
     step_rows = np.flatnonzero(role == STEP)
     name_ids = unique_ints(events.name).astype(np.int32)
     step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)

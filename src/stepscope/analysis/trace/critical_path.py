@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from stepscope.traces import intervals
 from stepscope.traces.events import EventTable
-from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY, is_dataloader, links_of, symbol_mask
+from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY, is_dataloader, last_match, links_of, symbol_mask
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
 from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
@@ -238,15 +238,10 @@ class _Rows:
         linked = np.flatnonzero(corr != -1)
         cpu = linked[~self.is_gpu[linked]]
         gpu = linked[self.is_gpu[linked]]
-        last_gpu = _last_by_key(corr[gpu], gpu)
-        last_cpu = _last_by_key(corr[cpu], cpu)
-        for side, partner in ((cpu, last_gpu), (gpu, last_cpu)):
-            keys, values = partner
-            if not len(keys) or not len(side):
-                continue
-            pos = np.minimum(np.searchsorted(keys, corr[side]), len(keys) - 1)
-            hit = keys[pos] == corr[side]
-            ic[side[hit]] = values[pos[hit]]
+        for side, other in ((cpu, gpu), (gpu, cpu)):
+            partner = last_match(corr[other], other, corr[side])
+            found = partner >= 0
+            ic[side[found]] = partner[found]
         return ic
 
     def device_during(self, start: float, end: float) -> tuple[tuple[str, float], ...]:
@@ -290,17 +285,6 @@ class _Rows:
 
     def decode(self, pos: int) -> str:
         return self.strings[int(self.name[pos])] if pos >= 0 else ""
-
-
-def _last_by_key(keys: IntArray, values: IntArray) -> tuple[IntArray, IntArray]:
-    """Sorted distinct keys and, for each, the last value (in input order) with that key."""
-    if not len(keys):
-        return keys, values
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    last = np.ones(len(k), dtype=bool)
-    last[:-1] = k[1:] != k[:-1]
-    return k[last], v[last]
 
 
 def step_windows(events: EventTable) -> list[tuple[str, float, float]]:
@@ -680,12 +664,11 @@ def _queue_lengths(rows: _Rows, launch_calls: frozenset[str]) -> tuple[dict[int,
     the rows of its launch (0 for the first; a CUDA graph's replay launches many)."""
     launch = np.flatnonzero(rows.name_in(launch_calls))
     gpu = np.flatnonzero(rows.stream != -1)
-    keys, last_launch = _last_by_key(rows.corr[launch], launch)
-    if not len(keys) or not len(gpu):
+    if not len(launch) or not len(gpu):
         return {}, {}, {}
-    at = np.minimum(np.searchsorted(keys, rows.corr[gpu]), len(keys) - 1)
-    ok = keys[at] == rows.corr[gpu]
-    launched, by = gpu[ok], last_launch[at[ok]]
+    launcher = last_match(rows.corr[launch], launch, rows.corr[gpu])
+    ok = launcher >= 0
+    launched, by = gpu[ok], launcher[ok]
     pos = np.concatenate([by, launched])
     delta = np.concatenate([np.ones(len(by), dtype=np.int64), -np.ones(len(launched), dtype=np.int64)])
     stream = np.concatenate([rows.stream[launched], rows.stream[launched]])
