@@ -27,7 +27,7 @@ import tempfile
 import time
 
 
-def _event(graph, frame, names, ev_idx):
+def _event(frame, names, ev_idx):
     if ev_idx is None or ev_idx < 0:
         return None
     row = frame.loc[ev_idx]
@@ -84,8 +84,8 @@ def main() -> int:
             types[edge.type.value] += 1
             src, dst = graph.node_list[u], graph.node_list[v]
             edges.append([edge.type.value, int(data["weight"]),
-                          _event(graph, frame, names, src.ev_idx) + [bool(src.is_start)],
-                          _event(graph, frame, names, dst.ev_idx) + [bool(dst.is_start)]])
+                          _event(frame, names, src.ev_idx) + [bool(src.is_start)],
+                          _event(frame, names, dst.ev_idx) + [bool(dst.is_start)]])
         out["edge_types"] = dict(sorted(types.items()))
         out["graph_edges"] = sorted(edges)
         if ok:
@@ -95,9 +95,9 @@ def main() -> int:
                 edge = data["object"]
                 src, dst = graph.node_list[u], graph.node_list[v]
                 path.append([edge.type.value, int(data["weight"]),
-                             _event(graph, frame, names, src.ev_idx) + [bool(src.is_start)],
-                             _event(graph, frame, names, dst.ev_idx) + [bool(dst.is_start)],
-                             _event(graph, frame, names, graph.get_event_attribution_for_edge(edge))])
+                             _event(frame, names, src.ev_idx) + [bool(src.is_start)],
+                             _event(frame, names, dst.ev_idx) + [bool(dst.is_start)],
+                             _event(frame, names, graph.get_event_attribution_for_edge(edge))])
             out["path"] = path
             out["path_length"] = sum(step[1] for step in path)
             breakdown = graph.get_critical_path_breakdown()

@@ -14,10 +14,11 @@ GPU row launched from it has a start and an end node; times are HTA's (µs, roun
 
 - per CPU thread, the nesting walk: parent start → first child start, child end → next sibling
   start, last child end → parent end (``operator``; between two top-level operators a
-  ``dependency`` of weight 0 in HTA), op start → op end for a leaf; a blocking runtime call
+  ``dependency`` of weight 0 in HTA), op start → op end for a leaf; in HTA a blocking runtime call
   (``cudaStreamSynchronize``, ``cudaMemcpy``…) weighs 0: its time is the GPU's, reached through
-  its sync edge. The backward thread is walked as part of the forward thread (HTA's remap) when
-  exactly one thread has ``forward`` and one ``autograd`` operators;
+  its sync edge (the default mode draws it last, as a ``wait``: see :data:`DIFFERENCES`). The
+  backward thread is walked as part of the forward thread (HTA's remap) when exactly one thread
+  has ``forward`` and one ``autograd`` operators;
 - the CUDA runtime lock (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaHostAlloc`` across
   threads): each call's end waits for the calls that started before it (``dependency``);
 - per kernel: kernel start → end (``operator``); then, when the stream was empty at the launch
@@ -26,21 +27,23 @@ GPU row launched from it has a start and an end node; times are HTA's (µs, roun
   (``kernel_gap``); a ``cudaStreamWaitEvent`` makes the next kernel on the waiting stream wait
   for the kernel before the matching ``cudaEventRecord`` (``sync``);
 - ``Stream Sync`` / ``Context Sync`` / ``Event Sync``: the last kernel on the stream (all streams;
-  the recorded event's kernel) → the end of the CPU call that waited (``sync``, weight 0).
+  the recorded event's kernel) → the end of the CPU call that waited (``sync``, weight 0 in HTA;
+  the default mode weighs the call's return after that work).
 
 The longest path is the classic dynamic programme over a topological order (linear in nodes and
 edges; HTA calls networkx). Ties are broken as networkx does (first edge added, earliest end), so
 the path is HTA's, not only its length. Each weighted edge is *attributed* to an event (HTA's
 rule: the event it lies in; a gap between two children to their parent) and classified:
 ``cpu``, ``data_loading``, ``launch_overhead``, ``kernel_gap``, ``gpu_compute``, ``gpu_memory``,
-``communication`` (HTA's ``gpu_compute_bound`` is ``gpu_compute`` + ``gpu_memory`` here).
+``communication``, and (default mode) ``sync_wait``: a blocking call's time while the device ran
+nothing the trace shows (HTA's ``gpu_compute_bound`` is ``gpu_compute`` + ``gpu_memory`` here).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -53,6 +56,7 @@ from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY, is_datalo
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
 from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
+from stepscope.traces.timeline import timeline_of
 
 IntArray = npt.NDArray[np.int64]
 
@@ -81,10 +85,10 @@ HTA_BOUND = {CPU: "cpu_bound", DATA_LOADING: "data_loading", LAUNCH_OVERHEAD: "g
 
 #: A path edge attributed to no event: the time between two top-level operators of a thread.
 BETWEEN_OPS = -3
-KERNEL_GAP_LIMIT_US = 1500.0
+KERNEL_GAP_LIMIT_US = 1500.0  # HTA: a longer gap on a stream is an unrecognised dependency
 #: A blocking call's wait is named among what the path waited on from this long (a poll such as
 #: ``cudaEventQuery`` returns in microseconds).
-WAIT_WORTH_NAMING_US = 100.0  # HTA: a longer gap on a stream is an unrecognised dependency
+WAIT_WORTH_NAMING_US = 100.0
 RUNTIME_LOCK_CALLS = frozenset(("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync"))
 BLOCKING_CALLS = frozenset(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery",
                             "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpyAsync"))
@@ -110,6 +114,10 @@ DIFFERENCES = {
     "graph_launches": "a cudaGraphLaunch launches every kernel with its correlation (HTA keeps one: #290)",
     "ill_nested": "a CPU event that outlives its parent (out-of-order stacks) is cut at the parent's end; "
                   "HTA's walk then builds a cycle and fails (#113)",
+    "blocking_calls": "a blocking call's own time is a wait drawn after the device's edges, split by what "
+                      "the device did meanwhile; a sync edge weighs the call's return after the work it "
+                      "waited for; copies and submissions that return after their row ran go through it; "
+                      "without cuda_sync rows a blocking call waits for the row that ended last within it",
 }
 
 
@@ -136,8 +144,10 @@ class Segment:
     stream: int  # -1 on the CPU
     bound: str
     why: str
-    us: float
+    us: float  # over the steps analysed
     count: int
+    share: float = 0.0  # of the path
+    per_step_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -202,7 +212,7 @@ class _Rows:
     def __init__(self, events: EventTable):
         links = links_of(events)
         hta = links.hta
-        self.events, self.index = events, hta.index
+        self.links, self.events, self.index = links, events, hta.index
         self.ts, self.end = hta.ts, hta.end
         self.dur = self.end - self.ts
         rows = hta.index
@@ -263,18 +273,32 @@ class _Rows:
         return tuple(out)
 
     def _device_busy(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The rank's device timeline (:func:`~stepscope.traces.timeline.timeline_of`, the busy
+        unions every trace view reads) split without overlap: compute, then collectives, then the
+        rest of the busy time."""
         found: dict[str, tuple[np.ndarray, np.ndarray]] | None = self.__dict__.get("_busy")
         if found is None:
-            gpu = self.stream >= 0
-            compute = intervals.merge(self.ts[gpu & (self.ktype == COMPUTATION)], self.end[gpu & (self.ktype == COMPUTATION)])
-            comm = intervals.subtract(intervals.merge(self.ts[gpu & (self.ktype == COMMUNICATION)],
-                                                      self.end[gpu & (self.ktype == COMMUNICATION)]), compute)
-            taken = intervals.merge(np.concatenate([compute[0], comm[0]]), np.concatenate([compute[1], comm[1]]))
-            rest = gpu & (self.ktype != COMPUTATION) & (self.ktype != COMMUNICATION)
-            memory = intervals.subtract(intervals.merge(self.ts[rest], self.end[rest]), taken)
-            found = {GPU_COMPUTE: compute, COMM: comm, GPU_MEMORY: memory}
+            timeline = timeline_of(self.links)
+            empty = (np.zeros(0), np.zeros(0))
+            if timeline is None:
+                found = {GPU_COMPUTE: empty, COMM: empty, GPU_MEMORY: empty}
+            else:
+                compute = timeline.kinds[COMPUTATION]
+                comm = intervals.subtract(timeline.kinds[COMMUNICATION], compute)
+                taken = intervals.merge(np.concatenate([compute[0], comm[0]]), np.concatenate([compute[1], comm[1]]))
+                found = {GPU_COMPUTE: compute, COMM: comm, GPU_MEMORY: intervals.subtract(timeline.busy, taken)}
             self.__dict__["_busy"] = found
         return found
+
+    @property
+    def busy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The union of the device's rows (the rank's device timeline)."""
+        timeline = timeline_of(self.links)
+        return timeline.busy if timeline is not None else (np.zeros(0), np.zeros(0))
+
+    def names_where(self, predicate: Callable[[str], bool]) -> npt.NDArray[np.int32]:
+        """Symbol ids of the event names (only names) satisfying ``predicate``."""
+        return self.links.names_where(predicate)
 
     def names(self, names: Iterable[str]) -> npt.NDArray[np.int32]:
         return np.array([i for i in (self.sym(n) for n in names) if i >= 0], dtype=np.int32)
@@ -287,12 +311,23 @@ class _Rows:
         return self.strings[int(self.name[pos])] if pos >= 0 else ""
 
 
+def _rows_of(events: EventTable) -> _Rows:
+    """The critical path's columns of ``events``, built on first use and kept with the table (every
+    step and every call reads the same, with their per-trace caches)."""
+    found: _Rows | None = events.__dict__.get("_critical_rows")
+    if found is None:
+        found = events.__dict__["_critical_rows"] = _Rows(events)
+    return found
+
+
 def step_windows(events: EventTable) -> list[tuple[str, float, float]]:
-    """The ``ProfilerStep`` windows HTA would analyse (its kept rows, rounded), in order."""
-    rows = _Rows(events)
-    names = [i for i, s in enumerate(rows.strings) if "ProfilerStep" in s]
-    pos = np.flatnonzero(symbol_mask(rows.name, np.array(names, dtype=np.int32), rows.n_symbols) & ~rows.is_gpu)
-    return [(rows.decode(int(p)), float(rows.ts[p]), float(rows.end[p])) for p in pos]
+    """The ``ProfilerStep`` windows HTA would analyse, in order: the linked table's step rows that
+    HTA keeps (with two steps or more it drops the last one's), with HTA's rounded times."""
+    rows = _rows_of(events)
+    steps = rows.links.step_rows
+    pos = np.minimum(np.searchsorted(rows.index, steps), max(len(rows.index) - 1, 0))
+    pos = pos[rows.index[pos] == steps] if len(rows.index) else pos[:0]
+    return [(rows.decode(int(p)), float(rows.ts[p]), float(rows.end[p])) for p in pos.tolist()]
 
 
 def critical_path(events: EventTable, rank: int = 0, annotation: str = "ProfilerStep", instance: int | None = 0,
@@ -303,12 +338,11 @@ def critical_path(events: EventTable, rank: int = 0, annotation: str = "Profiler
     window holds no event. ``hta=True`` builds HTA's graph exactly; ``data_loading`` are regular
     expressions of data-loading event names (HTA's ``data_load_events``; default mode: the
     DataLoader ranges). ``keep_graph`` keeps every edge in :attr:`CriticalPath.graph`."""
-    rows = _Rows(events)
+    rows = _rows_of(events)
     if not len(rows.ts):
         return None
     if annotation:
-        ids = np.array([i for i, s in enumerate(rows.strings) if annotation in s], dtype=np.int32)
-        hits = np.flatnonzero(symbol_mask(rows.name, ids, rows.n_symbols))
+        hits = np.flatnonzero(symbol_mask(rows.name, rows.names_where(lambda s: annotation in s), rows.n_symbols))
         first, last = (0, 0) if instance is None else (instance, instance)
         chosen = hits[first:last + 1]
         if not len(chosen):
@@ -324,7 +358,7 @@ def critical_path(events: EventTable, rank: int = 0, annotation: str = "Profiler
 def step_paths(events: EventTable, rank: int = 0, hta: bool = False) -> list[CriticalPath]:
     """The critical path of every ``ProfilerStep`` of the trace (HTA's kept rows: with two steps or
     more, HTA drops the last one's host events)."""
-    rows = _Rows(events)
+    rows = _rows_of(events)
     out = []
     for label, start, end in step_windows(events):
         found = _analyse(rows, rank, label, start, end, hta, None)
@@ -340,12 +374,15 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
         return None
     notes: list[str] = []
     graph, pos_node = _nodes(rows, window, hta, data_loading)
-    # default mode: blocking calls' own edges are drawn last, as waits (see _waits)
-    blocking = set() if hta else _blocking_calls(rows, window)
+    cpu = window[rows.stream[window] == -1]
+    blocking = set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist())  # HTA: their own edge weighs 0
+    synchronous = _synchronous_launches(rows, window) if not hta else (cpu[:0], cpu[:0])
+    # default mode: blocking calls' own edges are deferred, then drawn last as waits
+    deferring = set() if hta else blocking | set(synchronous[0].tolist())
     deferred: list[tuple[int, int, int]] = []
-    _runtime_lock_edges(rows, graph, blocking, deferred)
-    _call_stack_edges(rows, window, graph, pos_node, hta, notes, blocking, deferred)
-    _kernel_edges(rows, window, graph, pos_node, hta, notes)
+    _runtime_lock_edges(rows, graph, deferring, deferred)
+    _call_stack_edges(rows, cpu, window, graph, pos_node, hta, notes, blocking, deferring, deferred)
+    _kernel_edges(rows, window, graph, pos_node, hta, notes, synchronous)
     for u, v, p in deferred:
         graph.add(u, v, WAIT, event=p)
     found = _longest_path(graph, exact=hta)
@@ -446,10 +483,10 @@ def _nodes(rows: _Rows, window: IntArray, hta: bool, data_loading: tuple[str, ..
 def _data_loading_names(rows: _Rows, hta: bool, patterns: tuple[str, ...] | None) -> npt.NDArray[np.int32]:
     if patterns is not None:
         compiled = [re.compile(p) for p in patterns]
-        return np.array([i for i, s in enumerate(rows.strings) if any(c.search(s) for c in compiled)], dtype=np.int32)
+        return rows.names_where(lambda s: any(c.search(s) for c in compiled))
     if hta:
         return np.zeros(0, dtype=np.int32)
-    return np.array([i for i, s in enumerate(rows.strings) if is_dataloader(s)], dtype=np.int32)
+    return rows.names_where(is_dataloader)
 
 
 def _runtime_lock_edges(rows: _Rows, graph: _Graph, blocking: set[int], deferred: list[tuple[int, int, int]]) -> None:
@@ -490,7 +527,7 @@ def _thread_of(rows: _Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntAr
         typed |= (rows.role == OPERATOR_ROLE) | (rows.role == ANNOTATION_ROLE)
 
     def only_thread(word: str) -> int | None:
-        ids = np.array([i for i, s in enumerate(rows.strings) if word in s], dtype=np.int32)
+        ids = rows.names_where(lambda s: word in s)
         hits = window[symbol_mask(rows.name[window], ids, rows.n_symbols) & typed[window]]
         tids = set(rows.tid[hits].tolist())
         return tids.pop() if len(tids) == 1 else None
@@ -502,25 +539,15 @@ def _thread_of(rows: _Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntAr
     return key
 
 
-def _blocking_calls(rows: _Rows, window: IntArray) -> set[int]:
-    """Default mode: the calls that block the host on the device (synchronize, blocking copies,
-    synchronous launches)."""
-    cpu = window[rows.stream[window] == -1]
-    return set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist()) | set(_synchronous_launches(rows, window)[0].tolist())
-
-
-def _call_stack_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
-                      notes: list[str], deferring: set[int] | None = None,
-                      deferred: list[tuple[int, int, int]] | None = None) -> None:
-    cpu = window[rows.stream[window] == -1]
+def _call_stack_edges(rows: _Rows, cpu: IntArray, window: IntArray, graph: _Graph, pos_node: dict[int, int],
+                      hta: bool, notes: list[str], blocking: set[int], deferring: set[int],
+                      deferred: list[tuple[int, int, int]]) -> None:
+    """Every CPU thread's nesting walk (``cpu``: the window's host rows); then, default mode, the
+    hand-offs between threads."""
     if not len(cpu):
         return
     thread = _thread_of(rows, cpu, window, hta)
-    lock = rows.names(RUNTIME_LOCK_CALLS)
-    is_lock = set(cpu[symbol_mask(rows.name[cpu], lock, rows.n_symbols)].tolist())
-    blocking = set(cpu[rows.name_in(BLOCKING_CALLS, cpu)].tolist())
-    deferring = deferring or set()
-    deferred = deferred if deferred is not None else []
+    is_lock = set(cpu[rows.name_in(RUNTIME_LOCK_CALLS, cpu)].tolist())
     ts_all, end_all = rows.ts, rows.end
     tops: dict[int, list[tuple[int, int]]] = {}
     gaps: dict[int, list[tuple[int, int]]] = {}
@@ -576,8 +603,7 @@ def _hand_offs(rows: _Rows, graph: _Graph, tops: dict[int, list[tuple[int, int]]
 
 def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: list[float], ends: list[float],
           is_lock: set[int], blocking: set[int], hta: bool, notes: list[str], tops: list[tuple[int, int]],
-          gaps: list[tuple[int, int]], deferring: set[int] = frozenset(),  # type: ignore[assignment]
-          deferred: list[tuple[int, int, int]] | None = None) -> None:
+          gaps: list[tuple[int, int]], deferring: set[int], deferred: list[tuple[int, int, int]]) -> None:
     """One thread's nesting walk (HTA's depth-first enter/exit over its call stack)."""
     stack: list[tuple[int, float]] = []  # (position, effective end)
     last_node = -1
@@ -594,7 +620,7 @@ def _walk(graph: _Graph, pos_node: dict[int, int], members: list[int], starts: l
         if end_node is None:
             return
         if last_node >= 0 and not shares_lock(last_node, end_node):
-            if p in deferring and deferred is not None and last_node == pos_node.get(p * 2):
+            if p in deferring and last_node == pos_node.get(p * 2):
                 deferred.append((last_node, end_node, p))  # a leaf blocking call: drawn last, as a wait
             else:
                 graph.add(last_node, end_node, OPERATOR, zero=p in blocking,
@@ -704,13 +730,10 @@ def _launch_before(rows: _Rows, calls: IntArray, stream_of: dict[int, tuple[int,
     by_key: dict[tuple[int, int], list[tuple[float, int, int]]] = defaultdict(list)
     for p, k, t in zip(launch.tolist(), key_of_launch, target.tolist()):
         by_key[k].append((float(rows.ts[p]), 0, t))
-    gpu_of_record = {}
     for p in calls.tolist():
-        found = stream_of.get(p)
-        if found is not None:
-            gpu_of_record[p] = found
-    for p, (device, stream) in gpu_of_record.items():
-        by_key[(device, stream)].append((float(rows.ts[p]), 1, p))
+        where = stream_of.get(p)
+        if where is not None:
+            by_key[where].append((float(rows.ts[p]), 1, p))
     for items in by_key.values():
         items.sort(key=lambda item: item[0])
         previous = -1
@@ -759,7 +782,7 @@ def _launches(rows: _Rows, hta: bool) -> _Launches:
 
 
 def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[int, int], hta: bool,
-                  notes: list[str]) -> list[str]:
+                  notes: list[str], synchronous: tuple[IntArray, IntArray]) -> None:
     launches = _launches(rows, hta)
     after_launch, after_start, place, launched_by = (launches.after_launch, launches.after_start, launches.place,
                                                      launches.launched_by)
@@ -834,7 +857,7 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
     if not hta and sync_cat < 0:
         _inferred_syncs(rows, window, graph, pos_node, notes)
     if not hta:
-        calls, launched = _synchronous_launches(rows, window)
+        calls, launched = synchronous
         for call, row in zip(calls.tolist(), launched.tolist()):
             source, target = pos_node.get(row * 2 + 1), pos_node.get(call * 2 + 1)
             if source is not None and target is not None:
@@ -845,7 +868,6 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
         if len(calls):
             notes.append("some launch calls returned only after their work ran (a synchronous submission or "
                          "copy): the path goes through the device's work, not the call")
-    return []
 
 
 def _synchronous_launches(rows: _Rows, window: IntArray) -> tuple[IntArray, IntArray]:
@@ -1050,9 +1072,9 @@ def _sync_text(rows: _Rows, kind: str, src: int, dst: int) -> str:
     return f"{waiter} waited for stream {stream}"
 
 
-def segments(path: CriticalPath, events: EventTable, top: int = 10) -> list[Segment]:
+def segments(path: CriticalPath, events: EventTable, top: int = 10, steps: int = 1) -> list[Segment]:
     """The path's weighted edges grouped by the event they are attributed to (by name and stream),
-    longest first."""
+    longest first (``steps``: how many steps ``path`` joins, for the time per step)."""
     strings = events.symbols.strings
     why = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
            GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
@@ -1077,7 +1099,9 @@ def segments(path: CriticalPath, events: EventTable, top: int = 10) -> list[Segm
         entry[0] += edge.weight_us
         entry[1] += 1
     ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
-    return [Segment(name, stream, bound, why[bound], us, int(count)) for (name, stream, bound), (us, count) in ranked]
+    length = path.length_us
+    return [Segment(name, stream, bound, why[bound], us, int(count), us / length if length > 0 else 0.0, us / steps)
+            for (name, stream, bound), (us, count) in ranked]
 
 
 @dataclass(frozen=True)
@@ -1123,12 +1147,24 @@ class PathSummary:
     notes: tuple[str, ...] = ()
     after_sync_us: float = 0.0  # device idle while the path is on the host right after a sync
 
-    #: every bound kind, in display order (renderers read kinds and labels from here)
+    #: every bound kind, in display order, and its label (renderers read them from here)
     KINDS = BOUND_KINDS
+    LABELS = BOUND_LABELS
+    #: a share below this is not shown (it would print as 0.0 %)
+    SHOWN_FROM = 0.0005
 
     @staticmethod
     def label(kind: str) -> str:
         return BOUND_LABELS.get(kind, kind)
+
+    def shown_shares(self) -> dict[str, float]:
+        """The shares worth showing, in display order."""
+        return {kind: share for kind in BOUND_KINDS if (share := self.share(kind)) >= self.SHOWN_FROM}
+
+    @property
+    def per_step_us(self) -> float:
+        """Mean path length per step analysed."""
+        return self.length_us / max(len(self.steps), 1)
 
     @property
     def after_sync_share(self) -> float:
@@ -1184,7 +1220,7 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
         notes.append(f"the critical path covers {len(picked)} of {len(windows)} steps ({which}: "
                      f"{', '.join(label for label, _, _ in picked)}); analyze --path-steps 0 covers every step")
         windows = picked
-    rows = _Rows(events)
+    rows = _rows_of(events)
     if not len(rows.ts):
         return None
     if not windows:
@@ -1202,12 +1238,11 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
     merged = CriticalPath(rank, "all steps", paths[0].start_us, paths[-1].end_us, 0, 0, {}, sum(p.length_us for p in paths),
                           tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
     shown = max(paths, key=lambda p: p.length_us)
-    hta = links_of(events).hta
-    busy = intervals.merge(hta.ts[hta.gpu], hta.end[hta.gpu])
+    busy = rows.busy
     return PathSummary(
         steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
         bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
-        segments=tuple(segments(merged, events, top)), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
+        segments=tuple(segments(merged, events, top, len(paths))), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
         shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
         after_sync_us=sum(_after_sync_us(p, busy) for p in paths))
 

@@ -56,26 +56,24 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
     if pageable:
         evidence.append(Evidence("pageable_memcpy_share", round(pageable, 4), None, "trace", "ratio",
                                  "copies from pageable host memory"))
-    prescriptions = []
-    if sync >= SYNC_MODERATE or exposed >= SYNC_MODERATE:
-        prescriptions.append(Prescription(
-            "Remove per-step host syncs: log loss.detach() and call .item() every N steps; avoid "
-            ".cpu()/.numpy()/print of device tensors and data-dependent Python control flow in the step",
-            f"{count:.0f} syncs per step" if count else "synchronisations inside the step"))
-    if memcpy >= MEMCPY_MODERATE or (exposed >= SYNC_MODERATE and pageable):
-        loader = ev.main_loader
-        if pageable or (loader is not None and not loader.pin_memory):
-            prescriptions.append(Prescription(
-                "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)",
-                "copies from pageable memory are synchronous", "pin_memory",
-                loader.pin_memory if loader is not None else None, True))
-        prescriptions.append(Prescription("Move less data: transfer uint8 and normalise on the device; keep "
-                                          "tensors on the device between steps", "memcpy share of the step"))
+    syncing = sync >= SYNC_MODERATE or exposed >= SYNC_MODERATE
+    copying = memcpy >= MEMCPY_MODERATE or (exposed >= SYNC_MODERATE and pageable)
+    remove_syncs = Prescription(
+        "Remove per-step host syncs: log loss.detach() and call .item() every N steps; avoid "
+        ".cpu()/.numpy()/print of device tensors and data-dependent Python control flow in the step",
+        f"{count:.0f} syncs per step" if count else "synchronisations inside the step") if syncing else None
+    loader = ev.main_loader
+    pin = Prescription(
+        "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)",
+        "copies from pageable memory are synchronous", "pin_memory",
+        loader.pin_memory if loader is not None else None, True,
+    ) if copying and (pageable or (loader is not None and not loader.pin_memory)) else None
+    move_less = Prescription("Move less data: transfer uint8 and normalise on the device; keep tensors on the "
+                             "device between steps", "memcpy share of the step") if copying else None
+    # pageable copies make the sync: pinning removes it, so it goes first
+    ordered = (pin, remove_syncs, move_less) if pageable else (remove_syncs, pin, move_less)
+    prescriptions = [item for item in ordered if item is not None]
     impact = max(sync + memcpy, exposed)  # the path's exposed idle, per path time ~ per step time
-    if pageable and prescriptions and prescriptions[-1].action.startswith("Move less data"):
-        # pageable copies make the sync: pinning removes it, so it goes first
-        prescriptions = [p for p in prescriptions if "pin_memory" in p.action] + [
-            p for p in prescriptions if "pin_memory" not in p.action]
     if exposed <= sync + memcpy:
         title = f"Host–device syncs and copies take {common.pct(impact)} of the step"
     elif blocked > exposed - blocked:

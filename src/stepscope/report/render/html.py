@@ -426,7 +426,7 @@ def _critical_path(view: TraceRankView) -> str:
     if path is None or path.length_us <= 0:
         return ""
     steps = len(path.steps)
-    shares = {kind: path.share(kind) for kind in path.KINDS if path.share(kind) >= 0.0005}
+    shares = path.shown_shares()
     legend = _legend({path.label(k): charts.PATH_COLORS[k] for k in shares},
                      {path.label(k): format_ratio(v) for k, v in shares.items()})
     waits = "".join(f"<li>{text(item)}</li>" for item in path.syncs[:5])
@@ -434,16 +434,16 @@ def _critical_path(view: TraceRankView) -> str:
             "</p>" if path.after_sync_us > 0 else "")
     rows = "".join(
         f"<tr><td>{text(seg.name)}</td><td>{'CPU' if seg.stream < 0 else f'stream {seg.stream}'}</td>"
-        f"<td>{text(path.label(seg.bound))}</td><td class=\"num\">{_us(seg.us / steps)}</td>"
-        f"<td class=\"num\">{format_ratio(seg.us / path.length_us)}</td><td class=\"num\">{seg.count}</td>"
+        f"<td>{text(path.label(seg.bound))}</td><td class=\"num\">{_us(seg.per_step_us)}</td>"
+        f"<td class=\"num\">{format_ratio(seg.share)}</td><td class=\"num\">{seg.count}</td>"
         f"<td>{text(seg.why)}</td></tr>" for seg in path.segments)
     spans = [(f"{span.pid}/{span.tid}" if span.stream < 0 else f"stream {span.stream}", span.bound, span.name,
               span.ts_us, span.end_us) for span in path.spans]
-    timeline = charts.path_timeline(spans, _us, {kind: path.label(kind) for kind in path.KINDS})
+    timeline = charts.path_timeline(spans, _us, path.LABELS)
     notes = "".join(f'<p class="sub">note: {text(note)}</p>' for note in path.notes)
     return (f"<h3>What bounds the step: the critical path ({steps} step{'s' if steps != 1 else ''}, "
-            f"{_us(path.length_us / steps)} per step)</h3>{legend}"
-            + charts.share_bar(shares, charts.PATH_COLORS, {kind: path.label(kind) for kind in path.KINDS})
+            f"{_us(path.per_step_us)} per step)</h3>{legend}"
+            + charts.share_bar(shares, charts.PATH_COLORS, path.LABELS)
             + (f"<p>The path waited:</p><ul>{waits}</ul>" if waits else "") + idle
             + '<table class="plain"><tr><th>segment</th><th>where</th><th>bound by</th><th class="num">per step</th>'
             f'<th class="num">share</th><th class="num">count</th><th>why on the path</th></tr>{rows}</table>'

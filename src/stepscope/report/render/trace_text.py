@@ -80,8 +80,8 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
         return None
     steps = len(path.steps)
     head = Text(f"What bounds the step: its critical path ({steps} step{'s' if steps != 1 else ''}, "
-                f"{_us(path.length_us / steps)} per step)", style="italic")
-    shares = sorted(((path.share(kind), kind) for kind in path.KINDS if path.share(kind) >= 0.0005), reverse=True)
+                f"{_us(path.per_step_us)} per step)", style="italic")
+    shares = sorted(((share, kind) for kind, share in path.shown_shares().items()), reverse=True)
     lines = ["  " + " · ".join(f"{path.label(kind)} {format_ratio(share)}" for share, kind in shares)]
     if path.after_sync_us > 0:
         lines.append(f"  device idle while the path is on the host after a sync: {format_ratio(path.after_sync_share)}")
@@ -95,7 +95,7 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     table.add_column("Bound by", no_wrap=True, min_width=max(len(path.label(kind)) for kind in path.KINDS))
     table.add_column("Segment", overflow="fold")  # a long kernel name folds: every column stays readable
     for segment in path.segments[:top]:
-        table.add_row(_us(segment.us / steps), format_ratio(segment.us / path.length_us), str(segment.count),
+        table.add_row(_us(segment.per_step_us), format_ratio(segment.share), str(segment.count),
                       "CPU" if segment.stream < 0 else f"stream {segment.stream}", path.label(segment.bound),
                       _name(segment.name, cut))
     return Group(head, Text("\n".join(lines)), table)
