@@ -78,3 +78,23 @@ def test_perfetto_output_may_not_be_the_input(tmp_path, capsys):
     assert main(["analyze", str(trace), "--perfetto", str(trace)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is one of the input files" in err
+
+
+def test_bad_path_steps_and_perfetto_targets_are_one_line_errors(tmp_path, capsys):
+    assert main(["analyze", str(EVENT_SYNC), "--path-steps", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "stepscope: error: --path-steps must be >= 0 (0: every step)\n"
+    assert main(["analyze", str(EVENT_SYNC), "--perfetto", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a directory" in err
+    assert main(["analyze", str(EVENT_SYNC), "--perfetto", str(tmp_path / "missing" / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err
+
+
+def test_perfetto_without_a_path_says_so_and_writes_nothing(tmp_path, capsys):
+    """A CPU-only trace without operators that HTA would keep: no path, one line, no file."""
+    cpu_only = REFERENCE / "hta" / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    out = tmp_path / "path.json"
+    assert main(["analyze", str(cpu_only), "--perfetto", str(out), "-o", str(tmp_path / "text.txt")]) == 0
+    assert "no critical path to mark" in capsys.readouterr().err and not out.exists()

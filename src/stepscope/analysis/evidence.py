@@ -183,6 +183,12 @@ class CriticalPathShares:
     after_sync: float = 0.0  # device idle while the path is on the host right after a sync
     syncs: tuple[str, ...] = ()  # what the path waited on ("cudaStreamSynchronize waited for stream 7")
     length_us: float = 0.0  # mean path length per step
+    span_us: float = 0.0  # mean duration of the steps analysed
+
+    def of_step(self, share: float) -> float:
+        """A share of the path as a share of the step (they differ where the path is longer than the
+        step — device work outliving it — or shorter); the share itself when a length is unknown."""
+        return share * self.length_us / self.span_us if self.length_us > 0 and self.span_us > 0 else share
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,6 @@ IntArray = npt.NDArray[np.int64]
 # edge types (HTA's CPEdgeType, short)
 OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC = "operator", "dependency", "launch", "kernel_gap", "sync"
 WAIT = "wait"  # default mode: a blocking call's own time, when no device work explains more of it
-EDGE_TYPES = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC, WAIT)
 HTA_EDGE_TYPES = {
     OPERATOR: "critical_path_operator", DEPENDENCY: "critical_path_dependency",
     LAUNCH: "critical_path_kernel_launch_delay", KERNEL_GAP: "critical_path_kernel_kernel_delay",
@@ -1165,6 +1164,11 @@ class PathSummary:
     def per_step_us(self) -> float:
         """Mean path length per step analysed."""
         return self.length_us / max(len(self.steps), 1)
+
+    @property
+    def span_per_step_us(self) -> float:
+        """Mean duration of the steps analysed."""
+        return self.span_us / max(len(self.steps), 1)
 
     @property
     def after_sync_share(self) -> float:

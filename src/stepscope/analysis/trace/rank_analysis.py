@@ -197,7 +197,7 @@ def _path_shares(path: PathSummary | None) -> CriticalPathShares | None:
         kernel_gaps=path.share(GAP), gpu_compute=path.share(GPU_COMPUTE), memory_copies=path.share(GPU_MEMORY),
         communication=path.share(COMM), sync_wait=path.share(SYNC_WAIT), after_sync=path.after_sync_share,
         syncs=path.syncs,
-        length_us=path.per_step_us)
+        length_us=path.per_step_us, span_us=path.span_per_step_us)
 
 
 def rank_evidence(item: RankAnalysis) -> TraceEvidence:

@@ -37,8 +37,9 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
     pageable = trace.syncs.pageable_memcpy_share or 0.0
     count = trace.syncs.syncs_per_step
     path = trace.critical_path
-    blocked = path.sync_wait if path is not None else 0.0
-    exposed = (path.after_sync if path is not None else 0.0) + blocked
+    # the path's shares, as shares of the step (the title and the impact speak of the step)
+    blocked = path.of_step(path.sync_wait) if path is not None else 0.0
+    exposed = path.of_step(path.after_sync) + blocked if path is not None else 0.0
     if sync < SYNC_MODERATE and memcpy < MEMCPY_MODERATE and exposed < SYNC_MODERATE:
         return None
     evidence = [Evidence("sync_share", round(sync, 4), SYNC_MODERATE, "trace", "ratio", "per step"),
@@ -73,7 +74,7 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
     # pageable copies make the sync: pinning removes it, so it goes first
     ordered = (pin, remove_syncs, move_less) if pageable else (remove_syncs, pin, move_less)
     prescriptions = [item for item in ordered if item is not None]
-    impact = max(sync + memcpy, exposed)  # the path's exposed idle, per path time ~ per step time
+    impact = max(sync + memcpy, exposed)
     if exposed <= sync + memcpy:
         title = f"Host–device syncs and copies take {common.pct(impact)} of the step"
     elif blocked > exposed - blocked:
