@@ -57,7 +57,8 @@ def add_parser(subparsers: Any) -> None:
                         help="write a self-contained HTML report (to -o FILE, default TRACE.html)")
     parser.add_argument("--perfetto", metavar="FILE", default=None,
                         help="also write the trace with its critical path marked (a track per thread or stream "
-                             "and flow arrows; the longest step's path) for ui.perfetto.dev (FILE.gz: gzipped)")
+                             "and flow arrows; the longest path of the steps analysed) for ui.perfetto.dev "
+                             "(FILE.gz: gzipped)")
     parser.add_argument("--path-steps", type=int, default=None, metavar="N",
                         help="steps whose critical path is computed, spread over their durations "
                              "(default: 1, the step of median duration; 0: every step)")
@@ -153,13 +154,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write_path_overlay(report: Any, path: Path, rank: int | None) -> None:
     """``--perfetto``: the focus rank's trace with its critical path marked (one line on stderr)."""
-    import gzip
-
-    import orjson
-
     from stepscope.errors import UsageError
-    from stepscope.report.render.perfetto import path_overlay
-    from stepscope.safe_write import atomic_write
+    from stepscope.report.render.perfetto import path_overlay, write_trace_json
     from stepscope.traces.load import load_raw_events
 
     views = report.traces.ranks if report.traces is not None else ()
@@ -171,9 +167,8 @@ def _write_path_overlay(report: Any, path: Path, rank: int | None) -> None:
     events, top = load_raw_events(view.path)
     doc = {key: value for key, value in top.items() if key != "traceEvents"}
     doc["traceEvents"] = path_overlay(events, view.critical)
-    payload = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     try:
-        atomic_write(path, gzip.compress(payload, 6) if path.name.endswith(".gz") else payload)
+        write_trace_json(doc, path)
     except OSError as exc:
         raise UsageError(f"cannot write the Perfetto trace {path} ({exc.strerror}); choose a writable path") from None
     print(f"stepscope: wrote {path} (critical path of {view.critical.shown_step}, rank {view.rank})", file=sys.stderr)

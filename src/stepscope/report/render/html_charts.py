@@ -344,7 +344,7 @@ def _short(text: str, limit: int) -> str:
 # -- the critical path -----------------------------------------------------------------------------
 PATH_COLORS = {"cpu": "#54a24b", "data_loading": "#e4572e", "launch_overhead": "#e45756", "kernel_gap": "#b8b0a8",
                "gpu_compute": "#4c78a8", "gpu_memory": "#eeca3b", "communication": "#b279a2", "sync_wait": "#9d755d"}
-#: Path stretches drawn per lane at most (consecutive ones of one kind are merged past it).
+#: Path stretches drawn at most (past it, consecutive ones of one kind on a lane are merged).
 MAX_PATH_RECTS = 4000
 
 

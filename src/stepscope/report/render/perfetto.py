@@ -71,10 +71,14 @@ def perfetto_trace(view: PerfettoView) -> dict[str, Any]:
 def render(report: Report, out: Output) -> list[str]:
     """Write the timeline as JSON to ``out.path`` (gzip'd when the name ends in ``.gz``)."""
     assert out.path is not None and report.perfetto is not None, "the pipeline builds the timeline for this output"
-    payload = orjson.dumps(perfetto_trace(report.perfetto))
-    target = Path(out.path)
-    atomic_write(target, gzip.compress(payload, compresslevel=6) if target.name.endswith(".gz") else payload)
+    write_trace_json(perfetto_trace(report.perfetto), Path(out.path))
     return list(report.perfetto.notes)
+
+
+def write_trace_json(doc: dict[str, Any], target: Path) -> None:
+    """A Trace Event Format document to ``target``, gzip'd when its name ends in ``.gz``."""
+    payload = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    atomic_write(target, gzip.compress(payload, compresslevel=6) if target.name.endswith(".gz") else payload)
 
 
 def _us(ns: np.ndarray | int, origin: int) -> np.ndarray:
