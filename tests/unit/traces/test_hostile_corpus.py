@@ -110,10 +110,15 @@ def test_escapes_never_reach_the_terminal(capsys):
     assert not CONTROL.search(out + err)
 
 
-_PEAK = ("import resource, sys\n"
+# The peak RSS of this process alone: VmHWM belongs to the address space exec created, whereas
+# RUSAGE_SELF's ru_maxrss also keeps the high-water mark of the (large) pytest worker it was forked
+# from. Processes it starts itself are counted through RUSAGE_CHILDREN.
+_PEAK = ("import re, resource, sys\n"
          "from stepscope.cli.main import main\n"
          "code = main(sys.argv[2:])\n"
-         "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+         "own = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+         "peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+         "open(sys.argv[1], 'w').write(str(peak))\n"
          "sys.exit(code)\n")
 
 
