@@ -45,6 +45,8 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -395,24 +397,7 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
     edges = [graph.edges[pair] for pair in pairs]
     attributed = [_attribute(graph, kind, u, v, event, weight) for (u, v), (kind, weight, event) in zip(pairs, edges)]
     what_of = _bounds(rows, edges, attributed, _data_loading_ranges(rows, window, hta, data_loading))
-    index = rows.index
-    path = []
-    bound: dict[str, float] = defaultdict(float)
-    waited = []
-    for (u, v), (kind, weight, _), event, what in zip(pairs, edges, attributed, what_of):
-        parts: tuple[tuple[str, float], ...] = ()
-        if kind == WAIT and weight > 0:
-            parts = rows.device_during(graph.node_ts[u], graph.node_ts[v])
-            for part, us in parts:
-                bound[part] += us
-        elif what:
-            bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
-        src_pos, dst_pos = graph.node_pos[u], graph.node_pos[v]
-        if kind == SYNC or (kind == WAIT and weight >= WAIT_WORTH_NAMING_US):
-            waited.append(_sync_text(rows, kind, src_pos, dst_pos))
-        path.append(PathEdge(kind, weight, int(index[src_pos]), int(index[dst_pos]), graph.node_start[u],
-                             graph.node_start[v], int(index[event]) if event >= 0 else event, what, parts,
-                             graph.node_ts[u], graph.node_ts[v]))
+    path, bound, waited = _path_edges(rows, graph, path_nodes, edges, attributed, what_of, hta)
     kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index, pos, starts = rows.index, graph.node_pos, graph.node_start
@@ -421,6 +406,53 @@ def _analyse(rows: _Rows, rank: int, label: str, start: float, end: float, hta: 
     return CriticalPath(rank, label, start, end, len(touched), len(graph.edges), dict(edge_types), length,
                         tuple(path), dict(bound), tuple(dict.fromkeys(waited)), "hta" if hta else "stepscope",
                         tuple(dict.fromkeys(notes)), graph=kept)
+
+
+def _path_edges(rows: _Rows, graph: _Graph, path_nodes: list[int], edges: list[tuple[str, float, int]],
+                attributed: list[int], what_of: list[str], hta: bool) -> tuple[list[PathEdge], dict[str, float], list[str]]:
+    """The path's edges as :class:`PathEdge` rows, the path time per bound kind and what the path
+    waited on. Column-wise: a path has up to ~100,000 edges."""
+    bound: dict[str, float] = defaultdict(float)
+    waited: list[str] = []
+    if not edges:
+        return [], bound, waited
+    on_path = itemgetter(*path_nodes)  # the path's nodes (at least two); their own Python objects are reused
+    ts, starts = on_path(graph.node_ts), on_path(graph.node_start)
+    node_pos = np.asarray(on_path(graph.node_pos), dtype=np.int64)
+    kinds, weight_list, _ = zip(*edges)
+    index = rows.index
+    src_rows, dst_rows = index[node_pos[:-1]], index[node_pos[1:]]
+    events = np.asarray(attributed, dtype=np.int64)
+    event_rows = np.where(events >= 0, index[np.maximum(events, 0)], events)
+    parts_of: list[tuple[tuple[str, float], ...]] = [()] * len(edges)
+    is_wait = [False] * len(edges)
+    for i, kind in enumerate(kinds):
+        if kind != WAIT and kind != SYNC:
+            continue
+        weight = weight_list[i]
+        if kind == WAIT and weight > 0:
+            is_wait[i] = True
+            parts_of[i] = rows.device_during(ts[i], ts[i + 1])
+        if kind == SYNC or (kind == WAIT and weight >= WAIT_WORTH_NAMING_US):
+            waited.append(_sync_text(rows, kind, int(node_pos[i]), int(node_pos[i + 1])))
+    for what, weight, wait, parts in zip(what_of, weight_list, is_wait, parts_of):  # in path order
+        if wait:
+            for part, part_us in parts:
+                bound[part] += part_us
+        elif what:
+            bound[what] += weight if hta else max(weight, 0.0)  # HTA sums the edge's own (maybe negative) weight
+    make = partial(tuple.__new__, PathEdge)
+    path: list[PathEdge] = []
+    for lo in range(0, len(edges), _CHUNK):  # in chunks: the columns as Python lists stay small
+        hi = lo + _CHUNK
+        path += map(make, zip(kinds[lo:hi], weight_list[lo:hi], src_rows[lo:hi].tolist(), dst_rows[lo:hi].tolist(),
+                              starts[lo:hi], starts[lo + 1:hi + 1], event_rows[lo:hi].tolist(), what_of[lo:hi],
+                              parts_of[lo:hi], ts[lo:hi], ts[lo + 1:hi + 1]))
+    return path, bound, waited
+
+
+#: Edges turned into Python rows at a time.
+_CHUNK = 8192
 
 
 def _clip(rows: _Rows, start: float, end: float, hta: bool = True) -> IntArray:
@@ -1274,16 +1306,21 @@ def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> f
 def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
     """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
     thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
-    strings = events.symbols.strings
     kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
     if not kept:
         return []
-    where = np.array([edge.dst if edge.bound in (LAUNCH_OVERHEAD, GAP) else (edge.event if edge.event >= 0 else edge.src)
-                      for edge in kept], dtype=np.int64)
-    named = np.array([edge.event if edge.event >= 0 else -1 for edge in kept], dtype=np.int64)
-    names = events.name[np.where(named >= 0, named, where)].tolist()
-    pids, tids = events.pid[where].tolist(), events.tid[where].tolist()
-    streams = events.stream[where].tolist()
-    return [PathSpan("(between operators)" if edge.event == BETWEEN_OPS else strings[name], edge.bound, edge.src_us,
-                     edge.dst_us, strings[pid], strings[tid], stream)
-            for edge, name, pid, tid, stream in zip(kept, names, pids, tids, streams)]
+    make = partial(tuple.__new__, PathSpan)
+    strings = events.symbols.strings
+    out: list[PathSpan] = []
+    for lo in range(0, len(kept), _CHUNK):  # in chunks: the columns as Python lists stay small
+        columns = list(zip(*kept[lo:lo + _CHUNK]))
+        src, dst, event = (np.asarray(columns[i], dtype=np.int64) for i in (2, 3, 6))
+        bound = np.asarray(columns[7], dtype=object)
+        where = np.where((bound == LAUNCH_OVERHEAD) | (bound == GAP), dst, np.where(event >= 0, event, src))
+        names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
+        for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
+            names[i] = "(between operators)"
+        out += map(make, zip(names, columns[7], columns[9], columns[10],
+                             map(strings.__getitem__, events.pid[where].tolist()),
+                             map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist()))
+    return out
