@@ -611,14 +611,18 @@ def _hand_offs(rows: _Rows, graph: _Graph, tops: dict[int, list[tuple[int, int]]
     pids = np.array([rows.pid[node_pos[item[2]]] for item in everyone])
     keys = np.array([item[4] for item in everyone])
     for key, items in gaps.items():
-        for u, v in items:
-            t0, t1 = node_ts[u], node_ts[v]
-            if t1 <= t0:
-                continue
-            lo, hi = np.searchsorted(starts, t0, side="left"), np.searchsorted(starts, t1, side="right")
-            if lo >= hi:
-                continue
-            pid = rows.pid[node_pos[u]]
+        if not items:
+            continue
+        # the gaps in which another thread of the process starts a top-level operator, found at once
+        # (most gaps have none): the other threads' operators counted by prefix sums
+        t0s = np.array([node_ts[u] for u, _ in items])
+        t1s = np.array([node_ts[v] for _, v in items])
+        pid = rows.pid[node_pos[items[0][0]]]
+        others = np.concatenate(([0], np.cumsum((keys != key) & (pids == pid))))
+        lo_all, hi_all = np.searchsorted(starts, t0s, side="left"), np.searchsorted(starts, t1s, side="right")
+        candidates = np.flatnonzero((t1s > t0s) & (others[hi_all] > others[lo_all]))
+        for i in candidates.tolist():
+            (u, v), t1, lo, hi = items[i], float(t1s[i]), int(lo_all[i]), int(hi_all[i])
             inside = np.arange(lo, hi)
             inside = inside[(keys[inside] != key) & (pids[inside] == pid) & (ends[inside] <= t1)]
             if not len(inside):
