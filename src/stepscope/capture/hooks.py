@@ -213,6 +213,29 @@ def _has_parameters(module: Any) -> bool:
         return False
 
 
+class _AskCompiler:
+    """``torch.compiler``'s compiling flag where a torch release does not keep it as a module global."""
+
+    def __init__(self, is_compiling: Callable[[], bool]):
+        self._ask = is_compiling
+
+    @property
+    def _is_compiling_flag(self) -> bool:
+        return bool(self._ask())
+
+
+def _compiler_state(torch: Any) -> Any:
+    """What the forward wrapper reads to step aside under ``torch.compile`` / ``torch.export``
+    tracing: ``torch.compiler`` itself when it keeps the flag that ``is_compiling()`` returns
+    (reading it saves that call's two Python frames on every root forward; ``is_compiling()``'s
+    other test, ``torch.jit.is_scripting()``, is always false in a Python wrapper); otherwise an
+    object that asks ``is_compiling()``."""
+    compiler = getattr(torch, "compiler", None)
+    if isinstance(getattr(compiler, "_is_compiling_flag", None), bool):
+        return compiler
+    return _AskCompiler(getattr(compiler, "is_compiling", lambda: False))
+
+
 def _disable_in_forked_children(hooks: TorchHooks) -> None:
     reference = weakref.ref(hooks)
 
@@ -453,20 +476,20 @@ class TorchHooks:
     def _install_forward(self, torch: Any) -> None:
         self._module_cls = torch.nn.Module
         self._grad_enabled = torch.is_grad_enabled  # False under no_grad() and inference_mode()
-        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self._compiler = _compiler_state(torch)
         self._start_discovery()
         if self.rec.on_commit is None:  # hooks without a capture session (whose callback calls ours)
             self.rec.on_commit = self._own_commit_callback
 
     def _wrapper(self, original: Callable[..., Any], discover: bool) -> Callable[..., Any]:
-        hooks, rec, is_compiling = self, self.rec, self._is_compiling
+        hooks, rec, compiler = self, self.rec, self._compiler
 
         grad_enabled = self._grad_enabled
         keys = self._module_keys
         forward_begin, forward_end = rec.forward_begin, rec.forward_end
 
         def __call__(module, *args, **kwargs):  # noqa: N807
-            if hooks._fwd_depth or not hooks.live or is_compiling():
+            if hooks._fwd_depth or not hooks.live or compiler._is_compiling_flag:
                 return original(module, *args, **kwargs)
             if discover:
                 hooks._root_classes.add(type(module))

@@ -137,3 +137,32 @@ def test_a_commit_after_uninstall_neither_raises_nor_patches():
     assert recorder.count == DISCOVERY_STEPS
     assert originals() == before
     assert "__call__" not in vars(torch.nn.Linear)
+
+
+def test_forward_steps_aside_while_torch_compiles(capture):
+    """Under torch.compile / torch.export tracing (torch.compiler's flag held), a forward is not timed."""
+    recorder, hooks, _ = capture
+    assert hooks._compiler is torch.compiler  # this torch keeps the flag: read directly, no call
+    model = torch.nn.Linear(2, 1)
+    x = torch.zeros(1, 2)
+    held = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        for _ in range(3):
+            model(x)
+    finally:
+        torch.compiler._is_compiling_flag = held
+    assert not hooks._root_classes  # the wrapper stepped aside: not even discovered
+    model(x)
+    assert type(model) in hooks._root_classes
+
+
+def test_a_torch_without_the_compiling_flag_is_asked():
+    from types import SimpleNamespace
+
+    from stepscope.capture.hooks import _compiler_state
+
+    answers = iter([False, True])
+    state = _compiler_state(SimpleNamespace(compiler=SimpleNamespace(is_compiling=lambda: next(answers))))
+    assert state._is_compiling_flag is False and state._is_compiling_flag is True
+    assert _compiler_state(SimpleNamespace())._is_compiling_flag is False  # torch < 2.3: no torch.compiler
