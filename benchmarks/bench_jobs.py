@@ -1,12 +1,14 @@
 """A job's traces: time and peak memory of ``stepscope analyze DIR`` against the number of ranks,
-analysed in one process (``--jobs 1``) and on local worker processes (``--jobs N``).
+analysed in one process (``--jobs 1``), on local worker processes (``--jobs N``) and, with
+``--dask``, on a local Dask cluster of N single-threaded workers (``--dask local --jobs N``: the same
+map through ``Client.get_executor()``, the cluster's start-up included).
 
 Jobs are derived from a reference trace: rank copies with ``distributedInfo`` rewritten (and the
 trace replicated to reach the size asked for, as ``bench_analyze.py`` builds its synthetic
 traces). Each command runs in a fresh child; wall time includes interpreter start; CPU time and
 peak RSS (the largest single process: the driver or one worker) come from ``wait4``.
 
-    python benchmarks/bench_jobs.py [--small 64 --small-mb 2] [--large 8 --large-mb 50] [--jobs 2]
+    python benchmarks/bench_jobs.py [--small 64 --small-mb 2] [--large 8 --large-mb 50] [--jobs 2] [--dask]
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--large-mb", type=float, default=50.0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--dask", action="store_true", help="also time a local Dask cluster of --jobs workers")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         for label, ranks, mb in (("small", args.small, args.small_mb), ("large", args.large, args.large_mb)):
@@ -78,10 +81,16 @@ def main() -> None:
                     rows[jobs] = measure([sys.executable, "-m", "stepscope", "analyze", str(job), "--format", "json",
                                           "-o", str(Path(tmp) / "out.json"), "--jobs", str(jobs)])
                 one, many = rows[1], rows[args.jobs]
-                print(f"{count:4d} ranks x {size / count:5.1f} MB ({size:7.1f} MB): --jobs 1 {one[0]:6.1f} s wall, "
-                      f"{one[1]:6.1f} s CPU, {one[2]:5.0f} MB peak | --jobs {args.jobs} {many[0]:6.1f} s wall, "
-                      f"{many[1]:6.1f} s CPU, {many[2]:5.0f} MB peak per process | speed-up {one[0] / many[0]:.2f}x",
-                      flush=True)
+                line = (f"{count:4d} ranks x {size / count:5.1f} MB ({size:7.1f} MB): --jobs 1 {one[0]:6.1f} s wall, "
+                        f"{one[1]:6.1f} s CPU, {one[2]:5.0f} MB peak | --jobs {args.jobs} {many[0]:6.1f} s wall, "
+                        f"{many[1]:6.1f} s CPU, {many[2]:5.0f} MB peak per process | speed-up {one[0] / many[0]:.2f}x")
+                if args.dask:
+                    dask = measure([sys.executable, "-m", "stepscope", "analyze", str(job), "--format", "json",
+                                    "-o", str(Path(tmp) / "dask.json"), "--dask", "local", "--jobs", str(args.jobs)])
+                    same = (Path(tmp) / "dask.json").read_bytes() == (Path(tmp) / "out.json").read_bytes()
+                    line += (f" | --dask local {dask[0]:6.1f} s wall, {dask[1]:6.1f} s CPU, {dask[2]:5.0f} MB peak "
+                             f"per process, speed-up {one[0] / dask[0]:.2f}x, {'same' if same else 'DIFFERENT'} output")
+                print(line, flush=True)
                 for path in job.iterdir():
                     path.unlink()
 
