@@ -50,10 +50,16 @@ def derive_job(seed: Path, ranks: int, mb: float, out: Path) -> Path:
     return out
 
 
-def measure(command: list[str]) -> tuple[float, float, float]:
-    """(wall s, CPU s of the process and its children, peak RSS MB of the largest one)."""
+def measure(command: list[str], stdout: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, CPU s of the process and its children, peak RSS MB of the largest one); the
+    command's output goes to ``stdout`` when given."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sink = open(stdout, "wb") if stdout is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    try:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.PIPE)
+    finally:
+        if stdout is not None:
+            sink.close()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:

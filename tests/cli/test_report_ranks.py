@@ -35,3 +35,16 @@ def test_the_straggler_rule_sees_every_rank(tmp_path, capsys):
     straggler = [item for item in report["findings"] if item["family"] == "straggler"]
     assert straggler and straggler[0]["rank"] == 1
     assert report["evidence"]["ranks"] == [0, 1]
+
+
+def test_jobs_reads_the_ranks_in_workers_or_here_with_the_same_output(tmp_path, capsys):
+    save_record(_rank(0, 0.0), layout.record_path(tmp_path, 0))
+    save_record(_rank(1, 0.02), layout.record_path(tmp_path, 1))
+    outputs = []
+    for jobs in ("1", "2"):
+        assert main(["report", str(tmp_path), "--format", "json", "--jobs", jobs]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert main(["report", str(tmp_path), "--jobs", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepscope: error: --jobs must be >= 1") and err.count("\n") == 1

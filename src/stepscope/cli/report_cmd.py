@@ -16,6 +16,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or a record file")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--rank", type=int, default=None, help="rank to show (default: the lowest)")
+    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                        help="read a job's ranks in N worker processes (default: one per usable core, at "
+                             "most one per rank; 1: in this process)")
     from stepscope.cli.exports import add_export_options
 
     add_export_options(parser)
@@ -41,13 +44,17 @@ def _handle(args: argparse.Namespace) -> int:
     from stepscope.record.store import resolve_record_path
     from stepscope.report.render import Output, render
 
+    from stepscope.errors import UsageError
+
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
     fail_on = Severity.parse(args.fail_on) if getattr(args, "fail_on", None) else None
     record_file = resolve_record_path(args.run_dir, args.rank)  # the one-line error for a missing rank
     flame = getattr(args, "flame", None)
     from stepscope.cli.exports import export_report, plan_exports
 
     exports = {} if flame is not None else plan_exports(args, record_file.parent)  # checks the outputs first
-    inputs = load_run(args.run_dir, with_windows=flame is None)
+    inputs = load_run(args.run_dir, with_windows=flame is None, jobs=args.jobs)
     report = diagnose(inputs, ReportOptions(focus=args.rank, perfetto="perfetto" in exports, flame=flame))
     run_dir = inputs.run_dir or record_file.parent
     if flame is not None:

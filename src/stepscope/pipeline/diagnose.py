@@ -65,7 +65,7 @@ def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
     records = inputs.records
     ranks = inputs.ranks
     focus = _focus(options.focus, ranks)
-    bases = [rank_basis(record) for record in records]
+    bases = [inputs.bases.get(record.meta.rank) or rank_basis(record) for record in records]
     windows = {rank: analysis.evidence() for rank, analysis in inputs.windows.items()}
     evidences = job_evidence(bases, windows)
     job = diagnose_job(list(zip(ranks, evidences)))

@@ -34,6 +34,7 @@ from stepscope.record.run import RunRecord
 if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
     from concurrent.futures import Executor
 
+    from stepscope.analysis.bundle import RankBasis
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
     from stepscope.verify import Verification
 
@@ -60,6 +61,9 @@ class JobInputs:
     notes: tuple[str, ...] = ()
     run_dir: Path | None = None
     verification: Verification | None = None
+    #: each rank's :class:`~stepscope.analysis.bundle.RankBasis`, when the per-rank map computed it
+    #: beside the record (the ranks of a job read in worker processes); the pipeline computes the rest
+    bases: dict[int, RankBasis] = field(default_factory=dict)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -82,8 +86,12 @@ class JobInputs:
 
 
 # -- a run directory -------------------------------------------------------------------------------
-def load_run(path: str | Path, *, with_windows: bool = True) -> JobInputs:
+def load_run(path: str | Path, *, with_windows: bool = True, jobs: int | None = None) -> JobInputs:
     """Every rank of the run at ``path`` (a run directory, or one record file: that record alone).
+
+    The ranks of a job are read in ``jobs`` worker processes (default: one per usable core, at most
+    one per rank; 1: in this process), each rank's record, samples, ``--trace`` window and
+    :class:`~stepscope.analysis.bundle.RankBasis` in one task: a worker holds one rank at a time.
 
     Raises:
         InputError: no record at all, or the one record file named is unreadable.
@@ -99,12 +107,12 @@ def load_run(path: str | Path, *, with_windows: bool = True) -> JobInputs:
     if len(ranks) <= 1:
         record = load_record(resolve_record_path(target))  # the one-line errors: no record, damaged files
         return _finish(JobInputs("run", (record,), run_dir=target), with_windows)
-    records, unreadable, notes = _read_ranks(target, ranks)
-    if not records:
-        reasons = "; ".join(f"rank {item.rank}: {item.reason}" for item in unreadable)
+    read = _read_ranks(target, ranks, with_windows, jobs)
+    if not read.records:
+        reasons = "; ".join(f"rank {item.rank}: {item.reason}" for item in read.unreadable)
         raise InputError(target, f"no rank record could be read ({reasons})")
-    return _finish(JobInputs("run", tuple(records), notes=tuple(notes), run_dir=target,
-                             missing=tuple(unreadable)), with_windows)
+    return _finish(JobInputs("run", tuple(read.records), notes=tuple(read.notes), run_dir=target,
+                             missing=tuple(read.unreadable), windows=read.windows, bases=read.bases), with_windows)
 
 
 def inputs_after_run(record: RunRecord, run_dir: str | Path, *, wait_s: float | None = None) -> JobInputs:
@@ -116,28 +124,77 @@ def inputs_after_run(record: RunRecord, run_dir: str | Path, *, wait_s: float | 
         return _finish(JobInputs("run", (record,), notes=tuple(notes), run_dir=directory), True, job=False)
     wait_for_ranks(directory, record.meta.world_size, wait_s)
     others = [rank for rank in layout.record_ranks(directory) if rank != record.meta.rank]
-    records, unreadable, more = _read_ranks(directory, others)
-    ordered = tuple(sorted([record, *records], key=lambda item: item.meta.rank))
-    return _finish(JobInputs("run", ordered, notes=(*notes, *more), run_dir=directory, missing=tuple(unreadable)),
-                   True)
+    read = _read_ranks(directory, others, True, 1)  # in the user's process: no worker processes
+    ordered = tuple(sorted([record, *read.records], key=lambda item: item.meta.rank))
+    return _finish(JobInputs("run", ordered, notes=(*notes, *read.notes), run_dir=directory,
+                             missing=tuple(read.unreadable), windows=read.windows, bases=read.bases), True)
 
 
-def _read_ranks(run_dir: Path, ranks: Sequence[int]) -> tuple[list[RunRecord], list[MissingRank], list[str]]:
+@dataclass
+class _Read:
+    """The ranks of a job, read: records (with samples), unreadable ranks, notes, and what the map
+    computed beside each record (its ``--trace`` window's views, its basis)."""
+
+    records: list[RunRecord] = field(default_factory=list)
+    unreadable: list[MissingRank] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    windows: dict[int, TraceAnalysis] = field(default_factory=dict)
+    bases: dict[int, RankBasis] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _RankRead:
+    """One rank, read by a worker: its basis (which holds the record), or why it could not be read."""
+
+    rank: int
+    basis: RankBasis | None = None
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+    window: TraceAnalysis | None = None
+
+
+def _read_rank(run_dir: str, rank: int, with_windows: bool, max_bytes: int) -> _RankRead:
+    """The map step of a job's report: one rank's record, samples, window views and basis."""
+    from stepscope import limits
+    from stepscope.analysis.bundle import rank_basis
     from stepscope.record.store import load_record
 
-    records: list[RunRecord] = []
-    unreadable: list[MissingRank] = []
-    notes: list[str] = []
-    for rank in ranks:
+    directory = Path(run_dir)
+    with limits.configured(max_bytes):  # the caller's --max-bytes, also in a worker that did not inherit it
         try:
-            record = load_record(run_dir, rank, with_samples=False)
+            record = load_record(directory, rank, with_samples=False)
         except Exception as exc:  # noqa: BLE001 - one damaged rank must not cost the others
-            unreadable.append(MissingRank(rank, f"record unreadable ({exc})"))
+            return _RankRead(rank, reason=f"record unreadable ({exc})")
+        record, said = _with_samples(record, directory)
+        window, note = window_views(record, directory) if with_windows else (None, None)
+        return _RankRead(rank, rank_basis(record), notes=(*said, *([note] if note else [])), window=window)
+
+
+def _read_ranks(run_dir: Path, ranks: Sequence[int], with_windows: bool, jobs: int | None) -> _Read:
+    """Every rank of ``ranks`` read by :func:`_read_rank`: in worker processes when ``jobs`` (default:
+    one per usable core, at most one per rank) is above 1, else here; the results in rank order."""
+    from stepscope import limits
+    from stepscope.analysis.trace.trace_evidence import default_jobs, local_executor
+
+    workers = default_jobs(len(ranks)) if jobs is None else max(1, min(jobs, len(ranks)))
+    args = (str(run_dir), with_windows, limits.max_bytes())
+    if workers > 1:
+        with local_executor(workers) as executor:
+            results = list(executor.map(_read_rank, [args[0]] * len(ranks), ranks, [args[1]] * len(ranks),
+                                        [args[2]] * len(ranks)))
+    else:
+        results = [_read_rank(args[0], rank, args[1], args[2]) for rank in ranks]
+    read = _Read()
+    for item in results:
+        if item.basis is None:
+            read.unreadable.append(MissingRank(item.rank, item.reason))
             continue
-        record, said = _with_samples(record, run_dir)
-        records.append(record)
-        notes += [f"rank {rank}: {text}" for text in said] if len(ranks) > 1 else said
-    return records, unreadable, notes
+        read.records.append(item.basis.record)
+        read.bases[item.rank] = item.basis
+        if item.window is not None:
+            read.windows[item.rank] = item.window
+        read.notes += [f"rank {item.rank}: {text}" for text in item.notes]  # a job's ranks: each note says whose
+    return read
 
 
 def _with_samples(record: RunRecord, run_dir: Path) -> tuple[RunRecord, list[str]]:
@@ -152,10 +209,12 @@ def _with_samples(record: RunRecord, run_dir: Path) -> tuple[RunRecord, list[str
 def _finish(inputs: JobInputs, with_windows: bool, job: bool = True) -> JobInputs:
     """Add the ranks' profiler windows, the ranks that left no record (``job``), and ``--verify``'s trials."""
     run_dir = inputs.run_dir
-    windows: dict[int, TraceAnalysis] = {}
+    windows: dict[int, TraceAnalysis] = dict(inputs.windows)
     notes = list(inputs.notes)
     if with_windows and run_dir is not None:
         for record in inputs.records:
+            if record.meta.rank in inputs.bases:  # read by the map, its window with it
+                continue
             analysis, note = window_views(record, run_dir)
             if analysis is not None:
                 windows[record.meta.rank] = analysis

@@ -80,3 +80,38 @@ def test_every_rank_gets_the_same_evidence_whichever_rank_is_shown():
     assert one.evidence.to_dict() == job.ranks[1].evidence.to_dict()
     assert [item.rank for item in one.evidence.ranks] == [0, 1]
     assert one.findings == job.ranks[1].diagnosis.findings and one.job is not None
+
+
+def _job_with_windows_and_damage(tmp_path: Path, ranks: int) -> Path:
+    """The recorded straggler job widened to ``ranks`` ranks: each with a profiler window trace, one
+    rank's record damaged, one rank's samples damaged."""
+    import gzip
+    import json
+    import shutil
+
+    source = Path(__file__).parents[2] / "data" / "runs" / "straggler-two-ranks"
+    seed = Path(__file__).parents[2] / "data" / "traces" / "reference" / "hta" / "trace_compare" / "base" / "base.json.gz"
+    for rank in range(ranks):
+        record = json.loads(gzip.decompress((source / f"record.rank{rank % 2}.json.gz").read_bytes()))
+        record["meta"].update(rank=rank, local_rank=rank, world_size=ranks)
+        shutil.copy(seed, tmp_path / f"window.rank{rank}.json.gz")
+        record["profiler_windows"] = [{"first_step": 5, "last_step": 8, "trace_path": f"window.rank{rank}.json.gz"}]
+        layout.record_path(tmp_path, rank).write_bytes(gzip.compress(json.dumps(record).encode()))
+        shutil.copy(source / f"samples.rank{rank % 2}.jsonl.gz", tmp_path / f"samples.rank{rank}.jsonl.gz")
+    layout.record_path(tmp_path, 2).write_bytes(b"\x1f\x8b not a gzip")
+    layout.samples_path(tmp_path, 3).write_bytes(gzip.compress(b'{"type": "header", "kind": "other"}\n'))
+    return tmp_path
+
+
+def test_a_jobs_ranks_read_in_worker_processes_give_the_same_report(tmp_path):
+    """The per-rank map (record, samples, window views, basis) in 2 worker processes and in this
+    one: the same report, byte for byte, with the damaged rank missing and the damaged samples noted."""
+    run_dir = _job_with_windows_and_damage(tmp_path, 6)
+    here, workers = load_run(run_dir, jobs=1), load_run(run_dir, jobs=2)
+    assert set(workers.bases) == {0, 1, 3, 4, 5} and set(workers.windows) == {0, 1, 3, 4, 5}
+    assert [item.rank for item in workers.missing] == [2] and "record unreadable" in workers.missing[0].reason
+    assert any(note.startswith("rank 3: the sampler's samples could not be read") for note in workers.notes)
+    assert workers.record(3).samples is None and workers.record(4).samples is not None
+    first, second = diagnose(here).to_dict(), diagnose(workers).to_dict()
+    assert first == second
+    assert first["job"]["missing"][0]["rank"] == 2 and first["findings"]

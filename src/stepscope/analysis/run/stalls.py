@@ -194,7 +194,7 @@ def _with_neighbour_test(stall: PeriodicStall, record: RunRecord, steady: np.nda
     if outside is None or tree is None:
         return stall
     for sibling in siblings:
-        sibling_tree = outside_cores_per_step(sibling.samples, record.steps)[1] if sibling.samples is not None else None
+        sibling_tree = _tree_per_step(sibling.samples, record.steps) if sibling.samples is not None else None
         if sibling_tree is None:
             return replace(stall, notes=(*stall.notes, f"rank {sibling.meta.rank} shares this machine without "
                                          "samples: whose CPU stalled the steps is not known"))
@@ -236,7 +236,17 @@ def outside_cores_per_step(samples: Samples, steps: StepTable) -> tuple[np.ndarr
     ts = samples.ts_ns
     if len(ts) < 2 or not len(steps):
         return None, None
-    seconds = np.diff(ts) / 1e9
+    outside, tree = _cores_per_interval(samples)
+    return _per_step(ts, outside, steps), _per_step(ts, tree, steps)
+
+
+def _cores_per_interval(samples: Samples) -> tuple[np.ndarray, np.ndarray]:
+    """Cores busy outside the training tree and in it, per sample interval; computed once per
+    samples (kept with them): every rank of a machine reads its siblings' tree onto its own steps."""
+    cached: tuple[np.ndarray, np.ndarray] | None = samples.__dict__.get("_cores_per_interval")
+    if cached is not None:
+        return cached
+    seconds = np.diff(samples.ts_ns) / 1e9
     ticks = float(samples.meta.clock_ticks_per_s or 100)
     busy = _summed_deltas(samples["cpu_user"]) + _summed_deltas(samples["cpu_system"])
     steal = _summed_deltas(samples["cpu_steal"])
@@ -244,8 +254,16 @@ def outside_cores_per_step(samples: Samples, steps: StepTable) -> tuple[np.ndarr
         machine = busy / ticks / seconds
         stolen = np.nan_to_num(steal / ticks / seconds, nan=0.0)
         tree = _tree_ticks(samples) / ticks / seconds
-    outside = np.maximum(machine - tree, 0.0) + stolen
-    return _per_step(ts, outside, steps), _per_step(ts, tree, steps)
+    found = (np.maximum(machine - tree, 0.0) + stolen, tree)
+    samples.__dict__["_cores_per_interval"] = found  # a frozen dataclass: its own cache, written past __setattr__
+    return found
+
+
+def _tree_per_step(samples: Samples, steps: StepTable) -> np.ndarray | None:
+    """The cores the training tree of ``samples`` used in each of ``steps`` (None with too few samples)."""
+    if len(samples.ts_ns) < 2 or not len(steps):
+        return None
+    return _per_step(samples.ts_ns, _cores_per_interval(samples)[1], steps)
 
 
 def _summed_deltas(counter: np.ndarray) -> np.ndarray:
