@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -153,7 +154,7 @@ class _RankRead:
     window: TraceAnalysis | None = None
 
 
-def _read_rank(run_dir: str, rank: int, with_windows: bool, max_bytes: int) -> _RankRead:
+def _read_rank(run_dir: str, rank: int, *, with_windows: bool, max_bytes: int) -> _RankRead:
     """The map step of a job's report: one rank's record, samples, window views and basis."""
     from stepscope import limits
     from stepscope.analysis.bundle import rank_basis
@@ -177,13 +178,12 @@ def _read_ranks(run_dir: Path, ranks: Sequence[int], with_windows: bool, jobs: i
     from stepscope.analysis.trace.trace_evidence import default_jobs, local_executor
 
     workers = default_jobs(len(ranks)) if jobs is None else max(1, min(jobs, len(ranks)))
-    args = (str(run_dir), with_windows, limits.max_bytes())
+    read_one = partial(_read_rank, str(run_dir), with_windows=with_windows, max_bytes=limits.max_bytes())
     if workers > 1:
         with local_executor(workers) as executor:
-            results = list(executor.map(_read_rank, [args[0]] * len(ranks), ranks, [args[1]] * len(ranks),
-                                        [args[2]] * len(ranks)))
+            results = list(executor.map(read_one, ranks))
     else:
-        results = [_read_rank(args[0], rank, args[1], args[2]) for rank in ranks]
+        results = [read_one(rank) for rank in ranks]
     read = _Read()
     for item in results:
         if item.basis is None:
