@@ -1317,14 +1317,14 @@ def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
     strings = events.symbols.strings
     out: list[PathSpan] = []
     for lo in range(0, len(kept), _CHUNK):  # in chunks: the columns as Python lists stay small
-        columns = list(zip(*kept[lo:lo + _CHUNK]))
-        src, dst, event = (np.asarray(columns[i], dtype=np.int64) for i in (2, 3, 6))
-        bound = np.asarray(columns[7], dtype=object)
+        column = dict(zip(PathEdge._fields, zip(*kept[lo:lo + _CHUNK])))
+        src, dst, event = (np.asarray(column[name], dtype=np.int64) for name in ("src", "dst", "event"))
+        bound = np.asarray(column["bound"], dtype=object)
         where = np.where((bound == LAUNCH_OVERHEAD) | (bound == GAP), dst, np.where(event >= 0, event, src))
         names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
         for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
             names[i] = "(between operators)"
-        out += map(make, zip(names, columns[7], columns[9], columns[10],
+        out += map(make, zip(names, column["bound"], column["src_us"], column["dst_us"],
                              map(strings.__getitem__, events.pid[where].tolist()),
                              map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist()))
     return out

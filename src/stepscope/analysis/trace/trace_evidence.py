@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.evidence import TraceEvidence
-from stepscope.analysis.trace.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
 from stepscope.analysis.trace.critical_path import DEFAULT_PATH_STEPS
+from stepscope.analysis.trace.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
 from stepscope.analysis.trace.rank_analysis import RankAnalysis, analyze_rank, rank_evidence
 from stepscope.analysis.trace.stragglers import RankComparison, compare_ranks
 from stepscope.errors import UsageError
