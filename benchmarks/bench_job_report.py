@@ -8,7 +8,11 @@ a data-parallel rank's window would be. Each command runs in a fresh child; wall
 interpreter start; CPU time and peak RSS (the largest single process) come from ``wait4``. The
 two outputs are compared byte for byte.
 
-    python benchmarks/bench_job_report.py [--ranks 8 32] [--jobs 2]
+    python benchmarks/bench_job_report.py [--ranks 8 32] [--jobs 2] [--per-host 8] [--no-windows] [--steps-scale 1]
+
+``--per-host`` ranks share a host name (the periodic-stall neighbour test compares each rank with
+the others of its host); ``--no-windows`` leaves the ranks without ``--trace`` windows;
+``--steps-scale K`` repeats each record's 30 steps K times (a longer run's record).
 """
 
 from __future__ import annotations
@@ -29,29 +33,48 @@ RUN = ROOT / "tests" / "data" / "runs" / "straggler-two-ranks"
 WINDOW = ROOT / "tests" / "data" / "traces" / "reference" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
 
 
-def derive_job(ranks: int, out: Path) -> Path:
+def derive_job(ranks: int, out: Path, per_host: int = 8, windows: bool = True, steps_scale: int = 1) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
         record = json.loads(gzip.decompress((RUN / f"record.rank{rank % 2}.json.gz").read_bytes()))
-        record["meta"].update(rank=rank, local_rank=rank % 8, node_rank=rank // 8, world_size=ranks,
-                              hostname=f"node{rank // 8}")
-        window = f"window.rank{rank}.json.gz"
-        shutil.copy(WINDOW, out / window)
-        record["profiler_windows"] = [{"first_step": 5, "last_step": 8, "trace_path": window}]
+        if steps_scale > 1:
+            _repeat_steps(record["steps"], steps_scale)
+        record["meta"].update(rank=rank, local_rank=rank % per_host, node_rank=rank // per_host, world_size=ranks,
+                              hostname=f"node{rank // per_host}")
+        if windows:
+            window = f"traces/window.rank{rank}.json.gz"  # where stepscope run --trace writes them
+            (out / "traces").mkdir(exist_ok=True)
+            shutil.copy(WINDOW, out / window)
+            record["profiler_windows"] = [{"first_step": 5, "last_step": 8, "trace_path": window}]
         (out / f"record.rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(record).encode()))
         shutil.copy(RUN / f"samples.rank{rank % 2}.jsonl.gz", out / f"samples.rank{rank}.jsonl.gz")
     return out
+
+
+def _repeat_steps(steps: dict, times: int) -> None:
+    """The step table ``times`` times over (a delta-encoded column repeats its deltas)."""
+    for name, values in steps["columns"].items():
+        if name in steps["delta_encoded"]:
+            deltas = values[1:] + values[1:2]
+            steps["columns"][name] = [values[0], *(deltas * times)[: len(values) * times - 1]]
+        else:
+            steps["columns"][name] = values * times
+    steps["count"] *= times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--per-host", type=int, default=8, help="ranks per host name")
+    parser.add_argument("--no-windows", action="store_true", help="ranks without --trace windows")
+    parser.add_argument("--steps-scale", type=int, default=1, help="repeat each record's steps K times")
     parser.add_argument("--work-dir", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         for ranks in args.ranks:
-            job = derive_job(ranks, Path(tmp) / f"job{ranks}")
+            job = derive_job(ranks, Path(tmp) / f"job{ranks}", args.per_host, not args.no_windows,
+                             args.steps_scale)
             rows, outputs = {}, {}
             for jobs in (1, args.jobs):
                 out = Path(tmp) / f"out{jobs}.json"
