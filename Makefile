@@ -7,9 +7,9 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: demo test test-fast typecheck venv bench clean
 
-# setup.py builds the optional C core of the step recorder (a checkout whose C source changed
-# since the build runs the Python core until this target reinstalls).
-$(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c
+# setup.py builds the optional C extensions (the step recorder's core, the trace column reader; a
+# checkout whose C source changed since the build runs their Python equivalents until this target reinstalls).
+$(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c src/stepscope/traces/_columns.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)" -e ".[dev]"

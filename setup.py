@@ -1,9 +1,11 @@
-"""The optional C core of capture's step recorder (``stepscope.capture._fastrec``).
+"""The optional C extensions: capture's step recorder (``stepscope.capture._fastrec``) and the
+column reader of decoded trace events (``stepscope.traces._columns``).
 
-Everything else is declared in pyproject.toml. The extension is optional: where it cannot be
-built, capture runs on the same state machine in Python (slower hooks, same records). Its source
-hash is compiled in, so a checkout whose C source changed since the build falls back to Python
-instead of running older rules (``stepscope.capture.recorder``).
+Everything else is declared in pyproject.toml. Both are optional: where they cannot be built,
+capture runs on the same state machine in Python (slower hooks, same records) and traces load
+through the same conversions in Python (slower, same tables). Each source's hash is compiled in,
+so a checkout whose C source changed since the build falls back to Python instead of running
+older rules (``stepscope.capture.recorder``, ``stepscope.traces.fastpath``).
 """
 
 import hashlib
@@ -11,8 +13,12 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCE = "src/stepscope/capture/_fastrec.c"
-SHA = hashlib.sha256(Path(__file__).with_name("src").joinpath("stepscope/capture/_fastrec.c").read_bytes()).hexdigest()[:16]
 
-setup(ext_modules=[Extension("stepscope.capture._fastrec", [SOURCE], optional=True,
-                             define_macros=[("STEPSCOPE_SOURCE_SHA", f'"{SHA}"')])])
+
+def extension(module: str, source: str) -> Extension:
+    sha = hashlib.sha256((Path(__file__).parent / source).read_bytes()).hexdigest()[:16]
+    return Extension(module, [source], optional=True, define_macros=[("STEPSCOPE_SOURCE_SHA", f'"{sha}"')])
+
+
+setup(ext_modules=[extension("stepscope.capture._fastrec", "src/stepscope/capture/_fastrec.c"),
+                   extension("stepscope.traces._columns", "src/stepscope/traces/_columns.c")])

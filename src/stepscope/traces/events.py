@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from stepscope.traces.fastpath import complete_columns, typed_complete_columns
+from stepscope.traces.fastpath import (
+    complete_columns,
+    sort_typed_rest,
+    split_complete,
+    typed_complete_columns,
+    typed_memory_columns,
+)
 
 FAR_TS_US = 1e17
 _BIG = 1 << 62
@@ -217,29 +223,11 @@ class TableBuilder:
         when any event needs the careful path (the caller then decodes the batch into dicts for
         :meth:`add_batch`). Takes complete events, the ignored phases, instants and clean
         ``[memory]`` instants — the same rows, symbols and counts as :meth:`add_batch`."""
-        phases = [event.ph for event in events]
-        if phases.count("X") == len(events):  # the usual batch: complete events only
-            complete, rest = events, []
-        else:
-            complete = [event for event, ph in zip(events, phases) if ph == "X"]
-            rest = [event for event, ph in zip(events, phases) if ph != "X"]
-        memory: list[Any] = []
-        ignored: Counter[str] = Counter()
-        instants = 0
-        for event in rest:
-            ph = event.ph
-            if ph in _IGNORED_PHASES:
-                ignored[ph] += 1
-            elif (ph == "i" or ph == "I") and event.dur is None:
-                ts = event.ts
-                if ts is None or abs(ts) >= FAR_TS_US or event.name is None:
-                    return False
-                if event.name == "[memory]":
-                    memory.append(event)
-                else:
-                    instants += 1
-            else:
-                return False
+        complete, rest = split_complete(events)
+        sorted_rest = sort_typed_rest(rest, _IGNORED_PHASES)
+        if sorted_rest is None:
+            return False
+        memory, ignored, instants = sorted_rest
         for event in memory:  # add_batch interns the [memory] instants' threads before the complete events'
             self._scalar(event.tid)
         columns = typed_complete_columns(complete, self.symbols, self._scalar, self._dims_ids) if complete else {}
@@ -264,6 +252,13 @@ class TableBuilder:
             store.frombytes(values.tobytes())
 
     def _add_typed_memory(self, events: list[Any]) -> None:
+        columns = typed_memory_columns(events, self._scalar)
+        if columns is not None:
+            self._mem_f["ts"].frombytes(columns.pop("ts"))
+            self._mem_tid.frombytes(columns.pop("tid"))
+            for key, values in columns.items():
+                (self._mem_i[key] if key in self._mem_i else self._mem_f[key]).frombytes(values)
+            return
         scalar = self._scalar
         self._mem_f["ts"].frombytes(np.array([e.ts for e in events], dtype=np.float64).tobytes())
         self._mem_tid.frombytes(np.array([scalar(e.tid) for e in events], dtype=np.int32).tobytes())

@@ -12,13 +12,19 @@ Python loop iteration that appends a dozen values, and clean batches are the nor
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
+
+from stepscope.traces import typed
 
 FAR_TS_US = 1e17
 _NUM = {int, float}
@@ -81,12 +87,14 @@ def _times(ts_v: Any, dur_v: Any) -> tuple[np.ndarray, np.ndarray] | None:
     dur = _floats(dur_v, missing_ok=False)
     if ts is None or dur is None:
         return None
+    return (ts, dur) if _times_valid(ts, dur) else None
+
+
+def _times_valid(ts: np.ndarray, dur: np.ndarray) -> bool:
     with np.errstate(invalid="ignore"):
         if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
-            return None
-        if (np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any():
-            return None
-    return ts, dur
+            return False
+        return not ((np.abs(ts) >= FAR_TS_US).any() or (dur < 0).any() or (dur >= FAR_TS_US).any())
 
 
 def _identity_columns(names: Any, cats: Any, pids: Any, tids: Any, symbols: Any,
@@ -213,6 +221,8 @@ def typed_complete_columns(
     file (``dims_cache`` maps the raw bytes seen to their symbol)."""
     if not events:
         return None
+    if COLUMNS is not None:
+        return _typed_columns_c(events, symbols, scalar, dims_cache)
     names = [e.name for e in events]
     pids = [e.pid for e in events]
     tids = [e.tid for e in events]
@@ -229,21 +239,10 @@ def typed_complete_columns(
                            [a.occ for a in args])
     if numeric is None:
         return None
-    dims_ids = np.full(n, -1, dtype=np.int32)
+    dims_ids = _dims_ids([a.dims for a in args], symbols, dims_cache)
+    if dims_ids is None:
+        return None
     stack_ids = np.full(n, -1, dtype=np.int32)
-    dims = [a.dims for a in args]
-    if any(dims):  # an absent value is an empty Raw
-        for i, raw in enumerate(dims):
-            text_bytes = bytes(raw)
-            if text_bytes and text_bytes != b"null":
-                found = dims_cache.get(text_bytes)
-                if found is None:
-                    try:
-                        text = orjson.dumps(orjson.loads(text_bytes)).decode()
-                    except (orjson.JSONDecodeError, TypeError):  # e.g. an integer beyond 64 bits
-                        return None
-                    found = dims_cache[text_bytes] = symbols.intern(text)
-                dims_ids[i] = found
     stacks = [a.stack for a in args]
     if stacks.count(None) != n:
         for i, value in enumerate(stacks):
@@ -254,3 +253,196 @@ def typed_complete_columns(
         return None
     return {**identity, "input_dims": dims_ids, "call_stack": stack_ids, "ts": times[0], "dur": times[1], **numeric,
             **waits}
+
+
+def _dims_ids(dims: list[Any], symbols: Any, dims_cache: dict[bytes, int]) -> np.ndarray | None:
+    """Symbol ids of the batch's ``Input Dims`` (raw JSON values; -1: none), interned as orjson
+    writes them; None when a value needs the careful path."""
+    dims_ids = np.full(len(dims), -1, dtype=np.int32)
+    if any(dims):  # an absent value is an empty Raw
+        for i, raw in enumerate(dims):
+            text_bytes = bytes(raw)
+            if text_bytes and text_bytes != b"null":
+                found = dims_cache.get(text_bytes)
+                if found is None:
+                    found = _dims_symbol(text_bytes, symbols)
+                    if found is None:
+                        return None
+                    dims_cache[text_bytes] = found
+                dims_ids[i] = found
+    return dims_ids
+
+
+def _dims_symbol(text_bytes: bytes, symbols: Any) -> int | None:
+    """The symbol of a raw ``Input Dims`` value, interned as orjson writes it (whatever the spacing
+    of the file); None when it needs the careful path."""
+    try:
+        text = orjson.dumps(orjson.loads(text_bytes)).decode()
+    except (orjson.JSONDecodeError, TypeError):  # e.g. an integer beyond 64 bits
+        return None
+    return int(symbols.intern(text))
+
+
+def split_complete(events: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A typed batch's complete (``ph == "X"``) events and the others, each in file order."""
+    if COLUMNS is not None:
+        result: tuple[list[Any], list[Any]] = COLUMNS.partition(events, _EVENT_FIELDS["ph"], "X")
+        return result
+    phases = [event.ph for event in events]
+    if phases.count("X") == len(events):  # the usual batch: complete events only
+        return events, []
+    return ([event for event, ph in zip(events, phases) if ph == "X"],
+            [event for event, ph in zip(events, phases) if ph != "X"])
+
+
+def _typed_columns_c(
+    events: list[Any], symbols: Any, scalar: Callable[[Any], int], dims_cache: dict[bytes, int]
+) -> dict[str, np.ndarray] | None:
+    """:func:`typed_complete_columns` with each field read by the C extension
+    (:mod:`stepscope.traces._columns`): the same checks in the same order, so the same columns,
+    symbols and declined batches."""
+    c, ev, ar = COLUMNS, _EVENT_FIELDS, _ARG_FIELDS
+    if c.any_none(events, ev["name"]) or c.any_none(events, ev["pid"]) or c.any_none(events, ev["tid"]):
+        return None
+    ts_b, dur_b = c.floats(events, ev["ts"], False), c.floats(events, ev["dur"], False)
+    if ts_b is None or dur_b is None:
+        return None
+    ts, dur = np.frombuffer(ts_b, dtype=np.float64), np.frombuffer(dur_b, dtype=np.float64)
+    if not _times_valid(ts, dur):
+        return None
+    ids, intern = symbols.ids, symbols.intern
+    columns: dict[str, np.ndarray] = {}
+    for key, field, none_ok in (("name", "name", False), ("cat", "cat", True)):
+        column = c.symbols(events, ev[field], ids, intern, none_ok)
+        if column is None:
+            return None
+        columns[key] = np.frombuffer(column, dtype=np.int32)
+    for key in ("pid", "tid"):
+        column = c.scalars(events, ev[key], scalar)
+        if column is None:
+            return None
+        columns[key] = np.frombuffer(column, dtype=np.int32)
+    args = c.objects(events, ev["args"])
+    lower = c.objects(args, ar["ext_lower"])
+    if lower.count(None) != len(lower):  # "external id" (older traces) where "External id" is absent
+        external = _ints([v if v is not None else low for v, low in zip(c.objects(args, ar["ext"]), lower)])
+    else:
+        raw = c.ints(args, ar["ext"])
+        external = None if raw is None else np.frombuffer(raw, dtype=np.int64)
+    if external is None:
+        return None
+    columns["external_id"] = external
+    for key, field in (("correlation", "corr"), ("stream", "stream"), ("device", "device")):
+        raw = c.ints(args, ar[field])
+        if raw is None:
+            return None
+        columns[key] = np.frombuffer(raw, dtype=np.int64)
+    for key, field in (("blocks_per_sm", "bps"), ("occupancy", "occ")):
+        raw = c.floats(args, ar[field], True)
+        if raw is None:
+            return None
+        columns[key] = np.frombuffer(raw, dtype=np.float64)
+    dims = c.raw_symbols(args, ar["dims"], dims_cache, lambda text_bytes: _dims_symbol(text_bytes, symbols))
+    if dims is None:
+        return None
+    dims_ids = np.frombuffer(dims, dtype=np.int32)
+    stacks = c.symbols(args, ar["stack"], ids, intern, True)
+    if stacks is None:
+        return None
+    waits = _wait_columns(c.objects(args, ar["wait_stream"]), c.objects(args, ar["wait_record"]))
+    if waits is None:
+        return None
+    return {"name": columns.pop("name"), "cat": columns.pop("cat"), "pid": columns.pop("pid"),
+            "tid": columns.pop("tid"), "input_dims": dims_ids, "call_stack": np.frombuffer(stacks, dtype=np.int32),
+            "ts": ts, "dur": dur, **columns, **waits}
+
+
+def sort_typed_rest(rest: list[Any], ignored_phases: frozenset[str]) -> tuple[list[Any], Counter[str], int] | None:
+    """The typed batch's events other than complete ones, sorted: its clean ``[memory]`` instants,
+    the counts of the phases the tables ignore, and the number of other instants; None when one
+    needs the careful path (another phase, an instant with a duration, a missing or absurd time, no
+    name)."""
+    if COLUMNS is None:
+        return _sort_typed_rest(rest, ignored_phases)
+    c, ev = COLUMNS, _EVENT_FIELDS
+    ignored: Counter[str] = Counter(c.objects(rest, ev["ph"]))
+    lower, upper = ignored.pop("i", 0), ignored.pop("I", 0)
+    if not set(ignored) <= ignored_phases:
+        return None
+    if not lower and not upper:
+        return [], ignored, 0
+    if lower and upper:  # both spellings: keep them in file order
+        instants = [event for event in rest if event.ph == "i" or event.ph == "I"]
+    else:
+        instants = c.partition(rest, ev["ph"], "i" if lower else "I")[0]
+    if c.count_none(instants, ev["dur"]) != len(instants) or c.any_none(instants, ev["name"]):
+        return None
+    ts = c.floats(instants, ev["ts"], False)
+    if ts is None or (np.abs(np.frombuffer(ts, dtype=np.float64)) >= FAR_TS_US).any():
+        return None
+    memory, other = c.partition(instants, ev["name"], "[memory]")
+    return memory, ignored, len(other)
+
+
+def _sort_typed_rest(rest: list[Any], ignored_phases: frozenset[str]) -> tuple[list[Any], Counter[str], int] | None:
+    memory: list[Any] = []
+    ignored: Counter[str] = Counter()
+    instants = 0
+    for event in rest:
+        ph = event.ph
+        if ph in ignored_phases:
+            ignored[ph] += 1
+        elif (ph == "i" or ph == "I") and event.dur is None:
+            ts = event.ts
+            if ts is None or abs(ts) >= FAR_TS_US or event.name is None:
+                return None
+            if event.name == "[memory]":
+                memory.append(event)
+            else:
+                instants += 1
+        else:
+            return None
+    return memory, ignored, instants
+
+
+def typed_memory_columns(events: list[Any], scalar: Callable[[Any], int]) -> dict[str, bytes] | None:
+    """The columns of typed ``[memory]`` instants (their times checked by :func:`sort_typed_rest`)
+    as bytes; None without the C reader or for a thread id of an odd type (the caller's Python
+    path then converts them)."""
+    if COLUMNS is None:
+        return None
+    c, ev, ar = COLUMNS, _EVENT_FIELDS, _ARG_FIELDS
+    tid = c.scalars(events, ev["tid"], scalar)
+    if tid is None:
+        return None
+    args = c.objects(events, ev["args"])
+    columns = {"ts": c.floats(events, ev["ts"], False), "tid": tid}
+    for key in ("device_type", "device_id", "addr"):
+        columns[key] = c.ints(args, ar[key], -1)
+    for key in ("nbytes", "total_allocated", "total_reserved"):
+        columns[key] = c.floats(args, ar[key], True)
+    if any(value is None for value in columns.values()):
+        return None
+    return columns
+
+
+def _c_columns() -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The C column reader and the typed events' field descriptors, or (None, {}, {}) when it is not
+    built, was built from other source, or STEPSCOPE_PURE_PYTHON is set."""
+    if os.environ.get("STEPSCOPE_PURE_PYTHON") or not typed.AVAILABLE:
+        return None, {}, {}
+    try:
+        from stepscope.traces import _columns
+    except ImportError:
+        return None, {}, {}
+    source = Path(__file__).with_name("_columns.c")
+    if source.is_file():  # a source checkout: a build of older source could differ from it
+        if getattr(_columns, "SOURCE_SHA", None) != hashlib.sha256(source.read_bytes()).hexdigest()[:16]:
+            return None, {}, {}
+    fields = {name: vars(typed.Event)[name] for name in typed.Event.__struct_fields__}
+    arg_fields = {name: vars(typed.Args)[name] for name in typed.Args.__struct_fields__}
+    return _columns, fields, arg_fields
+
+
+#: The C column reader (stepscope/traces/_columns.c) when it is used, else None.
+COLUMNS, _EVENT_FIELDS, _ARG_FIELDS = _c_columns()
