@@ -18,10 +18,9 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.evidence import TraceEvidence
 from stepscope.analysis.trace.critical_path import DEFAULT_PATH_STEPS
@@ -30,6 +29,9 @@ from stepscope.analysis.trace.rank_analysis import RankAnalysis, analyze_rank, r
 from stepscope.analysis.trace.stragglers import RankComparison, compare_ranks
 from stepscope.errors import UsageError
 from stepscope.traces.load import discover_traces, load_trace
+
+if TYPE_CHECKING:  # the executors are imported where ranks are mapped: one trace needs none (~25 ms)
+    from concurrent.futures import Executor
 
 SCHEMA = "stepscope.analyze/1"
 
@@ -157,6 +159,8 @@ def _analyze_remote(path: str, index: int, group_by_shape: bool, max_bytes: int,
 
 def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Callable[[str, int, int], None] | None,
                jobs: int, executor: Executor | None, path_steps: int = DEFAULT_PATH_STEPS) -> list[RankAnalysis]:
+    from concurrent.futures import as_completed
+
     from stepscope import limits
     from stepscope.errors import StepscopeError
 
@@ -189,6 +193,7 @@ def local_executor(workers: int) -> Executor:
     process that runs threads can deadlock in the child)."""
     import multiprocessing
     import threading
+    from concurrent.futures import ProcessPoolExecutor
 
     method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context(method))
