@@ -81,3 +81,31 @@ def test_evidence_feeds_diagnosis_engine():
     findings = diagnose(RunEvidence(trace=analysis.evidence()), rules=(_dataloader_rule,))
     assert [f.rule_id for f in findings] == ["test.loader"]
     assert findings[0].impact == pytest.approx(analysis.evidence().shares.dataloader)
+
+
+def test_each_ranks_event_table_is_freed_when_its_analysis_returns(tmp_path, monkeypatch):
+    """The table and the views cached on it form cycles: the analysis frees them itself (one
+    collection of the youngest generation), before the next rank loads."""
+    import gc
+    import weakref
+
+    from stepscope.analysis.trace import trace_evidence
+
+    tables: list[weakref.ref] = []
+    alive_at_next_load: list[bool] = []
+    original = trace_evidence.load_trace
+
+    def spy(*args, **kwargs):
+        alive_at_next_load.extend(ref() is not None for ref in tables)
+        trace = original(*args, **kwargs)
+        tables.append(weakref.ref(trace.events))
+        return trace
+
+    monkeypatch.setattr(trace_evidence, "load_trace", spy)
+    for rank in (0, 1):
+        _rank_copy(tmp_path, rank, f"rank{rank}.json")
+    assert gc.isenabled()
+    analysis = analyze_traces(tmp_path, jobs=1)
+    assert len(analysis.ranks) == 2 and len(tables) == 2
+    assert alive_at_next_load == [False] and all(ref() is None for ref in tables)
+    assert gc.isenabled()
