@@ -57,6 +57,7 @@ typedef struct {
     Py_ssize_t rows_cap; /* in rows */
     long long foreign_thread_calls, trailing_ns, batch_mode_rows;
     long long backwards, model_forwards, model_forwards_no_grad, optimizer_steps;
+    long long unseen_forward_steps; /* committed steps with a backward and no forward timed */
     /* phase stack */
     int phase, depth;
     int64_t *stack;
@@ -71,6 +72,7 @@ typedef struct {
     IdList optimizers;
     int has_pending;
     Ended pending;
+    int forward_depth; /* a root forward is running: the forward wrappers let inner calls through */
 } Core;
 
 /* -- small helpers ------------------------------------------------------------------------- */
@@ -353,6 +355,8 @@ append(Core *self, Ended *step)
     row[R_BATCHES] = step->batches;
     row[R_SAMPLES] = step->batches ? step->samples : -1;
     row[R_OPT_STEPS] = step->opt_steps;
+    if (acc[FORWARD] == 0 && acc[BACKWARD] > 0)
+        self->unseen_forward_steps++;
     self->count++;
     PyObject *events = step->events;
     step->events = NULL;
@@ -673,11 +677,66 @@ Core_leave(Core *self, PyObject *arg)
     return PyLong_FromLongLong(now);
 }
 
+/* The hot calls as C functions (the methods below and the frame-less hooks share them): each
+ * reads the clock into *now and returns 0, or -1 with an exception. */
+static int
+fetch_begin_at(Core *self, int64_t *now)
+{
+    if (read_clock(self, now) < 0)
+        return -1;
+    if (!foreign(self) && (batch_requested(self, *now) < 0 || do_enter(self, DATA_WAIT, *now) < 0))
+        return -1;
+    return 0;
+}
+
+static int
+fetch_end_at(Core *self, long long cpu, long long batch_len, int64_t *now)
+{
+    if (read_clock(self, now) < 0)
+        return -1;
+    if (foreign(self))
+        return 0;
+    if (cpu >= 0)
+        self->wait_cpu += cpu;
+    else
+        self->wait_cpu_known = 0;
+    if (do_leave(self, DATA_WAIT, *now) < 0)
+        return -1;
+    batch_received(self, batch_len);
+    return 0;
+}
+
+static int
+forward_begin_at(Core *self, uint64_t key, int grad, int64_t *now)
+{
+    if (read_clock(self, now) < 0)
+        return -1;
+    if (foreign(self))
+        return 0;
+    if (key && model_forward_started(self, *now, key, grad) < 0)
+        return -1;
+    return do_enter(self, FORWARD, *now);
+}
+
+static int
+forward_end_at(Core *self, uint64_t key, int64_t *now)
+{
+    if (read_clock(self, now) < 0)
+        return -1;
+    if (foreign(self))
+        return 0;
+    if (do_leave(self, FORWARD, *now) < 0)
+        return -1;
+    if (key && self->has_lead && key == self->lead)
+        self->lead_done = 1;
+    return 0;
+}
+
 static PyObject *
 Core_fetch_begin(Core *self, PyObject *Py_UNUSED(ignored))
 {
-    NOW_OR_FAIL(now);
-    if (!foreign(self) && (batch_requested(self, now) < 0 || do_enter(self, DATA_WAIT, now) < 0))
+    int64_t now;
+    if (fetch_begin_at(self, &now) < 0)
         return NULL;
     return PyLong_FromLongLong(now);
 }
@@ -695,16 +754,9 @@ Core_fetch_end(Core *self, PyObject *const *args, Py_ssize_t nargs)
     long long batch_len = PyLong_AsLongLong(args[1]);
     if (batch_len == -1 && PyErr_Occurred())
         return NULL;
-    NOW_OR_FAIL(now);
-    if (foreign(self))
-        return PyLong_FromLongLong(now);
-    if (cpu >= 0)
-        self->wait_cpu += cpu;
-    else
-        self->wait_cpu_known = 0;
-    if (do_leave(self, DATA_WAIT, now) < 0)
+    int64_t now;
+    if (fetch_end_at(self, cpu, batch_len, &now) < 0)
         return NULL;
-    batch_received(self, batch_len);
     return PyLong_FromLongLong(now);
 }
 
@@ -722,12 +774,8 @@ Core_forward_begin(Core *self, PyObject *const *args, Py_ssize_t nargs)
     int grad = PyObject_IsTrue(args[1]);
     if (grad < 0)
         return NULL;
-    NOW_OR_FAIL(now);
-    if (foreign(self))
-        return PyLong_FromLongLong(now);
-    if (key && model_forward_started(self, now, key, grad) < 0)
-        return NULL;
-    if (do_enter(self, FORWARD, now) < 0)
+    int64_t now;
+    if (forward_begin_at(self, key, grad, &now) < 0)
         return NULL;
     return PyLong_FromLongLong(now);
 }
@@ -739,13 +787,9 @@ Core_forward_end(Core *self, PyObject *arg)
     uint64_t key = (uint64_t)as_key(arg, &error);
     if (error)
         return NULL;
-    NOW_OR_FAIL(now);
-    if (foreign(self))
-        return PyLong_FromLongLong(now);
-    if (do_leave(self, FORWARD, now) < 0)
+    int64_t now;
+    if (forward_end_at(self, key, &now) < 0)
         return NULL;
-    if (key && self->has_lead && key == self->lead)
-        self->lead_done = 1;
     return PyLong_FromLongLong(now);
 }
 
@@ -1061,8 +1105,12 @@ static PyMemberDef Core_members[] = {
     {"model_forwards", T_LONGLONG, offsetof(Core, model_forwards), 0, "root forwards of the model"},
     {"model_forwards_no_grad", T_LONGLONG, offsetof(Core, model_forwards_no_grad), 0, "... under no_grad"},
     {"optimizer_steps", T_LONGLONG, offsetof(Core, optimizer_steps), 0, "optimizer steps"},
+    {"unseen_forward_steps", T_LONGLONG, offsetof(Core, unseen_forward_steps), 0,
+     "committed steps with a backward and no forward timed (a root module capture does not wrap)"},
     {"next_commit_call", T_PYSSIZET, offsetof(Core, next_commit_call), 0,
      "on_commit is called only for committed step indexes >= this (0: every commit)"},
+    {"forward_depth", T_INT, offsetof(Core, forward_depth), 0,
+     "non-zero while a root forward runs (the forward wrappers let the calls inside it through)"},
     {"__dictoffset__", T_PYSSIZET, offsetof(Core, dict), READONLY},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(Core, weakreflist), READONLY},
     {NULL},
@@ -1446,6 +1494,489 @@ static PyType_Spec OptimizerHook_spec = {
     .slots = OptimizerHook_slots,
 };
 
+/* ---------------------------------------------------------------------------------------------
+ * ForwardCall and NextCall: capture's root-forward and DataLoader __next__ wrappers, with no
+ * Python frame (capture/hooks.py has the same wrappers in Python, for the Python core).
+ *
+ * Both are set as class attributes (a root module class's __call__, the loader iterator's
+ * __next__): they bind like functions (a method descriptor; `obj.attr` gives a bound method) and
+ * are called with the instance first.
+ * ------------------------------------------------------------------------------------------- */
+
+static PyObject *IS_COMPILING = NULL; /* interned "_is_compiling_flag" */
+static PyObject *LOADER_INFO = NULL;  /* "_stepscope_loader" */
+static PyObject *IN_PROCESS = NULL, *BATCHES = NULL, *WAIT_NS = NULL;
+
+static PyObject *
+bind_like_function(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+/* the truth of gate.live; -1 with an exception */
+static int
+gate_live(PyObject *gate)
+{
+    PyObject *live = PyObject_GetAttr(gate, LIVE);
+    if (live == NULL)
+        return -1;
+    int on = PyObject_IsTrue(live);
+    Py_DECREF(live);
+    return on;
+}
+
+/* leave a hook after `result` (NULL: the wrapped call raised): `left` < 0 is the hook's own
+ * failure, reported only when the call itself succeeded (its exception is the one to see) */
+static PyObject *
+finish_call(PyObject *result, PyObject *type, PyObject *value, PyObject *traceback, int left)
+{
+    if (result == NULL) {
+        if (left < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
+    if (left < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original, *gate, *keys, *compiler, *grad_enabled, *has_parameters, *roots;
+    Core *core;
+    PyObject *dict;
+    PyObject *weakreflist;
+} ForwardCall;
+
+/* the module's key: its id when it holds parameters (the model), else 0 (a loss module); found
+ * once per module and kept in `keys` by id with a weak reference, as the Python wrapper does */
+static int
+module_key(ForwardCall *self, PyObject *module, uint64_t *key)
+{
+    PyObject *id = PyLong_FromVoidPtr(module);
+    if (id == NULL)
+        return -1;
+    PyObject *known = PyDict_GetItemWithError(self->keys, id); /* borrowed */
+    if (known != NULL && PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2
+        && PyWeakref_Check(PyTuple_GET_ITEM(known, 0))
+        && PyWeakref_GET_OBJECT(PyTuple_GET_ITEM(known, 0)) == module) {
+        Py_DECREF(id);
+        int error = 0;
+        *key = (uint64_t)as_key(PyTuple_GET_ITEM(known, 1), &error);
+        return error ? -1 : 0;
+    }
+    if (known == NULL && PyErr_Occurred()) {
+        Py_DECREF(id);
+        return -1;
+    }
+    PyObject *has = PyObject_CallOneArg(self->has_parameters, module);
+    int holds = has == NULL ? -1 : PyObject_IsTrue(has);
+    Py_XDECREF(has);
+    if (holds < 0) {
+        Py_DECREF(id);
+        return -1;
+    }
+    *key = holds ? (uint64_t)(uintptr_t)module : 0;
+    PyObject *ref = PyWeakref_NewRef(module, NULL);
+    if (ref == NULL) { /* not weakly referenceable: looked up every call */
+        Py_DECREF(id);
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *entry = Py_BuildValue("(NK)", ref, (unsigned long long)*key);
+    int stored = entry == NULL ? -1 : PyDict_SetItem(self->keys, id, entry);
+    Py_XDECREF(entry);
+    Py_DECREF(id);
+    return stored;
+}
+
+static PyObject *
+ForwardCall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    ForwardCall *self = (ForwardCall *)callable;
+    Core *core = self->core;
+    if (PyVectorcall_NARGS(nargsf) < 1 || core->forward_depth)
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    int on = gate_live(self->gate);
+    if (on < 0)
+        return NULL;
+    if (on) {
+        PyObject *flag = PyObject_GetAttr(self->compiler, IS_COMPILING);
+        if (flag == NULL)
+            return NULL;
+        int compiling = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (compiling < 0)
+            return NULL;
+        on = !compiling; /* under torch.compile / torch.export tracing: step aside */
+    }
+    if (!on)
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    PyObject *module = args[0];
+    if (self->roots != Py_None && PySet_Add(self->roots, (PyObject *)Py_TYPE(module)) < 0)
+        return NULL;
+    uint64_t key;
+    if (module_key(self, module, &key) < 0)
+        return NULL;
+    int grad = 1;
+    if (key) {
+        PyObject *enabled = PyObject_CallNoArgs(self->grad_enabled);
+        grad = enabled == NULL ? -1 : PyObject_IsTrue(enabled);
+        Py_XDECREF(enabled);
+        if (grad < 0)
+            return NULL;
+    }
+    int64_t now;
+    if (forward_begin_at(core, key, grad, &now) < 0)
+        return NULL;
+    core->forward_depth = 1;
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    core->forward_depth = 0;
+    PyObject *type = NULL, *value = NULL, *traceback = NULL;
+    if (result == NULL)
+        PyErr_Fetch(&type, &value, &traceback);
+    return finish_call(result, type, value, traceback, forward_end_at(core, key, &now));
+}
+
+static int
+ForwardCall_init(ForwardCall *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"original", "core", "gate", "keys", "compiler", "grad_enabled",
+                               "has_parameters", "roots", NULL};
+    PyObject *original, *core, *gate, *keys, *compiler, *grad_enabled, *has_parameters, *roots = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO|O", keywords, &original, &core, &gate,
+                                     &PyDict_Type, &keys, &compiler, &grad_enabled, &has_parameters, &roots))
+        return -1;
+    if (!PyCallable_Check(original) || !PyCallable_Check(grad_enabled) || !PyCallable_Check(has_parameters)) {
+        PyErr_SetString(PyExc_TypeError, "ForwardCall: original, grad_enabled and has_parameters must be callable");
+        return -1;
+    }
+    if (CoreTypePtr == NULL || !PyObject_TypeCheck(core, CoreTypePtr)) {
+        PyErr_SetString(PyExc_TypeError, "ForwardCall: core must be a _fastrec.Core");
+        return -1;
+    }
+    if (roots != Py_None && !PySet_Check(roots)) {
+        PyErr_SetString(PyExc_TypeError, "ForwardCall: roots must be a set or None");
+        return -1;
+    }
+    Py_XSETREF(self->original, Py_NewRef(original));
+    Py_XSETREF(self->core, (Core *)Py_NewRef(core));
+    Py_XSETREF(self->gate, Py_NewRef(gate));
+    Py_XSETREF(self->keys, Py_NewRef(keys));
+    Py_XSETREF(self->compiler, Py_NewRef(compiler));
+    Py_XSETREF(self->grad_enabled, Py_NewRef(grad_enabled));
+    Py_XSETREF(self->has_parameters, Py_NewRef(has_parameters));
+    Py_XSETREF(self->roots, Py_NewRef(roots));
+    self->vectorcall = ForwardCall_vectorcall;
+    return 0;
+}
+
+static int
+ForwardCall_traverse(ForwardCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->original);
+    Py_VISIT(self->core);
+    Py_VISIT(self->gate);
+    Py_VISIT(self->keys);
+    Py_VISIT(self->compiler);
+    Py_VISIT(self->grad_enabled);
+    Py_VISIT(self->has_parameters);
+    Py_VISIT(self->roots);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+ForwardCall_clear(ForwardCall *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->gate);
+    Py_CLEAR(self->keys);
+    Py_CLEAR(self->compiler);
+    Py_CLEAR(self->grad_enabled);
+    Py_CLEAR(self->has_parameters);
+    Py_CLEAR(self->roots);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+ForwardCall_dealloc(ForwardCall *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    ForwardCall_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef ForwardCall_members[] = {
+    {"original", T_OBJECT, offsetof(ForwardCall, original), READONLY, "the __call__ wrapped"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardCall, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(ForwardCall, dict), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ForwardCall, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot ForwardCall_slots[] = {
+    {Py_tp_doc, "A module class's __call__ timing root forwards in a Core, with no Python frame."},
+    {Py_tp_init, ForwardCall_init},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, bind_like_function},
+    {Py_tp_dealloc, ForwardCall_dealloc},
+    {Py_tp_traverse, ForwardCall_traverse},
+    {Py_tp_clear, ForwardCall_clear},
+    {Py_tp_members, ForwardCall_members},
+    {0, NULL},
+};
+
+static PyType_Spec ForwardCall_spec = {
+    .name = "stepscope.capture._fastrec.ForwardCall",
+    .basicsize = sizeof(ForwardCall),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = ForwardCall_slots,
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original, *gate, *batch_length, *tensor;
+    Core *core;
+    Py_ssize_t cpu_every;
+    PyObject *dict;
+    PyObject *weakreflist;
+} NextCall;
+
+static int64_t
+thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* the leading dimension of a tensor with one, else -2 (not a tensor), -1 (a 0-d tensor), or -3
+ * with an exception */
+static long long
+tensor_length(NextCall *self, PyObject *obj)
+{
+    if ((PyObject *)Py_TYPE(obj) != self->tensor)
+        return -2;
+    PyObject *shape = PyObject_GetAttrString(obj, "shape");
+    if (shape == NULL)
+        return -3;
+    long long length = -1;
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+        length = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
+        if (length == -1 && PyErr_Occurred())
+            length = -3;
+    }
+    Py_DECREF(shape);
+    return length;
+}
+
+/* batch_length(batch) of capture/hooks.py: a plain tensor, or a tuple/list whose first item is
+ * one with a leading dimension, here; anything else by the Python function. Never raises: an
+ * odd batch has an unknown length (-1). */
+static long long
+next_batch_length(NextCall *self, PyObject *batch)
+{
+    long long length = tensor_length(self, batch);
+    if (length == -2 && (PyTuple_CheckExact(batch) || PyList_CheckExact(batch))
+        && PySequence_Fast_GET_SIZE(batch) > 0) {
+        length = tensor_length(self, PySequence_Fast_GET_ITEM(batch, 0));
+        if (length == -1)
+            length = -2; /* a 0-d first leaf: the Python rules look further */
+    }
+    if (length >= -1)
+        return length;
+    if (length == -2) {
+        PyObject *found = PyObject_CallOneArg(self->batch_length, batch);
+        length = found == NULL ? -1 : PyLong_AsLongLong(found);
+        Py_XDECREF(found);
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        length = -1;
+    }
+    return length;
+}
+
+/* info[key] += amount */
+static int
+add_to_item(PyObject *info, PyObject *key, long long amount)
+{
+    PyObject *old = PyObject_GetItem(info, key);
+    if (old == NULL)
+        return -1;
+    PyObject *delta = PyLong_FromLongLong(amount);
+    PyObject *sum = delta == NULL ? NULL : PyNumber_Add(old, delta);
+    Py_DECREF(old);
+    Py_XDECREF(delta);
+    if (sum == NULL)
+        return -1;
+    int status = PyObject_SetItem(info, key, sum);
+    Py_DECREF(sum);
+    return status;
+}
+
+static PyObject *
+NextCall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    NextCall *self = (NextCall *)callable;
+    Core *core = self->core;
+    int on = PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL ? gate_live(self->gate) : 0;
+    if (on < 0)
+        return NULL;
+    if (!on)
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    int64_t start, end;
+    if (fetch_begin_at(core, &start) < 0) /* a batch request may end the previous step */
+        return NULL;
+    PyObject *info = PyObject_GetAttr(args[0], LOADER_INFO);
+    if (info == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+    }
+    else if (info == Py_None) {
+        Py_CLEAR(info);
+    }
+    /* the training thread's CPU inside next() (num_workers=0), on one step in cpu_every */
+    int measure = 0;
+    if (info != NULL && self->cpu_every > 0 && core->count % self->cpu_every == 0) {
+        PyObject *in_process = PyObject_GetItem(info, IN_PROCESS);
+        measure = in_process == NULL ? -1 : PyObject_IsTrue(in_process);
+        Py_XDECREF(in_process);
+        if (measure < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+    }
+    int64_t cpu_start = measure ? thread_cpu_ns() : 0;
+    PyObject *batch = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    if (batch == NULL) { /* StopIteration at the end of an epoch, or the loader's error */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        int left = read_clock(core, &end) < 0 ? -1 : foreign(core) ? 0 : do_leave(core, DATA_WAIT, end);
+        Py_XDECREF(info);
+        return finish_call(NULL, type, value, traceback, left);
+    }
+    long long cpu = measure ? (long long)(thread_cpu_ns() - cpu_start) : -1;
+    if (fetch_end_at(core, cpu, next_batch_length(self, batch), &end) < 0
+        || (info != NULL && (add_to_item(info, BATCHES, 1) < 0 || add_to_item(info, WAIT_NS, end - start) < 0))) {
+        Py_XDECREF(info);
+        Py_DECREF(batch);
+        return NULL;
+    }
+    Py_XDECREF(info);
+    return batch;
+}
+
+static int
+NextCall_init(NextCall *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"original", "core", "gate", "batch_length", "tensor", "cpu_every", NULL};
+    PyObject *original, *core, *gate, *batch_length, *tensor;
+    Py_ssize_t cpu_every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOn", keywords, &original, &core, &gate, &batch_length,
+                                     &tensor, &cpu_every))
+        return -1;
+    if (!PyCallable_Check(original) || !PyCallable_Check(batch_length)) {
+        PyErr_SetString(PyExc_TypeError, "NextCall: original and batch_length must be callable");
+        return -1;
+    }
+    if (CoreTypePtr == NULL || !PyObject_TypeCheck(core, CoreTypePtr)) {
+        PyErr_SetString(PyExc_TypeError, "NextCall: core must be a _fastrec.Core");
+        return -1;
+    }
+    Py_XSETREF(self->original, Py_NewRef(original));
+    Py_XSETREF(self->core, (Core *)Py_NewRef(core));
+    Py_XSETREF(self->gate, Py_NewRef(gate));
+    Py_XSETREF(self->batch_length, Py_NewRef(batch_length));
+    Py_XSETREF(self->tensor, Py_NewRef(tensor));
+    self->cpu_every = cpu_every;
+    self->vectorcall = NextCall_vectorcall;
+    return 0;
+}
+
+static int
+NextCall_traverse(NextCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->original);
+    Py_VISIT(self->core);
+    Py_VISIT(self->gate);
+    Py_VISIT(self->batch_length);
+    Py_VISIT(self->tensor);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+NextCall_clear(NextCall *self)
+{
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->gate);
+    Py_CLEAR(self->batch_length);
+    Py_CLEAR(self->tensor);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+NextCall_dealloc(NextCall *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    NextCall_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMemberDef NextCall_members[] = {
+    {"original", T_OBJECT, offsetof(NextCall, original), READONLY, "the __next__ wrapped"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(NextCall, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(NextCall, dict), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(NextCall, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot NextCall_slots[] = {
+    {Py_tp_doc, "A loader iterator's __next__ timing the data wait in a Core, with no Python frame."},
+    {Py_tp_init, NextCall_init},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_descr_get, bind_like_function},
+    {Py_tp_dealloc, NextCall_dealloc},
+    {Py_tp_traverse, NextCall_traverse},
+    {Py_tp_clear, NextCall_clear},
+    {Py_tp_members, NextCall_members},
+    {0, NULL},
+};
+
+static PyType_Spec NextCall_spec = {
+    .name = "stepscope.capture._fastrec.NextCall",
+    .basicsize = sizeof(NextCall),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = NextCall_slots,
+};
+
 static int
 fastrec_exec(PyObject *module)
 {
@@ -1473,6 +2004,21 @@ fastrec_exec(PyObject *module)
     if (PyModule_AddObject(module, "OptimizerHook", optimizer_hook) < 0) {
         Py_DECREF(optimizer_hook);
         return -1;
+    }
+    if ((IS_COMPILING == NULL && (IS_COMPILING = PyUnicode_InternFromString("_is_compiling_flag")) == NULL)
+        || (LOADER_INFO == NULL && (LOADER_INFO = PyUnicode_InternFromString("_stepscope_loader")) == NULL)
+        || (IN_PROCESS == NULL && (IN_PROCESS = PyUnicode_InternFromString("in_process")) == NULL)
+        || (BATCHES == NULL && (BATCHES = PyUnicode_InternFromString("batches")) == NULL)
+        || (WAIT_NS == NULL && (WAIT_NS = PyUnicode_InternFromString("wait_ns")) == NULL))
+        return -1;
+    PyObject *types[] = {PyType_FromModuleAndSpec(module, &ForwardCall_spec, NULL),
+                         PyType_FromModuleAndSpec(module, &NextCall_spec, NULL)};
+    const char *names[] = {"ForwardCall", "NextCall"};
+    for (int i = 0; i < 2; i++) {
+        if (types[i] == NULL || PyModule_AddObject(module, names[i], types[i]) < 0) {
+            Py_XDECREF(types[i]);
+            return -1;
+        }
     }
     if (PyModule_AddIntConstant(module, "WIDTH", WIDTH) < 0)
         return -1;

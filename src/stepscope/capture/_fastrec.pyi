@@ -18,10 +18,12 @@ class Core:
     foreign_thread_calls: int
     trailing_ns: int
     backwards: int
+    unseen_forward_steps: int
     model_forwards: int
     model_forwards_no_grad: int
     optimizer_steps: int
     next_commit_call: int
+    forward_depth: int
     @property
     def count(self) -> int: ...
     @property
@@ -65,3 +67,29 @@ class OptimizerHook:
 
     def __init__(self, core: Core, gate: Any, started: bool, on_new: Callable[[Any], None] | None = None) -> None: ...
     def __call__(self, optimizer: Any, *args: Any) -> None: ...
+
+
+class ForwardCall:
+    """A root module class's ``__call__``: ``original(module, ...)`` as a timed root forward when
+    ``gate.live``, no forward runs yet and ``compiler._is_compiling_flag`` is false (binds like a
+    function)."""
+
+    original: Callable[..., Any]
+
+    def __init__(self, original: Callable[..., Any], core: Core, gate: Any, keys: dict[int, tuple[Any, int]],
+                 compiler: Any, grad_enabled: Callable[[], bool], has_parameters: Callable[[Any], bool],
+                 roots: set[type] | None = None) -> None: ...
+    def __call__(self, module: Any, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, instance: Any, owner: type | None = None) -> Any: ...
+
+
+class NextCall:
+    """A loader iterator's ``__next__``: ``original(iterator)`` timed as the data wait when
+    ``gate.live`` (binds like a function)."""
+
+    original: Callable[..., Any]
+
+    def __init__(self, original: Callable[..., Any], core: Core, gate: Any, batch_length: Callable[[Any], int],
+                 tensor: type, cpu_every: int) -> None: ...
+    def __call__(self, iterator: Any) -> Any: ...
+    def __get__(self, instance: Any, owner: type | None = None) -> Any: ...

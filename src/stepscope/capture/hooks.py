@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.patching import patch_attribute
-from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FASTREC, NEVER, ROW, StepRecorder
+from stepscope.capture.recorder import BACKWARD, DATA_WAIT, FASTREC, NEVER, StepRecorder
 from stepscope.capture.warn import WarningSink
 from stepscope.safe_write import create_exclusive
 
@@ -40,7 +40,6 @@ DISCOVERY_STEPS = 2
 #: After discovery, the committed steps are looked at this often for a backward without a forward
 #: seen (a root module that appeared later: discovery again).
 REDISCOVERY_CHECK_EVERY = 8
-_FORWARD_COLUMN, _BACKWARD_COLUMN = ROW.index("forward_ns"), ROW.index("backward_ns")
 
 
 #: The training thread's CPU time inside ``next()`` is read on one step in this many (reading a
@@ -203,6 +202,15 @@ def _frameless(rec: Any) -> Any:
     return FASTREC if FASTREC is not None and isinstance(rec, FASTREC.Core) else None
 
 
+def _like(wrapper: Any, original: Any) -> Any:
+    """A C wrapper dressed as the callable it wraps (``__wrapped__``, name, docstring)."""
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    wrapper.__name__ = getattr(original, "__name__", type(wrapper).__name__)
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    return wrapper
+
+
 def _has_parameters(module: Any) -> bool:
     """Whether a module holds parameters (its own first, then its children's)."""
     try:
@@ -266,8 +274,8 @@ class TorchHooks:
         self.installed = False
         self._root_classes: set[type] = set()
         self._discovering = False
-        self._fwd_depth = 0
         self._committed_at_discovery = 0
+        self._unseen_at_discovery = 0  # the recorder's unseen_forward_steps when discovery ended
         self._last_optimizer_id = 0
         self._last_optimizer: Any = None  # weakref to the last optimizer that stepped
         #: id(module) -> (weak reference, key): whether a root module holds parameters, found once
@@ -391,6 +399,10 @@ class TorchHooks:
                 info["wait_ns"] += end - start
             return batch
 
+        fast = _frameless(rec)
+        if fast is not None:  # the same wrapper in C: no Python frame per batch, none in tracebacks
+            __next__ = _like(fast.NextCall(original_next, rec, hooks, batch_length, torch.Tensor, LOADER_CPU_EVERY),
+                             original_next)
         self._patch(DataLoader, "__iter__", __iter__)
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
 
@@ -425,10 +437,7 @@ class TorchHooks:
 
         fast = _frameless(rec)
         if fast is not None:
-            wrapper = fast.PhaseCall(original_autograd, rec, hooks, BACKWARD)
-            wrapper.__wrapped__ = original_autograd
-            wrapper.__doc__ = original_autograd.__doc__
-            wrapper.__name__ = getattr(original_autograd, "__name__", "backward")
+            wrapper = _like(fast.PhaseCall(original_autograd, rec, hooks, BACKWARD), original_autograd)
         else:
             wrapper = timed(original_autograd)
         self._patch(torch.autograd, "backward", wrapper)
@@ -486,10 +495,16 @@ class TorchHooks:
 
         grad_enabled = self._grad_enabled
         keys = self._module_keys
+        fast = _frameless(rec)
+        if fast is not None and not discover:
+            # a root class's wrapper, in C (no frame per forward, none in tracebacks). Discovery
+            # wraps nn.Module.__call__ itself, which torch.compile traces through: a Python function there
+            return _like(fast.ForwardCall(original, rec, hooks, keys, compiler, grad_enabled, _has_parameters),
+                         original)
         forward_begin, forward_end = rec.forward_begin, rec.forward_end
 
         def __call__(module, *args, **kwargs):  # noqa: N807
-            if hooks._fwd_depth or not hooks.live or compiler._is_compiling_flag:
+            if rec.forward_depth or not hooks.live or compiler._is_compiling_flag:
                 return original(module, *args, **kwargs)
             if discover:
                 hooks._root_classes.add(type(module))
@@ -504,11 +519,11 @@ class TorchHooks:
                     pass
             # the model (key non-zero; a loss module has no parameters) may delimit steps
             forward_begin(key, grad_enabled() if key else True)
-            hooks._fwd_depth = 1
+            rec.forward_depth = 1
             try:
                 return original(module, *args, **kwargs)
             finally:
-                hooks._fwd_depth = 0
+                rec.forward_depth = 0
                 forward_end(key)
 
         return __call__
@@ -527,8 +542,8 @@ class TorchHooks:
     def after_commit(self, index: int) -> int:
         """After committed step ``index`` (the capture session calls it); returns the next index it
         must be called at: every step while discovering root modules, then every
-        :data:`REDISCOVERY_CHECK_EVERY` steps, to look back for a backward without a forward seen
-        (a new root module: discovery again)."""
+        :data:`REDISCOVERY_CHECK_EVERY` steps, to see whether a step committed since had a backward
+        and no forward timed (the recorder counts them; a new root module: discovery again)."""
         rec = self.rec
         if not self.installed:  # a commit while capture ends: nothing left to patch or unpatch
             return NEVER
@@ -537,14 +552,14 @@ class TorchHooks:
                 return index + 1
             self._finish_discovery()
             return index + REDISCOVERY_CHECK_EVERY
-        for step in range(max(0, rec.count - REDISCOVERY_CHECK_EVERY), rec.count):
-            if rec.row_value(_FORWARD_COLUMN, step) == 0 and rec.row_value(_BACKWARD_COLUMN, step) > 0:
-                self._start_discovery()
-                return index + 1
+        if rec.unseen_forward_steps != self._unseen_at_discovery:  # a backward without a forward timed
+            self._start_discovery()
+            return index + 1
         return index + REDISCOVERY_CHECK_EVERY
 
     def _finish_discovery(self) -> None:
         self._discovering = False
+        self._unseen_at_discovery = self.rec.unseen_forward_steps
         undo = self._discovery_undo
         if undo not in self._undo:  # already undone by uninstall()
             return

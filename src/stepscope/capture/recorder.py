@@ -108,11 +108,12 @@ class _PyCore:
     interface; see the module docstring). ``clock=None`` reads :func:`time.perf_counter_ns`."""
 
     __slots__ = ("clock", "listener", "owner_thread", "_rows", "count", "mode", "foreign_thread_calls",
-                 "trailing_ns", "_batch_mode_rows", "backwards", "model_forwards", "model_forwards_no_grad",
+                 "trailing_ns", "_batch_mode_rows", "backwards", "unseen_forward_steps", "model_forwards",
+                 "model_forwards_no_grad",
                  "optimizer_steps", "_stack", "_phase", "_depth", "_start", "_last", "_pending", "on_commit", "device",
                  "comm", "_acc", "_overlap_ns", "_init_ns", "_wait_cpu_ns", "_batches", "_samples", "_samples_known",
                  "_wait_cpu_known", "at_boundary", "_opt_steps", "_optimizers", "_backward_done", "_lead", "_lead_done",
-                 "next_commit_call", "__dict__", "__weakref__")
+                 "next_commit_call", "forward_depth", "__dict__", "__weakref__")
 
     def __init__(self, clock: Callable[[], int] | None = None, phase_listener: Any = None):
         self.clock = clock or _now
@@ -125,6 +126,7 @@ class _PyCore:
         self.trailing_ns = 0
         self._batch_mode_rows = 0  # rows committed in a fallback mode (merged at the first optimizer step)
         self.backwards = 0  # outermost backward() calls seen, whatever the mode
+        self.unseen_forward_steps = 0  # committed steps with a backward and no forward timed
         self.model_forwards = 0  # root forwards of modules with parameters
         self.model_forwards_no_grad = 0  # ... of which under torch.no_grad() / inference_mode()
         self.optimizer_steps = 0
@@ -139,6 +141,7 @@ class _PyCore:
         #: on_commit is called only for committed step indexes >= this (0: every commit); the
         #: callback moves it to the next step it needs, so steady steps make no Python call
         self.next_commit_call = 0
+        self.forward_depth = 0  # non-zero while a root forward runs (capture's forward wrappers)
         #: called after the commits of a batch request or an optimizer step (``run --max-steps``)
         self.at_boundary: Callable[[], None] | None = None
         self.device: Any = None  # a DeviceTimer once CUDA is in use (see cuda_timing.py)
@@ -531,6 +534,8 @@ class _PyCore:
                           acc[OPTIMIZER], acc[COMMUNICATION], overlap,
                           duration - wait - acc[FORWARD] - acc[BACKWARD] - acc[OPTIMIZER] - acc[COMMUNICATION]
                           - acc[COMPILE], acc[COMPILE], batches, samples if batches else -1, opt_steps))
+        if acc[FORWARD] == 0 and acc[BACKWARD] > 0:
+            self.unseen_forward_steps += 1
         self.count += 1
         if self.device is not None:
             self._pad_device_columns()
