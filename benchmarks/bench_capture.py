@@ -15,6 +15,7 @@
    counted); median ratio.
 
     python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
+    python benchmarks/bench_capture.py --hook-cost           # the first line alone
     python benchmarks/bench_capture.py --instructions        # callgrind, ~2 minutes
     python benchmarks/bench_capture.py --compiled aot_eager [--rounds 7]   # end to end, compiled model
 """
@@ -243,6 +244,7 @@ def main() -> None:
                         help="stack sampling rate of the captured blocks (default: stepscope run's)")
     parser.add_argument("--instructions", action="store_true",
                         help="only the instructions per step, counted under callgrind (needs valgrind)")
+    parser.add_argument("--hook-cost", action="store_true", help="only the first measurement (the hook cost per step)")
     parser.add_argument("--compiled", metavar="BACKEND", help="only the end-to-end comparison, on the loop's model "
                         "compiled with torch.compile(backend=BACKEND), e.g. aot_eager or inductor")
     args = parser.parse_args()
@@ -265,6 +267,8 @@ def main() -> None:
               f"(interquartile {low * 1e6:.1f}..{high * 1e6:.1f}, {args.rounds * 6} paired blocks of "
               f"{args.block * 4} steps, stacks {args.stacks_hz:g} Hz); on a 5 ms step: ratio "
               f"{1 + added / 5e-3:.4f}", flush=True)
+        if args.hook_cost:
+            return
         wall, cpu, step = in_process(args.block, args.rounds * 3, workdir)
         print(f"in-process, alternating blocks of {args.block} steps ({step * 1e3:.2f} ms/step): "
               f"median ratio wall {wall:.4f}, CPU time {cpu:.4f}", flush=True)

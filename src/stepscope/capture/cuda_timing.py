@@ -30,7 +30,9 @@ def torch_cuda_backend() -> tuple[Callable[[], Any], Callable[[], None]] | None:
     """(make_event, synchronize) for CUDA when the script has initialised it, else None."""
     import torch
 
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    # is_initialized() first: a flag test, where is_available() asks the driver (capture asks every
+    # few steps until the script initialises CUDA)
+    if not torch.cuda.is_initialized() or not torch.cuda.is_available():
         return None
     return (lambda: torch.cuda.Event(enable_timing=True)), torch.cuda.synchronize
 

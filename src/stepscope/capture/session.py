@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,24 @@ ACTIVE: CaptureSession | None = None
 #: CHECKPOINT_MAX_S (``STEPSCOPE_CHECKPOINT_S`` sets the first; 0 turns checkpoints off).
 CHECKPOINT_FIRST_S = 2.0
 CHECKPOINT_MAX_S = 60.0
+
+
+def _cuda_initialized_probe() -> Callable[[], bool]:
+    """Whether the script has initialised CUDA: ``torch.cuda.is_initialized`` (a flag test), found
+    once torch is imported (capture asks every few steps; the device-timing set-up runs once it
+    says yes)."""
+    found: list[Callable[[], bool]] = []
+
+    def probe() -> bool:
+        if not found:
+            cuda = getattr(sys.modules.get("torch"), "cuda", None)
+            is_initialized = getattr(cuda, "is_initialized", None)
+            if not callable(is_initialized):
+                return "torch" in sys.modules  # an odd torch: the full check decides
+            found.append(is_initialized)
+        return found[0]()
+
+    return probe
 
 
 class CaptureSession:
@@ -450,6 +468,7 @@ class CaptureSession:
         profiler window and the check for CUDA. Each part returns the next step it needs, and the
         recorder calls back only then: a steady step makes no Python call here."""
         hooks, flops, trace, recorder = self.hooks, self.flops, self.trace, self.recorder
+        cuda_initialized = _cuda_initialized_probe()
 
         def on_commit(index: int) -> None:
             wanted = hooks.after_commit(index)
@@ -460,7 +479,8 @@ class CaptureSession:
             if recorder.device is None:
                 if index - self._device_checked_at >= DEVICE_CHECK_EVERY:
                     self._device_checked_at = index
-                    self._maybe_enable_device_timing()
+                    if cuda_initialized():  # a flag test: the full check only once the script uses CUDA
+                        self._maybe_enable_device_timing()
                 if recorder.device is None:
                     wanted = min(wanted, self._device_checked_at + DEVICE_CHECK_EVERY)
             recorder.next_commit_call = max(wanted, index + 1)

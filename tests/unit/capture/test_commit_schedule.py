@@ -34,3 +34,38 @@ def test_steady_steps_call_back_only_at_the_periodic_checks(tmp_path):
     assert steady and all(later - earlier == DEVICE_CHECK_EVERY for earlier, later in zip(steady, steady[1:]))
     assert len(calls) < 2 + 5 + 59 // DEVICE_CHECK_EVERY + 2
     assert record is not None and len(record.profiler_windows) == 1 and len(record.steps) >= 59
+
+
+def test_device_timing_starts_once_the_script_initialises_cuda(tmp_path, monkeypatch):
+    """The periodic check reads torch.cuda.is_initialized() (a flag) and asks for the CUDA event
+    backend only once it is true; then the recorder times phases on the device."""
+    from stepscope.capture import cuda_timing
+    from tests.unit.capture.test_cuda_timing import FakeDevice
+
+    initialized = {"now": False}
+    asked = []
+    device = FakeDevice()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized["now"])
+
+    def backend():
+        asked.append(initialized["now"])
+        return device.make_event, device.synchronize
+
+    monkeypatch.setattr(cuda_timing, "torch_cuda_backend", backend)
+    session = CaptureSession(tmp_path / "run", sample_interval_s=None, count_flops=False, emit_warnings=False,
+                             stacks_hz=0).start()
+    try:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, (x,) in enumerate(DataLoader(TensorDataset(torch.zeros(40 * 2, 4)), batch_size=2)):
+            if step == 20:
+                initialized["now"] = True
+                flipped_at = session.recorder.count
+            model(x).sum().backward()
+            opt.step()
+            if session.recorder.device is not None and "timed_from" not in locals():
+                timed_from = session.recorder.count
+    finally:
+        session.stop()
+    assert asked == [True]  # never asked while CUDA was not initialised; once after
+    assert flipped_at <= timed_from <= flipped_at + DEVICE_CHECK_EVERY + 1
