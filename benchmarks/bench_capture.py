@@ -73,10 +73,10 @@ MINIMAL = textwrap.dedent("""
     def block():
         for index, _ in enumerate(loader):
             if index == skip:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
             model(x).sum().backward()
             opt.step()
-        return (time.perf_counter() - started) / (steps - skip)
+        return ((time.perf_counter() - started) / (steps - skip), (time.process_time() - cpu) / (steps - skip))
 
     def captured(tmp, index):
         session = CaptureSession(tmp + f"/r{index}", sample_interval_s=None, count_flops=False,
@@ -87,17 +87,18 @@ MINIMAL = textwrap.dedent("""
             session.stop()
 
     block()
-    diffs, bare_times = [], []
+    diffs, cpu_diffs, bare_times = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
             if index % 2:
                 with_capture, bare = captured(tmp, index), block()
             else:
                 bare, with_capture = block(), captured(tmp, index)
-            diffs.append(with_capture - bare)
-            bare_times.append(bare)
-    q = statistics.quantiles(diffs, n=4)
-    print(statistics.median(bare_times), statistics.median(diffs), q[0], q[2])
+            diffs.append(with_capture[0] - bare[0])
+            cpu_diffs.append(with_capture[1] - bare[1])
+            bare_times.append(bare[0])
+    q, c = statistics.quantiles(diffs, n=4), statistics.quantiles(cpu_diffs, n=4)
+    print(statistics.median(bare_times), statistics.median(diffs), q[0], q[2], statistics.median(cpu_diffs), c[0], c[2])
 """)
 
 #: The callgrind variant: one bare epoch and one captured epoch between two dump points each.
@@ -214,15 +215,15 @@ def run_once(script: Path, steps: int, wrapped: bool, workdir: Path, extra: tupl
     return float(result.stdout.strip().splitlines()[-2])
 
 
-def minimal_step(steps: int, rounds: int, workdir: Path, stacks_hz: float) -> tuple[float, float, float, float]:
-    """(bare step, median added per step, its first and third quartiles), in seconds."""
+def minimal_step(steps: int, rounds: int, workdir: Path, stacks_hz: float) -> tuple[float, ...]:
+    """(bare step, median added per step in wall time, its first and third quartiles, the same three
+    in CPU time of the process: every thread, capture's own included), in seconds."""
     script = workdir / "minimal.py"
     script.write_text(MINIMAL)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run([sys.executable, str(script), str(steps), str(rounds), str(stacks_hz)],
                             capture_output=True, text=True, env=env, check=True)
-    bare, added, low, high = (float(value) for value in result.stdout.split())
-    return bare, added, low, high
+    return tuple(float(value) for value in result.stdout.split())
 
 
 def in_process(block: int, rounds: int, workdir: Path) -> tuple[float, float, float]:
@@ -262,9 +263,11 @@ def main() -> None:
             print(f"instructions per step (callgrind): bare {bare_ir:,.0f}, captured {captured_ir:,.0f} "
                   f"=> +{captured_ir - bare_ir:,.0f} (stacks {args.stacks_hz:g} Hz)", flush=True)
             return
-        bare, added, low, high = minimal_step(args.block * 4, args.rounds * 6, workdir, args.stacks_hz)
+        bare, added, low, high, cpu, cpu_low, cpu_high = minimal_step(args.block * 4, args.rounds * 6, workdir,
+                                                                      args.stacks_hz)
         print(f"hook cost: minimal step {bare * 1e6:.1f} µs bare, +{added * 1e6:.1f} µs/step captured "
-              f"(interquartile {low * 1e6:.1f}..{high * 1e6:.1f}, {args.rounds * 6} paired blocks of "
+              f"(interquartile {low * 1e6:.1f}..{high * 1e6:.1f}; CPU time of the process +{cpu * 1e6:.1f} µs, "
+              f"interquartile {cpu_low * 1e6:.1f}..{cpu_high * 1e6:.1f}; {args.rounds * 6} paired blocks of "
               f"{args.block * 4} steps, stacks {args.stacks_hz:g} Hz); on a 5 ms step: ratio "
               f"{1 + added / 5e-3:.4f}", flush=True)
         if args.hook_cost:
