@@ -89,15 +89,32 @@ def test_verify_withdraws_what_did_not_help_and_its_best_change_holds_in_a_full_
     assert top["measured_gain"] is not None and not top["withdrawn"]
     settings = rows[best]["settings"]
     flags = [part for key, value in settings.items() for part in ("--set", f"{key}={str(value).lower()}")]
-    full = run_cli(["run", "--no-summary", "-o", "full", *flags, *TOKENIZE], tmp_path, timeout=120)
-    assert full.returncode == 0, full.stderr
-    full_speedup = samples_per_s(tmp_path / "full") / samples_per_s(tmp_path / "v")
     row = rows[best]
-    numbers = f"verify: x{row['speedup']:.2f} ({row['speedup_low']:.2f}-{row['speedup_high']:.2f}); full run: x{full_speedup:.2f}"
-    print(numbers)
     checked = Comparison(**{**row, "speedup_low": min(row["speedup_low"], row["speedup"] / NOISE_FLOOR),
                             "speedup_high": max(row["speedup_high"], row["speedup"] * NOISE_FLOOR)})
-    crowded = [name for name in ("v", "full") if foreign_load(tmp_path / name)]
+    numbers = f"verify: x{row['speedup']:.2f} ({row['speedup_low']:.2f}-{row['speedup_high']:.2f}); full runs:"
+    # One pair of full runs is one draw: the --verify run against a full run of the change. A pair
+    # that disagrees is drawn again as an adjacent pair in the other order (change first), so a
+    # minute of drift on a shared machine between the first two runs does not decide alone; the
+    # second pair must agree.
+    pairs = [("v", "full")]
+    run_full(tmp_path, "full", flags)
+    while True:
+        baseline, change = pairs[-1]
+        full_speedup = samples_per_s(tmp_path / change) / samples_per_s(tmp_path / baseline)
+        numbers += f" x{full_speedup:.2f}"
+        if agrees(full_speedup, checked) or len(pairs) == 2:
+            break
+        pairs.append(("base2", "full2"))
+        run_full(tmp_path, "full2", flags)
+        run_full(tmp_path, "base2", [])
+    print(numbers)
+    crowded = [name for pair in pairs for name in pair if foreign_load(tmp_path / name)]
     if crowded and not agrees(full_speedup, checked):
         pytest.skip(f"other processes held >= 25% of the cores during the {', '.join(crowded)} run(s): {numbers}")
     assert agrees(full_speedup, checked), numbers
+
+
+def run_full(tmp_path, name: str, flags: list[str]) -> None:
+    result = run_cli(["run", "--no-summary", "-o", name, *flags, *TOKENIZE], tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
