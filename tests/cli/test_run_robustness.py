@@ -458,6 +458,26 @@ def test_double_ctrl_c_during_start_up_never_shows_stepscope_s_traceback(tmp_pat
     assert "one line" in outcomes, outcomes  # the sweep did cross stepscope's start
 
 
+def test_a_ctrl_c_during_orjson_s_import_waits_for_its_end(tmp_path):
+    """orjson's initialisation dereferences the modules it imports unchecked: a Ctrl-C during it
+    crashed the interpreter (SIGSEGV, ~1 in 100 double Ctrl-Cs at start-up). The console entry
+    imports it with SIGINT blocked. A stand-in orjson sends the Ctrl-C from inside its own import:
+    the import finishes, then the Ctrl-C ends stepscope with its one line."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "orjson.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.05)  # a blocked SIGINT stays pending here\n"
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    env = cli_env()
+    env["PYTHONPATH"] = str(fake) + os.pathsep + env["PYTHONPATH"]
+    process = subprocess.run([sys.executable, "-m", "stepscope", "--version"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "imported").exists(), process.stderr  # the module's body ran to its end
+    assert process.returncode == -signal.SIGINT and process.stderr == "stepscope: interrupted (Ctrl-C)\n"
+
+
 def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
     """SIGKILL skips every handler: the record's checkpoint, saved while the steps accrued, is what
     `stepscope report` reads, with a note saying the run did not finish capture."""

@@ -22,7 +22,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "stepscope"
 
 #: Always allowed: the leaves every layer may use.
-COMMON = {"errors", "units", "_version", "text", "limits", "redact", "safe_write"}
+COMMON = {"errors", "units", "_version", "text", "limits", "redact", "safe_write", "heap"}
 #: layer -> the stepscope layers it may import.
 ALLOWED: dict[str, set[str]] = {
     "record": set(),

@@ -20,12 +20,32 @@ import sys
 def console_main() -> None:
     code = 128 + _signal.SIGINT
     try:
+        _import_orjson_uninterrupted()
         from stepscope.cli import main as cli
 
         code = cli.main()
     except KeyboardInterrupt:
         interrupted()
     sys.exit(code)
+
+
+def _import_orjson_uninterrupted() -> None:
+    """Import orjson with SIGINT blocked. orjson's module initialisation imports ``uuid`` and others
+    and uses the result unchecked: a Ctrl-C landing while those import makes it dereference NULL
+    and the interpreter dies by SIGSEGV (measured: 30 of 100 ``python -c "import orjson"``
+    interrupted during the import; 1 in ~100 ``stepscope run`` started with two Ctrl-Cs). Blocked,
+    the signal waits in the kernel and arrives as the mask is restored, as a ``KeyboardInterrupt``
+    the caller handles."""
+    block = getattr(_signal, "pthread_sigmask", None)
+    if block is None:  # no POSIX signal masks (Windows): nothing to block
+        return
+    previous = block(_signal.SIG_BLOCK, {_signal.SIGINT})
+    try:
+        import orjson  # noqa: F401 - loaded here so that every later import finds it initialised
+    except ImportError:
+        pass
+    finally:
+        block(_signal.SIG_SETMASK, previous)
 
 
 def interrupted() -> None:

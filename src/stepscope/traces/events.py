@@ -86,10 +86,11 @@ class EventTable:
     tid: np.ndarray  # int32 symbol of str(tid)
     ts: np.ndarray  # float64 µs
     dur: np.ndarray  # float64 µs
-    external_id: np.ndarray  # int64, -1
-    correlation: np.ndarray  # int64, -1
-    stream: np.ndarray  # int64, -1 (HTA: "not a GPU row")
-    device: np.ndarray  # int64, -1
+    # the four id columns: int32 when every value of the trace fits, else int64; -1 when absent
+    external_id: np.ndarray
+    correlation: np.ndarray
+    stream: np.ndarray  # -1: HTA's "not a GPU row"
+    device: np.ndarray
     blocks_per_sm: np.ndarray  # float64, nan
     occupancy: np.ndarray  # float64 (percent, as Kineto writes it), nan
     input_dims: np.ndarray  # int32 symbol of the JSON text of "Input Dims", -1
@@ -416,13 +417,16 @@ class TableBuilder:
         self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
 
     def build(self) -> tuple[EventTable, MemoryTable]:
+        """The tables, once: the builder's id columns are given up (narrowed, see :func:`_narrowed`)."""
         def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
             # a read-only view on the builder's buffer: no copy at the peak of the load
             return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
 
         cols = {k: arr(v, np.int32) for k, v in self._i32.items()}
         cols.update({k: arr(v, np.float64) for k, v in self._f64.items()})
-        cols.update({k: arr(v, np.int64) for k, v in self._i64.items()})
+        for key in list(self._i64):
+            cols[key] = narrowed(arr(self._i64[key], np.int64))
+            self._i64[key] = array("q")  # the wide buffer is freed once its narrowed copy exists
         cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(
@@ -431,3 +435,18 @@ class TableBuilder:
             **{k: arr(v, np.int64) for k, v in self._mem_i.items()},
         )
         return table, memory
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def narrowed(values: np.ndarray) -> np.ndarray:
+    """An int64 column of ids or row positions as int32 when every value fits (ids, streams,
+    devices and the positions of a table under 2**31 rows nearly always do): the same values in
+    half the memory (4.8 M events: 19 MB a column instead of 38 MB). A column holding a wider
+    value stays int64."""
+    if not len(values):
+        return values
+    if int(values.min()) >= _INT32.min and int(values.max()) <= _INT32.max:
+        return values.astype(np.int32)
+    return values

@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.traces.events import EventTable
+from stepscope.traces.events import EventTable, narrowed
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -333,7 +333,8 @@ def _hta_rows(
     first = _first_match(corr[host], corr[gpu_pos])
     found = first >= 0
     cpu_link[gpu_pos[found]] = host[first[found]]
-    return HtaRows(index=index, ts=ts, end=end, gpu=kept_gpu, ktype=ktype[index], filtered=filtered, cpu_link=cpu_link)
+    return HtaRows(index=narrowed(index), ts=ts, end=end, gpu=kept_gpu, ktype=ktype[index], filtered=filtered,
+                   cpu_link=narrowed(cpu_link))
 
 
 def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, device: IntArray) -> IntArray:
@@ -378,7 +379,7 @@ def link_events(events: EventTable) -> EventLinks:
     name_ids = unique_ints(events.name).astype(np.int32)
     step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)
     return EventLinks(
-        events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher,
+        events=events, role=role, step_number=narrowed(step_number), gpu=gpu, ktype=ktype, launcher=narrowed(launcher),
         step_rows=step_rows, hta=_hta_rows(events, gpu, ktype, step_names), name_ids=name_ids,
         _role_rows={RUNTIME: runtime},
     )

@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.traces import intervals
-from stepscope.traces.events import EventTable
+from stepscope.traces.events import EventTable, narrowed
 from stepscope.traces.links import COMMUNICATION, COMPUTATION, MEMORY, is_dataloader, last_match, links_of, symbol_mask
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
@@ -232,7 +232,7 @@ class _Rows:
         self.sym = lambda text: ids.get(text, -2)
         sync_names = [i for i in (self.sym("Event Sync"), self.sym("Context Sync")) if i >= 0]
         self.is_gpu = ((self.stream >= 0) & (self.corr >= 0)) | symbol_mask(self.name, sync_names, self.n_symbols)
-        self.ic = self._index_correlation()
+        self.ic = narrowed(self._index_correlation())
         wait_pos = np.searchsorted(rows, events.wait_rows)
         ok = np.zeros(len(wait_pos), dtype=bool)
         if len(rows):
@@ -718,48 +718,99 @@ def _attribute(graph: _Graph, kind: str, u: int, v: int, event: int, weight: flo
     return event if event >= 0 or event == BETWEEN_OPS else graph.node_pos[u]
 
 
-def _queue_lengths(rows: _Rows, launch_calls: frozenset[str]) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+#: An absent queue length in :func:`_queue_lengths`' arrays.
+NO_LENGTH = np.iinfo(np.int32).min
+
+
+def _queue_lengths(rows: _Rows, launch_calls: frozenset[str]) -> tuple[np.ndarray, np.ndarray, dict[int, int],
+                                                                       dict[int, int]]:
     """HTA's queue length per stream, over the whole trace: +1 at a launch for each GPU row it
-    launched, -1 at each GPU row's start. Returns the length after each launch (by launch
-    position), after each GPU row's start (by its position), and each launched row's place among
-    the rows of its launch (0 for the first; a CUDA graph's replay launches many)."""
+    launched, -1 at each GPU row's start. Returns two int32 columns over the rows: the length
+    after each launch (at launch positions) and after each GPU row's start (at its position), both
+    :data:`NO_LENGTH` elsewhere; each launched row's place among the rows of its launch where it
+    is not 0 (a CUDA graph's replay launches many), and the launches of more than one GPU row
+    with their counts (by the rows' index_correlation). Columns and sparse dicts, not a dict per
+    row: a trace of 4.8 M events holds 1.2 M launches and launched rows, ~140 MB as Python dicts."""
+    n = len(rows.ts)
+    after_launch = np.full(n, NO_LENGTH, dtype=np.int32)
+    after_start = np.full(n, NO_LENGTH, dtype=np.int32)
     launch = np.flatnonzero(rows.name_in(launch_calls))
     gpu = np.flatnonzero(rows.stream != -1)
     if not len(launch) or not len(gpu):
-        return {}, {}, {}
+        return after_launch, after_start, {}, {}
     launcher = last_match(rows.corr[launch], launch, rows.corr[gpu])
     ok = launcher >= 0
     launched, by = gpu[ok], launcher[ok]
+    del gpu, launcher, ok
+    count = len(by)
     pos = np.concatenate([by, launched])
-    delta = np.concatenate([np.ones(len(by), dtype=np.int64), -np.ones(len(launched), dtype=np.int64)])
-    stream = np.concatenate([rows.stream[launched], rows.stream[launched]])
+    stream = rows.stream[launched]
+    stream = np.concatenate([stream, stream])
     # at one microsecond, launches first. HTA's unstable sort leaves such ties to chance: on the
     # reference traces 12 of ~78,000 edges differ that way (a launch delay for a kernel gap), never
     # on the path (docs/critical-path.md)
     order = np.lexsort((np.arange(len(pos)), rows.ts[pos], stream))
-    s, d = stream[order], delta[order]
-    lengths = np.empty(len(order), dtype=np.int64)
-    for chunk in np.split(np.arange(len(order)), np.flatnonzero(np.diff(s)) + 1):
-        lengths[chunk] = np.cumsum(d[chunk])
-    after_launch: dict[int, int] = {}
-    after_start: dict[int, int] = {}
-    for p, dd, q in zip(pos[order].tolist(), d.tolist(), lengths.tolist()):
-        (after_launch if dd > 0 else after_start)[p] = q
-    place: dict[int, int] = {}
-    seen: Counter[int] = Counter()
-    for g, launcher in sorted(zip(launched.tolist(), by.tolist()), key=lambda item: (rows.ts[item[0]], item[0])):
-        place[g] = seen[launcher]
-        seen[launcher] += 1
-    return after_launch, after_start, place
+    stream = stream[order]
+    launches = order < count  # the first half of ``pos`` are the launches
+    at = pos[order]
+    del pos, order
+    # the running length per stream: one cumulative sum, less the sum before each stream's first row
+    lengths = np.cumsum(np.where(launches, np.int32(1), np.int32(-1)), dtype=np.int64)
+    firsts = np.flatnonzero(stream[1:] != stream[:-1]) + 1
+    before = np.zeros(len(firsts) + 1, dtype=np.int64)
+    before[1:] = lengths[firsts - 1]
+    group = np.zeros(len(stream), dtype=np.int32)
+    group[firsts] = 1
+    lengths -= before[np.cumsum(group, dtype=np.int32)]
+    del stream, group
+    for column, side in ((after_launch, launches), (after_start, ~launches)):
+        where, value = at[side], lengths[side]
+        # a launch of many rows is met once per row: its length is the one met last
+        last = len(where) - 1 - np.unique(where[::-1], return_index=True)[1]
+        column[where[last]] = value[last]
+    del at, lengths, launches
+    # each launched row's place among its launch's rows, in (start, position) order
+    by_time = np.lexsort((launched, rows.ts[launched]))
+    ordered_by = by[by_time]
+    grouped = np.argsort(ordered_by, kind="stable")
+    keys = ordered_by[grouped]
+    places = np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")
+    later = places > 0
+    place = dict(zip(launched[by_time[grouped[later]]].tolist(), places[later].tolist()))
+    # the launches of several rows, by the launched rows' index_correlation
+    targets = rows.ic[launched]
+    ids, counts = np.unique(targets[targets >= 0], return_counts=True)
+    several = counts > 1
+    return after_launch, after_start, place, dict(zip(ids[several].tolist(), counts[several].tolist()))
+
+
+def _on_keys(columns: tuple[np.ndarray, ...], keys: set[tuple[int, ...]]) -> np.ndarray:
+    """Per row, whether its values in ``columns`` form one of ``keys`` (a handful: streams,
+    threads), without a Python tuple per row; every row when there are more than 32 keys (one
+    pass over the rows per key)."""
+    if len(keys) > 32:
+        return np.ones(len(columns[0]), dtype=bool)
+    out = np.zeros(len(columns[0]), dtype=bool)
+    for key in keys:
+        match = np.ones(len(columns[0]), dtype=bool)
+        for column, value in zip(columns, key):
+            match &= column == value
+        out |= match
+    return out
 
 
 def _launch_before(rows: _Rows, calls: IntArray, stream_of: dict[int, tuple[int, int]],
                    launch_calls: frozenset[str]) -> dict[int, int]:
     """For each cudaEventRecord position: the GPU row launched last on its (device, stream) before it."""
+    if not stream_of:  # no recorded event has a known stream: nothing to find
+        return {}
     launch = np.flatnonzero(rows.name_in(launch_calls) & (rows.ic >= 0))
     if not len(launch):
         return {}
     target = rows.ic[launch]
+    # only the launches onto a stream some record was made on can precede a record
+    on_record_stream = _on_keys((rows.pid[target], rows.stream[target]), set(stream_of.values()))
+    launch, target = launch[on_record_stream], target[on_record_stream]
     key_of_launch = list(zip(rows.pid[target].tolist(), rows.stream[target].tolist()))
     out: dict[int, int] = {}
     by_key: dict[tuple[int, int], list[tuple[float, int, int]]] = defaultdict(list)
@@ -785,10 +836,10 @@ def _launch_before(rows: _Rows, calls: IntArray, stream_of: dict[int, tuple[int,
 class _Launches:
     """The whole trace's launch bookkeeping, computed once per trace and mode (every step reads it)."""
 
-    after_launch: dict[int, int]
-    after_start: dict[int, int]
-    place: dict[int, int]
-    launched_by: Counter[int]
+    after_launch: np.ndarray  # int32 over the rows (:func:`_queue_lengths`)
+    after_start: np.ndarray
+    place: dict[int, int]  # a launched row's place among its launch's rows, where not 0
+    launched_by: dict[int, int]  # launches of more than one GPU row (by index_correlation): their count
     corr_to_record: dict[int, int]
     previous: dict[int, int]  # cudaEventRecord -> the GPU row launched last before it on its stream
     waits_next: dict[int, int]  # cudaStreamWaitEvent -> the GPU row of the next launch on its stream
@@ -800,8 +851,9 @@ def _launches(rows: _Rows, hta: bool) -> _Launches:
     if found is not None:
         return found
     launch_calls = LAUNCH_CALLS if hta else LAUNCH_CALLS | GRAPH_LAUNCH_CALLS
-    after_launch, after_start, place = _queue_lengths(rows, launch_calls)
-    launched_by: Counter[int] = Counter(int(rows.ic[g]) for g in place) if not hta else Counter()
+    after_launch, after_start, place, launched_by = _queue_lengths(rows, launch_calls)
+    if hta:
+        launched_by = {}
     records = np.flatnonzero(rows.name == rows.sym("cudaEventRecord"))
     # each recorded CUDA event: the stream and device it was recorded on (from the waits that name it)
     record_stream: dict[int, tuple[int, int]] = {}
@@ -879,7 +931,7 @@ def _kernel_edges(rows: _Rows, window: IntArray, graph: _Graph, pos_node: dict[i
         # the stream held nothing else: one row launched, none queued behind it (a graph's replay:
         # its first row, the rest of the graph behind it)
         count = launched_by.get(runtime, 1) if not hta else 1
-        if (after_launch.get(runtime) == count and after_start.get(p) == count - 1 and place.get(p, 0) == 0
+        if (runtime >= 0 and after_launch[runtime] == count and after_start[p] == count - 1 and p not in place
                 and (previous < 0 or graph.node_ts[previous] < runtime_ts)
                 and (waits is None or graph.node_ts[sync_end] < runtime_ts)):
             launch_start = pos_node.get(runtime * 2)
@@ -947,6 +999,11 @@ def _next_launch_after_waits(rows: _Rows, launch_calls: frozenset[str]) -> dict[
     launch = np.flatnonzero(rows.name_in(launch_calls) & (rows.ic >= 0))
     if not len(waits) or not len(launch):
         return {}
+    wait_target = rows.ic[waits]
+    wait_keys: set[tuple[int, ...]] = set(zip(rows.pid[waits].tolist(), rows.tid[waits].tolist(),
+                                              rows.stream[wait_target].tolist()))
+    # only the launches from a thread onto a stream some wait names can follow a wait
+    launch = launch[_on_keys((rows.pid[launch], rows.tid[launch], rows.stream[rows.ic[launch]]), wait_keys)]
     by_key: dict[tuple[int, int, int], list[tuple[float, int, int]]] = defaultdict(list)
     for p in launch.tolist():
         target = int(rows.ic[p])

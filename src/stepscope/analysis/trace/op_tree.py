@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stepscope.traces.events import narrowed
 from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks, unique_ints
 
 
@@ -58,7 +59,7 @@ def build_op_tree(links: EventLinks) -> OpTree:
             _stack_parents(ts[lo + first : lo + last].tolist(), end[lo + first : lo + last].tolist(), lo + first, parent, placed)
     alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n))
-    return OpTree(rows, parent, alias, kept, dropped)
+    return OpTree(narrowed(rows), narrowed(parent), narrowed(alias), kept, dropped)  # int32 below 2**31 rows
 
 
 def _stack_parents(starts: list[float], ends: list[float], offset: int, parent: np.ndarray, placed: np.ndarray) -> None:

@@ -118,55 +118,56 @@ def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
 
+def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
+    """(tree position of the operator that owns each runtime call, the runtime call rows): the
+    first placed node with the call's external id, as the plugin pops them."""
+    events, rows, alias = links.events, tree.rows, tree.alias
+    ext = events.external_id[rows]
+    valid = tree.kept | (alias != np.arange(len(rows)))
+    valid &= ext > 0
+    cand = np.flatnonzero(valid)
+    del valid
+    ext_sorted_idx = cand[np.argsort(ext[cand], kind="stable")]
+    del cand
+    ext_sorted = ext[ext_sorted_idx]
+    del ext
+    of_rows = links.rows(RUNTIME)
+    ids = events.external_id[of_rows]
+    if not len(ext_sorted):
+        return np.zeros(0, np.int64), of_rows[:0]
+    pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
+    src = ext_sorted_idx[pos]
+    ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
+    return alias[src[ok]], of_rows[ok]
+
+
+def _device_self(links: EventLinks, rt_owner: np.ndarray, rt_rows: np.ndarray, size: int) -> np.ndarray:
+    """Per tree position, the device time of the kernels, copies and sets its runtime calls
+    launched (the table's link from a device row to its launch). ``rt_rows`` is sorted."""
+    device = links.rows(KERNEL, MEMCPY, MEMSET)
+    launcher = links.launcher[device]
+    at = np.minimum(np.searchsorted(rt_rows, launcher), max(len(rt_rows) - 1, 0))
+    ok = (launcher >= 0) & (rt_rows[at] == launcher) if len(rt_rows) else np.zeros(len(device), dtype=bool)
+    return _sum_by(rt_owner[at[ok]], links.events.dur[device[ok]], size)
+
+
 def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
     events, role = links.events, links.role
     rows, parent, alias, kept = tree.rows, tree.parent, tree.alias, tree.kept
     n = len(rows)
     if n == 0:
         return OperatorTable((), group_by_shape)
-    dur = events.dur[rows]
-    has_parent = (parent >= 0) & kept
-    child_sum = _sum_by(parent[has_parent], dur[has_parent], n)
-    ext = events.external_id[rows]
-    # External id -> tree position (first placed node with that id, as the plugin pops them)
-    valid = tree.kept | (alias != np.arange(n))
-    valid &= ext > 0
-    cand = np.flatnonzero(valid)
-    ext_sorted_idx = cand[np.argsort(ext[cand], kind="stable")]
-    ext_sorted = ext[ext_sorted_idx]
-
-    def owner(of_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ids = events.external_id[of_rows]
-        if not len(ext_sorted):
-            return np.zeros(0, np.int64), of_rows[:0]
-        pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
-        src = ext_sorted_idx[pos]
-        ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
-        return alias[src[ok]], of_rows[ok]
-
-    rt_owner, rt_rows = owner(links.rows(RUNTIME))
-    runtime_sum = _sum_by(rt_owner, events.dur[rt_rows], n)
-    # device rows belong to the operator of the runtime call that launched them (the table's link)
-    owner_of = np.full(len(events), -1, dtype=np.int64)
-    owner_of[rt_rows] = rt_owner
-    device = links.rows(KERNEL, MEMCPY, MEMSET)
-    launcher = links.launcher[device]
-    dev_owner = np.where(launcher >= 0, owner_of[np.maximum(launcher, 0)], -1)
-    ok = dev_owner >= 0
-    device_self = _sum_by(dev_owner[ok], events.dur[device[ok]], n)
+    # the operators are grouped first; then each per-node column (~21 MB a column on a trace of
+    # millions of operators) is summed by group and released before the next is built: their sum
+    # was the peak of a big trace's analysis
     levels = _levels(parent, kept)  # deepest first: children before their parents
-    device_total = device_self.copy()
-    for level in levels:
-        np.add.at(device_total, parent[level], device_total[level])
-    host_self = dur - child_sum - runtime_sum
     # Tensor Core eligibility propagates from eligible descendants to operator ancestors (plugin rule)
     eligible_names = links.names_where(lambda s: s in TC_ELIGIBLE_OPS)
     eligible = links.name_in(eligible_names, rows)
-    op_kind = role[rows] == OPERATOR
+    is_op = role[rows] == OPERATOR
     for level in levels:
         up = parent[level[eligible[level]]]
-        eligible[up[op_kind[up]]] = True
-    is_op = role[rows] == OPERATOR
+        eligible[up[is_op[up]]] = True
     excluded = links.names_where(
         lambda s: (s.startswith("enumerate(DataLoader)#") and s.endswith(".__next__"))
         or s.startswith("Optimizer.")
@@ -174,18 +175,39 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     )
     is_op &= ~links.name_in(excluded, rows)
     op_pos = np.flatnonzero(is_op & kept)
-    names = events.name[rows][op_pos]
-    shapes = events.input_dims[rows][op_pos] if group_by_shape else np.full(len(op_pos), -1)
-    stacks = events.call_stack[rows][op_pos]
+    del is_op
+    names = events.name[rows[op_pos]]
+    shapes = events.input_dims[rows[op_pos]] if group_by_shape else np.full(len(op_pos), -1, dtype=np.int32)
+    stacks = events.call_stack[rows[op_pos]]
     keys = names.astype(np.int64) * (1 << 31) + (shapes + 1)
     op_eligible = eligible[op_pos]
+    del eligible
     uniq, inverse = np.unique(keys, return_inverse=True)
+    del keys
     g = len(uniq)
     calls = np.bincount(inverse, minlength=g)
-    agg = {
-        name: np.bincount(inverse, weights=values[op_pos], minlength=g)
-        for name, values in (("hs", host_self), ("ht", dur), ("ds", device_self), ("dt", device_total))
-    }
+
+    def by_group(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values[op_pos], minlength=g)
+
+    agg = {}
+    dur = events.dur[rows]
+    has_parent = (parent >= 0) & kept
+    host_self = dur - _sum_by(parent[has_parent], dur[has_parent], n)
+    del has_parent
+    agg["ht"] = by_group(dur)
+    del dur
+    rt_owner, rt_rows = _runtime_owners(links, tree)
+    host_self -= _sum_by(rt_owner, events.dur[rt_rows], n)
+    agg["hs"] = by_group(host_self)
+    del host_self
+    device = _device_self(links, rt_owner, rt_rows, n)
+    del rt_owner, rt_rows
+    agg["ds"] = by_group(device)
+    for level in levels:  # the device time of each node's subtree, children first
+        np.add.at(device, parent[level], device[level])
+    agg["dt"] = by_group(device)
+    del device, levels
     symbols = events.symbols
     first = np.zeros(g, dtype=np.int64)
     first[inverse[::-1]] = np.arange(len(inverse))[::-1]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope import heap
 from stepscope.analysis.evidence import (CompiledGraphs, CriticalPathShares, DeviceMemoryUse, DeviceUse, GpuIdle, HostTime,
                                          KernelLaunches, StepShares, SyncsAndCopies, TraceEvidence)
 from stepscope.analysis.trace.compiled_regions import CompiledRegions, compiled_regions
@@ -131,12 +132,17 @@ def _counters(links: EventLinks, steps: TraceSteps) -> dict[str, float | None]:
 
 
 def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: int = DEFAULT_PATH_STEPS) -> RankAnalysis:
+    """Every view of ``trace``. The views run one after another, each keeping only its small
+    result; the C heap's free pages go back to the system after the stages that allocate the most
+    (:func:`stepscope.heap.trim`), and the operator tree is dropped before the critical path, which
+    needs the most memory of all (the peak of a big trace's analysis)."""
     events = trace.events
     links = links_of(events)  # the linked-events table: classified, joined and step-assigned once
-    rows = links.hta
     steps = find_steps(links)
     breakdown = step_breakdown(links, steps)
+    heap.trim()
     tree = build_op_tree(links)
+    heap.trim()
     timeline = timeline_of(links)
     temporal = temporal_breakdown(timeline, trace.rank)
     origin = float(events.ts.min()) if len(events) else 0.0
@@ -151,6 +157,22 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: i
         None if temporal is None else temporal.compute_share,
         _comm_offsets(links, steps),
     )
+    overlap = comm_overlap(timeline, trace.rank)
+    idle = idle_time_breakdown(links, trace.rank)
+    kinds = kernel_type_sums(timeline)
+    launches = launch_stats(links, trace.rank)
+    heap.trim()
+    operators = operator_table(links, tree, group_by_shape)
+    memory = memory_view(events, trace.memory, tree, origin)
+    del tree
+    heap.trim()
+    kernels = kernel_table(links)
+    python = python_overhead(links, steps)
+    counters = _counters(links, steps)
+    causes = idle_causes(links)
+    compiled = compiled_regions(links, steps)
+    heap.trim()
+    critical = path_summary(events, trace.rank, steps=path_steps)
     return RankAnalysis(
         rank=trace.rank,
         path=trace.path,
@@ -160,20 +182,20 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: i
         steps=breakdown,
         devices=devices,
         temporal=temporal,
-        overlap=comm_overlap(timeline, trace.rank),
-        idle=idle_time_breakdown(links, trace.rank),
-        kernel_type_sums=kernel_type_sums(timeline),
-        launches=launch_stats(links, trace.rank),
-        operators=operator_table(links, tree, group_by_shape),
-        kernels=kernel_table(links),
-        memory=memory_view(events, trace.memory, tree, origin),
-        python=python_overhead(links, steps),
+        overlap=overlap,
+        idle=idle,
+        kernel_type_sums=kinds,
+        launches=launches,
+        operators=operators,
+        kernels=kernels,
+        memory=memory,
+        python=python,
         summary=summary,
-        counters=_counters(links, steps),
+        counters=counters,
         warnings=trace.warnings,
-        idle_causes=idle_causes(links),
-        compiled=compiled_regions(links, steps),
-        critical=path_summary(events, trace.rank, steps=path_steps),
+        idle_causes=causes,
+        compiled=compiled,
+        critical=critical,
     )
 
 

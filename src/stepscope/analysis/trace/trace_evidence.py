@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepscope import heap
 from stepscope.analysis.evidence import TraceEvidence
 from stepscope.analysis.trace.critical_path import DEFAULT_PATH_STEPS
 from stepscope.analysis.trace.kernel_types import KernelTypeBreakdown, kernel_type_breakdown
@@ -133,6 +134,7 @@ def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
         if collecting:
             gc.enable()
             gc.collect(0)
+        heap.trim()  # the next rank in this process starts from the pages this one freed
     return result
 
 
