@@ -401,12 +401,24 @@ OS_EXIT = """
 """
 
 
+def _run_to_files(command: list[str], cwd, name: str) -> subprocess.CompletedProcess:
+    """``command`` with its stdout and stderr in files: it is over when the process ends, not when
+    every child holding a copy of its pipes has closed them."""
+    with open(cwd / f"{name}.out", "w+") as out, open(cwd / f"{name}.err", "w+") as err:
+        process = subprocess.run(command, cwd=cwd, env=cli_env(), stdout=out, stderr=err, timeout=240)
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+
+
 def test_os_exit_keeps_the_record_and_the_exit_status(tmp_path):
     # os._exit skips atexit and finally: the record, the report and the summary are written first;
     # the DataLoader worker (a forked child, which also ends through os._exit) passes straight through
     write_script(tmp_path, "leave.py", OS_EXIT)
-    bare = run_python(["leave.py"], tmp_path)
-    result = run_cli(["run", "--no-monitor", "-o", "out", "leave.py"], tmp_path)
+    # the outputs go to files: the orphaned worker holds inherited pipes open until torch's
+    # watchdog sees its parent gone (5 s), under python as under stepscope
+    bare = _run_to_files([sys.executable, "leave.py"], tmp_path, "bare")
+    result = _run_to_files([sys.executable, "-m", "stepscope", "run", "--no-monitor", "-o", "out", "leave.py"],
+                           tmp_path, "run")
     assert bare.returncode == result.returncode == 7, result.stderr[-2000:]
     assert result.stdout == bare.stdout == "leaving\n"
     record = load_record(tmp_path / "out")
