@@ -100,8 +100,15 @@ def json_mb(path: Path) -> float:
         return int.from_bytes(fh.read(4), "little") / 1e6
 
 
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
 def trace_rank(path: Path) -> int:
-    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    # the first two bytes only: reading the whole file here once raised the driver's RSS to the
+    # trace's size, and a child forked from it inherits that high-water mark in ru_maxrss
+    opener = gzip.open if is_gzip(path) else open
     with opener(path, "rb") as fh:
         head = fh.read(1 << 20).decode(errors="replace")
     marker = head.find('"rank":')
@@ -115,7 +122,7 @@ def make_synthetic(seed: Path, target_mb: float, out: Path) -> Path:
     """Replicate the seed trace's events until the JSON is at least ``target_mb`` MB."""
     if out.exists() and out.stat().st_size >= target_mb * 1e6:
         return out
-    opener = gzip.open if seed.read_bytes()[:2] == b"\x1f\x8b" else open
+    opener = gzip.open if is_gzip(seed) else open
     with opener(seed, "rb") as fh:
         doc = json.load(fh)
     events = [e for e in doc.pop("traceEvents") if isinstance(e, dict)]
