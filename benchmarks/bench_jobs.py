@@ -76,11 +76,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--dask", action="store_true", help="also time a local Dask cluster of --jobs workers")
+    parser.add_argument("--derive", nargs=4, metavar=("SEED", "RANKS", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.derive:
+        derive_job(Path(args.derive[0]), int(args.derive[1]), float(args.derive[2]), Path(args.derive[3]))
+        return
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         for label, ranks, mb in (("small", args.small, args.small_mb), ("large", args.large, args.large_mb)):
             for count in sorted({max(1, ranks // 4), ranks}):
-                job = derive_job(seed_trace(), count, mb, Path(tmp) / f"{label}{count}")
+                # in a child: the rank documents take ~8x their JSON size as Python objects, and a
+                # child forked from the driver inherits its resident high-water mark in ru_maxrss
+                job = Path(tmp) / f"{label}{count}"
+                subprocess.run([sys.executable, __file__, "--derive", str(seed_trace()), str(count), str(mb), str(job)],
+                               check=True)
                 size = sum(p.stat().st_size for p in job.iterdir()) / 1e6
                 rows = {}
                 for jobs in (1, args.jobs):
