@@ -91,18 +91,18 @@ def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str
             "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
 
 
-def json_mb(path: Path) -> float:
-    """Size of the trace's JSON in MB: a gzip's own trailer says it (mod 4 GiB), without inflating."""
-    with open(path, "rb") as fh:
-        if fh.read(2) != b"\x1f\x8b":
-            return path.stat().st_size / 1e6
-        fh.seek(-4, os.SEEK_END)
-        return int.from_bytes(fh.read(4), "little") / 1e6
-
-
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"
+
+
+def json_mb(path: Path) -> float:
+    """Size of the trace's JSON in MB: a gzip's own trailer says it (mod 4 GiB), without inflating."""
+    if not is_gzip(path):
+        return path.stat().st_size / 1e6
+    with open(path, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little") / 1e6
 
 
 def trace_rank(path: Path) -> int:

@@ -13,29 +13,23 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 from typing import Any
 
-_TRIM: Any = None
-_LOOKED_UP = False
 
-
-def _lookup() -> Any:
-    global _TRIM, _LOOKED_UP
-    if not _LOOKED_UP:
-        _LOOKED_UP = True
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                _TRIM = getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
-            except OSError:
-                _TRIM = None
-    return _TRIM
+@functools.cache
+def _malloc_trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
 
 
 def trim() -> bool:
     """Return the C heap's free pages to the system; True when the allocator could do it."""
-    function = _lookup()
-    if function is None:
-        return False
-    return bool(function(0))
+    function = _malloc_trim()
+    return False if function is None else bool(function(0))

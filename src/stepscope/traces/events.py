@@ -417,7 +417,7 @@ class TableBuilder:
         self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
 
     def build(self) -> tuple[EventTable, MemoryTable]:
-        """The tables, once: the builder's id columns are given up (narrowed, see :func:`_narrowed`)."""
+        """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`)."""
         def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
             # a read-only view on the builder's buffer: no copy at the peak of the load
             return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)

@@ -851,9 +851,7 @@ def _launches(rows: _Rows, hta: bool) -> _Launches:
     if found is not None:
         return found
     launch_calls = LAUNCH_CALLS if hta else LAUNCH_CALLS | GRAPH_LAUNCH_CALLS
-    after_launch, after_start, place, launched_by = _queue_lengths(rows, launch_calls)
-    if hta:
-        launched_by = {}
+    after_launch, after_start, place, launched_by = _queue_lengths(rows, launch_calls)  # launched_by: default mode only
     records = np.flatnonzero(rows.name == rows.sym("cudaEventRecord"))
     # each recorded CUDA event: the stream and device it was recorded on (from the waits that name it)
     record_stream: dict[int, tuple[int, int]] = {}

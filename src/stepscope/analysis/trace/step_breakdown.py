@@ -228,11 +228,11 @@ def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
         taken[category] = part
         slots = intervals.subtract(slots, part)
     taken["Other"] = slots
-    per_step = np.empty((len(steps.start), len(PER_STEP_COLUMNS)), dtype=np.float64)
+    per_step = np.empty((len(steps.start), len(PER_STEP_COLUMNS)), order="F")  # a column per category
     for column, category in enumerate(CATEGORIES):
         per_step[:, column] = intervals.totals_within(taken[category], steps.start, steps.end)
-    per_step[:, -1] = np.asarray(steps.end, dtype=np.float64) - np.asarray(steps.start, dtype=np.float64)
-    mean = {c: float(np.mean(np.ascontiguousarray(per_step[:, column]))) for column, c in enumerate(PER_STEP_COLUMNS)}
+    per_step[:, -1] = steps.end - steps.start
+    mean = {c: float(np.mean(per_step[:, column])) for column, c in enumerate(PER_STEP_COLUMNS)}
     notes = []
     if steps.synthetic:
         notes.append("no ProfilerStep in the trace: one step spans all CPU events")
