@@ -361,3 +361,67 @@ def test_skipped_samples_reach_the_record_and_the_summary(tmp_path):
     assert counts.by_process[0] == 0 and sum(counts.by_process[1:]) == 12 and len(counts.by_process) == 3
     summary = " ".join(result.stderr.split())
     assert "Skipped 12 failed to load, replaced by the next sample (12.5% of 96 delivered)" in summary
+
+
+# torchvision's transforms are nn.Modules: a dataset calling them runs module calls inside next()
+MODULE_TRANSFORMS = """
+    import sys
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, Dataset
+
+    class Blur(torch.nn.Module):  # as torchvision.transforms.GaussianBlur: a convolution, no parameters
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("kernel", torch.full((3, 1, 9, 9), 1 / 81))
+
+        def forward(self, image):
+            for _ in range(6):
+                image = F.conv2d(image[None], self.kernel, padding=4, groups=3)[0]
+            return image
+
+    class Resize(torch.nn.Module):
+        def forward(self, image):
+            return F.interpolate(image[None], size=(32, 32), mode="bilinear", align_corners=False)[0]
+
+    class Images(Dataset):
+        def __init__(self):
+            self.transform = torch.nn.Sequential(Blur(), Resize())
+
+        def __len__(self):
+            return 320
+
+        def __getitem__(self, index):
+            image = torch.rand(3, 96, 96, generator=torch.Generator().manual_seed(index))
+            return self.transform(image), index % 10
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    loader = DataLoader(Images(), batch_size=16, num_workers=int(sys.argv[1]))
+    model = torch.nn.Linear(3 * 32 * 32, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x.flatten(1)), y).backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_module_transforms_inside_next_are_data_loading_not_the_model(tmp_path, workers):
+    write_script(tmp_path, "transforms.py", MODULE_TRANSFORMS)
+    result = run_cli(["run", "--no-monitor", "-o", "out", "transforms.py", str(workers)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = load_record(tmp_path / "out")
+    assert len(record.steps) == 20
+    # the model's forward is one small matmul; the transforms' convolutions are the data wait
+    forward, data_wait = _share(record, "forward"), _share(record, "data_wait")
+    assert forward < 0.1, (forward, data_wait)
+    if workers == 0:
+        assert data_wait > 0.6, (forward, data_wait)
+    # the FLOPs are the model's alone: its forward matmul and its weight gradient (the input needs none)
+    compute = record.facts.compute
+    assert compute is not None
+    assert compute.flops == 2 * (2 * 16 * 3 * 32 * 32 * 10)
+    if workers == 0:
+        assert compute.data_ops > 0

@@ -1867,7 +1867,12 @@ NextCall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
         }
     }
     int64_t cpu_start = measure ? thread_cpu_ns() : 0;
+    /* everything under __next__ is data loading: nn.Module transforms called by the dataset or the
+     * collate function are not the model's forward (the forward wrappers let them through) */
+    int depth = core->forward_depth;
+    core->forward_depth = 1;
     PyObject *batch = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    core->forward_depth = depth;
     if (batch == NULL) { /* StopIteration at the end of an epoch, or the loader's error */
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);

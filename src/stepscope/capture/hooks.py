@@ -388,11 +388,16 @@ class TorchHooks:
             # (num_workers=0); read on one step in LOADER_CPU_EVERY (see there)
             measure = info is not None and info["in_process"] and rec.count % LOADER_CPU_EVERY == 0
             cpu_start = thread_time_ns() if measure else 0
+            # everything under __next__ is data loading: nn.Module transforms called by the dataset
+            # or the collate function are not the model's forward (the forward wrappers let them through)
+            depth, rec.forward_depth = rec.forward_depth, 1
             try:
                 batch = original_next(iterator)
             except BaseException:
                 rec.leave(DATA_WAIT)
                 raise
+            finally:
+                rec.forward_depth = depth
             end = fetch_end(thread_time_ns() - cpu_start if measure else -1, batch_length(batch))
             if info is not None:
                 info["batches"] += 1
