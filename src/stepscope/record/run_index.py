@@ -14,6 +14,11 @@ directory) in WAL mode with a 30 s busy timeout, so runs finishing at the same m
 failing; in a job only rank 0 writes (the job's merged numbers). An index that cannot be written is
 one warning: it never fails the run.
 
+Reading (``stepscope runs``, baselines, repeats) opens the file read-only and writes nothing, so a
+history on a read-only file or mount (a shared team index, a copied backup) lists as usual: the
+connection is ``mode=ro``, and where SQLite cannot set up its WAL shared memory beside the file (a
+read-only directory without the ``-shm`` file), ``immutable=1`` — nobody can be writing there.
+
 Rows are built from a run's report by :mod:`stepscope.pipeline.history` (``publish_run`` calls
 it); this module is the storage alone. Stored text went through capture's redaction (:mod:`stepscope.redact`): argv is redacted before
 it reaches the record, and the index reads the record.
@@ -30,6 +35,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from stepscope.errors import UsageError
 
@@ -120,12 +126,57 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def open_index(path: Path) -> sqlite3.Connection:
-    """Open (creating) the index; a file that is not a stepscope index is a usage error."""
+    """Open (creating) the index for writing; a file that is not a stepscope index, or one that
+    cannot be written, is a usage error."""
     try:
         return _connect(path)
     except sqlite3.DatabaseError as exc:
-        raise UsageError(f"{path}: not a usable run index ({exc}); move it away or set STEPSCOPE_INDEX "
-                         "to another file") from None
+        if "readonly" in str(exc) or "read-only" in str(exc):
+            raise UsageError(f"{path}: the run index cannot be written ({exc}); it can still be listed, "
+                             "or set STEPSCOPE_INDEX (or --index) to a writable file") from None
+        raise _unusable(path, exc) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot create the run index ({exc.strerror or exc}); set "
+                         "STEPSCOPE_INDEX (or --index) to a writable file") from None
+
+
+def _unusable(path: Path, exc: Exception) -> UsageError:
+    return UsageError(f"{path}: not a usable run index ({exc}); move it away or set STEPSCOPE_INDEX "
+                      "to another file")
+
+
+def _uri(path: Path, option: str) -> str:
+    return f"file:{quote(str(path.absolute()))}?{option}"
+
+
+def open_for_reading(path: Path) -> sqlite3.Connection | None:
+    """Open an existing index read-only (see the module docstring); None when it holds no runs
+    table yet (an empty file). A file that is not a stepscope index is a usage error."""
+    connection = None
+    try:
+        try:
+            connection = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=BUSY_TIMEOUT_S,
+                                         isolation_level=None)
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError as exc:
+            # WAL without a writable place for its shared memory (SQLITE_READONLY_DIRECTORY,
+            # SQLITE_CANTOPEN): the file cannot be changed by anyone, read it as immutable
+            if not str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+                raise
+            if connection is not None:
+                connection.close()
+            connection = sqlite3.connect(_uri(path, "immutable=1"), uri=True, isolation_level=None)
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        if connection is not None:
+            connection.close()
+        raise _unusable(path, exc) from None
+    if "runs" not in tables:
+        connection.close()
+        if tables:
+            raise _unusable(path, ValueError(f"no 'runs' table; it holds {', '.join(sorted(tables))}"))
+        return None
+    return connection
 
 
 def tags_from_env() -> tuple[str, ...]:
@@ -188,9 +239,12 @@ def list_runs(path: Path, *, script: str | None = None, tag: str | None = None, 
         clauses.append("started_at < ?")
         params.append(until)
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    with closing(open_index(path)) as connection:
+    connection = open_for_reading(path)
+    if connection is None:
+        return []
+    with closing(connection):
         connection.row_factory = sqlite3.Row
-        rows = connection.execute(f"SELECT * FROM runs{where} ORDER BY started_at", params).fetchall()
+        rows = _select(path, connection, f"SELECT * FROM runs{where} ORDER BY started_at", params)
     runs = [_as_run(dict(row)) for row in rows]
     if tag:
         runs = [run for run in runs if tag in run.tags]
@@ -201,10 +255,24 @@ def repeats(path: Path | None, key: str) -> list[IndexedRun]:
     """Runs of the index with this setup key (repeats of one setup), oldest first."""
     if path is None or not path.exists():
         return []
-    with closing(open_index(path)) as connection:
+    connection = open_for_reading(path)
+    if connection is None:
+        return []
+    with closing(connection):
         connection.row_factory = sqlite3.Row
-        rows = connection.execute("SELECT * FROM runs WHERE setup_key = ? ORDER BY started_at", (key,)).fetchall()
+        rows = _select(path, connection, "SELECT * FROM runs WHERE setup_key = ? ORDER BY started_at", (key,))
     return [_as_run(dict(row)) for row in rows]
+
+
+def _select(path: Path, connection: sqlite3.Connection, query: str, params: Sequence[Any]) -> list[Any]:
+    try:
+        return connection.execute(query, params).fetchall()
+    except sqlite3.OperationalError as exc:  # an index from before a column existed has no setup_key
+        if "no such column" in str(exc):
+            return []
+        raise _unusable(path, exc) from None
+    except sqlite3.DatabaseError as exc:
+        raise _unusable(path, exc) from None
 
 
 def find_baseline(path: Path, spec: str, *, exclude: Iterable[str] = (), script: str | None = None) -> IndexedRun:

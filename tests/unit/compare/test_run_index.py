@@ -67,3 +67,21 @@ def test_location_opt_out_and_a_foreign_file(tmp_path, monkeypatch):
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(UsageError, match="not a usable run index"):
         list_runs(junk)
+
+
+def test_reading_writes_nothing(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    assert list_runs(empty) == [] and empty.read_bytes() == b""  # no tables created by a reader
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE photos (name TEXT)")
+    with pytest.raises(UsageError, match="not a usable run index .*no 'runs' table; it holds photos"):
+        list_runs(other)
+    path = tmp_path / "runs.sqlite"
+    add_run(_row("/runs/a", 1.0), path)
+    with sqlite3.connect(path) as connection:  # an index from before setup_key: repeats finds none
+        connection.execute("ALTER TABLE runs DROP COLUMN setup_key")
+    assert run_index.repeats(path, "key") == [] and [run.run_dir for run in list_runs(path)] == ["/runs/a"]
+    columns = {row[1] for row in sqlite3.connect(path).execute("PRAGMA table_info(runs)")}
+    assert "setup_key" not in columns  # reading did not migrate it
