@@ -16,6 +16,14 @@ Keys (:data:`KEYS`):
   so the trial measures the setting asked for. DataLoader workers keep what their
   ``worker_init_fn`` sets.
 
+Bounds: a value past :func:`maximum` is refused before anything runs (``num_workers=1000000000``
+forks until the machine stalls, ``torch.num_threads=99999`` crashes the process in the thread
+pool). ``dataloader.num_workers`` and ``torch.num_threads`` may be at most :data:`CORES_FACTOR`
+times the cores this process may run on (its CPU affinity), and never less than
+:data:`MIN_CORE_BOUND` — past that, extra workers or threads only queue for the same cores;
+``dataloader.prefetch_factor`` at most :data:`MAX_PREFETCH_FACTOR` (torch's default is 2; each
+worker holds that many batches); ``dataloader.batch_size`` at most :data:`MAX_BATCH_SIZE`.
+
 Pure parsing lives here (no torch import); :class:`OverrideApplier` runs inside capture.
 """
 
@@ -33,21 +41,34 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
+#: Worker and thread counts may be at most this many times the usable cores ...
+CORES_FACTOR = 4
+#: ... and at least this bound on a machine with few cores.
+MIN_CORE_BOUND = 8
+#: The deepest prefetch per worker (torch's default is 2).
+MAX_PREFETCH_FACTOR = 64
+#: The largest batch (2^24 samples; torch's BatchSampler holds a list of this many items).
+MAX_BATCH_SIZE = 1 << 24
+
+
 @dataclass(frozen=True)
 class KeySpec:
     kind: str  # "int" | "bool"
     minimum: int = 0
     help: str = ""
+    #: the largest value: a number, "cores" (:data:`CORES_FACTOR` x the usable cores), None (a bool)
+    maximum: int | str | None = None
 
 
 #: Every key `--set` accepts.
 KEYS: dict[str, KeySpec] = {
-    "dataloader.num_workers": KeySpec("int", 0, "worker processes of every DataLoader"),
+    "dataloader.num_workers": KeySpec("int", 0, "worker processes of every DataLoader", "cores"),
     "dataloader.pin_memory": KeySpec("bool", help="page-locked batches"),
     "dataloader.persistent_workers": KeySpec("bool", help="keep workers between epochs (needs workers)"),
-    "dataloader.prefetch_factor": KeySpec("int", 1, "batches in flight per worker (needs workers)"),
-    "dataloader.batch_size": KeySpec("int", 1, "samples per batch"),
-    "torch.num_threads": KeySpec("int", 1, "intra-op threads of the training process"),
+    "dataloader.prefetch_factor": KeySpec("int", 1, "batches in flight per worker (needs workers)",
+                                          MAX_PREFETCH_FACTOR),
+    "dataloader.batch_size": KeySpec("int", 1, "samples per batch", MAX_BATCH_SIZE),
+    "torch.num_threads": KeySpec("int", 1, "intra-op threads of the training process", "cores"),
 }
 
 #: Prescription ``setting`` names (stepscope.diagnosis) -> `--set` key.
@@ -65,6 +86,34 @@ def accepted_keys() -> str:
     return ", ".join(sorted(KEYS))
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def maximum(key: str) -> tuple[int, str] | None:
+    """The largest value ``key`` accepts and where that bound comes from; None for a bool."""
+    bound = KEYS[key].maximum
+    if bound is None:
+        return None
+    if bound == "cores":
+        cores = usable_cores()
+        return (max(MIN_CORE_BOUND, CORES_FACTOR * cores),
+                f"{CORES_FACTOR} x the {cores} usable core{'s' if cores != 1 else ''}, at least {MIN_CORE_BOUND}")
+    return int(bound), _FIXED_BOUNDS.get(key, "the key's bound")
+
+
+_FIXED_BOUNDS = {"dataloader.prefetch_factor": "batches held by each worker; torch's default is 2",
+                 "dataloader.batch_size": "2^24 samples"}
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(f"{text[:20]}…{text[-8:]}") + f" ({len(text)} characters)"
+
+
 def parse_value(key: str, text: str) -> int | bool:
     """The typed value of ``key=text``; :class:`UsageError` when it does not fit the key."""
     spec = KEYS[key]
@@ -75,12 +124,18 @@ def parse_value(key: str, text: str) -> int | bool:
         if cleaned in _FALSE:
             return False
         raise UsageError(f"--set {key}: expected true or false, got {text!r}")
+    bound = maximum(key)
     try:
         value = int(cleaned, 10)
     except ValueError:
-        raise UsageError(f"--set {key}: expected an integer >= {spec.minimum}, got {text!r}") from None
+        if not (cleaned.isascii() and cleaned.isdigit() and bound is not None):
+            raise UsageError(f"--set {key}: expected an integer >= {spec.minimum}, got {_shown(str(text))}") from None
+        value = bound[0] + 1  # more digits than int() reads: past any bound
     if value < spec.minimum:
         raise UsageError(f"--set {key}: expected an integer >= {spec.minimum}, got {value}")
+    if bound is not None and value > bound[0]:
+        raise UsageError(f"--set {key}: {_shown(cleaned) if len(cleaned) > 40 else value} is past the bound of "
+                         f"{bound[0]} ({bound[1]}); give a value from {spec.minimum} to {bound[0]}")
     return value
 
 
@@ -263,5 +318,6 @@ class OverrideApplier:
             max_steps=max_steps, stopped_at_max_steps=stopped)
 
 
-__all__ = ["KEYS", "SETTING_KEYS", "MaxStepsReached", "OverrideApplier", "accepted_keys", "describe",
-           "parse_max_steps", "parse_settings", "parse_value"]
+__all__ = ["CORES_FACTOR", "KEYS", "MAX_BATCH_SIZE", "MAX_PREFETCH_FACTOR", "MIN_CORE_BOUND", "SETTING_KEYS",
+           "MaxStepsReached", "OverrideApplier", "accepted_keys", "describe", "maximum", "parse_max_steps",
+           "parse_settings", "parse_value", "usable_cores"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from stepscope.capture import overrides
 from stepscope.capture.overrides import (KEYS, OverrideApplier, describe, parse_max_steps, parse_settings,
                                          parse_value)
 from stepscope.errors import UsageError
@@ -41,6 +44,34 @@ def test_bad_settings_are_usage_errors(items, message):
         parse_settings(items)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["dataloader.num_workers", "torch.num_threads"])
+def test_worker_and_thread_counts_are_bounded_by_the_usable_cores(monkeypatch, key):
+    monkeypatch.setattr(overrides, "usable_cores", lambda: 2)
+    assert parse_settings([f"{key}=8"]) == {key: 8}  # 4 x 2 cores, and at least 8
+    for text in ("9", "99999", "1000000000", "9" * 5000):
+        with pytest.raises(UsageError) as caught:
+            parse_settings([f"{key}={text}"])
+        message = str(caught.value)
+        assert "is past the bound of 8 (4 x the 2 usable cores, at least 8); give a value from" in message, message
+        assert "\n" not in message and len(message) < 200
+    monkeypatch.setattr(overrides, "usable_cores", lambda: 64)
+    assert parse_settings([f"{key}=256"]) == {key: 256}
+    with pytest.raises(UsageError, match="past the bound of 256 \\(4 x the 64 usable cores"):
+        parse_settings([f"{key}=257"])
+
+
+def test_prefetch_and_batch_size_are_bounded():
+    assert parse_settings(["dataloader.prefetch_factor=64", "dataloader.batch_size=16777216"])
+    with pytest.raises(UsageError, match="prefetch_factor: 65 is past the bound of 64"):
+        parse_settings(["dataloader.prefetch_factor=65"])
+    with pytest.raises(UsageError, match="batch_size: 99999999999 is past the bound of 16777216 \\(2\\^24 samples"):
+        parse_settings(["dataloader.batch_size=99999999999"])
+
+
+def test_usable_cores_follow_the_affinity():
+    assert overrides.usable_cores() == len(os.sched_getaffinity(0))
 
 
 def test_unknown_key_lists_every_accepted_key():
