@@ -128,11 +128,13 @@ def test_two_runs_finishing_at_the_same_moment_are_both_indexed(tmp_path):
 
 def test_secrets_in_argv_are_stored_nowhere(tmp_path):
     secret_token, password, url_pass = "hf_" + "Zq7" * 10, "pa55-word-xyz", "urlpass123"
+    bearer, plain, assigned = "bearer-cred-77", "plain-tok-88", "env-tok-99"  # shapes of issue 33
     write_script(tmp_path, "tiny.py", TINY)
     index = tmp_path / "index.sqlite"
     result = run_cli(["run", "--no-summary", "--html", "-o", "out", "tiny.py", f"--token={secret_token}",
-                      "--password", password, f"--data=https://bob:{url_pass}@example.com/x"], tmp_path,
-                     env={"STEPSCOPE_INDEX": str(index)})
+                      "--password", password, f"--data=https://bob:{url_pass}@example.com/x",
+                      "--header", f"Authorization: Bearer {bearer}", f"token: {plain}", f"MYTOKEN={assigned}"],
+                     tmp_path, env={"STEPSCOPE_INDEX": str(index)})
     assert result.returncode == 0, result.stderr[-2000:]
     assert secret_token in result.stdout  # the script itself still gets its arguments
     stored = [index.read_bytes()]
@@ -143,6 +145,6 @@ def test_secrets_in_argv_are_stored_nowhere(tmp_path):
     stored.append(run_cli(["diff", "out", "out", "--format", "json"], tmp_path).stdout.encode())
     assert len(stored) >= 5
     for blob in stored:
-        for secret in (secret_token, password, url_pass):
+        for secret in (secret_token, password, url_pass, bearer, plain, assigned):
             assert secret.encode() not in blob
     assert b"--token=<redacted>" in gzip.decompress((tmp_path / "out" / "record.rank0.json.gz").read_bytes())

@@ -40,3 +40,38 @@ def test_setup_env_keeps_what_matters_and_masks_secrets(monkeypatch):
                      "CUDA_VISIBLE_DEVICES": "0,1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_IB_HCA": "mlx5", "OMP_NUM_THREADS": "4",
                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCH_HUB_TOKEN": MASK}
+
+
+def test_http_auth_headers_are_masked():
+    argv = ["fetch.py", "--header", "Authorization: Bearer eyJhbGciOi.payload.sig", "-H", "X-Api-Key: k3y",
+            "-H", "Cookie: session=abc; theme=dark", "--header=Proxy-Authorization: Basic dXNlcjpwYXNz",
+            "-H", "Authorization:", "Bearer", "split-cred", "-H", "Accept: text/html"]
+    out = redact_argv(argv, force=True)
+    text = " ".join(out)
+    for secret in ("eyJhbGciOi", "k3y", "session=abc", "dXNlcjpwYXNz", "split-cred"):
+        assert secret not in text, secret
+    assert out[2] == f"Authorization: {MASK}" and out[4] == f"X-Api-Key: {MASK}" and out[6] == f"Cookie: {MASK}"
+    assert out[7] == f"--header=Proxy-Authorization: {MASK}"
+    assert out[9:12] == ("Authorization:", "Bearer", MASK)
+    assert out[-1] == "Accept: text/html"  # not a secret header: kept
+    assert redact_text("curl -H 'Authorization: token ghx' url") == f"curl -H 'Authorization: {MASK}' url"
+    assert redact_text("Authorization: token ghx\nnext line") == f"Authorization: {MASK}\nnext line"
+    assert redact_text("call with Bearer abc123 now") == f"call with Bearer {MASK} now"
+
+
+def test_key_value_and_assignments_whose_name_holds_a_secret_word():
+    out = redact_argv(["train.py", "token: X1", "MYTOKEN=X2", "hfToken=X3", "DB_PASSWORD=X4", "MYAPIKEY=X5",
+                       "env GH_TOKEN=X6 python t.py", "https://h/x?access_token=X7&page=2", '{"secret": "X8", "lr": 1}',
+                       "password:", "X9"], force=True)
+    text = " ".join(out)
+    for index in range(1, 10):
+        assert f"X{index}" not in text, (index, text)
+    assert out[1:6] == (f"token: {MASK}", f"MYTOKEN={MASK}", f"hfToken={MASK}", f"DB_PASSWORD={MASK}",
+                        f"MYAPIKEY={MASK}")
+    assert out[6] == f"env GH_TOKEN={MASK} python t.py" and out[7] == f"https://h/x?access_token={MASK}&page=2"
+    assert out[8] == f'{{"secret": "{MASK}", "lr": 1}}'
+    kept = ["--tokenizer", "bert", "--author=me", "TOKENIZERS_PARALLELISM=false", "time: 3s", "a=b",
+            "http://host:8080/x", "--keyframes", "4", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    assert redact_argv(kept, force=True) == tuple(kept)
+    assert is_secret_name("MYTOKEN") and is_secret_name("Authorization") and is_secret_name("set-cookie")
+    assert not is_secret_name("tokenizer") and not is_secret_name("TOKENIZERS_PARALLELISM")
