@@ -8,12 +8,16 @@ warnings come from files and scripts a user may not have written: printed raw, a
 one could retitle the window, hide lines, fake output or write to the clipboard (OSC 52).
 
 Renderers apply it where such a string is formatted for the terminal; JSON output keeps the raw
-string (JSON escapes controls itself).
+string (JSON escapes controls itself). stepscope's own message lines — ``stepscope: error: …``,
+``stepscope: wrote …``, warnings and notices, which name paths, scripts and exception texts — are
+printed through :func:`say`, which passes the whole line through :func:`printable`: a directory
+named with an ESC sequence shows as ``\x1b…`` instead of recolouring or retitling the terminal.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import IO, Any
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C]
@@ -27,3 +31,9 @@ def printable(text: Any) -> str:
         return ""
     text = text if isinstance(text, str) else str(text)
     return text.translate(_TABLE) if not text.isprintable() else text
+
+
+def say(line: Any, file: IO[str] | None = None, *, flush: bool = False) -> None:
+    """Print one message line of stepscope (stderr unless ``file``), escaped by :func:`printable`:
+    the way every message that names a path, a script or an exception reaches the terminal."""
+    print(printable(line), file=file if file is not None else sys.stderr, flush=flush)

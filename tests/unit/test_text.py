@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import warnings
 
 from rich.console import Console
 
-from stepscope.text import printable
+from stepscope.capture.warn import emit
+from stepscope.text import printable, say
 
 
 def test_controls_are_escaped_and_unicode_kept():
@@ -24,3 +26,18 @@ def test_rich_prints_the_escaped_text_verbatim():
     out = io.StringIO()
     Console(file=out, force_terminal=False, width=200).print(printable("k\x1b[2Jernel"), highlight=False)
     assert out.getvalue() == "k\\x1b[2Jernel\n"
+
+
+def test_say_prints_one_escaped_line(capsys):
+    say("stepscope: wrote /tmp/run\x1b]0;pwned\x07/report.html")
+    out = io.StringIO()
+    say("stepscope: error: a\nb", out)
+    assert capsys.readouterr().err == "stepscope: wrote /tmp/run\\x1b]0;pwned\\x07/report.html\n"
+    assert out.getvalue() == "stepscope: error: a\\nb\n"
+
+
+def test_capture_warnings_are_escaped():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        emit("could not write /data/\x1b[2Jrun/samples")
+    assert [str(item.message) for item in caught] == ["could not write /data/\\x1b[2Jrun/samples"]

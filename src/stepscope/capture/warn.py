@@ -3,7 +3,8 @@
 They are issued as :class:`~stepscope.errors.CaptureWarning` (so ``-W error`` and warning filters
 work), attributed to ``stepscope`` rather than to a line of our code or of the script: Python
 would otherwise print that source line under the message. Issuing one never raises, even when the
-script closed ``sys.stderr``.
+script closed ``sys.stderr``. The message shown is escaped by :func:`stepscope.text.printable` (a
+path or an exception text with control characters reaches the terminal as visible escapes).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import warnings
 
 from stepscope.errors import CaptureWarning
+from stepscope.text import printable
 
 
 def emit(message: str) -> None:
     """Issue one CaptureWarning without a source line; never raises (unless filters say error)."""
     try:
-        warnings.warn_explicit(message, CaptureWarning, filename="stepscope", lineno=0, module="stepscope",
-                               registry={})
+        warnings.warn_explicit(printable(message), CaptureWarning, filename="stepscope", lineno=0,
+                               module="stepscope", registry={})
     except (OSError, ValueError, AttributeError):  # stderr closed or gone
         pass
 

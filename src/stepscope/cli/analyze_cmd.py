@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stepscope.text import say
+
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 
@@ -76,7 +78,10 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.no_progress or not sys.stderr.isatty():
         return None, None
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from stepscope.text import printable
 
     progress = Progress(
         TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
@@ -90,7 +95,7 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
         if path not in tasks:
             if not tasks:
                 progress.start()
-            tasks[path] = progress.add_task(os.path.basename(path), total=total)
+            tasks[path] = progress.add_task(escape(printable(os.path.basename(path))), total=total)
         progress.update(tasks[path], completed=min(done, total))
 
     return progress, callback
@@ -171,7 +176,7 @@ def _write_path_overlay(report: Any, path: Path, rank: int | None) -> None:
         write_trace_json(doc, path)
     except OSError as exc:
         raise UsageError(f"cannot write the Perfetto trace {path} ({exc.strerror}); choose a writable path") from None
-    print(f"stepscope: wrote {path} (critical path of {view.critical.shown_step}, rank {view.rank})", file=sys.stderr)
+    say(f"stepscope: wrote {path} (critical path of {view.critical.shown_step}, rank {view.rank})")
 
 
 def _load(args: argparse.Namespace, callback: Any) -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import UsageError
+from stepscope.text import printable, say
 
 EXIT_REGRESSION = 3
 
@@ -153,7 +154,7 @@ def handle(args: argparse.Namespace) -> int:
         console.print(render_run_diff(diff, args.metric) if isinstance(diff, RunDiff) else render_trace_diff(diff))
         if gate is not None:
             style = {"failed": "bold red", "passed": "bold green"}.get(gate["status"], "bold yellow")
-            console.print(gate["message"], style=style)
+            console.print(printable(gate["message"]), style=style, markup=False, highlight=False)
     if gate is not None and gate["failed"]:
         return EXIT_REGRESSION
     return 0
@@ -200,4 +201,4 @@ def _write_html(diff: Any, a: Path, b: Path, target: Path) -> None:
         write_diff_html(diff, target, **records)
     except OSError as exc:
         raise UsageError(f"{target}: cannot write the HTML page ({exc.strerror or exc}); choose a writable path") from None
-    print(f"stepscope: wrote {target}", file=sys.stderr)
+    say(f"stepscope: wrote {target}")

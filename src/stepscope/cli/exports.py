@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from stepscope.errors import UsageError
 from stepscope.report.model import Report
+from stepscope.text import say
 
 HTML_NAME = "report.html"
 
@@ -75,15 +76,15 @@ def export_report(report: Report, *, run_dir: Path | None, html: Path | None = N
     try:
         if html is not None:
             for notice in render(report, "html", Output(path=html, run_dir=shown)):
-                print(f"stepscope: html: {notice}", file=out)
-            print(f"stepscope: wrote {html} ({_size(html)})", file=out)
+                say(f"stepscope: html: {notice}", out)
+            say(f"stepscope: wrote {html} ({_size(html)})", out)
         if perfetto is not None:
             for note in render(report, "perfetto", Output(path=perfetto)):
-                print(f"stepscope: perfetto: {note}", file=out)
-            print(f"stepscope: wrote {perfetto} ({_size(perfetto)}; open it in ui.perfetto.dev)", file=out)
+                say(f"stepscope: perfetto: {note}", out)
+            say(f"stepscope: wrote {perfetto} ({_size(perfetto)}; open it in ui.perfetto.dev)", out)
         if tensorboard is not None:
             for notice in render(report, "tensorboard", Output(path=tensorboard)):
-                print(f"stepscope: wrote {notice}", file=out)
+                say(f"stepscope: wrote {notice}", out)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or 'output'}: {exc.strerror}") from None
 
@@ -155,4 +156,4 @@ def export_after_run(report: Report, run_dir: Path, *, html: bool, tensorboard: 
         export_report(report, run_dir=run_dir, html=run_dir / HTML_NAME if html else None,
                       tensorboard=Path(tensorboard) if tensorboard else None)
     except (StepscopeError, OSError) as exc:
-        print(f"stepscope: export failed: {exc}", file=sys.stderr)
+        say(f"stepscope: export failed: {exc}")

@@ -18,6 +18,7 @@ from types import ModuleType
 
 from stepscope._version import __version__
 from stepscope.errors import EXIT_USAGE, StepscopeError
+from stepscope.text import printable, say
 
 #: Subcommand name -> module under ``stepscope.cli``. Order is the order of ``--help``.
 COMMANDS: dict[str, str] = {
@@ -38,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but errors follow stepscope's one-line format."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"stepscope: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, printable(f"stepscope: error: {message} (see '{self.prog} --help')") + "\n")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -78,5 +79,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except StepscopeError as exc:
-        print(f"stepscope: error: {exc}", file=sys.stderr)
+        say(f"stepscope: error: {exc}")
         return EXIT_USAGE

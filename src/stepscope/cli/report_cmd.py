@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from stepscope.cli.analyze_cmd import add_max_bytes_option, max_bytes_limit
+from stepscope.text import say
 
 
 def add_parser(subparsers: Any) -> None:
@@ -59,7 +60,7 @@ def _handle(args: argparse.Namespace) -> int:
     run_dir = inputs.run_dir or record_file.parent
     if flame is not None:
         for notice in render(report, "flame", Output(stream=sys.stdout)):
-            print(f"stepscope: {notice}", file=sys.stderr)
+            say(f"stepscope: {notice}")
         return 0
     if exports:
         export_report(report, run_dir=run_dir, **exports)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import UsageError
+from stepscope.text import say
 
 
 def add_parser(subparsers: Any) -> None:
@@ -69,8 +70,8 @@ def handle(args: argparse.Namespace) -> int:
 
         added, problems = reindex([Path(item) for item in args.reindex], path)
         for problem in problems:
-            print(f"stepscope: warning: skipped {problem}", file=sys.stderr)
-        print(f"stepscope: indexed {added} run(s) into {path}", file=sys.stderr)
+            say(f"stepscope: warning: skipped {problem}")
+        say(f"stepscope: indexed {added} run(s) into {path}")
     runs = run_index.list_runs(path, script=args.script, tag=args.tag, since=_date(args.since, "--since"),
                                until=_date(args.until, "--until"), limit=args.limit)
     if args.format == "json":
@@ -95,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
                 atomic_write(target, plot_html(runs, args.plot).encode("utf-8"))
             except OSError as exc:
                 raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
-            print(f"stepscope: wrote {target}", file=sys.stderr)
+            say(f"stepscope: wrote {target}")
     else:
         console.print(render_runs(runs, path))
     return 0

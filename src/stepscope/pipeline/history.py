@@ -20,6 +20,7 @@ from stepscope.record import layout
 from stepscope.record.run_index import add_run, drop_missing, list_runs, tags_from_env
 from stepscope.record.run import RunRecord
 from stepscope.report.model import Report
+from stepscope.text import printable
 
 
 def row_from_report(run_dir: Path, report: Report, record: RunRecord, tags: Sequence[str] = ()) -> dict[str, Any]:
@@ -67,8 +68,9 @@ def index_after_run(run_dir: Path, report: Report, record: RunRecord, tags: Sequ
         add_run(row_from_report(run_dir, report, record, (*tags, *tags_from_env())))
     except Exception as exc:  # noqa: BLE001 - the history must never cost the run
         try:
-            sys.stderr.write(f"stepscope: warning: the run index could not be updated ({type(exc).__name__}: "
-                             f"{exc}); set STEPSCOPE_INDEX to a writable file, or 'off'\n")
+            sys.stderr.write(printable(f"stepscope: warning: the run index could not be updated "
+                                       f"({type(exc).__name__}: {exc}); set STEPSCOPE_INDEX to a writable "
+                                       "file, or 'off'") + "\n")
         except (OSError, ValueError):
             pass
 

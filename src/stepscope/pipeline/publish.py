@@ -22,6 +22,7 @@ from stepscope.record import layout
 from stepscope.record.run import RunRecord
 from stepscope.report.model import Report
 from stepscope.report.render import Output, render
+from stepscope.text import printable
 
 
 def publish_run(record: RunRecord, run_dir: str | Path, *, print_summary: bool = True, stream: IO[str] | None = None,
@@ -88,7 +89,7 @@ def _stream_usable(stream: Any) -> bool:
 def _warn(text: str) -> None:
     """One line on stderr, if stderr can still take it."""
     try:
-        sys.stderr.write(f"stepscope: warning: {text}\n")
+        sys.stderr.write(f"{printable(f'stepscope: warning: {text}')}\n")
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
