@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #if defined(__linux__) && defined(CLOCK_MONOTONIC)
 #define NATIVE_CLOCK 1
@@ -2034,6 +2036,46 @@ fastrec_exec(PyObject *module)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * sched_sample(fd): the thread account's reading at one boundary (capture/account.py): the
+ * monotonic clock, the calling thread's CPU clock, the run-queue wait of an open
+ * /proc/.../schedstat and the process's CPU clock. The GIL is kept throughout: a read that released
+ * it would hand it to another Python thread of the process and make the training thread wait for
+ * it (up to the switch interval) -- the very contention the account measures.
+ * ------------------------------------------------------------------------------------------- */
+static int64_t
+clock_ns(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static PyObject *
+sched_sample(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    int fd = (int)PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    char buffer[128];
+    ssize_t got = pread(fd, buffer, sizeof(buffer) - 1, 0);
+    if (got <= 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    buffer[got] = 0;
+    char *end = NULL;
+    strtoull(buffer, &end, 10); /* the first field: on-CPU time, which lags for a running thread */
+    unsigned long long runq = end != NULL ? strtoull(end, NULL, 10) : 0;
+    return Py_BuildValue("LLLL", (long long)clock_ns(CLOCK_MONOTONIC), (long long)clock_ns(CLOCK_THREAD_CPUTIME_ID),
+                         (long long)runq, (long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+}
+
+static PyMethodDef fastrec_functions[] = {
+    {"sched_sample", sched_sample, METH_O,
+     "sched_sample(fd) -> (monotonic ns, thread CPU ns, run-queue wait ns, process CPU ns), keeping the GIL"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyModuleDef_Slot fastrec_slots[] = {
     {Py_mod_exec, fastrec_exec},
     {0, NULL},
@@ -2044,6 +2086,7 @@ static struct PyModuleDef fastrec_module = {
     .m_name = "stepscope.capture._fastrec",
     .m_doc = "The step recorder's hot path in C (optional; recorder.py has the same core in Python).",
     .m_size = 0,
+    .m_methods = fastrec_functions,
     .m_slots = fastrec_slots,
 };
 

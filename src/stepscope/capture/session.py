@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture import environment
+from stepscope.capture.account import ThreadAccountProbe, thread_table
 from stepscope.capture.flops import FlopProbe
 from stepscope.capture.compile_watch import compile_facts
 from stepscope.capture.gc_pauses import GcPauseRecorder
@@ -42,7 +43,7 @@ from stepscope.errors import UsageError
 from stepscope.redact import redact_argv
 from stepscope.record import layout
 from stepscope.record.store import save_record
-from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord, SkippedSamples
+from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord, SkippedSamples, ThreadAccount
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -142,6 +143,10 @@ class CaptureSession:
         self.stacks = (StackSampler(self.recorder, stacks_hz, warnings=self.warnings,
                                     worker_dir=self.run_dir / f".stacks.rank{self.rank}") if stacks_hz else None)
         self.gc_pauses = GcPauseRecorder(self.recorder) if stacks_hz else None
+        # the training thread's on-CPU / waiting / blocked time per phase, on sampled steps
+        self.account: ThreadAccountProbe | None = ThreadAccountProbe(self.recorder, self.warnings)
+        if not self.account.enabled:
+            self.account = None
         self.sample_interval_s = sample_interval_s
         self.sidecar: Any = None
         self.record: RunRecord | None = None
@@ -336,6 +341,14 @@ class CaptureSession:
         finally:
             self._lock.release()
 
+    def _thread_account(self) -> ThreadAccount | None:
+        """The account's accounted steps and the process's threads (stepscope's own left out)."""
+        account = self.account
+        if account is None:
+            return None
+        account.close()
+        return _quietly(self.warnings, "thread-account", lambda: account.result(thread_table(account.tid)))
+
     def _save(self) -> None:
         assert self.record is not None
         try:
@@ -357,6 +370,7 @@ class CaptureSession:
         for part in (self.stacks, self.gc_pauses):  # code attribution
             if part is not None:
                 _quietly(self.warnings, "stacks", part.stop)
+        thread_account = self._thread_account()
         window = self.trace.close() if self.trace is not None else None
         if recorder.device is not None:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
@@ -381,7 +395,8 @@ class CaptureSession:
                              inference=recorder.inference, model_forwards=recorder.model_forwards,
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
                              training_in_children=in_children, overrides=overrides,
-                             skipped_samples=_skipped_samples(self.warnings), **children)
+                             skipped_samples=_skipped_samples(self.warnings), thread_account=thread_account,
+                             **children)
         if in_children:
             self.warnings.note(
                 f"the training ran in {len(children['child_pids'])} child process(es) the script started "
@@ -467,7 +482,7 @@ class CaptureSession:
         """One callback after committed steps: the hooks' root-module discovery, the FLOP probe, the
         profiler window and the check for CUDA. Each part returns the next step it needs, and the
         recorder calls back only then: a steady step makes no Python call here."""
-        hooks, flops, trace, recorder = self.hooks, self.flops, self.trace, self.recorder
+        hooks, flops, trace, recorder, account = self.hooks, self.flops, self.trace, self.recorder, self.account
         cuda_initialized = _cuda_initialized_probe()
 
         def on_commit(index: int) -> None:
@@ -476,6 +491,8 @@ class CaptureSession:
                 wanted = min(wanted, flops.on_commit(index))
             if trace is not None:
                 wanted = min(wanted, trace.on_commit(index))
+            if account is not None:
+                wanted = min(wanted, account.on_commit(index))
             if recorder.device is None:
                 if index - self._device_checked_at >= DEVICE_CHECK_EVERY:
                     self._device_checked_at = index

@@ -349,6 +349,49 @@ class CompileFacts:
 
 
 @dataclass(frozen=True)
+class ThreadInfo:
+    """One thread of the training process at the end of capture, with its scheduler totals since it
+    started (``/proc/<pid>/task/<tid>/schedstat``). Python threads carry their name and target
+    function; native ones (intra-op, runtime) their OS name."""
+
+    native_id: int
+    name: str
+    function: str = ""
+    cpu_ns: int = 0  # on a CPU
+    runq_ns: int = 0  # runnable, waiting for a core
+    python: bool = False
+    training: bool = False  # the thread that ran the steps
+
+
+@dataclass(frozen=True)
+class ThreadAccount:
+    """The training thread's time on sampled steps, per phase (see :mod:`stepscope.capture.account`).
+
+    One row per accounted step (``steps``: committed step indexes); each of ``wall_ns``, ``cpu_ns``
+    (the thread on a CPU), ``runq_ns`` (runnable, waiting for a core) and ``process_cpu_ns`` (every
+    thread of the process, the training one included) holds one value per phase of :data:`PHASES`.
+    Off CPU (blocked) is ``wall - cpu - runq``.
+    """
+
+    every: int
+    every_early: int
+    tid: int
+    steps: tuple[int, ...] = ()
+    wall_ns: tuple[tuple[int, ...], ...] = ()
+    cpu_ns: tuple[tuple[int, ...], ...] = ()
+    runq_ns: tuple[tuple[int, ...], ...] = ()
+    process_cpu_ns: tuple[tuple[int, ...], ...] = ()
+    threads: tuple[ThreadInfo, ...] = ()
+
+    def __post_init__(self) -> None:
+        rows = len(self.steps)
+        for name in ("wall_ns", "cpu_ns", "runq_ns", "process_cpu_ns"):
+            table = getattr(self, name)
+            if len(table) != rows or any(len(row) != len(PHASES) for row in table):
+                raise ValueError(f"ThreadAccount.{name}: expected {rows} rows of {len(PHASES)} phases")
+
+
+@dataclass(frozen=True)
 class CaptureFacts:
     """Typed facts capture measured besides the steps (each None when not measured)."""
 
@@ -373,6 +416,9 @@ class CaptureFacts:
     compile: CompileFacts | None = None
     #: one entry per SkipBadSamples dataset the script made (empty when it made none)
     skipped_samples: tuple[SkippedSamples, ...] = ()
+    #: the training thread's on-CPU / waiting / blocked time per phase on sampled steps; None when
+    #: not measured (no per-thread scheduler counters, or no step accounted)
+    thread_account: ThreadAccount | None = None
 
 
 

@@ -46,6 +46,8 @@ from stepscope.record.run import (
     RunRecord,
     SkippedSamples,
     StepTable,
+    ThreadAccount,
+    ThreadInfo,
 )
 
 def _migrate_v1(document: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +254,20 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
             SkippedSamples(**{**_known(SkippedSamples, {k: v for k, v in dict(item).items() if k != "by_process"}),
                               "by_process": tuple(int(count) for count in item.get("by_process", ()) or ())})
             for item in data.get("skipped_samples", ()) or ()),
+        thread_account=_thread_account(data.get("thread_account")),
     )
+
+
+def _thread_account(data: Any) -> ThreadAccount | None:
+    """``facts.thread_account`` (absent in records written before it, and where it was not measured)."""
+    if data is None:
+        return None
+    checked = _known(ThreadAccount, {key: value for key, value in dict(data).items() if key != "threads"})
+    tables = {name: tuple(tuple(int(value) for value in row) for row in checked.get(name, ()))
+              for name in ("wall_ns", "cpu_ns", "runq_ns", "process_cpu_ns")}
+    threads = tuple(ThreadInfo(**_known(ThreadInfo, dict(item))) for item in data.get("threads", ()) or ())
+    return ThreadAccount(**{**checked, **tables, "steps": tuple(int(step) for step in checked.get("steps", ())),
+                            "threads": threads})
 
 
 def _compile(data: Any) -> CompileFacts | None:

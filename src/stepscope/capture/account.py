@@ -1,0 +1,251 @@
+"""The training thread's account: where each phase's wall time went, measured on sampled steps.
+
+For one step in :data:`EVERY` on average (one in :data:`EVERY_EARLY` while a run is young, so a
+short run still gets a few; the gaps are random, so a loop's own rhythm cannot alias with them), the account listens to the recorder's phase boundaries and reads, at each one,
+the training thread's CPU clock, its run-queue wait from the scheduler's counters
+(``/proc/self/task/<tid>/schedstat``: nanoseconds runnable but waiting for a core) and the whole
+process's CPU clock (every thread of the process), in one C call that keeps the GIL. Between two boundaries the thread was in one phase, so each phase of the
+sampled step splits exactly into:
+
+- **on CPU**: the thread ran (Python, operators, the loader's work in the main process);
+- **waiting for a core**: runnable, but the cores were taken (the kernel's run-queue delay — the
+  direct measure of CPU contention);
+- **off CPU**: the rest of the wall time — blocked in the kernel (a DataLoader queue, I/O, a lock,
+  a sleep, a collective, or the GIL held by another thread of the process);
+
+and the process's other threads' CPU over the same intervals (intra-op threads, Python threads,
+the pin-memory thread) says what ran beside it. At the end of capture :func:`thread_table` lists the
+process's threads with their CPU and run-queue totals, so a Python thread that held the GIL can be
+named with its function.
+
+Cost: a listener call and three clock/counter reads per boundary of a sampled step (~2-3 µs each,
+about ten boundaries), nothing on the other steps: ~1-2 µs per step on average
+(``benchmarks/bench_capture.py --hook-cost``). Without ``/proc`` (not Linux) the account is off.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from stepscope.capture.recorder import FASTREC, NEVER, PHASE_NAMES
+from stepscope.capture.warn import WarningSink
+from stepscope.record.run import PHASES, ThreadAccount, ThreadInfo
+
+#: One step in this many is accounted once the run has :data:`EARLY_STEPS` steps...
+EVERY = 16
+#: ...and one in this many before, so a short run still gets several accounted steps.
+EVERY_EARLY = 4
+EARLY_STEPS = 128
+#: The first steps are warm-up (imports, allocator growth): not accounted.
+FIRST = 2
+#: Accounted steps kept at most (a step's row is 4 x 7 integers).
+MAX_ROWS = 20_000
+
+#: recorder phase index -> record phase index (the record's order is PHASES)
+_TO_RECORD = tuple(PHASES.index(name) for name in PHASE_NAMES)
+_FIELDS = 4  # wall, cpu, runq, process cpu
+_WIDTH = 1 + _FIELDS * len(PHASES)
+
+
+def read_schedstat(fd: int) -> tuple[int, int]:
+    """(on-CPU ns, run-queue wait ns) from an open ``schedstat`` file. The on-CPU field of a
+    running thread lags by up to a scheduler tick: the account reads the thread's CPU clock instead."""
+    fields = os.pread(fd, 96, 0).split()
+    return int(fields[0]), int(fields[1])
+
+
+def _python_sample(fd: int) -> tuple[int, int, int, int]:
+    """:func:`sched_sample` where the C extension is not built. ``os.pread`` releases the GIL: with
+    another Python thread running, each read can make the training thread wait for the GIL."""
+    return (time.perf_counter_ns(), time.thread_time_ns(), read_schedstat(fd)[1],
+            time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID))
+
+
+#: (monotonic ns, the calling thread's CPU ns, its run-queue wait ns, the process's CPU ns)
+sched_sample: Callable[[int], tuple[int, int, int, int]] = (
+    FASTREC.sched_sample if FASTREC is not None and hasattr(FASTREC, "sched_sample") else _python_sample)
+
+
+class ThreadAccountProbe:
+    """Listens to the recorder's boundaries on sampled steps (see the module docstring).
+
+    Args:
+        recorder: the :class:`~stepscope.capture.recorder.StepRecorder`; its ``listener`` is taken
+            for the sampled steps and handed back (to ``chained``, the profiler's listener, which
+            keeps receiving every boundary).
+        warnings: a failure turns the account off with one warning.
+    """
+
+    def __init__(self, recorder: Any, warnings: WarningSink):
+        self.rec = recorder
+        self.warn = warnings
+        self.tid = threading.get_native_id()
+        self.chained = recorder.listener
+        self.rows = array("q")
+        self.fd = -1
+        self.enabled = False
+        self._attached = False
+        self._row: list[int] = []
+        self._phase = 0
+        self._last: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._rng = random.Random(self.tid)  # its own generator: the script's random state is untouched
+        self._next = FIRST  # the next step to account
+        try:
+            self.fd = os.open(f"/proc/self/task/{self.tid}/schedstat", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            sched_sample(self.fd)
+            self.enabled = True
+        except (OSError, ValueError, IndexError):
+            self.enabled = False  # no per-thread scheduler counters here (not Linux, or no schedstat)
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def _gap(self, index: int) -> int:
+        """Steps to the next accounted one: random, :data:`EVERY` (:data:`EVERY_EARLY` early) on
+        average. A fixed period would alias with a loop's own rhythm (a GIL handed over every other
+        step, a log every 4th) and account only its slow or only its fast steps."""
+        every = EVERY_EARLY if index < EARLY_STEPS else EVERY
+        return self._rng.randint(1, 2 * every - 1)
+
+    def on_commit(self, index: int) -> int:
+        """After committed step ``index``: finish the accounted step, start the next one when due;
+        returns the next index to be called at."""
+        if not self.enabled:
+            return NEVER
+        try:
+            if self._attached:
+                self._detach(index)
+                self._next = index + self._gap(index)
+            upcoming = index + 1  # the step now opening is committed as index + 1
+            if upcoming >= self._next and len(self.rows) < MAX_ROWS * _WIDTH:
+                self._attach(upcoming)
+                return upcoming
+            return max(index + 1, self._next - 1)
+        except Exception as exc:  # noqa: BLE001 - capture must never break the run
+            self._fail(exc)
+            return NEVER
+
+    def _attach(self, step: int) -> None:
+        self._row = [step] + [0] * (_FIELDS * len(PHASES))
+        self._phase = self.rec.current_phase()
+        self._last = self._read()
+        self.chained = self.rec.listener
+        self.rec.listener = self
+        self._attached = True
+
+    def _detach(self, index: int) -> None:
+        self._close_segment()
+        self.rec.listener = self.chained
+        self._attached = False
+        if self._row and self._row[0] == index:  # the step accounted is the one just committed
+            self.rows.extend(self._row)
+
+    def close(self) -> None:
+        """Capture ends: hand the listener back; an unfinished step is dropped."""
+        if self._attached:
+            self.rec.listener = self.chained
+            self._attached = False
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+
+    def _fail(self, exc: BaseException) -> None:
+        self.enabled = False
+        if self._attached:
+            self.rec.listener = self.chained
+            self._attached = False
+        self.warn.once("thread-account", f"thread account stopped ({exc}); the step's phases are not split "
+                                         "into on-CPU / waiting / blocked time")
+
+    # -- the listener (called by the recorder at each boundary of an accounted step) ----------
+    def start(self, name: str) -> None:
+        self._boundary()
+        if self.chained is not None:
+            self.chained.start(name)
+
+    def stop(self, name: str) -> None:
+        self._boundary()
+        if self.chained is not None:
+            self.chained.stop(name)
+
+    def _boundary(self) -> None:
+        try:
+            self._close_segment()
+            self._phase = self.rec.current_phase()
+        except Exception as exc:  # noqa: BLE001 - capture must never break the run
+            self._fail(exc)
+
+    def _read(self) -> tuple[int, int, int, int]:
+        return sched_sample(self.fd)
+
+    def _close_segment(self) -> None:
+        now = self._read()
+        last, row = self._last, self._row
+        base = 1 + _FIELDS * _TO_RECORD[self._phase]
+        for offset in range(_FIELDS):
+            row[base + offset] += now[offset] - last[offset]
+        self._last = now
+
+    # -- the result ---------------------------------------------------------------------------
+    def result(self, threads: tuple[ThreadInfo, ...] = ()) -> ThreadAccount | None:
+        if not self.rows and not threads:
+            return None
+        rows = [tuple(self.rows[i:i + _WIDTH]) for i in range(0, len(self.rows), _WIDTH)]
+        phases = len(PHASES)
+
+        def field(offset: int) -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(row[1 + _FIELDS * phase + offset] for phase in range(phases)) for row in rows)
+
+        return ThreadAccount(
+            every=EVERY, every_early=EVERY_EARLY, tid=self.tid, steps=tuple(row[0] for row in rows),
+            wall_ns=field(0), cpu_ns=field(1), runq_ns=field(2), process_cpu_ns=field(3), threads=threads)
+
+
+def _function_of(thread: threading.Thread) -> str:
+    target: Any = getattr(thread, "_target", None)
+    if target is None:
+        run: Callable[..., Any] = type(thread).run
+        if run is threading.Thread.run:
+            return ""
+        target = run
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return f"{module}.{name}" if module else str(name)
+
+
+def thread_table(training_tid: int, proc: str = "/proc/self/task") -> tuple[ThreadInfo, ...]:
+    """Every thread of the process with its scheduler totals: Python threads by name and target
+    function, the others (intra-op, the allocator's, the runtime's) under their OS names.
+    stepscope's own threads (checkpoints, samplers) are left out; the training thread is marked."""
+    python = {thread.native_id: thread for thread in threading.enumerate() if thread.native_id is not None}
+    out: list[ThreadInfo] = []
+    try:
+        tids = sorted(int(entry) for entry in os.listdir(proc) if entry.isdigit())
+    except OSError:
+        return ()
+    for tid in tids:
+        thread = python.get(tid)
+        function = _function_of(thread) if thread is not None else ""
+        if function.startswith("stepscope."):
+            continue
+        try:
+            with open(f"{proc}/{tid}/schedstat", "rb") as handle:
+                fields = handle.read().split()
+            with open(f"{proc}/{tid}/comm", "rb") as handle:
+                comm = handle.read().decode("utf-8", "replace").strip()
+        except OSError:
+            continue  # exited meanwhile
+        out.append(ThreadInfo(
+            native_id=tid, name=thread.name if thread is not None else comm, function=function,
+            cpu_ns=int(fields[0]), runq_ns=int(fields[1]), python=thread is not None, training=tid == training_tid))
+    return tuple(out)
+
+
+__all__ = ["EVERY", "EVERY_EARLY", "ThreadAccountProbe", "read_schedstat", "thread_table"]

@@ -1,0 +1,136 @@
+"""The thread account: each phase of a sampled step split into on-CPU, waiting-for-a-core and
+off-CPU time of the training thread, on both recorder cores, with a real clock and real counters."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from stepscope.capture import account as account_module
+from stepscope.capture.account import ThreadAccountProbe, thread_table
+from stepscope.capture.recorder import DATA_WAIT, FORWARD, StepRecorder
+from stepscope.capture.warn import WarningSink
+from stepscope.record.run import PHASES
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="no per-thread schedstat")
+
+
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def _train(rec, probe, steps: int) -> None:
+    """Steps whose data wait sleeps (off CPU) and whose forward computes (on CPU)."""
+    rec.on_commit = lambda index: setattr(rec, "next_commit_call", max(index + 1, probe.on_commit(index)))
+    rec.next_commit_call = 0
+    for _ in range(steps):
+        rec.fetch_begin()
+        time.sleep(0.004)
+        rec.fetch_end(-1, 8)
+        rec.enter(FORWARD)
+        _spin(0.004)
+        rec.leave(FORWARD)
+        rec.optimizer_started(1)
+        rec.optimizer_finished(1)
+    rec.finish()
+
+
+class _Listener:
+    def __init__(self):
+        self.calls = []
+
+    def start(self, name):
+        self.calls.append(("start", name))
+
+    def stop(self, name):
+        self.calls.append(("stop", name))
+
+
+def test_a_sleeping_phase_is_off_cpu_and_a_computing_phase_on_cpu():
+    chained = _Listener()
+    rec = StepRecorder(phase_listener=chained)
+    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    assert probe.enabled
+    _train(rec, probe, 40)
+    probe.close()
+    result = probe.result()
+    assert result is not None and len(result.steps) >= 5
+    assert rec.listener is chained  # handed back after every accounted step
+    assert ("start", "data_wait") in chained.calls and ("stop", "forward") in chained.calls
+    wall, cpu, runq = (np.array(getattr(result, name), dtype=float).sum(axis=0)
+                       for name in ("wall_ns", "cpu_ns", "runq_ns"))
+    wait, forward = PHASES.index("data_wait"), PHASES.index("forward")
+    assert wall[wait] > 0 and wall[forward] > 0
+    assert cpu[wait] / wall[wait] < 0.3  # asleep
+    assert (cpu[forward] + runq[forward]) / wall[forward] > 0.8  # computing, or waiting for a core to compute
+    assert (cpu <= wall * 1.02 + 50_000).all() and (runq >= 0).all()
+    # every accounted row is one committed step, its phases adding up to about its duration
+    durations = rec.columns["duration_ns"]
+    for step, row in zip(result.steps, result.wall_ns):
+        assert sum(row) == pytest.approx(durations[step], rel=0.25, abs=2e6)
+
+
+def test_accounted_steps_are_spread_at_random_not_on_a_fixed_period():
+    rec = StepRecorder()
+    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    rec.on_commit = lambda index: setattr(rec, "next_commit_call", max(index + 1, probe.on_commit(index)))
+    for _ in range(200):
+        rec.fetch_begin()
+        rec.fetch_end(-1, 8)
+        rec.optimizer_started(1)
+        rec.optimizer_finished(1)
+    rec.finish()
+    steps = probe.result().steps
+    gaps = set(np.diff(steps).tolist())
+    assert len(gaps) > 3  # not one period
+    assert account_module.EVERY_EARLY * 0.5 < np.mean(np.diff([s for s in steps if s < 128])) \
+        < account_module.EVERY_EARLY * 1.5
+
+
+def test_a_failing_read_turns_the_account_off_with_one_warning(monkeypatch):
+    rec = StepRecorder()
+    warnings = WarningSink(emit=False)
+    probe = ThreadAccountProbe(rec, warnings)
+
+    def broken(fd):
+        raise OSError("gone")
+
+    rec.on_commit = lambda index: setattr(rec, "next_commit_call", max(index + 1, probe.on_commit(index)))
+    monkeypatch.setattr(account_module, "sched_sample", broken)
+    for _ in range(20):
+        rec.fetch_begin()
+        rec.fetch_end(-1, 8)
+        rec.enter(DATA_WAIT)
+        rec.leave(DATA_WAIT)
+        rec.optimizer_started(1)
+        rec.optimizer_finished(1)
+    assert not probe.enabled and rec.listener is None
+    assert any("thread account" in line for line in warnings.messages)
+
+
+def test_the_thread_table_names_python_threads_and_their_function():
+    stop = threading.Event()
+
+    def busy_logger():
+        while not stop.is_set():
+            _spin(0.001)
+
+    thread = threading.Thread(target=busy_logger, name="logger")
+    thread.start()
+    try:
+        time.sleep(0.05)
+        table = thread_table(threading.get_native_id())
+    finally:
+        stop.set()
+        thread.join()
+    by_name = {item.name: item for item in table}
+    assert by_name["logger"].python and by_name["logger"].function.endswith("busy_logger")
+    assert by_name["logger"].cpu_ns > 0
+    (training,) = [item for item in table if item.training]
+    assert training.native_id == threading.get_native_id()
