@@ -313,3 +313,62 @@ def test_two_nodes_without_a_shared_filesystem_merge_on_rank_0_s_node(tmp_path):
     assert report["job"]["missing"] == []
     assert "Ranks (2 of 2)" in outputs[0][1]
     assert load_record(node0, 1).meta.rank == 1
+
+
+def _traceback_lines(stderr: str, rank: int) -> list[str]:
+    """Rank ``rank``'s traceback as torch.distributed's excepthook prints it (each line prefixed),
+    a peer's port (run-dependent) masked."""
+    prefix = f"[rank{rank}]:"
+    return [re.sub(r"\]:\d+\b", "]:PORT", line) for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def _bare_and_captured(tmp_path, script: str, name: str) -> tuple[subprocess.CompletedProcess, ...]:
+    write_script(tmp_path, name, script)
+    bare = run_python([*TORCHRUN, name], tmp_path, timeout=240)
+    captured = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", name],
+                          tmp_path, timeout=240)
+    return bare, captured
+
+
+def test_a_failing_comm_hook_s_traceback_is_python_s(tmp_path):
+    """The script's own hook returns a failed future: DDP's error reaches the script unchanged (no
+    "Got the following error when running the callback", no ``At:`` stack of capture's frames)."""
+    bare, captured = _bare_and_captured(tmp_path, """
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 1))
+        def hook(state, bucket):
+            future = torch.futures.Future()
+            future.set_exception(RuntimeError("hook failed on purpose"))
+            return future
+        model.register_comm_hook(None, hook)
+        model(torch.randn(2, 4)).sum().backward()
+    """, "hookfail.py")
+    assert bare.returncode != 0 and captured.returncode != 0
+    for rank in (0, 1):
+        expected = _traceback_lines(bare.stderr, rank)
+        assert expected[-1].endswith("RuntimeError: Unable to cast hook failed on purpose to Tensor"), bare.stderr
+        assert _traceback_lines(captured.stderr, rank) == expected, captured.stderr[-4000:]
+
+
+def test_a_dead_peer_s_error_reaches_rank_0_as_without_capture(tmp_path):
+    """Rank 1 is killed while rank 0 waits in DDP's all-reduce (capture's default hook): rank 0's
+    traceback is the one Python prints without stepscope, line for line."""
+    bare, captured = _bare_and_captured(tmp_path, """
+        import os, signal, time, torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = DDP(torch.nn.Linear(4, 1))
+        for step in range(4):
+            if rank == 1 and step == 2:
+                time.sleep(1)  # rank 0 is waiting in the all-reduce when rank 1 dies
+                os.kill(os.getpid(), signal.SIGKILL)
+            model(torch.randn(2, 4)).sum().backward()
+    """, "peerdies.py")
+    assert bare.returncode != 0 and captured.returncode != 0
+    expected = _traceback_lines(bare.stderr, 0)
+    assert "Connection closed by peer" in expected[-1], bare.stderr[-4000:]
+    assert _traceback_lines(captured.stderr, 0) == expected, captured.stderr[-4000:]
+    assert "stepscope" not in "\n".join(_traceback_lines(captured.stderr, 0))

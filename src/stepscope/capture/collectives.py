@@ -16,7 +16,8 @@ Three sources, all installed by :class:`CollectiveHooks` once torch is imported:
    each bucket by the world size, all-reduce with SUM: ``default_hooks.allreduce_hook``), so results
    are bit-identical; a hook the script registers itself replaces that default and is timed the same
    way (``_register_builtin_comm_hook`` — the C++ fp16 hook — is left untimed, with a warning). Each
-   bucket's all-reduce is timed from its launch to its completion (a ``Future.then`` callback). At
+   bucket's all-reduce is timed from its launch to its completion (a callback that can change
+   neither the result nor an error: see :class:`_HookHolder`). At
    the end of ``backward`` the time after the last bucket was launched (backward's computation is
    over) until the last bucket completed is *exposed*: it moves from ``backward`` to
    ``communication``; the rest of the buckets' time ran under backward's computation and is counted
@@ -344,13 +345,25 @@ def _cuda_spans() -> DeviceSpans:
 
 class _HookHolder:
     """The communication hook registered on a DDP model: runs the default reduction or the script's
-    own hook, and times each bucket."""
+    own hook, and times each bucket.
+
+    Nothing here may change what DDP sees when a bucket fails (a peer died, the script's future
+    failed): a Python ``then`` callback that raises turns the error into "Got the following error
+    when running the callback: ..." with an ``At:`` stack of the callback's frames. So the script's
+    own hook's future goes back to DDP untouched (completion is stamped by ``add_done_callback``,
+    whose return value and errors DDP never sees), and the default reduction's callback never
+    raises: a bucket whose all-reduce failed is handed to DDP as it stands, and the very exception
+    is raised at the end of that backward, after DDP's own final callback, as DDP's wait raises it
+    without a hook (:meth:`_arm`)."""
 
     def __init__(self, hooks: CollectiveHooks, module: Any, user: tuple[Any, Callable[..., Any]] | None = None):
         self.hooks = hooks
         self.group = getattr(module, "process_group", None)
         self.user = user
         self.mutable = True  # the script may still register its own hook (until the first bucket)
+        self.armed = False  # the end-of-backward check is queued for the current backward
+        self.failures: list[BaseException] = []  # the failed buckets' errors of the current backward
+        self.pending: list[Any] = []  # the current backward's bucket futures (for the fallback wait)
         self.__qualname__ = "stepscope_timed_comm_hook"
         self.__name__ = "stepscope_timed_comm_hook"
 
@@ -364,30 +377,83 @@ class _HookHolder:
             timer.device = _cuda_spans()
         device = timer.device
         start_event = device.begin() if device is not None and tensor.is_cuda else None
-        if self.user is None:
-            # ``default_hooks.allreduce_hook`` (divide by the world size, all-reduce SUM) with one
-            # completion callback that also stamps the bucket
-            def done_default(fut: Any) -> Any:
+
+        def stamp(fut: Any) -> None:  # completion; never raises, its result is ignored
+            try:
                 timer.bucket_finished(slot)
                 if start_event is not None:
                     device.end(start_event)
-                return fut.value()[0]
+            except Exception:  # noqa: BLE001 - timing never fails a bucket
+                pass
 
-            return self._all_reduce(tensor).then(done_default)
+        if self.user is None:
+            # ``default_hooks.allreduce_hook`` (divide by the world size, all-reduce SUM, hand DDP
+            # the first tensor of the result), its callback also stamping the bucket
+            deferred = self._arm()
+            failures = self.failures
+
+            def reduced(fut: Any) -> Any:
+                stamp(fut)
+                if not deferred:  # no end-of-backward check could be queued: fail as allreduce_hook does
+                    return fut.value()[0]
+                try:
+                    return fut.value()[0]
+                except BaseException as exc:  # noqa: BLE001 - raised at the end of backward (see _arm)
+                    failures.append(exc)
+                    return tensor
+
+            future = self._all_reduce(tensor).then(reduced)
+            if deferred:
+                self.pending.append(future)
+            return future
         local.inside = True
         try:
             user_state, hook = self.user
             future = hook(user_state, bucket)
         finally:
             local.inside = False
+        add_done_callback = getattr(future, "add_done_callback", None)
+        if add_done_callback is not None:  # anything else: DDP itself says what is wrong with it
+            add_done_callback(stamp)
+        return future
 
-        def done(fut: Any) -> Any:
-            timer.bucket_finished(slot)
-            if start_event is not None:
-                device.end(start_event)
-            return fut.value()
+    # -- a failed bucket fails backward as DDP's own wait does ---------------------------------
+    def _arm(self) -> bool:
+        """Queue, once per backward, the check that raises a failed bucket's exception at the end of
+        backward; False when it cannot be queued (the bucket's callback then raises as torch's own
+        ``allreduce_hook`` does, so that no failure is ever lost)."""
+        if self.armed:
+            return True
+        try:
+            from torch.autograd import Variable
 
-        return future.then(done)
+            Variable._execution_engine.queue_callback(self._after_buckets)
+        except Exception:  # noqa: BLE001
+            return False
+        self.armed = True
+        self.failures.clear()
+        self.pending.clear()
+        return True
+
+    def _after_buckets(self) -> None:
+        """Queued by the first bucket, so it runs before DDP's own final callback (which waits for
+        every bucket and unflattens them): queue the check behind it."""
+        self.armed = False
+        try:
+            from torch.autograd import Variable
+
+            Variable._execution_engine.queue_callback(self._raise_failure)
+        except Exception:  # noqa: BLE001 - wait for the buckets here instead
+            for future in self.pending:
+                future.wait()
+            self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        self.pending.clear()
+        if self.failures:
+            error = self.failures[0]
+            self.failures.clear()
+            raise error.with_traceback(None)  # as DDP's wait raises it: this frame is capture's, removed when shown
 
     def _all_reduce(self, tensor: Any) -> Any:
         import torch.distributed as dist
