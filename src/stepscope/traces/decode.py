@@ -64,6 +64,7 @@ class DecodeStats:
         self.replaced_utf8 = 0
         self.big_int_pieces = 0
         self.path = "streaming"
+        self.bare_array = False  # the document is a bare JSON array of events (no "traceEvents" key)
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -180,8 +181,7 @@ def iter_event_batches(
             progress(len(block))
         if not block:
             events, tail = _split_end(bytes(buffer), stats, consumed)
-            if events:
-                yield "events", events
+            yield "events", events  # also an empty list: the key is there (``"traceEvents": []``)
             yield "meta", _meta(meta_head, tail, stats, consumed)
             return
         buffer += block
@@ -303,6 +303,7 @@ def _whole_document(data: bytes, stats: DecodeStats) -> Iterator[tuple[str, Any]
     if isinstance(doc, list):  # Chrome "JSON Array Format": a bare list of events
         if doc and not any(isinstance(item, dict) for item in doc[:1000]):
             raise DecodeFailure("a JSON array without trace events: not a torch.profiler (Kineto) trace", 0)
+        stats.bare_array = True
         yield "events", doc
         yield "meta", {}
         return

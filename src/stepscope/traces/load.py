@@ -167,6 +167,7 @@ def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: C
     stats = DecodeStats()
     meta: dict[str, Any] = {}
     saw_events = False
+    any_event = False
     tracker = _Progress(progress, size)
     try:
         with open_binary(path) as stream:
@@ -176,6 +177,7 @@ def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: C
                                                     typed_batches=typed_batches):
                 if kind == "events":
                     saw_events = True
+                    any_event = any_event or bool(payload.events if isinstance(payload, TypedBatch) else payload)
                     on_batch(payload, stats)
                 else:
                     meta = payload
@@ -188,6 +190,10 @@ def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: C
         raise InputError(path, f"cannot read or decompress the file ({exc})") from None
     if not saw_events and "traceEvents" not in meta:
         raise InputError(path, "JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+    if not any_event:
+        what = "the JSON array holds no events" if stats.bare_array else "'traceEvents' is present but empty"
+        raise InputError(path, f"{what}: the profiler recorded nothing (it was stopped before an active step, "
+                               "or its schedule never reached one); record at least one active step and export again")
     return meta, stats, json_bytes
 
 

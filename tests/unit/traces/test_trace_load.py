@@ -100,6 +100,20 @@ def test_bad_files_raise_input_error(tmp_path, content, message):
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize("content", [b'{"traceEvents": []}', b'{"traceEvents": [ ],\n "deviceProperties": []}',
+                                     b'{"schemaVersion": 1, "traceEvents": []}' + b" " * 300_000, b"[]"])
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_an_empty_event_list_is_said_to_be_empty(tmp_path, content, packed):
+    path = tmp_path / "empty.json"
+    path.write_bytes(gzip.compress(content) if packed else content)
+    with pytest.raises(InputError) as info:
+        load_trace(path)
+    message = str(info.value)
+    expected = "the JSON array holds no events" if content == b"[]" else "'traceEvents' is present but empty"
+    assert message.startswith(f"{path}: {expected}: the profiler recorded nothing"), message
+    assert "without 'traceEvents'" not in message and "\n" not in message
+
+
 def test_truncated_real_trace_reports_position(tmp_path):
     data = gzip.decompress(TRAIN.read_bytes())
     path = _write(tmp_path, data[: len(data) // 2], "cut.json")
