@@ -182,6 +182,7 @@ class ProcStat:
     threads: int
     start_ticks: int  # since boot
     rss_bytes: int
+    child_ticks: int = 0  # cutime + cstime: CPU of the children it has reaped (waited for)
 
 
 def parse_proc_stat(text: bytes) -> ProcStat:
@@ -197,6 +198,7 @@ def parse_proc_stat(text: bytes) -> ProcStat:
         threads=int(rest[17]),
         start_ticks=int(rest[19]),
         rss_bytes=int(rest[21]) * PAGE_SIZE,
+        child_ticks=int(rest[13]) + int(rest[14]),
     )
 
 

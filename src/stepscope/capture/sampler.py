@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.foreign import ForeignScan
+from stepscope.capture.foreign import ForeignScan, job_root
 from stepscope.capture.gpu import GpuProbe, open_gpus
 from stepscope.capture.system import ProcessTree, SystemProbe
 from stepscope.errors import UsageError
@@ -72,7 +72,8 @@ class SystemSampler:
                 self.notes.append(note)
         self.gpu: GpuProbe | None = gpu  # type: ignore[assignment]
         self._failures: set[str] = set()
-        self.foreign = ForeignScan(self.tree.known_pids) if target_pid is not None else None
+        self.foreign = (ForeignScan(self.tree.known_pids, job_root=job_root(target_pid, dict(os.environ)))
+                        if target_pid is not None else None)
 
     def header(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -94,6 +95,8 @@ class SystemSampler:
             proc, events = self.tree.sample(ts_ns)
             if sample is not None:
                 sample["proc"] = proc
+                if self.target_pid is not None:
+                    sample["tree_unseen_cpu_ticks"] = self.tree.unseen_ticks
         except Exception as exc:  # noqa: BLE001
             self._fail(f"the process tree could not be read ({type(exc).__name__}: {exc})")
         if self.gpu is not None and sample is not None:

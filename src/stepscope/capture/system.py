@@ -188,6 +188,9 @@ class _Tracked:
     io: tuple[int, int, int] = (-1, -1, -1)  # last reading
     samples: int = 0
     statm_file: procfs.ProcFile | None = None  # anonymous resident memory (tree mode on Linux)
+    first_ticks: int = -1  # CPU and reaped children's CPU at the first reading, and the last CPU read
+    first_child_ticks: int = 0
+    last_ticks: int = 0
 
     def close(self) -> None:
         for handle in (self.stat_file, self.io_file, self.statm_file):
@@ -236,6 +239,11 @@ class ProcessTree:
         self._last_scan = -float("inf")
         self.target_alive = True
         self._target_start: int | None = None
+        #: CPU ticks of the tree's processes that no reading saw: children that started and ended
+        #: between two samples (DataLoader workers of a short epoch, compile workers), found in their
+        #: parents' reaped-children CPU less what the rows of ended processes already hold (cumulative)
+        self.unseen_ticks = 0
+        self._credited_ticks = 0
 
     def known_pids(self) -> set[int]:
         """Pids of the tracked tree (and the excluded ones): not foreign to the run."""
@@ -260,11 +268,14 @@ class ProcessTree:
         columns: dict[str, list[Any]] = {name: [] for name in (
             "id", "cpu_ticks", "rss_bytes", "read_bytes", "write_bytes", "read_chars", "threads", "state",
             "rss_anon_bytes")}
+        reaped = 0  # growth of the tree's reaped-children CPU since each process was first read
         for pid, entry in list(self.tracked.items()):
             stat = self._tracked_stat(entry)
             if stat is None or stat.start_ticks != entry.start_ticks or (stat.state == "Z" and self._tree_mode):
                 del self.tracked[pid]
                 entry.close()
+                if entry.first_ticks >= 0:  # counted in its rows: its parent's reaped-children CPU repeats it
+                    self._credited_ticks += entry.last_ticks - entry.first_ticks
                 events.append({"type": "exit", "id": entry.proc_id, "ts_ns": ts_ns})
                 if pid == self.target_pid:
                     self.target_alive = False
@@ -272,12 +283,18 @@ class ProcessTree:
             if self.with_io and stat.state != "Z" and entry.samples % max(1, self.io_every) == 0:
                 entry.io = self._tracked_io(entry)
             entry.samples += 1
+            if entry.first_ticks < 0:
+                entry.first_ticks, entry.first_child_ticks = stat.cpu_ticks, stat.child_ticks
+            entry.last_ticks = stat.cpu_ticks
+            reaped += stat.child_ticks - entry.first_child_ticks
             io = entry.io
             for name, value in zip(columns, (entry.proc_id, stat.cpu_ticks, stat.rss_bytes, *io,
                                              stat.threads, stat.state, self._anon(entry))):
                 columns[name].append(value)
         if self.target_pid is not None and self.target_pid not in self.tracked:
             self.target_alive = False
+        if self._tree_mode and self.linux:
+            self.unseen_ticks = max(self.unseen_ticks, reaped - self._credited_ticks)
         return columns, events
 
     # -- discovery --------------------------------------------------------------------------------
@@ -461,6 +478,7 @@ def _psutil_stat(pid: int) -> procfs.ProcStat:
             cpu_ticks=round((times.user + times.system) * 100), threads=process.num_threads(),
             start_ticks=round((process.create_time() - psutil.boot_time()) * 100),
             rss_bytes=process.memory_info().rss,
+            child_ticks=round((getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)) * 100),
         )
 
 

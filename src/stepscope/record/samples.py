@@ -94,6 +94,9 @@ SERIES_COLUMNS: dict[str, tuple[str, str]] = {
     "gpu_pcie_tx_bytes_per_s": ("gpu", "PCIe transmit rate over 20 ms (one GPU at a time, about 1 Hz)"),
     "gpu_pcie_rx_bytes_per_s": ("gpu", "PCIe receive rate over 20 ms (one GPU at a time, about 1 Hz)"),
     "gpu_procs_read": ("sample", "1 when the GPU process list was read at this sample"),
+    "tree_unseen_cpu_ticks": ("sample", "cumulative CPU ticks of training-tree processes no sample saw (children "
+                                        "that started and ended between two samples: their parents' reaped-"
+                                        "children CPU less what ended processes' rows hold; -1 unknown)"),
 }
 _FLOAT_SERIES = frozenset({"load1"})
 
@@ -194,6 +197,9 @@ class Samples:
     truncated: bool = False  # the file ended inside a member (the sampler was killed)
     #: busiest processes outside the training tree, one scan each: (ts_ns, interval_s, ((pid, name, cores), ...))
     foreign: tuple[tuple[int, float, tuple[tuple[int, str, float], ...]], ...] = ()
+    #: the same scans' totals: (ts_ns, interval_s, cores of every process outside the job, cores of the
+    #: job's other processes — launcher, other ranks of this machine), each -1.0 when not measured
+    foreign_totals: tuple[tuple[int, float, float, float], ...] = ()
 
     def __len__(self) -> int:
         return int(self.series["ts_ns"].shape[0])
@@ -227,6 +233,7 @@ class SamplesBuilder:
         self._processes: dict[int, dict[str, Any]] = {}
         self.notes: list[str] = []
         self.foreign: list[tuple[int, float, tuple[tuple[int, str, float], ...]]] = []
+        self.foreign_totals: list[tuple[int, float, float, float]] = []
         self.count = 0
 
     def add(self, sample: dict[str, Any]) -> None:
@@ -244,6 +251,8 @@ class SamplesBuilder:
                 raise ValueError(f"more than {MAX_FOREIGN_SCANS} scans of other processes")
             procs = tuple((int(pid), str(name)[:256], float(cores)) for pid, name, cores in event["procs"][:16])
             self.foreign.append((int(event["ts_ns"]), float(event.get("interval_s", 0.0)), procs))
+            self.foreign_totals.append((int(event["ts_ns"]), float(event.get("interval_s", 0.0)),
+                                        _cores(event.get("others_cores")), _cores(event.get("job_cores"))))
         elif kind == "process":
             process = checked_fields(ProcessInfo, event)
             ProcessInfo(**{**process, "cmdline": tuple(process.get("cmdline", ()))})  # every required field
@@ -322,7 +331,17 @@ class SamplesBuilder:
         processes = tuple(ProcessInfo(**{**item, "cmdline": tuple(item.get("cmdline", ()))})
                           for _, item in sorted(self._processes.items()))
         return Samples(self.meta, series, proc, gpu_procs, processes, tuple(self.notes), truncated,
-                       tuple(self.foreign))
+                       tuple(self.foreign), tuple(self.foreign_totals))
+
+
+def _cores(value: Any) -> float:
+    """A scan's total cores; -1.0 when absent (older files, no launcher); damage raises."""
+    if value is None:
+        return -1.0
+    cores = float(value)
+    if not 0.0 <= cores < 1e6:
+        raise ValueError(f"a scan's total of {value!r} cores is out of range")
+    return cores
 
 
 def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
