@@ -40,6 +40,10 @@ REPEATS = 3
 MIN_REPEATS = 2
 #: Steps per trial (the run's own length caps it).
 TRIAL_STEPS = 40
+#: A trial's deadline: this many times its expected length, plus the slack (seconds), and never
+#: past the end of the budget; past it the trial is stopped with its process group, timed out.
+TRIAL_DEADLINE_FACTOR = 3.0
+TRIAL_DEADLINE_SLACK_S = 10.0
 #: The default budget: this many trials' worth of time, within these bounds (seconds).
 BUDGET_TRIALS = 14
 BUDGET_MIN_S = 60.0
@@ -58,13 +62,20 @@ class Verification:
     best: str | None
     notes: tuple[str, ...]
     interrupted: bool = False
+    #: the trials that failed, each ``{"setting", "round", "error", "log"}``: no measurement, in no
+    #: comparison; ``failed`` says it in one sentence (:func:`stepscope.whatif.failure_summary`)
+    failures: tuple[dict[str, Any], ...] = ()
+    failed: str | None = None
+    stopped_by: str | None = None  # the signal that stopped the trials (SIGINT: Ctrl-C)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return {"steps": self.steps, "repeats": self.repeats, "budget_s": round(self.budget_s, 1),
                 "elapsed_s": round(self.elapsed_s, 1), "best": self.best, "interrupted": self.interrupted,
-                "notes": list(self.notes), "trials": [asdict(row) for row in self.comparisons]}
+                "stopped_by": self.stopped_by, "notes": list(self.notes), "failed": self.failed,
+                "failures": [dict(item) for item in self.failures],
+                "trials": [asdict(row) for row in self.comparisons]}
 
 
 def prescription_settings(item: Prescription) -> dict[str, int | bool] | None:
@@ -272,7 +283,7 @@ def apply(findings: Sequence[Finding], verification: Verification) -> tuple[Find
         for item in finding.prescriptions:
             settings = prescription_settings(item)
             row = rows.get(describe(settings)) if settings is not None else None
-            if row is None or row.verdict in ("failed", "no noise bound"):
+            if row is None or row.verdict in ("failed", "no noise bound", "not run"):  # not measured
                 updated.append(item)
                 continue
             gain = gain_of(row)
@@ -302,11 +313,25 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def trial_deadline(trial_s: float) -> float:
+    """Seconds a trial expected to take ``trial_s`` may run before it is stopped."""
+    return TRIAL_DEADLINE_FACTOR * trial_s + TRIAL_DEADLINE_SLACK_S
+
+
 def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path, *, steps: int, budget_s: float,
            trial_s: float, progress: Callable[[str], None] = lambda line: None,
            timeout_s: float | None = None, cwd: str | None = None) -> Verification:
-    """Run the trials (as many as the budget allows) and compare them."""
+    """Run the trials (as many as the budget allows) and compare them.
+
+    Every trial has a deadline (``timeout_s``, by default :func:`trial_deadline`), never past the
+    end of the budget; a trial is not started with less than half its expected length left. A
+    trial that fails (exit status, signal, timed out, no steps) is listed in ``failures`` and left
+    out of every comparison. Ctrl-C, or a :class:`stepscope.children.Stopped` signal, stops the
+    trial under way with its process group: what was measured is kept."""
     import time
+
+    from stepscope.children import signal_name, stopped_by
+    from stepscope.whatif import failure_summary, trial_order
 
     started = time.monotonic()
     kept, repeats = plan(len(found), trial_s, budget_s)
@@ -317,17 +342,28 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
     chosen = list(found[:kept])
     trials: list[TrialResult] = []
     interrupted = False
+    stopped: str | None = None
     if chosen:
+        planned = len(trial_order([BASELINE, *(item.name for item in chosen)], repeats))
         try:
             run_trials(target_argv, chosen, out_dir, steps=steps, repeats=repeats, progress=progress,
-                       timeout_s=timeout_s, results=trials, cwd=cwd)
-        except KeyboardInterrupt:
+                       timeout_s=timeout_s if timeout_s is not None else trial_deadline(trial_s), results=trials,
+                       cwd=cwd, ends_at=started + budget_s, min_trial_s=0.5 * trial_s)
+        except KeyboardInterrupt as exc:
             interrupted = True
-            notes.append(f"trials stopped by Ctrl-C after {len(trials)}: what was measured is kept")
+            stopped = signal_name(stopped_by(exc))
+            how = "Ctrl-C" if stopped == "SIGINT" else stopped
+            notes.append(f"trials stopped by {how} after {len(trials)}: what was measured is kept")
+        if not interrupted and len(trials) < planned:
+            notes.append(f"{planned - len(trials)} of {planned} trials not run: the budget of {budget_s:.0f} s "
+                         "was spent (raise --verify-budget)")
     comparisons = compare(trials, chosen) if chosen else ()
     best = _best(comparisons)
+    failures = tuple({"setting": trial.candidate, "round": trial.repeat + 1, "error": trial.error,
+                      "log": trial.log} for trial in trials if trial.step_time_s is None)
     return Verification(steps, repeats, budget_s, time.monotonic() - started, tuple(comparisons),
-                        best.name if best is not None else None, tuple(notes), interrupted)
+                        best.name if best is not None else None, tuple(notes), interrupted, failures,
+                        failure_summary(trials, out_dir / "logs"), stopped)
 
 
 def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
@@ -336,7 +372,7 @@ def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
 
 
 __all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "findings_of", "setup_of_document", "default_budget", "gain_of", "plan", "prescription_settings",
-           "verify"]
+           "trial_deadline", "verify"]
 
 
 # -- persistence and the report --------------------------------------------------------------------
@@ -361,7 +397,9 @@ def load(run_dir: Path) -> Verification | None:
         rows = tuple(Comparison(**row) for row in data["trials"])
         return Verification(int(data["steps"]), int(data["repeats"]), float(data["budget_s"]),
                             float(data["elapsed_s"]), rows, data.get("best"), tuple(data.get("notes", ())),
-                            bool(data.get("interrupted", False)))
+                            bool(data.get("interrupted", False)),
+                            tuple(dict(item) for item in data.get("failures", ()) or ()), data.get("failed"),
+                            data.get("stopped_by"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

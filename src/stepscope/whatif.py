@@ -21,6 +21,7 @@ trials).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,8 @@ from stepscope.analysis.compare_stats import range_ratio, range_verdict
 
 BASELINE = "baseline"
 COMBINED = "all of the above"
+#: The verdict of a setting none of whose trials ran (the budget was spent, or the trials were stopped).
+NOT_RUN = "not run"
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,9 @@ class TrialResult:
     steps_per_s: float | None
     steps: int = 0
     exit_code: int | None = 0
-    error: str | None = None
+    error: str | None = None  # how it failed: exit status or signal, timed out, its last error line
     run_dir: str = ""
+    log: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class Comparison:
     speedup: float | None  # throughput / baseline throughput (medians)
     speedup_low: float | None
     speedup_high: float | None
-    verdict: str  # "baseline" | "faster" | "slower" | "within noise" | "no noise bound" | "failed"
+    verdict: str  # "baseline" | "faster" | "slower" | "within noise" | "no noise bound" | "failed" | "not run"
     expected_gain: float | None = None
     source: str = ""
 
@@ -105,6 +109,8 @@ class WhatIf:
     diagnosis_dir: str = ""
     best: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    failed: str | None = None  # :func:`failure_summary` of the trials
+    failures: tuple[dict[str, Any], ...] = ()  # each failed trial: setting, round, error, log
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -156,7 +162,10 @@ def compare(trials: Iterable[TrialResult], candidates: Sequence[Candidate]) -> t
             step_time_min_s=min(times) if times else None, step_time_max_s=max(times) if times else None,
             throughput=median, throughput_min=low, throughput_max=high,
             speedup=speedup, speedup_low=speed_low, speedup_high=speed_high,
-            verdict=BASELINE if name == BASELINE else verdict(values, base_values),
+            # a failed trial is no measurement: a baseline without one is "failed", and so is every
+            # candidate compared with it
+            verdict=NOT_RUN if not runs else
+            (BASELINE if base_values else "failed") if name == BASELINE else verdict(values, base_values),
             expected_gain=gain, source=source))
     return tuple(rows)
 
@@ -196,8 +205,12 @@ def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_d
               log: Path, monitor: bool = False, timeout_s: float | None = None,
               cwd: str | None = None) -> tuple[int | None, str | None]:
     """`stepscope run --max-steps N --set … --no-summary -o RUN_DIR TARGET…` in a subprocess (with
-    ``--no-monitor --stacks-hz 0`` unless ``monitor``); the script's output goes to ``log``.
-    Returns (exit status, error or None)."""
+    ``--no-monitor --stacks-hz 0`` unless ``monitor``), in its own process group with a deadline of
+    ``timeout_s`` (:func:`stepscope.children.run`: past it the whole group is stopped); the script's
+    output goes to ``log``. Returns (exit status, None) or (exit status or None, how it failed:
+    ``exit 1: RuntimeError: …``, ``killed by SIGKILL``, ``timed out after 12.0 s …``)."""
+    from stepscope import children
+
     command = [*stepscope_command(), "run", "--max-steps", str(max_steps), "--no-summary", "-o", str(run_dir)]
     if not monitor:  # a trial needs its steps only: no sampler, no stack sampling (less to disturb it)
         command += ["--no-monitor", "--stacks-hz", "0"]
@@ -205,15 +218,60 @@ def run_trial(target_argv: Sequence[str], settings: dict[str, int | bool], run_d
         command += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
     command += list(target_argv)
     log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        outcome = children.run(command, deadline_s=timeout_s, stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, env=_child_env(), cwd=cwd)
+    if outcome.ok:
+        return 0, None
+    last = None if outcome.timed_out else last_error_line(log)
+    return outcome.returncode, outcome.describe() + (f": {last}" if last else "")
+
+
+#: A traceback's last line: ``ValueError: …``, ``torch.OutOfMemoryError: …``, ``KeyboardInterrupt``.
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
+
+
+def last_error_line(log: Path, limit: int = 200) -> str | None:
+    """The last line of ``log`` that ends a traceback, else its last line that is not stepscope's
+    own (``stepscope: …``), at most ``limit`` characters; None for an empty or unreadable log."""
     try:
-        with open(log, "wb") as out:
-            result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    timeout=timeout_s, env=_child_env(), cwd=cwd)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout_s:g} s"
-    if result.returncode != 0:
-        return result.returncode, f"exit {result.returncode} (see {log})"
-    return 0, None
+        with open(log, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    chosen = next((line for line in reversed(lines) if _ERROR_LINE.match(line)), None)
+    if chosen is None:
+        chosen = next((line for line in reversed(lines) if not line.startswith("stepscope:")), None)
+    if chosen is None:
+        return None
+    return chosen if len(chosen) <= limit else chosen[:limit - 1] + "…"
+
+
+def failure_summary(trials: Sequence[TrialResult], log_dir: Path | str | None = None) -> str | None:
+    """One sentence on the trials that failed (None when none did): how many, how — each distinct
+    reason once, with the trials it ended — and where their logs are. A failed trial is no
+    measurement: :func:`compare` leaves it out. ``all 4 trials failed, nothing was measured: exit 1:
+    RuntimeError: boom (baseline round 1, … ); logs in RUN/verify/logs``."""
+    failed = [trial for trial in trials if trial.step_time_s is None]
+    if not failed:
+        return None
+    reasons: dict[str, list[str]] = {}
+    for trial in failed:
+        reasons.setdefault(trial.error or "no figure", []).append(f"{trial.candidate} round {trial.repeat + 1}")
+    everything = f"all {len(failed)} trials" if len(failed) > 1 else "the only trial"
+    head = (f"{everything} failed, nothing was measured" if len(failed) == len(trials)
+            else f"{len(failed)} of {len(trials)} trials failed (not measured, left out of the comparison)")
+    parts = []
+    for reason, which in list(reasons.items())[:3]:
+        shown = ", ".join(which[:3]) + (f" and {len(which) - 3} more" if len(which) > 3 else "")
+        parts.append(f"{reason} ({shown})")
+    if len(reasons) > 3:
+        parts.append(f"{len(reasons) - 3} other reasons")
+    where = f"; logs in {log_dir}" if log_dir else ""
+    return f"{head}: {'; '.join(parts)}{where}"
 
 
 def _child_env() -> dict[str, str]:
@@ -280,27 +338,40 @@ def figures(record: Any) -> tuple[float, float | None, int] | None:
 def run_trials(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
                repeats: int, progress: Callable[[str], None] = lambda line: None,
                timeout_s: float | None = None, results: list[TrialResult] | None = None,
-               cwd: str | None = None) -> list[TrialResult]:
+               cwd: str | None = None, ends_at: float | None = None, min_trial_s: float = 0.0) -> list[TrialResult]:
     """Every trial of :func:`trial_order`, measured, appended to ``results`` (a list the caller
-    keeps: after a Ctrl-C it holds the trials measured so far)."""
+    keeps: after a Ctrl-C it holds the trials measured so far).
+
+    Each trial's deadline is ``timeout_s``, and no later than ``ends_at`` (a :func:`time.monotonic`
+    instant: the end of the budget); a trial is not started when less than ``min_trial_s`` is left
+    before ``ends_at`` (the caller counts the trials that did not run)."""
+    import time
+
     settings = {BASELINE: {}, **{candidate.name: candidate.settings for candidate in candidates}}
     names = list(settings)
     slug = {name: "baseline" if name == BASELINE else f"c{index}" for index, name in enumerate(names)}
     order = trial_order(names, repeats)
     results = [] if results is None else results
     for number, (repeat, name) in enumerate(order, 1):
+        deadline = timeout_s
+        if ends_at is not None:
+            left = ends_at - time.monotonic()
+            if left < max(min_trial_s, 0.1):
+                progress(f"trials {number}–{len(order)} of {len(order)} not started: the budget is spent")
+                break
+            deadline = left if deadline is None else min(deadline, left)
         run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
-        code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps,
-                                log=out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log", timeout_s=timeout_s,
+        log = out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log"
+        code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps, log=log, timeout_s=deadline,
                                 cwd=cwd)
-        result = measure(run_dir, name, repeat, code, error)
+        result = replace(measure(run_dir, name, repeat, code, error), log=str(log))
         results.append(result)
         figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
-                  else f"failed: {result.error}")
+                  else f"failed: {result.error} (log: {log})")
         progress(f"trial {number}/{len(order)}: {name} (round {repeat + 1}) … {figure}")
     return results
 
 
-__all__ = ["BASELINE", "COMBINED", "Candidate", "agrees", "CodeChange", "Comparison", "TrialResult", "WhatIf",
-           "best_change", "compare", "measure", "run_trial", "run_trials",
+__all__ = ["BASELINE", "COMBINED", "NOT_RUN", "Candidate", "agrees", "CodeChange", "Comparison", "TrialResult", "WhatIf",
+           "best_change", "compare", "failure_summary", "last_error_line", "measure", "run_trial", "run_trials",
            "trial_order", "verdict"]

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
 from stepscope import verify
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
-from stepscope.whatif import BASELINE, TrialResult, compare
+from stepscope.whatif import BASELINE, Candidate, TrialResult, compare
 
 
 def finding(rule_id: str, family: str, *prescriptions: Prescription, impact: float = 0.5) -> Finding:
@@ -112,3 +114,60 @@ def test_verification_round_trips_and_report_json_carries_set_measured_gain_and_
 def test_a_damaged_verification_file_is_no_verification(tmp_path):
     (tmp_path / verify.VERIFICATION_FILE).write_text("{not json")
     assert verify.load(tmp_path) is None
+
+
+# -- real trials that fail or hang (scripts without torch: a trial fails or hangs in about a second) --
+FAILING_SCRIPT = 'print("loading the data")\nraise RuntimeError("dataset path not set")\n'
+HANGING_SCRIPT = """import os, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open("pids.txt", "a") as out:
+    out.write(f"{os.getpid()} {os.getpgid(0)} {helper.pid}\\n")
+while True:
+    time.sleep(1)
+"""
+TWO_WORKERS = Candidate("dataloader.num_workers=2", {"dataloader.num_workers": 2}, INPUT.rule_id, WORKERS.action)
+
+
+def test_when_every_trial_fails_nothing_is_verified_and_the_line_says_how_and_where(tmp_path):
+    from stepscope.report.render.lines import verification_line
+
+    (tmp_path / "train.py").write_text(FAILING_SCRIPT)
+    # a trial of ~4 s in a budget of 20 s: one candidate against the baseline, twice each
+    result = verify.verify(["--", "train.py"], [TWO_WORKERS], tmp_path / "verify", steps=5, budget_s=20.0,
+                           trial_s=4.0, cwd=str(tmp_path))
+    line = verification_line(result.to_dict())
+    assert "beyond noise" not in line and not line.startswith("Verified"), line
+    assert line.startswith("Not verified: all 4 trials failed, nothing was measured: exit 1: RuntimeError: "
+                           "dataset path not set (baseline round 1, dataloader.num_workers=2 round 1, "), line
+    assert f"logs in {tmp_path / 'verify' / 'logs'}" in line
+    assert len(result.failures) == 4 and all(Path(item["log"]).is_file() for item in result.failures)
+    assert [row.verdict for row in result.comparisons] == ["failed", "failed"] and result.best is None
+    (updated,) = verify.apply([INPUT], result)  # a failed trial measures nothing: nothing withdrawn
+    assert not any(item.withdrawn or item.measured_gain for item in updated.prescriptions)
+    again = verify.load(verify.save(result, tmp_path).parent)
+    assert again is not None and (again.failures, again.failed) == (result.failures, result.failed)
+
+
+@pytest.mark.timeout(60)
+def test_a_hung_trial_is_stopped_with_its_process_group_at_the_end_of_the_budget(tmp_path):
+    from stepscope.children import group_members
+
+    (tmp_path / "train.py").write_text(HANGING_SCRIPT)
+    started = time.monotonic()
+    result = verify.verify(["--", "train.py"], [TWO_WORKERS], tmp_path / "verify", steps=5, budget_s=4.0,
+                           trial_s=1.0, cwd=str(tmp_path))
+    took = time.monotonic() - started
+    assert took < 4.0 + 3.0 + 2.0, took  # the budget, the grace period, a margin
+    assert result.failures[0]["error"] == "timed out after 4.0 s (stopped with its process group)"
+    assert "3 of 4 trials not run: the budget of 4 s was spent (raise --verify-budget)" in result.notes
+    time.sleep(0.2)
+    for line in (tmp_path / "pids.txt").read_text().splitlines():
+        pid, group, helper = map(int, line.split())
+        assert pid == group and group_members(group) == [] and not running(helper)
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False

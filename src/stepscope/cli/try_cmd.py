@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--max-candidates", type=int, default=None, metavar="N",
                         help="try at most the first N candidates (most promising first)")
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
-                        help="give up on a trial after S seconds (default: no limit)")
+                        help="stop a trial (with its process group) after S seconds (default: 3x the diagnosis run's time + 10 s)")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     parser.add_argument("script", nargs="?", help="the script to run")
     parser.set_defaults(handler=handle)
@@ -108,54 +109,81 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
         findings_source: Path | None, timeout_s: float | None, only: tuple[str, ...] = (),
         max_candidates: int | None = None) -> int:
     from stepscope import whatif
+    from stepscope.children import signal_name, stop_on_signals, stopped_by
 
     started = time.monotonic()
     notes: list[str] = []
     diagnosis_dir = ""
     runs = 0
-    if findings_source is None:
-        runs = 1
-        diagnosis = out_dir / "diagnosis"
-        diagnosis_dir = str(diagnosis)
-        _progress(f"diagnosis run ({steps} steps) …")
-        code, error = whatif.run_trial(target_argv, {}, diagnosis, max_steps=steps,
-                                       log=out_dir / "logs" / "diagnosis.log", monitor=True, timeout_s=timeout_s)
-        findings_source = diagnosis / "report.json"
-        if error is not None or not findings_source.is_file():
-            raise UsageError(f"the diagnosis run failed ({error or 'no report.json'}); "
-                             f"the script's output is in {out_dir / 'logs' / 'diagnosis.log'}")
-    else:
-        diagnosis_dir = str(findings_source.parent)
-    from stepscope import verify
+    with stop_on_signals():  # Ctrl-C, SIGTERM, SIGHUP: the child under way is stopped with its group
+        if findings_source is None:
+            runs = 1
+            diagnosis = out_dir / "diagnosis"
+            diagnosis_dir = str(diagnosis)
+            _progress(f"diagnosis run ({steps} steps) …")
+            log = out_dir / "logs" / "diagnosis.log"
+            code, error = whatif.run_trial(target_argv, {}, diagnosis, max_steps=steps, log=log, monitor=True,
+                                           timeout_s=timeout_s)
+            reference_s = time.monotonic() - started
+            findings_source = diagnosis / "report.json"
+            if error is not None or not findings_source.is_file():
+                raise UsageError(f"the diagnosis run failed ({error or 'no report.json'}); "
+                                 f"the script's output is in {log}")
+        else:
+            diagnosis_dir = str(findings_source.parent)
+            reference_s = None
+        from stepscope import verify
 
-    document = _report(findings_source)
-    findings = verify.findings_of(document)
-    # --only KEY: the candidates (prescriptions, then the variants beside them) that change only those keys
-    candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document))
-                  if not only or set(item.settings) <= set(only)]
-    candidates = candidates[:max_candidates] if max_candidates is not None else candidates
-    code_changes = verify.code_changes(findings)
-    if not candidates:
-        notes.append("no prescription can be applied with `stepscope run --set`: nothing to try")
+        document = _report(findings_source)
+        if reference_s is None:
+            wall = (document.get("run") or {}).get("wall_s")
+            reference_s = float(wall) if isinstance(wall, (int, float)) and wall > 0 else None
+        findings = verify.findings_of(document)
+        # --only KEY: the candidates (prescriptions, then the variants beside them) that change only those keys
+        candidates = [item for item in verify.candidates(findings, verify.setup_of_document(document))
+                      if not only or set(item.settings) <= set(only)]
+        candidates = candidates[:max_candidates] if max_candidates is not None else candidates
+        code_changes = verify.code_changes(findings)
         trials: list[whatif.TrialResult] = []
-    else:
-        trials = whatif.run_trials(target_argv, candidates, out_dir, steps=steps, repeats=repeats,
-                                   progress=_progress, timeout_s=timeout_s)
+        stopped: int | None = None
+        if not candidates:
+            notes.append("no prescription can be applied with `stepscope run --set`: nothing to try")
+        else:
+            # every trial has a deadline: --timeout-s, else one derived from the run diagnosed
+            deadline = timeout_s if timeout_s is not None else (
+                verify.trial_deadline(reference_s) if reference_s is not None else None)
+            try:
+                whatif.run_trials(target_argv, candidates, out_dir, steps=steps, repeats=repeats,
+                                  progress=_progress, timeout_s=deadline, results=trials)
+            except KeyboardInterrupt as exc:
+                stopped = stopped_by(exc)
+                how = "Ctrl-C" if stopped == signal.SIGINT else signal_name(stopped)
+                notes.append(f"trials stopped by {how} after {len(trials)}: what was measured is kept")
     comparisons = whatif.compare(trials, candidates) if candidates else ()
     short = [trial for trial in trials if trial.step_time_s is not None and trial.steps < 10]
     if short:
         notes.append(f"{len(short)} trial(s) measured fewer than 10 steps after warm-up and the prefetched "
                      "batches: raise --steps (and the script's own length, if it sets one)")
+    failed = whatif.failure_summary(trials, out_dir / "logs")
     best = whatif.best_change(comparisons)
     notes.append(f"{runs + len(trials)} runs in {time.monotonic() - started:.0f} s; run directories under {out_dir}")
     result = whatif.WhatIf(target=name, steps=steps, repeats=repeats, comparisons=tuple(comparisons),
                            code_changes=tuple(code_changes), diagnosis_dir=diagnosis_dir,
-                           best=best.name if best is not None else None, notes=tuple(notes))
+                           best=best.name if best is not None else None, notes=tuple(notes), failed=failed,
+                           failures=tuple({"setting": trial.candidate, "round": trial.repeat + 1,
+                                           "error": trial.error, "log": trial.log}
+                                          for trial in trials if trial.step_time_s is None))
     (out_dir / "whatif.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
     if fmt == "json":
         print(json.dumps(result.to_dict(), indent=1))
     else:
         render(result)
+    if stopped is not None:  # what was measured is written and shown: now end as the signal asked
+        from stepscope.capture.launcher import die_by
+
+        if stopped == signal.SIGINT:
+            return 128 + signal.SIGINT
+        die_by(stopped)
     return 0
 
 
@@ -223,13 +251,28 @@ def render(result: Any) -> None:
                       f"(bounds ×{best.speedup_low:.2f}–×{best.speedup_high:.2f}); "
                       f"stepscope run {' '.join('--set ' + key + '=' + _value(v) for key, v in best.settings.items())} …",
                       markup=False, soft_wrap=True)
+    elif rows and not _compared(rows):  # nothing measured on one side: no comparison was made
+        if not any(row.runs > row.failed for row in rows):
+            why = result.failed or "no trial was measured"
+        else:
+            why = "no baseline trial was measured" if rows[0].runs <= rows[0].failed else \
+                "no candidate trial was measured"
+            why += f"; {result.failed}" if result.failed else ""
+        console.print(printable(f"best: none — {why}"), markup=False, soft_wrap=True)
     elif rows:
         console.print("best: none — no change beat the baseline beyond noise", markup=False, soft_wrap=True)
+    if result.failed and rows and _compared(rows):
+        console.print(printable(f"failed: {result.failed}"), markup=False, soft_wrap=True)
     for change in result.code_changes:
         console.print(printable(f"not tried (no --set for it): {change.action} [{change.source}]"), markup=False,
                       soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {printable(note)}", style="bright_black", markup=False, soft_wrap=True)
+
+
+def _compared(rows: Any) -> bool:
+    """A measured baseline and at least one measured candidate: failed trials are no measurement."""
+    return rows[0].runs > rows[0].failed and any(row.runs > row.failed for row in rows[1:])
 
 
 def _value(value: Any) -> str:

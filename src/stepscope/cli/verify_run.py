@@ -39,6 +39,7 @@ def verify_after_run(report: Any, record: Any, target: Any, run_dir: Path, optio
     if not notes and not found:
         notes.append("--verify: no prescription can be applied with `stepscope run --set`: nothing to try")
     verified = report
+    stopped_by: str | None = None
     if found and not should_stop():
         steps = min(len(record.steps), verify.TRIAL_STEPS)
         first_step_ns = int(record.steps.start_ns[0]) if len(record.steps) else record.meta.end_ns
@@ -54,19 +55,18 @@ def verify_after_run(report: Any, record: Any, target: Any, run_dir: Path, optio
             _say(f"--verify: {(kept + 1) * repeats} trials of {steps} steps (~{trial_s:.0f} s each, budget "
                  f"{budget:.0f} s): they run {target.name} again, which writes again whatever it writes "
                  f"(checkpoints, logs, outputs); trial records go to {out_dir}; Ctrl-C stops them")
-            previous = signal.getsignal(signal.SIGINT)
-            try:
-                signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends the trials, not the run
-            except (ValueError, OSError):
-                previous = None
-            try:
+            from stepscope.children import stop_on_signals
+
+            # Ctrl-C, SIGTERM and SIGHUP stop the trials (each trial with its process group), not
+            # the saving of what they measured; SIGTERM and SIGHUP then end the process below
+            with stop_on_signals():
                 result = verify.verify(trial_argv(target), found, out_dir, steps=steps, budget_s=budget,
                                        trial_s=trial_s, progress=_say, cwd=record.meta.cwd or None)
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGINT, previous)
+            if result.failed:
+                _say(f"--verify: {result.failed}")
             verify.save(result, Path(run_dir))
             verified = verify.apply_to_report(report, result)
+            stopped_by = result.stopped_by
     if notes:
         for note in notes:
             _say(note)
@@ -74,6 +74,10 @@ def verify_after_run(report: Any, record: Any, target: Any, run_dir: Path, optio
     save_report(verified, Path(run_dir), record)
     if options.summary:
         print_report(verified, shown_as)
+    if stopped_by in ("SIGTERM", "SIGHUP"):  # what was measured is saved: now end as the signal asked
+        from stepscope.capture.launcher import die_by
+
+        die_by(getattr(signal, stopped_by))
     return verified
 
 

@@ -90,13 +90,30 @@ def withdrawn_line(prescription: Any) -> str:
 
 def verification_line(verification: dict[str, Any]) -> str:
     """``run --verify``: ``Verified: 15 trials of 40 steps in 84 s (3 per setting, interleaved);
-    best: dataloader.num_workers=2 torch.num_threads=1``."""
+    best: dataloader.num_workers=2 torch.num_threads=1``. Only measured trials count: when no
+    comparison could be made (every trial, or every baseline trial, failed) it says so —
+    ``Not verified: all 4 trials failed, nothing was measured: exit 1: …; logs in …``."""
     rows = verification.get("trials", ())
-    trials = sum(int(row.get("runs", 0)) for row in rows)
-    head = (f"Verified: {trials} trials of {verification.get('steps')} steps in {verification.get('elapsed_s', 0):.0f} s "
-            f"({verification.get('repeats')} per setting, interleaved, same seeds)")
-    best = verification.get("best")
-    head += f"; best measured: {best}" if best else "; no change beat the baseline beyond noise"
+    measured = [int(row.get("runs", 0)) - int(row.get("failed", 0)) for row in rows]
+    baseline_measured = bool(measured) and measured[0] > 0 and rows[0].get("verdict") not in ("failed", "not run")
+    failed = verification.get("failed")
+    elapsed = f"{verification.get('elapsed_s', 0):.0f} s"
+    if not baseline_measured or sum(measured[1:]) == 0:
+        if not sum(measured):
+            why = failed or "no trial ran"
+        else:
+            why = "no baseline trial was measured" if not baseline_measured else "no candidate trial was measured"
+            why += f"; {failed}" if failed else ""
+        head = f"Not verified: {why} ({elapsed})"
+    else:
+        low, high = min(measured), max(measured)
+        per = f"{low}" if low == high else f"{low}–{high}"
+        head = (f"Verified: {sum(measured)} trials of {verification.get('steps')} steps in {elapsed} "
+                f"({per} per setting, interleaved, same seeds)")
+        best = verification.get("best")
+        head += f"; best measured: {best}" if best else "; no change beat the baseline beyond noise"
+        if failed:
+            head += f"; {failed}"
     notes = [str(item) for item in verification.get("notes", ())]
     return head + ("" if not notes else " — " + "; ".join(notes))
 
