@@ -8,6 +8,7 @@ are read from its ``report.json`` (the verdict the user saw); a run without one 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,7 @@ def diff_run_dirs(a: Path | list[Path], b: Path | list[Path], *, floor: float | 
 
     side_a = [a] if isinstance(a, Path) else list(a)
     side_b = [b] if isinstance(b, Path) else list(b)
+    same = _same_runs(side_a, side_b)
     records_a = [load_record(path, with_samples=False) for path in side_a]
     records_b = [load_record(path, with_samples=False) for path in side_b]
     facts_a = [_report_facts(path, record) for path, record in zip(side_a, records_a)]
@@ -88,18 +90,98 @@ def diff_run_dirs(a: Path | list[Path], b: Path | list[Path], *, floor: float | 
     label_a = str(side_a[0]) if len(side_a) == 1 else f"{side_a[0]} (+{len(side_a) - 1} more)"
     label_b = str(side_b[0]) if len(side_b) == 1 else f"{side_b[0]} (+{len(side_b) - 1} more)"
     if len(side_a) > 1 or len(side_b) > 1:
-        return diff_groups(records_a, records_b, label_a=label_a, label_b=label_b, findings_a=facts_a[0][0],
-                           findings_b=facts_b[0][0], floor=floor, busy=[f[2] for f in (*facts_a, *facts_b)])
+        return _noted(diff_groups(records_a, records_b, label_a=label_a, label_b=label_b,
+                                  findings_a=facts_a[0][0], findings_b=facts_b[0][0], floor=floor,
+                                  busy=[f[2] for f in (*facts_a, *facts_b)]), same)
     source = None
     if floor is None:
         floor, source = history_floor(records_a[0], index)
     ranks_a = load_job(side_a[0]) if len(layout.record_ranks(side_a[0])) > 1 else ()
     ranks_b = load_job(side_b[0]) if len(layout.record_ranks(side_b[0])) > 1 else ()
     (findings_a, mfu_a, busy_a), (findings_b, mfu_b, busy_b) = facts_a[0], facts_b[0]
-    return diff_runs(records_a[0], records_b[0], label_a=label_a, label_b=label_b,
-                     findings_a=findings_a, findings_b=findings_b, mfu_a=mfu_a, mfu_b=mfu_b,
-                     ranks_a=ranks_a, ranks_b=ranks_b, floor=floor, busy_a=busy_a, busy_b=busy_b,
-                     floor_source=source)
+    return _noted(diff_runs(records_a[0], records_b[0], label_a=label_a, label_b=label_b,
+                            findings_a=findings_a, findings_b=findings_b, mfu_a=mfu_a, mfu_b=mfu_b,
+                            ranks_a=ranks_a, ranks_b=ranks_b, floor=floor, busy_a=busy_a, busy_b=busy_b,
+                            floor_source=source), same)
+
+
+def _same_runs(side_a: list[Path], side_b: list[Path]) -> tuple[str, bool] | None:
+    """A note when a run directory is on both sides (``diff A A``: its numbers are equal by
+    construction, so "within noise" says nothing about the run), and whether the sides are one run."""
+    keys_a = {_identity(path): path for path in side_a}
+    shared = [path for path in side_b if _identity(path) in keys_a]
+    if not shared:
+        return None
+    if len(side_a) == len(side_b) == 1:
+        return (f"A and B are the same run ({shared[0]}): every change is zero by construction and "
+                "'within noise' says nothing; pass another run as B"), True
+    shown = ", ".join(str(path) for path in shared[:3]) + (", …" if len(shared) > 3 else "")
+    return (f"{len(shared)} run(s) on both sides ({shown}): the sides are not independent; "
+            "each run belongs on one side"), False
+
+
+def _identity(path: Path) -> tuple[int, int] | str:
+    try:
+        info = path.stat()
+        return info.st_dev, info.st_ino
+    except OSError:
+        return str(path.resolve())
+
+
+def _noted(diff: RunDiff, same: tuple[str, bool] | None) -> RunDiff:
+    from dataclasses import replace
+
+    if same is None:
+        return diff
+    note, one_run = same
+    return replace(diff, notes=(note, *diff.notes), same_run=one_run)
+
+
+def _run_leftovers(path: Path) -> list[str]:
+    """Files of a run in a directory without a record: a checkpoint, samples, report, lock, traces."""
+    try:
+        names = sorted(entry.name for entry in path.iterdir())
+    except OSError:
+        return []
+    pattern = re.compile(r"^(record\.rank\d+\.partial\.json\.gz|samples\.rank\d+\.jsonl\.gz|"
+                         r"roles\.rank\d+\.jsonl|report(\.rank\d+)?\.json|rank\d+\.lock|traces)$")
+    return [name for name in names if pattern.match(name)]
+
+
+def _has_traces(path: Path) -> bool:
+    from stepscope.traces.load import discover_traces
+
+    try:
+        return bool(discover_traces(path))
+    except InputError:
+        return False
+
+
+def not_a_run_dir(path: Path) -> InputError:
+    """What a directory without a run record holds instead, and what reads it."""
+    if layout.partial_record_ranks(path):
+        return InputError(path, "not a finished run: it holds only the last checkpoint of a run that was killed "
+                                f"({layout.partial_record_path(path, layout.partial_record_ranks(path)[0]).name}); "
+                                f"'stepscope report {path}' reads it")
+    where = [folder for folder in (path / "traces", path) if folder.is_dir() and _has_traces(folder)
+             and not (folder == path and _run_leftovers(path) and not _trace_names(path))]
+    missing = ("its record is missing" if _run_leftovers(path) else "no record.rank<R>.json.gz")
+    if where:
+        return InputError(path, f"not a run directory ({missing}); it holds profiler traces: "
+                                f"'stepscope analyze {where[0]}' reads them, and 'stepscope diff' compares "
+                                "two traces")
+    return InputError(path, f"not a run directory ({missing}) and it holds no profiler trace; pass directories "
+                            "written by 'stepscope run', or two traces")
+
+
+def _trace_names(path: Path) -> list[str]:
+    """Trace files of a directory, not counting a run's report.json."""
+    from stepscope.traces.load import discover_traces
+
+    try:
+        return [name for name in discover_traces(path) if not Path(name).name.startswith("report")]
+    except InputError:
+        return []
 
 
 def _trace_file(path: Path, rank: int | None) -> Path:
@@ -134,14 +216,18 @@ def diff_paths(a: str | Path | list[Path], b: str | Path | list[Path], **options
     for path in (*side_a, *side_b):
         if not path.exists():
             raise InputError(path, "no such file or directory; pass two run directories or two traces")
-    runs = [is_run_dir(path) for path in (*side_a, *side_b)]
+    paths = (*side_a, *side_b)
+    runs = [is_run_dir(path) for path in paths]
     if all(runs):
         return diff_run_dirs(side_a if len(side_a) > 1 else side_a[0], side_b if len(side_b) > 1 else side_b[0],
                              floor=options.get("floor"), index=options.get("index"))
+    for path, flag in zip(paths, runs):  # a directory meant as a run (or holding no trace): say what it lacks
+        if not flag and path.is_dir() and (any(runs) or _run_leftovers(path) or not _has_traces(path)):
+            raise not_a_run_dir(path)
     if any(runs):
-        run = next(path for path, flag in zip((*side_a, *side_b), runs) if flag)
-        other = next(path for path, flag in zip((*side_a, *side_b), runs) if not flag)
-        raise UsageError(f"cannot compare a run with a trace ({run} is a run directory, {other} is not); "
+        run = next(path for path, flag in zip(paths, runs) if flag)
+        other = next(path for path, flag in zip(paths, runs) if not flag)
+        raise UsageError(f"cannot compare a run with a trace ({run} is a run directory, {other} is a file); "
                          "pass runs on both sides or traces on both sides")
     if len(side_a) > 1 or len(side_b) > 1:
         raise UsageError("traces are compared one per side (repeats are for runs)")

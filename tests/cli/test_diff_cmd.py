@@ -77,6 +77,54 @@ def test_user_mistakes_are_one_line_errors(runs, capsys, args, message):
     assert len(err) == 1 and err[0].startswith("stepscope: error:") and message in err[0], err
 
 
+def test_a_run_compared_with_itself_is_said_to_be_the_same_run(runs, capsys):
+    assert main(["diff", "a", "./a", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["same_run"] is True and data["notes"][0].startswith("A and B are the same run (a): every change "
+                                                                    "is zero by construction")
+    assert main(["diff", "a", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "A and B are the same run: nothing was compared" in out and "no difference beyond noise" not in out
+    assert main(["diff", "a", "a2", "--vs", "a", "--format", "json"]) == 0  # a repeat on both sides
+    data = json.loads(capsys.readouterr().out)
+    assert data["same_run"] is False and data["notes"][0].startswith("1 run(s) on both sides (a)")
+    assert main(["diff", "a", "a2", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["same_run"] is False and not any("same run" in note for note in data["notes"])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "x: not a run directory (no record.rank<R>.json.gz) and it holds no profiler trace; pass "
+              "directories written by 'stepscope run', or two traces"),
+    ("record gone", "x: not a run directory (its record is missing); it holds profiler traces: "
+                    "'stepscope analyze x/traces' reads them"),
+    ("traces", "x: not a run directory (no record.rank<R>.json.gz); it holds profiler traces: "
+               "'stepscope analyze x' reads them"),
+    ("killed", "x: not a finished run: it holds only the last checkpoint of a run that was killed "
+               "(record.rank0.partial.json.gz); 'stepscope report x' reads it"),
+])
+def test_a_directory_without_its_record_says_what_it_holds(runs, capsys, case, message):
+    import shutil
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[2] / TRACE
+    folder = Path("x")
+    folder.mkdir()
+    if case == "record gone":
+        (folder / "traces").mkdir()
+        shutil.copy(trace, folder / "traces" / "base.json.gz")
+        shutil.copy("a/record.rank0.json.gz", folder / "samples.rank0.jsonl.gz")
+        (folder / "report.json").write_text("{}")
+    elif case == "traces":
+        shutil.copy(trace, folder / "base.json.gz")
+    elif case == "killed":
+        shutil.copy("a/record.rank0.json.gz", folder / "record.rank0.partial.json.gz")
+    for args in (["diff", "a", "x"], ["diff", "x", "a"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"stepscope: error: {message}") and err.count("\n") == 1, err
+
+
 def test_the_gate_refuses_traces(tmp_path, capsys):
     from pathlib import Path
 

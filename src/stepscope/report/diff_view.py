@@ -57,6 +57,8 @@ def interval_text(diff: Difference) -> str:
 
 def headline(diff: RunDiff, metric: str = "step_time") -> str:
     """One sentence: is B faster or slower, by how much, and is it beyond noise."""
+    if diff.same_run:
+        return "A and B are the same run: nothing was compared (every change is zero by construction)"
     row = diff.row(metric) or diff.step_time
     if row is None:
         return "nothing to compare"

@@ -109,6 +109,7 @@ class RunDiff:
     runs_a: int = 1  # runs compared on each side (repeats: the interval is over runs)
     runs_b: int = 1
     floor_source: str = ""  # where the noise floor came from
+    same_run: bool = False  # A and B are one run directory (``diff A A``): equal by construction
 
     def row(self, metric: str) -> Row | None:
         return next((row for row in self.rows if row.metric == metric), None)
@@ -121,7 +122,7 @@ class RunDiff:
         return {
             "kind": "stepscope.diff", "compared": self.kind, "a": self.a, "b": self.b, "method": self.method,
             "steady_steps": {"a": self.steady_a, "b": self.steady_b}, "runs": {"a": self.runs_a, "b": self.runs_b},
-            "floor_source": self.floor_source,
+            "floor_source": self.floor_source, "same_run": self.same_run,
             "rows": [row.to_dict() for row in self.rows],
             "setup": [asdict(change) for change in self.setup],
             "findings": [asdict(change) for change in self.findings],
