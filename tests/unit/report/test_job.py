@@ -50,6 +50,18 @@ def test_straggler_job_is_merged_with_the_rank_table_and_a_missing_rank(tmp_path
     assert report.to_dict()["job"]["missing"][0]["rank"] == 2
 
 
+def test_a_missing_rank_is_said_once_in_the_summary(tmp_path):
+    from records import summary_text
+
+    save_record(_rank(0, 3), layout.record_path(tmp_path, 0))
+    save_record(_rank(1, 3), layout.record_path(tmp_path, 1))
+    report = build_job_report(tmp_path)
+    text = summary_text(report)
+    assert text.count("rank 2 missing") == 1, text  # in the rank table, not again among the warnings
+    assert "rank 2 missing: no files at all" in text
+    assert any(message.startswith("rank 2 missing") for message in report.to_dict()["warnings"])  # JSON keeps it
+
+
 def test_a_rank_that_ended_is_not_waited_for(tmp_path):
     save_record(_rank(0, 2), layout.record_path(tmp_path, 0))
     layout.lock_path(tmp_path, 1).write_text("{}")  # rank 1 claimed the directory, then died

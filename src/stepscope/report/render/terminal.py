@@ -289,8 +289,21 @@ def header(report: Report) -> Text:
     ranks = f" · rank {summary.rank} of {summary.world_size}" if summary.world_size > 1 else ""
     text = Text("stepscope", style="bold")
     text.append(f" · {printable(summary.target or 'run')}{ranks} · {summary.total_steps} steps in "
-                f"{format_duration(summary.wall_s)} · exit {summary.exit_code}")
+                f"{format_duration(summary.wall_s)}{ending(report)}")
     return text
+
+
+def ending(report: Report) -> str:
+    """How the run ended, for the header: ``exit 0``, ``exit 143 (SIGTERM)``, or — without an exit
+    status — what that means: the process was killed by a signal that cannot be caught (SIGKILL,
+    the OOM killer), so its record is the last checkpoint. Nothing for a library session (no exit)."""
+    summary, meta = report.summary, report.meta
+    by = meta.interrupted_by if meta is not None else None
+    if summary is not None and summary.exit_code is not None:
+        return f" · exit {summary.exit_code}" + (f" ({printable(by)})" if by else "")
+    if meta is not None and meta.mode == "api":
+        return ""
+    return " · killed: no exit status (SIGKILL?)"
 
 
 def renderables(report: Report, run_dir: str | None = None) -> list[RenderableType]:
@@ -301,12 +314,16 @@ def renderables(report: Report, run_dir: str | None = None) -> list[RenderableTy
     parts.append(Text(""))
     if report.summary is not None:
         parts.append(run_rows(report.summary))
+    warnings = report.warnings
     if report.job is not None:
         parts += [Text(""), rank_table(report.job)]
-    for message in report.warnings[:MAX_WARNINGS]:
+        # the rank table says which ranks are missing and why: not a second time among the warnings
+        shown = {f"rank {item.rank} missing: {item.reason}" for item in report.job.missing}
+        warnings = tuple(message for message in warnings if message not in shown)
+    for message in warnings[:MAX_WARNINGS]:
         parts.append(Text(f"warning: {printable(message)}", style="yellow"))
-    if len(report.warnings) > MAX_WARNINGS:
-        parts.append(Text(f"(+{len(report.warnings) - MAX_WARNINGS} more warnings in report.json)", style="yellow"))
+    if len(warnings) > MAX_WARNINGS:
+        parts.append(Text(f"(+{len(warnings) - MAX_WARNINGS} more warnings in report.json)", style="yellow"))
     if run_dir:
         parts.append(Text(f"Run directory: {printable(run_dir)}  (report.json; `stepscope report DIR --html` "
                           "for the HTML report)", style="bright_black"))
