@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from support import run_cli, write_script
 
+from stepscope.children import group_members
 from stepscope.cli.main import main
 
 FACTORY = """
@@ -39,6 +41,30 @@ FACTORY = """
 
     def wrong_type():
         return [1, 2, 3]
+
+
+    def hangs(num_workers=0, batch_size=8, **overrides):
+        import os
+        with open("factory.txt", "w") as out:
+            out.write(f"{os.getpid()} {os.getpgid(0)}")
+        while True:
+            time.sleep(1)
+
+
+    class StuckInWorkers(Waiting):
+        def __getitem__(self, index):
+            import os
+            from torch.utils.data import get_worker_info
+            if get_worker_info() is not None:  # a worker: say where it is, then hang
+                with open("workers.txt", "a") as out:
+                    out.write(f"{os.getpid()} {os.getpgid(0)}\\n")
+                while True:
+                    time.sleep(1)
+            return super().__getitem__(index)
+
+
+    def stuck_in_workers(num_workers=0, batch_size=8, **overrides):
+        return DataLoader(StuckInWorkers(), batch_size=batch_size, num_workers=num_workers, **overrides)
 """
 
 
@@ -86,3 +112,38 @@ def test_bad_input_from_the_console_script(tmp_path, entry):
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("stepscope: error: cannot import module 'no_such_module'")
     assert result.stderr.count("\n") == 1
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def test_a_factory_that_hangs_is_stopped_at_the_budget_in_one_line(tmp_path):
+    write_script(tmp_path, "loaders.py", FACTORY)
+    started = time.monotonic()
+    result = run_cli(["tune-loader", "loaders:hangs", "--budget-s", "3"], cwd=tmp_path, timeout=90)
+    took = time.monotonic() - started
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("stepscope: error: the factory's own DataLoader setting did not finish a trial "
+                                    "within the budget of 3 s: timed out after 3.0 s (stopped with its process group)")
+    assert took < 3 + 3 + 15, took  # the budget, the grace period, starting python and torch
+    pid, group = map(int, (tmp_path / "factory.txt").read_text().split())
+    time.sleep(0.2)
+    assert _gone(pid) and group_members(group) == []
+
+
+def test_workers_that_hang_are_stopped_with_their_trial_and_reported_as_timed_out(tmp_path):
+    write_script(tmp_path, "loaders.py", FACTORY)
+    result = run_cli(["tune-loader", "loaders:stuck_in_workers", "--budget-s", "4", "--batches", "4",
+                      "--max-workers", "1"], cwd=tmp_path, timeout=90)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "current: num_workers=0" in out and "best: num_workers=0" in out  # the one measured setting
+    assert "timed out after" in result.stderr and "1 trial(s) timed out and were stopped with their workers" in out
+    rows = [line.split() for line in (tmp_path / "workers.txt").read_text().splitlines()]
+    time.sleep(0.2)
+    assert rows and all(_gone(int(pid)) and group_members(int(group)) == [] for pid, group in rows)

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import signal
 import sys
 from typing import Any, Literal
 
@@ -41,11 +42,20 @@ def handle(args: argparse.Namespace) -> int:
     if args.batches < 2 or args.budget_s <= 0 or (args.max_workers is not None and args.max_workers < 0):
         raise UsageError("--batches must be at least 2, --budget-s positive and --max-workers not negative")
     factory = load_factory(args.target)
+    from stepscope.children import stop_on_signals
     from stepscope.data.tuner import tune_loader
 
-    result = tune_loader(factory, budget_s=args.budget_s, batches=args.batches, max_workers=args.max_workers,
-                         min_gain=args.min_gain, progress=_progress)
+    # Ctrl-C, SIGTERM, SIGHUP: the trial under way is stopped with its workers, the others are shown
+    with stop_on_signals():
+        result = tune_loader(factory, budget_s=args.budget_s, batches=args.batches, max_workers=args.max_workers,
+                             min_gain=args.min_gain, progress=_progress)
     render(result, args.target)
+    if result.stopped_by == "SIGINT":
+        return 128 + signal.SIGINT
+    if result.stopped_by is not None:  # what was measured is shown: now end as the signal asked
+        from stepscope.capture.launcher import die_by
+
+        die_by(getattr(signal, result.stopped_by))
     return 0
 
 

@@ -28,6 +28,14 @@ The search does not walk the grid:
    uses).
 A trial that would overrun ``budget_s`` (estimated from the slowest trial so far) is not started.
 
+Each trial — the factory's call included — runs in a forked child that leads its own process group
+(:func:`stepscope.children.call`), with the time left in the budget as its deadline (at least
+:data:`MIN_TRIAL_DEADLINE_S`): a factory, dataset or worker that hangs is stopped with every
+process of its trial at the deadline and reported as timed out, and the search ends there. The
+parent process never calls the factory or touches CUDA. Ctrl-C (or a
+:class:`stepscope.children.Stopped` signal) stops the trial under way the same way: the trials
+measured so far are kept (:attr:`TuneResult.stopped_by`).
+
 A factory that takes the knobs as keyword arguments (or ``**kwargs``) is called with them; otherwise
 the loader it returns is rebuilt with the same dataset, sampler and collate function.
 """
@@ -43,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope import children
 from stepscope.analysis.compare_stats import FASTER, range_verdict
 from stepscope.errors import UsageError
 
@@ -50,6 +59,9 @@ WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 DEFAULT_MIN_GAIN = 0.05
 DEFAULT_MIN_TIME_S = 0.5
+#: The shortest deadline a trial gets, however little of the budget is left (seconds): a tiny
+#: budget still lets the first trial finish.
+MIN_TRIAL_DEADLINE_S = 2.0
 #: Worker counts tried past one that did not gain before the climb stops (1 → 0 vs 1 is often flat:
 #: one worker only moves the loading out of the training process; 2 then doubles it).
 CLIMB_PATIENCE = 1
@@ -111,6 +123,7 @@ class TuneResult:
     budget_exhausted: bool
     cuda: bool
     notes: tuple[str, ...] = ()
+    stopped_by: str | None = None  # the signal that stopped the search (SIGINT: Ctrl-C)
 
     @property
     def speedup(self) -> float:
@@ -129,7 +142,9 @@ class TuneResult:
 
 @dataclass
 class _Search:
-    factory: LoaderFactory
+    factory: Callable[..., Any]
+    accepted: set[str]
+    current: LoaderSetting | None
     batches: int
     budget_s: float
     min_gain: float
@@ -137,6 +152,7 @@ class _Search:
     started: float = field(default_factory=time.perf_counter)
     trials: list[Trial] = field(default_factory=list)
     exhausted: bool = False
+    cuda: bool = False
 
     def rate(self, setting: LoaderSetting) -> float:
         rates = [t.samples_per_s for t in self.trials if t.setting == setting and t.error is None]
@@ -145,17 +161,54 @@ class _Search:
     def measured(self, setting: LoaderSetting) -> bool:
         return any(t.setting == setting for t in self.trials)
 
+    def deadline(self) -> float:
+        return max(MIN_TRIAL_DEADLINE_S, self.budget_s - (time.perf_counter() - self.started))
+
+    def first(self, progress: Callable[[Trial], None] | None) -> Trial:
+        """The factory's own setting: the child calls the factory, reads the setting, measures it."""
+        factory, batches, min_time_s = self.factory, self.batches, self.min_time_s
+
+        def trial() -> tuple[LoaderSetting, bool, Trial]:
+            import torch
+
+            built = LoaderFactory(factory)
+            return built.current, torch.cuda.is_available(), measure(built, built.current, batches, "current",
+                                                                     min_time_s)
+
+        deadline = self.deadline()
+        outcome, value = children.call(trial, deadline_s=deadline)
+        if value is None:
+            raise UsageError(f"the factory's own DataLoader setting did not finish a trial within the budget of "
+                             f"{self.budget_s:g} s: {outcome.describe()}"
+                             + (" — a factory, dataset or worker that hangs?" if outcome.timed_out else ""))
+        self.current, self.cuda, first = value
+        self.trials.append(first)
+        if progress is not None:
+            progress(first)
+        return first
+
     def try_setting(self, stage: str, setting: LoaderSetting, progress: Callable[[Trial], None] | None) -> bool:
         """Measure ``setting`` unless the budget forbids; False when it was not measured."""
         elapsed = time.perf_counter() - self.started
         slowest = max((t.wall_s for t in self.trials), default=0.0)
-        if self.trials and elapsed + slowest > self.budget_s:
+        if self.exhausted or (self.trials and elapsed + slowest > self.budget_s):
             self.exhausted = True
             return False
-        trial = measure(self.factory, setting, self.batches, stage, self.min_time_s)
-        self.trials.append(trial)
+        factory, accepted, current = self.factory, self.accepted, self.current
+        batches, min_time_s = self.batches, self.min_time_s
+        assert current is not None
+
+        def trial() -> Trial:
+            return measure(LoaderFactory(factory, accepted=accepted, current=current), setting, batches, stage,
+                           min_time_s)
+
+        outcome, value = children.call(trial, deadline_s=self.deadline())
+        if value is None:  # timed out, or the child died (a worker's segfault took it along)
+            value = Trial(stage, setting, 0.0, 0.0, 0.0, 0, outcome.elapsed_s, error=outcome.describe())
+            self.exhausted = self.exhausted or outcome.timed_out  # the budget is spent: no more trials
+        self.trials.append(value)
         if progress is not None:
-            progress(trial)
+            progress(value)
         return True
 
     def gains(self, candidate: LoaderSetting, best: LoaderSetting) -> bool:
@@ -169,7 +222,7 @@ def tune_loader(factory: Callable[..., Any], *, budget_s: float = 60.0, batches:
 
     Args:
         factory: returns a ``torch.utils.data.DataLoader``; may take knobs as keyword arguments.
-        budget_s: wall-clock budget for all trials.
+        budget_s: wall-clock budget for all trials: each trial's deadline is what is left of it.
         batches: batches read per trial.
         max_workers: highest ``num_workers`` tried (default: twice the usable cores, at most 64).
         min_gain: relative gain a change must bring to be kept.
@@ -179,36 +232,58 @@ def tune_loader(factory: Callable[..., Any], *, budget_s: float = 60.0, batches:
 
     Raises:
         UsageError: the factory is not callable, raises, returns no DataLoader, or its own setting
-            cannot load a batch.
+            cannot load a batch (or does not within the budget).
+        KeyboardInterrupt: interrupted before the first trial was measured.
     """
     import torch
 
     if batches < 2 or budget_s <= 0:
         raise UsageError(f"batches must be at least 2 and the budget positive (got {batches}, {budget_s})")
-    loader_factory = LoaderFactory(factory)
+    if not callable(factory):
+        raise UsageError(f"{factory!r} is not a function returning a DataLoader")
     cores = usable_cores()
     limit = max_workers if max_workers is not None else min(64, 2 * cores)
-    search = _Search(loader_factory, batches, budget_s, min_gain, min_time_s)
-    baseline = loader_factory.current
-    search.try_setting("current", baseline, progress)
-    if search.trials[0].error is not None:
-        raise UsageError(f"the factory's own DataLoader setting failed to load: {search.trials[0].error}")
-    best = _climb_workers(search, baseline, limit, progress)
-    best = _secondary_knobs(search, best, torch.cuda.is_available(), progress)
-    noise, best = _repeat_best_two(search, best, progress)
+    search = _Search(factory, _accepted_knobs(factory), None, batches, budget_s, min_gain, min_time_s)
+    first = search.first(progress)
+    if first.error is not None:
+        raise UsageError(f"the factory's own DataLoader setting failed to load: {first.error}")
+    assert search.current is not None
+    baseline = best = search.current
+    stopped: str | None = None
+    try:
+        best = _climb_workers(search, baseline, limit, progress)
+        best = _secondary_knobs(search, best, search.cuda, progress)
+        noise, best = _repeat_best_two(search, best, progress)
+    except KeyboardInterrupt as exc:  # the trial under way is stopped with its group: keep the rest
+        stopped = children.signal_name(children.stopped_by(exc))
+        best, noise = _best_so_far(search, baseline), None
     notes = []
-    if not torch.cuda.is_available():
+    if stopped is not None:
+        notes.append(f"stopped by {'Ctrl-C' if stopped == 'SIGINT' else stopped} after {len(search.trials)} trials: "
+                     "what was measured is kept")
+    timed_out = [t for t in search.trials if t.error and t.error.startswith("timed out")]
+    if timed_out:
+        notes.append(f"{len(timed_out)} trial(s) timed out and were stopped with their workers "
+                     f"({timed_out[0].setting.describe()}): a setting that hangs, or too small a budget")
+    if not search.cuda:
         notes.append("pin_memory not tried: no CUDA device (pinning only speeds host-to-GPU copies)")
     if noise is not None and noise > min_gain:
         notes.append(f"repeats of one setting differ by {noise:.0%}, more than the {min_gain:.0%} a change must "
                      "gain: choices closer than that are noise (a busy machine?); raise --batches or rerun")
-    if "batch_size" not in loader_factory.accepted:
+    if "batch_size" not in search.accepted:
         notes.append("batch size not tried: the factory takes no batch_size argument")
     return TuneResult(baseline=baseline, best=best, trials=tuple(search.trials), baseline_rate=search.rate(baseline),
                       best_rate=search.rate(best), noise=noise, cpu_count=cores,
                       intra_op_threads=torch.get_num_threads(), budget_s=budget_s,
                       elapsed_s=time.perf_counter() - search.started, budget_exhausted=search.exhausted,
-                      cuda=torch.cuda.is_available(), notes=tuple(notes))
+                      cuda=search.cuda, notes=tuple(notes), stopped_by=stopped)
+
+
+def _best_so_far(search: _Search, baseline: LoaderSetting) -> LoaderSetting:
+    """A search cut short: the fastest setting measured, when it beats the current one by the gain."""
+    measured = {t.setting for t in search.trials if t.error is None}
+    fastest = max(measured, key=search.rate, default=baseline)
+    return fastest if search.gains(fastest, baseline) else baseline
 
 
 def _climb_workers(search: _Search, best: LoaderSetting, limit: int, progress) -> LoaderSetting:
@@ -250,7 +325,7 @@ def _secondary_knobs(search: _Search, best: LoaderSetting, cuda: bool, progress)
         candidate = replace(best, pin_memory=not best.pin_memory)
         if search.try_setting("pin_memory", candidate, progress) and search.gains(candidate, best):
             best = candidate
-    if "batch_size" in search.factory.accepted and best.batch_size:
+    if "batch_size" in search.accepted and best.batch_size:
         for size in (best.batch_size * 2, max(1, best.batch_size // 2)):
             candidate = replace(best, batch_size=size)
             if size == best.batch_size or search.measured(candidate):
@@ -300,11 +375,16 @@ class LoaderFactory:
         UsageError: the factory is not callable, raises, or returns something other than a DataLoader.
     """
 
-    def __init__(self, factory: Callable[..., Any]):
+    def __init__(self, factory: Callable[..., Any], *, accepted: set[str] | None = None,
+                 current: LoaderSetting | None = None):
+        """``current``: the factory's own setting when known (the factory is then not called here)."""
         if not callable(factory):
             raise UsageError(f"{factory!r} is not a function returning a DataLoader")
         self.factory = factory
-        self.accepted = _accepted_knobs(factory)
+        self.accepted = _accepted_knobs(factory) if accepted is None else accepted
+        if current is not None:
+            self.current = current
+            return
         loader = self.call()
         self.current = LoaderSetting(
             num_workers=loader.num_workers, prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
