@@ -148,3 +148,72 @@ def test_sigterm_to_try_stops_the_trial_group_and_keeps_what_was_measured(tmp_pa
     assert baseline["runs"] == 1 and baseline["failed"] == 0 and baseline["step_time_s"] > 0
     assert "trials stopped by SIGTERM after 1: what was measured is kept" in document["notes"]
     assert "trials stopped by SIGTERM" in out
+
+
+#: A data-bound script (so `run --verify` tries DataLoader workers) that hangs once workers run.
+DATA_BOUND_HANGS_WITH_WORKERS = """
+    import os
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4096
+
+        def __getitem__(self, index):
+            time.sleep(0.001)
+            return torch.randn(16)
+
+
+    loader = DataLoader(Slow(), batch_size=8)
+    if loader.num_workers:
+        batches = iter(loader)
+        next(batches)
+        with open("hung.txt", "w") as out:
+            out.write(f"{os.getpgid(0)}\\n")
+        while True:
+            time.sleep(1)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, x in enumerate(loader):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        if step == 60:
+            break
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_during_run_verify_stops_the_trial_group_and_saves_what_was_measured(tmp_path):
+    write_script(tmp_path, "train.py", DATA_BOUND_HANGS_WITH_WORKERS)
+    process = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--verify", "--verify-budget", "40",
+                                "-o", "run", "train.py"], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    hung = tmp_path / "hung.txt"
+    try:
+        end = time.monotonic() + 120
+        while not hung.exists() and time.monotonic() < end and process.poll() is None:
+            time.sleep(0.1)
+        assert hung.exists(), process.communicate(timeout=30)
+        group = int(hung.read_text())
+        assert len(group_members(group)) >= 2  # the trial and its DataLoader workers
+        os.kill(process.pid, signal.SIGTERM)
+        started = time.monotonic()
+        out, err = process.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGTERM, err
+    assert took < 3 + 5, took
+    time.sleep(0.2)
+    assert group_members(group) == []
+    verification = json.loads((tmp_path / "run" / "verification.json").read_text())
+    assert verification["stopped_by"] == "SIGTERM" and verification["interrupted"] is True
+    assert verification["trials"][0]["runs"] == 1 and verification["trials"][0]["failed"] == 0
+    assert "trials stopped by SIGTERM after 1: what was measured is kept" in verification["notes"]
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["verification"] == verification
