@@ -147,3 +147,37 @@ def test_workers_that_hang_are_stopped_with_their_trial_and_reported_as_timed_ou
     rows = [line.split() for line in (tmp_path / "workers.txt").read_text().splitlines()]
     time.sleep(0.2)
     assert rows and all(_gone(int(pid)) and group_members(int(group)) == [] for pid, group in rows)
+
+
+def test_sigterm_stops_the_trial_with_its_workers_and_shows_what_was_measured(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from support import cli_env
+
+    write_script(tmp_path, "loaders.py", FACTORY)
+    process = subprocess.Popen([sys.executable, "-m", "stepscope", "tune-loader", "loaders:stuck_in_workers",
+                                "--budget-s", "60", "--batches", "4", "--max-workers", "1"], cwd=tmp_path,
+                               env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = tmp_path / "workers.txt"
+    try:
+        end = time.monotonic() + 60
+        while not (workers.exists() and workers.read_text()) and time.monotonic() < end and process.poll() is None:
+            time.sleep(0.1)
+        assert workers.exists(), process.communicate(timeout=30)
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        out, err = process.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGTERM and took < 3 + 5, (took, err)
+    assert "stopped by SIGTERM after 1 trials: what was measured is kept" in " ".join(out.split())
+    assert "current: num_workers=0" in out
+    time.sleep(0.2)
+    for line in workers.read_text().splitlines():
+        pid, group = map(int, line.split())
+        assert _gone(pid) and group_members(group) == [] and group != os.getpgid(0)
