@@ -372,3 +372,45 @@ def test_a_dead_peer_s_error_reaches_rank_0_as_without_capture(tmp_path):
     assert "Connection closed by peer" in expected[-1], bare.stderr[-4000:]
     assert _traceback_lines(captured.stderr, 0) == expected, captured.stderr[-4000:]
     assert "stepscope" not in "\n".join(_traceback_lines(captured.stderr, 0))
+
+
+RANK_DIES = """
+    import os, signal, sys, time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    how, dying = sys.argv[1], int(sys.argv[2])
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(8):
+        if rank == dying and step == 3:  # in step 4, after 3 complete steps
+            time.sleep(0.3)  # the other rank waits in the all-reduce
+            if how == "raise":
+                raise RuntimeError("rank fails on purpose")
+            if how == "exit":
+                os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(("how", "dying", "expected"), [
+    ("raise", 1, {"how": "exception", "exception": "RuntimeError", "exit_code": 1}),
+    ("exit", 1, {"how": "os._exit", "exit_code": 1}),
+    ("kill", 1, {"how": "killed", "signal": "SIGKILL", "exit_code": -9}),
+    ("kill", 0, {"how": "killed", "signal": "SIGKILL", "exit_code": -9}),  # rank 1 writes the job's report
+])
+def test_a_job_whose_rank_dies_has_a_merged_report_naming_the_first_failure(tmp_path, how, dying, expected):
+    write_script(tmp_path, "dies.py", RANK_DIES)
+    result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "dies.py", how,
+                         str(dying)], tmp_path, timeout=240, env={"STEPSCOPE_CHECKPOINT_S": "0"})
+    assert result.returncode != 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    failure = report["job"]["failure"]
+    assert failure is not None, result.stderr[-4000:]
+    assert failure["rank"] == dying and failure["step"] == 4 and failure["then"] == [1 - dying], failure
+    assert {key: failure[key] for key in expected} == expected, failure
+    assert f"The job failed: rank {dying} failed first, in step 4" in result.stderr, result.stderr[-4000:]
+    assert result.stderr.count("The job failed:") == 1  # one rank merged

@@ -308,6 +308,10 @@ class SignalGuard:
       of ``timeout`` cannot cut the record's writing short. The caller checks :attr:`pending`
       once the record is saved and then dies by it (:func:`die_by`), skipping the optional rest;
       a signal arriving after that ends the process at once.
+    - :meth:`wait_for_report` is the one exception: the rank that writes the merged report of a job
+      whose rank failed finishes it before one signal ends the process (the launcher tears the job
+      down with one SIGTERM, torchrun then waits 30 s before SIGKILL); a second signal still ends
+      the process at once.
     """
 
     def __init__(self) -> None:
@@ -315,6 +319,7 @@ class SignalGuard:
         self.pending: list[int] = []
         self.holding = False
         self.saved = False  # the record is on disk: a signal now ends the process at once
+        self.spare = 0  # signals that may wait for the merged report after the save (wait_for_report)
         self._on_signal: Callable[[int], None] | None = None
         self._handler = self._handle  # one bound method: compared by identity with getsignal()
 
@@ -334,8 +339,8 @@ class SignalGuard:
         if os.getpid() != self.owner:  # a forked child (DataLoader worker): the default action
             die_by(signum)
         if self.holding:
-            if self.saved:  # only optional work is left (report.json, the summary): never block a kill
-                die_by(signum)
+            if self.saved and len(self.pending) >= self.spare:  # only optional work is left: never block a kill
+                die_by(self.pending[0] if self.pending else signum)
             self.pending.append(signum)
             return
         if signal.getsignal(signum) is not self._handler:  # called by the script's own handler
@@ -366,5 +371,15 @@ class SignalGuard:
         Called once the record is saved: from then on a signal ends the process at once, so a stuck
         report (or a slow one) can always be interrupted."""
         self.saved = True
-        if self.pending:
+        if len(self.pending) > self.spare:
             die_by(self.pending[0])
+
+    def wait_for_report(self, signals: int) -> None:
+        """Let up to ``signals`` signals (0 or 1) wait until :meth:`report_written`: this rank writes
+        the merged report of a failed job, which the launcher's teardown must not cut short."""
+        self.spare = signals
+
+    def report_written(self) -> None:
+        """The merged report is written: a signal that waited for it ends the process now."""
+        self.spare = 0
+        self.die_if_pending()

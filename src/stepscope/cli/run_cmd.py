@@ -203,27 +203,36 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
         guard.hold()
         launcher.flush_std_streams()
         record = session.stop(exit_code=exit_code, exception=exception, interrupted_by=interrupted_by)
+        merge = None  # whether this rank merges the job (a run of one process: its own report)
+        if record is not None and not report_box and record.meta.world_size > 1:
+            from stepscope.capture.job_end import decide_merge, failed
+
+            merge = decide_merge(session.run_dir, record.meta.rank, record.meta.world_size, failed(record.meta))
+            if merge:  # a rank failed: the launcher's teardown signal waits for the job's report
+                guard.wait_for_report(0 if interrupted_by else 1)
         guard.die_if_pending()
         if record is None or report_box:
             return
         if record.meta.world_size > 1:
-            _exchange_records(session.run_dir, record.meta.rank, record.meta.world_size)
+            _exchange_records(session.run_dir, record.meta.rank, record.meta.world_size, bool(merge))
             guard.die_if_pending()
         from stepscope.pipeline.publish import publish_run
 
         verifying = options.verify and exit_code == 0 and exception is None and interrupted_by is None
+        whole = record.meta.rank == 0 if merge is None else merge  # this rank's report is the run's
         report_box.append(publish_run(record, session.run_dir, shown_as=str(shown_dir), tags=options.tags,
-                                      print_summary=options.summary and record.meta.rank == 0 and not verifying))
-        if verifying and record.meta.rank == 0:
+                                      merge=merge, hurry=lambda: bool(guard.pending),
+                                      print_summary=options.summary and whole and not verifying))
+        if verifying and whole:
             from stepscope.cli.verify_run import verify_after_run
 
             report_box[0] = verify_after_run(report_box[0], record, target, session.run_dir, options,
                                              shown_as=str(shown_dir), should_stop=lambda: bool(guard.pending))
-        if (options.html or options.tensorboard) and record.meta.rank == 0:
+        if (options.html or options.tensorboard) and whole:
             from stepscope.cli.exports import export_after_run
 
             export_after_run(report_box[0], session.run_dir, html=options.html, tensorboard=options.tensorboard)
-        guard.die_if_pending()
+        guard.report_written()
 
     def on_signal(signum: int) -> None:
         import signal
@@ -245,15 +254,15 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
     return outcome.exit_code
 
 
-def _exchange_records(run_dir: Path, rank: int, world_size: int) -> None:
+def _exchange_records(run_dir: Path, rank: int, world_size: int, merges: bool) -> None:
     """Nodes without a shared filesystem: ranks send their files to rank 0 through the job's store
-    (:mod:`stepscope.capture.job_store`), rank 0 collects them before merging."""
+    (:mod:`stepscope.capture.job_store`), rank 0 collects them before merging (when it merges)."""
     from stepscope.capture import job_store
     from stepscope.capture.warn import emit
     from stepscope.pipeline.inputs import job_wait_s
 
     if rank == 0:
-        _, warnings = job_store.collect_files(run_dir, world_size, job_wait_s())
+        _, warnings = job_store.collect_files(run_dir, world_size, job_wait_s()) if merges else ((), [])
     else:
         warnings = job_store.send_files(run_dir, rank)
     for text in warnings:

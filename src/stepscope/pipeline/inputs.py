@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start
 
 #: How long rank 0 waits for the other ranks' records after its own (``STEPSCOPE_JOB_WAIT_S``).
 DEFAULT_WAIT_S = 60.0
+#: How long the merging rank still waits for the other ranks once a signal asks it to end.
+HURRY_WAIT_S = 5.0
 
 Source = Literal["run", "trace"]
 
@@ -116,14 +118,17 @@ def load_run(path: str | Path, *, with_windows: bool = True, jobs: int | None = 
                              missing=tuple(read.unreadable), windows=read.windows, bases=read.bases), with_windows)
 
 
-def inputs_after_run(record: RunRecord, run_dir: str | Path, *, wait_s: float | None = None) -> JobInputs:
-    """The inputs at the end of a run: this rank's record (in memory) with its samples; for rank 0
-    of a job, after waiting (bounded, :data:`DEFAULT_WAIT_S`) for the other ranks, theirs too."""
+def inputs_after_run(record: RunRecord, run_dir: str | Path, *, wait_s: float | None = None,
+                     merge: bool | None = None, hurry: Callable[[], bool] | None = None) -> JobInputs:
+    """The inputs at the end of a run: this rank's record (in memory) with its samples; for the rank
+    that merges a job (``merge``; default: rank 0), after waiting (bounded, :data:`DEFAULT_WAIT_S`)
+    for the other ranks, theirs too (``hurry``: see :func:`wait_for_ranks`)."""
     directory = Path(run_dir)
     record, notes = _with_samples(record, directory)
-    if record.meta.world_size <= 1 or record.meta.rank != 0:  # its own report: the others may still run
+    merges = record.meta.rank == 0 if merge is None else merge
+    if record.meta.world_size <= 1 or not merges:  # its own report: the others may still run
         return _finish(JobInputs("run", (record,), notes=tuple(notes), run_dir=directory), True, job=False)
-    wait_for_ranks(directory, record.meta.world_size, wait_s)
+    wait_for_ranks(directory, record.meta.world_size, wait_s, hurry=hurry)
     others = [rank for rank in layout.record_ranks(directory) if rank != record.meta.rank]
     read = _read_ranks(directory, others, True, 1)  # in the user's process: no worker processes
     ordered = tuple(sorted([record, *read.records], key=lambda item: item.meta.rank))
@@ -263,14 +268,20 @@ def job_wait_s() -> float:
 
 
 def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None = None,
-                   poll_s: float = 0.2) -> list[int]:
+                   poll_s: float = 0.2, hurry: Callable[[], bool] | None = None) -> list[int]:
     """Wait until every rank below ``world_size`` has a record, or has ended without one, or the
-    timeout passes; returns the ranks that have a record."""
+    timeout passes; returns the ranks that have a record. Once ``hurry()`` says so (a signal came:
+    the launcher tears the job down, or Ctrl-C), the wait lasts at most :data:`HURRY_WAIT_S` more,
+    time enough for ranks torn down with this one to save their records."""
     if timeout_s is None:
         timeout_s = job_wait_s()
     path = Path(run_dir)
     deadline = time.monotonic() + max(0.0, timeout_s)
+    hurried = False
     while True:
+        if hurry is not None and not hurried and hurry():
+            hurried = True
+            deadline = min(deadline, time.monotonic() + HURRY_WAIT_S)
         present = layout.record_ranks(path)
         pending = [rank for rank in range(world_size)
                    if rank not in present and layout.rank_may_still_write(path, rank)]
@@ -288,29 +299,32 @@ def missing_rank(run_dir: Path, rank: int, names: set[str] | None = None) -> Mis
 
     samples = layout.samples_path(run_dir, rank)
     if exists(layout.partial_record_path(run_dir, rank)):
-        ran = _samples_span_s(samples) if exists(samples) else None
+        ran, last = _samples_span(samples) if exists(samples) else (None, None)
         seen = f" after {ran:.1f} s" if ran is not None else ""
         return MissingRank(rank, f"no record: the process was killed{seen}; its last checkpoint is kept "
-                                 f"(stepscope report {run_dir} --rank {rank} reads it)", ran)
+                                 f"(stepscope report {run_dir} --rank {rank} reads it)", ran, last)
     if exists(samples):
-        ran = _samples_span_s(samples)
+        ran, last = _samples_span(samples)
         seen = f"; its samples file shows it ran {ran:.1f} s" if ran is not None else "; its samples file is empty"
-        return MissingRank(rank, f"no record: the process crashed or was killed before writing it{seen}", ran)
+        return MissingRank(rank, f"no record: the process crashed or was killed before writing it{seen}", ran, last)
     if exists(layout.lock_path(run_dir, rank)):
         return MissingRank(rank, "no record and no samples: it started capture, then ended before sampling")
-    return MissingRank(rank, "no files at all: the rank never started capture (or wrote elsewhere)")
+    return MissingRank(rank, "no files at all: the rank never started capture (or wrote elsewhere)", started=False)
 
 
-def _samples_span_s(path: Path) -> float | None:
+def _samples_span(path: Path) -> tuple[float | None, int | None]:
+    """How long the samples file saw the process run (seconds), and its last sample (wall clock, ns)."""
     try:
         from stepscope.record.samples import load_samples
 
-        stamps = load_samples(path).ts_ns
+        samples = load_samples(path)
     except Exception:  # noqa: BLE001 - unreadable: say nothing about its length
-        return None
+        return None, None
+    stamps = samples.ts_ns
     if len(stamps) < 1:
-        return None
-    return float(stamps[-1] - stamps[0]) / 1e9
+        return None, None
+    last = int(stamps[-1]) + samples.meta.start_wall_ns - samples.meta.start_ns if samples.meta.start_wall_ns else None
+    return float(stamps[-1] - stamps[0]) / 1e9, last
 
 
 def is_job_dir(run_dir: str | Path) -> bool:

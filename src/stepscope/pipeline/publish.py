@@ -6,13 +6,15 @@ read-only) becomes one warning line, and a summary that cannot be printed (the s
 ``sys.stderr`` or file descriptor 2) is skipped. Rank 0 of a job waits (bounded) for the other
 ranks' records and writes the job's merged report; the other ranks write their own
 (``report.rank<R>.json``). When the job's records cannot be merged, rank 0's own report is kept.
+When a rank of the job failed, the last rank to finish merges instead (``merge``, decided by
+:mod:`stepscope.capture.job_end`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,21 +28,23 @@ from stepscope.text import printable
 
 
 def publish_run(record: RunRecord, run_dir: str | Path, *, print_summary: bool = True, stream: IO[str] | None = None,
-                shown_as: str | None = None, tags: Sequence[str] = ()) -> Report:
+                shown_as: str | None = None, tags: Sequence[str] = (), merge: bool | None = None,
+                hurry: Callable[[], bool] | None = None) -> Report:
     """Diagnose the run that just ended (see the module docstring) and return its report.
 
     ``shown_as`` is how the summary names the run directory (default: ``run_dir``); ``stream``
-    where the summary goes instead of stderr.
+    where the summary goes instead of stderr; ``merge`` whether this rank merges the job's ranks
+    (default: rank 0 does) and ``hurry`` when to cut its wait for them short.
     """
     run_dir = Path(run_dir)
     try:
-        report = diagnose(inputs_after_run(record, run_dir))
+        report = diagnose(inputs_after_run(record, run_dir, merge=merge, hurry=hurry))
     except Exception as exc:  # noqa: BLE001 - the rank's own report is still worth printing
-        if record.meta.world_size <= 1 or record.meta.rank != 0:
+        if record.meta.world_size <= 1 or not _merges(record, merge):
             raise
         _warn(f"the ranks' records could not be merged ({type(exc).__name__}: {exc}); rank 0's report only")
         report = diagnose(JobInputs("run", (record,), run_dir=run_dir))
-    save_report(report, run_dir, record)
+    save_report(report, run_dir, record, merged=_merges(record, merge))
     from stepscope.pipeline.history import index_after_run
 
     index_after_run(run_dir, report, record, tags)
@@ -49,9 +53,15 @@ def publish_run(record: RunRecord, run_dir: str | Path, *, print_summary: bool =
     return report
 
 
-def save_report(report: Report, run_dir: Path, record: RunRecord) -> None:
-    """``report.json`` (``report.rank<R>.json`` for other ranks); a write error is a warning."""
-    path = layout.report_path(run_dir) if record.meta.rank == 0 else run_dir / f"report.rank{record.meta.rank}.json"
+def _merges(record: RunRecord, merge: bool | None) -> bool:
+    return record.meta.rank == 0 if merge is None else merge
+
+
+def save_report(report: Report, run_dir: Path, record: RunRecord, merged: bool | None = None) -> None:
+    """``report.json`` (a run, or the job's merged report; ``report.rank<R>.json`` for a rank's own
+    report); a write error is a warning."""
+    whole = record.meta.world_size <= 1 or _merges(record, merged)
+    path = layout.report_path(run_dir) if whole else run_dir / f"report.rank{record.meta.rank}.json"
     try:
         render(report, "json", Output(path=path))
     except OSError as exc:

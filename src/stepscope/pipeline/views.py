@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.ranks import MissingRank, rank_row, rank_spread
+from stepscope.analysis.run.ranks import MissingRank, first_failure, rank_row, rank_spread
 from stepscope.analysis.run.steady import step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
@@ -121,8 +121,9 @@ def job_summary(evidences: Sequence[RunEvidence], diagnoses: Sequence[Diagnosis]
                 world_size: int) -> JobSummary:
     rows = tuple(rank_row(evidence, diagnosis.findings[0].title if diagnosis.findings else None)
                  for evidence, diagnosis in zip(evidences, diagnoses))
+    failure = first_failure([evidence.record for evidence in evidences if evidence.record is not None], list(missing))
     return JobSummary(world_size, rows, rank_spread(list(rows)), tuple(missing),
-                      len({row.node for row in rows}) > 1)
+                      len({row.node for row in rows}) > 1, failure)
 
 
 # -- traces ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from stepscope.analysis.evidence import MacroSignals, WorkerLoad
 from stepscope.analysis.run.code_locations import FoldedStack
 from stepscope.analysis.run.compile_summary import CompileSummary
 from stepscope.analysis.run.gc_pauses import GcPauseSummary
-from stepscope.analysis.run.ranks import MissingRank, RankRow, RankSpread
+from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
 from stepscope.analysis.run.steady import StepStats
 from stepscope.analysis.run.timelines import SystemTimelines
 from stepscope.diagnosis.engine import Diagnosis
@@ -128,11 +128,13 @@ class JobSummary:
     spread: RankSpread | None
     missing: tuple[MissingRank, ...]
     several_nodes: bool
+    failure: JobFailure | None = None  # the rank that failed first, when one did
 
     def to_dict(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "ranks": [row.to_dict() for row in self.rows],
                 "spread": self.spread.to_dict() if self.spread is not None else None,
-                "missing": [item.to_dict() for item in self.missing]}
+                "missing": [item.to_dict() for item in self.missing],
+                "failure": self.failure.to_dict() if self.failure is not None else None}
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,41 @@ def test_a_jobs_ranks_read_in_worker_processes_give_the_same_report(tmp_path):
     first, second = diagnose(here).to_dict(), diagnose(workers).to_dict()
     assert first == second
     assert first["job"]["missing"][0]["rank"] == 2 and first["findings"]
+
+
+def test_the_rank_that_failed_first_is_named_with_its_step_and_how_it_ended(tmp_path):
+    from stepscope.analysis.run.ranks import MissingRank, first_failure
+
+    clean, dead_rank, late = _rank(0, 3), 1, _rank(2, 3)
+    late = replace(late, meta=replace(late.meta, exit_code=1, exception="RuntimeError", end_wall_ns=2_000))
+    assert first_failure([clean], []) is None
+    # rank 1 left no record (killed outright) before rank 2's exception: it failed first, in the step
+    # rank 2 was in when it failed
+    dead = MissingRank(dead_rank, "no record", 1.0, last_seen_wall_ns=1_000)
+    failure = first_failure([clean, late], [dead])
+    assert (failure.rank, failure.how, failure.signal, failure.exit_code) == (1, "killed", "SIGKILL", -9)
+    assert (failure.step, failure.inferred, failure.then) == (41, True, (2,))
+    assert failure.text.startswith("rank 1 failed first, in step 41 (the step the ranks that failed after it")
+    # a signal, and os._exit(n) told apart from an exit by the note capture leaves
+    stopped = replace(clean, meta=replace(clean.meta, exit_code=143, interrupted_by="SIGTERM", end_wall_ns=500))
+    assert first_failure([stopped, late], [dead]).text.startswith(
+        "rank 0 failed first, in step 41 (40 steps completed): killed by SIGTERM (exit -15)")
+    exited = replace(late, meta=replace(late.meta, exception=None), warnings=("the script ended the process with "
+                                                                            "os._exit(1): what it had captured",))
+    assert first_failure([clean, exited], []).how == "os._exit"
+    never = MissingRank(1, "no files at all", started=False)  # not a failure: it never started capture
+    assert first_failure([clean], [never]) is None
+
+
+def test_the_last_rank_of_a_failed_job_merges_it(tmp_path):
+    """job_end.decide_merge: a clean rank 0 claims the merge; otherwise, once a rank failed, the
+    rank that finds every other rank finished (record saved, or lock released) merges, once."""
+    from stepscope.capture import job_end
+    from stepscope.capture.session import prepare_run_dir
+
+    run_dir = prepare_run_dir(tmp_path / "job", rank=1)  # this process plays rank 1
+    assert not job_end.decide_merge(run_dir, 1, 2, own_failed=False, finish_wait_s=0)  # a clean rank 1: rank 0's job
+    assert not job_end.decide_merge(run_dir, 1, 2, own_failed=True, finish_wait_s=0)  # rank 0 may still run
+    layout.lock_path(run_dir, 0).write_text('{"job": "other"}')  # rank 0 started and ended (lock not held)
+    assert job_end.decide_merge(run_dir, 1, 2, own_failed=True, finish_wait_s=0)  # the last one standing
+    assert '"merges": true' in layout.lock_path(run_dir, 1).read_text()

@@ -8,7 +8,7 @@ hidden under backward.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,114 @@ class MissingRank:
     rank: int
     reason: str
     ran_s: float | None = None  # how long its sampler saw it run
+    last_seen_wall_ns: int | None = None  # its sampler's last sample (wall clock): about when it ended
+    started: bool = True  # it started capture (its lock or other files are there)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """The rank of a job that failed first: when (its step), how (exit code, exception, signal).
+
+    ``step`` counts from 1: the step the rank was in when it failed (``steps_completed`` + 1); for a
+    rank that left no record it is the step the ranks that failed after it were in (``inferred``).
+    """
+
+    rank: int
+    how: str  # "exception", "exit", "os._exit", "signal", "killed" (no record: nothing it could catch)
+    exit_code: int | None  # as the launcher sees it: negative for a signal (-9: SIGKILL)
+    signal: str | None
+    exception: str | None
+    step: int | None
+    steps_completed: int | None
+    inferred: bool  # the step is the other ranks' (this rank left no record)
+    then: tuple[int, ...]  # the ranks that failed after it, in order
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: The note capture adds when the script ends the process with ``os._exit(n)`` (capture/session.py).
+OS_EXIT_NOTE = "the script ended the process with os._exit("
+
+
+def first_failure(records: list[Any], missing: list[MissingRank]) -> JobFailure | None:
+    """The rank that failed first, among ranks whose record says they failed (a non-zero exit, an
+    exception, a signal) and ranks that left no record after starting (killed outright: SIGKILL,
+    the OOM killer, or a native crash). Ordered by when each ended (wall clock: each record's end,
+    a missing rank's last sample); a rank without a time comes first (the others' failures are
+    normally its consequence). None when no rank failed."""
+    ends: list[tuple[int, int, dict[str, Any]]] = []  # (order key, rank, facts)
+    for record in records:
+        meta = record.meta
+        if not (meta.exit_code or meta.exception is not None or meta.interrupted_by is not None):
+            continue
+        facts: dict[str, Any] = {"steps": len(record.steps), "exception": meta.exception, "signal": meta.interrupted_by,
+                                 "exit_code": meta.exit_code}
+        if meta.interrupted_by is not None:
+            facts["how"] = "signal"
+            number = _signal_number(meta.interrupted_by)
+            facts["exit_code"] = -number if number else meta.exit_code
+        elif meta.exception is not None:
+            facts["how"] = "exception"
+        elif any(str(note).startswith(OS_EXIT_NOTE) for note in record.warnings):
+            facts["how"] = "os._exit"
+        else:
+            facts["how"] = "exit"
+        ends.append((meta.end_wall_ns or 0, meta.rank, facts))
+    for item in missing:
+        if not item.started:
+            continue
+        ends.append((item.last_seen_wall_ns or 0, item.rank,
+                     {"how": "killed", "steps": None, "exception": None, "signal": "SIGKILL", "exit_code": -9}))
+    if not ends:
+        return None
+    ends.sort(key=lambda end: (end[0], end[1]))
+    _, rank, facts = ends[0]
+    later = ends[1:]
+    completed, inferred = facts["steps"], False
+    if completed is None:
+        counts = [other["steps"] for _, _, other in later if other["steps"] is not None]
+        completed, inferred = (min(counts), True) if counts else (None, False)
+    step = completed + 1 if completed is not None else None
+    failure = JobFailure(rank=rank, how=facts["how"], exit_code=facts["exit_code"], signal=facts["signal"],
+                         exception=facts["exception"], step=step, steps_completed=completed, inferred=inferred,
+                         then=tuple(other_rank for _, other_rank, _ in later), text="")
+    return replace(failure, text=failure_text(failure))
+
+
+def failure_text(failure: JobFailure) -> str:
+    """One line: which rank failed first, in which step, how."""
+    if failure.how == "exception":
+        how = f"{failure.exception} raised (exit {failure.exit_code})"
+    elif failure.how == "os._exit":
+        how = f"os._exit({failure.exit_code})"
+    elif failure.how == "exit":
+        how = f"exit {failure.exit_code}"
+    elif failure.how == "signal":
+        how = f"killed by {failure.signal} (exit {failure.exit_code})"
+    else:
+        how = ("killed by SIGKILL (exit -9): it ended without a record and without an exception, an exit or a "
+               "signal it could catch (kill -9, the OOM killer; or a native crash)")
+    if failure.step is None:
+        where = "in an unknown step"
+    elif failure.inferred:
+        where = f"in step {failure.step} (the step the ranks that failed after it were in)"
+    else:
+        where = f"in step {failure.step} ({failure.steps_completed} steps completed)"
+    after = f"; then rank{'s' if len(failure.then) > 1 else ''} {', '.join(map(str, failure.then))}" \
+        if failure.then else ""
+    return f"rank {failure.rank} failed first, {where}: {how}{after}"
+
+
+def _signal_number(name: str) -> int | None:
+    import signal
+
+    number = getattr(signal, name, None)
+    return int(number) if number is not None else None
 
 
 @dataclass(frozen=True)

@@ -279,6 +279,8 @@ def rank_table(job: JobSummary) -> Group:
                           f"most own work (step − comm): rank {spread.slowest_rank}", style="bright_black"))
     for item in job.missing:
         parts.append(Text(printable(f"rank {item.rank} missing: {item.reason}"), style="yellow"))
+    if job.failure is not None:
+        parts.append(Text(printable(f"The job failed: {job.failure.text}"), style="bold red"))
     return Group(*parts)
 
 
