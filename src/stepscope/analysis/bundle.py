@@ -28,12 +28,13 @@ never zero.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.analysis.run.account import ThreadAccountView, thread_account
 from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
 from stepscope.analysis.run.compile_summary import CompileSummary, summarize_compile
 from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
@@ -135,6 +136,9 @@ class ForeignLoad:
     processes: tuple[ForeignProcess, ...]  # the busiest ones, when the sampler named them
     #: of which the hypervisor gave other guests (steal): cores a virtual machine did not get
     steal_share: float = 0.0
+    #: what they measurably took from the step: the training thread's wait for a core charged to
+    #: them by their CPU over the window (share of the step; None without the thread account)
+    step_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,8 @@ class RunEvidence:
     #: a trace's exclusive Python share of host time less the step's data wait and "other" (the run
     #: record's shares, or the trace's DataLoader share without a record): Python in the model
     python_in_model: float | None = None
+    #: where the training thread's time went: on CPU, waiting for a core, off CPU, per phase
+    account: ThreadAccountView | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -231,6 +237,7 @@ class RunEvidence:
             "communication": asdict(self.comm) if self.comm is not None else None,
             "periodic_stall": asdict(self.stall) if self.stall is not None else None,
             "compile": self.compile.to_dict() if self.compile is not None else None,
+            "thread_account": asdict(self.account) if self.account is not None else None,
             "window": None if self.window is None else {
                 "basis": self.window.basis, "span_s": self.window.span_s, "steady_steps": int(self.window.mask.sum())},
         }
@@ -342,6 +349,11 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
     loader = busiest_loader(record)
     cores, pids = _sibling_load(siblings)
     foreign = foreign_load(signals, cpu_count, cores, pids)
+    account = thread_account(record, steady, signals,
+                             foreign.cpu_share * cpu_count if foreign is not None and cpu_count else None,
+                             own_process_cores(signals, cores), gpu is not None)
+    if foreign is not None and account is not None and (taker := account.taker("other processes")) is not None:
+        foreign = replace(foreign, step_cost=taker.step_share)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
     return RunEvidence(
         record=record, steady=steady, signals=signals, trace=trace, facts=record.facts, ranks=job,
@@ -356,7 +368,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
         code=basis.code, gc=gc_summary(record, steady), compile=summarize_compile(record),
         stall=None if steady is None else find_periodic_stall(
             record, steady.mask, steady.step_time_s, loader, tuple(item.record for item in siblings)),
-        window=basis.window, python_in_model=python_in_model(trace, steady),
+        window=basis.window, python_in_model=python_in_model(trace, steady), account=account,
     )
 
 
@@ -522,15 +534,28 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
 def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores: float = 0.0,
                  sibling_pids: frozenset[int] = frozenset()) -> ForeignLoad | None:
     """Share of all cores used by processes outside the training tree (and outside the job's other
-    ranks on this machine), and the busiest of them."""
+    ranks on this machine), and the busiest of them. The tree's CPU includes its children that no
+    sample saw (DataLoader workers restarted every epoch, compile workers); the job's other ranks
+    are known from this job's records (``sibling_cores``) or the sampler's scan of the launcher's
+    processes (``signals.job_cores``)."""
     if signals is None or not cores or signals.cpu_util_mean is None or not signals.workers:
         return None
-    tree = (sum(load.cpu_util for load in signals.workers) + sibling_cores) / cores
+    tree = (sum(load.cpu_util for load in signals.workers) + (signals.unseen_tree_cores or 0.0)
+            + max(sibling_cores, signals.job_cores or 0.0)) / cores
     steal = float(signals.steal_share or 0.0)
     share = max(0.0, float(signals.cpu_util_mean) - tree) + steal
     processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes
                       if pid not in sibling_pids)
     return ForeignLoad(round(share, 4), processes, round(steal, 4))
+
+
+def own_process_cores(signals: MacroSignals | None, sibling_cores: float = 0.0) -> float | None:
+    """Cores of the run's own processes besides the training process: DataLoader workers and other
+    children (those no sample saw included) and the job's other ranks on this machine."""
+    if signals is None or not signals.workers:
+        return None
+    return (sum(load.cpu_util for load in signals.workers if load.role != "main") + (signals.unseen_tree_cores or 0.0)
+            + max(sibling_cores, signals.job_cores or 0.0))
 
 
 # -- operators and MFU ---------------------------------------------------------------------------

@@ -82,6 +82,11 @@ class MacroSignals:
     gpu_memory_used_share_max: float | None = None
     # processes outside the training tree that used the most CPU: (pid, name, share of one core)
     foreign_processes: tuple[tuple[int, str, float], ...] = ()
+    # the run's own CPU the per-process rows miss: children that started and ended between two
+    # samples (cores, mean over the window; None unmeasured)
+    unseen_tree_cores: float | None = None
+    # the job's other processes on this machine (the launcher, the other ranks): cores, None outside a job
+    job_cores: float | None = None
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from stepscope.analysis.run.steady import step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.record.run import PHASES, RunRecord, StepTable
-from stepscope.report.model import (JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
+from stepscope.report.model import (AccountSummary, JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
                                     StepSeries, TraceRankView, TraceViews)
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
@@ -64,8 +64,34 @@ def run_summary(evidence: RunEvidence, records: Sequence[RunRecord]) -> RunSumma
         mfu_note=evidence.mfu_note, compile=evidence.compile,
         gc=evidence.gc if evidence.gc is not None and (evidence.gc.share_of_step_time or 0.0) >= GC_SHOWN else None,
         loaders=record.loaders, overrides=record.facts.overrides, skipped=skip_summary(records or (record,)),
-        machine=evidence.signals, machine_notes=machine_notes(evidence),
+        machine=evidence.signals, machine_notes=machine_notes(evidence), account=account_summary(evidence),
     )
+
+
+#: The account's line is shown when the training thread waited for a core or was off CPU outside
+#: the DataLoader's queue for at least this share of the step.
+ACCOUNT_SHOWN = 0.1
+#: What each off-CPU cause is called in the summary.
+OFF_CAUSES = {"workers": "waiting for the DataLoader's workers", "io": "blocked in the loader (reads, sleeps)",
+              "peer": "waiting for a peer", "device": "waiting for the device", "gil": "waiting for the GIL",
+              "unexplained": "not explained"}
+
+
+def account_summary(evidence: RunEvidence) -> AccountSummary | None:
+    """The summary's line of the thread account (see :class:`AccountSummary`)."""
+    account = evidence.account
+    if account is None:
+        return None
+    waiting = tuple(sorted(((item.who, item.step_share) for item in account.takers if item.step_share >= 0.005),
+                           key=lambda pair: -pair[1]))
+    off: dict[str, float] = {}
+    for phase in account.phases:
+        off[OFF_CAUSES[phase.off_cause]] = off.get(OFF_CAUSES[phase.off_cause], 0.0) + phase.share * phase.off_cpu
+    off_by = tuple(sorted(((cause, round(share, 4)) for cause, share in off.items() if share >= 0.005),
+                          key=lambda pair: -pair[1]))
+    material = account.waiting_core + sum(share for cause, share in off_by if cause != OFF_CAUSES["workers"])
+    return AccountSummary(account.accounted_steps, account.on_cpu, account.waiting_core, account.off_cpu,
+                          account.spread, waiting, off_by, shown=material >= ACCOUNT_SHOWN)
 
 
 def machine_notes(evidence: RunEvidence) -> tuple[str, ...]:

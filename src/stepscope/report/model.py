@@ -46,7 +46,7 @@ REPORT_SCHEMA_VERSION = 4
 
 Source = Literal["run", "trace"]
 
-__all__ = ["PHASES", "Finding", "FlameView", "FoldedStack", "JobSummary", "MacroSignals", "WorkerLoad", "LaunchSummary", "PerfettoRank", "PerfettoView", "RankReport", "Report",
+__all__ = ["PHASES", "AccountSummary", "Finding", "FlameView", "FoldedStack", "JobSummary", "MacroSignals", "WorkerLoad", "LaunchSummary", "PerfettoRank", "PerfettoView", "RankReport", "Report",
            "RunSummary", "SkipSummary", "StepSeries", "TraceRankView", "TraceViews"]
 
 
@@ -62,6 +62,27 @@ class SkipSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "delivered": self.delivered, "share": self.share,
                 "datasets": [asdict(item) for item in self.datasets]}
+
+
+@dataclass(frozen=True)
+class AccountSummary:
+    """Where the training thread's steady step went (the thread account), as the summary shows it:
+    three shares of the step with their uncertainty, what the wait for a core is charged to and what
+    the off-CPU time is, each a share of the step, largest first."""
+
+    accounted_steps: int
+    on_cpu: float
+    waiting_core: float
+    off_cpu: float
+    spread: float
+    waiting_by: tuple[tuple[str, float], ...]  # ("other processes", 0.31), ...
+    off_by: tuple[tuple[str, float], ...]  # ("waiting for the DataLoader's workers", 0.4), ...
+    #: the line is worth showing: a finding of the verdict rests on the account, or the thread
+    #: waited or was off CPU for a material share of the step
+    shown: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,7 @@ class RunSummary:
     skipped: SkipSummary | None
     machine: MacroSignals | None
     machine_notes: tuple[str, ...] = ()  # the sampler's notes worth a line (not NVML's absence on a CPU run)
+    account: AccountSummary | None = None  # the training thread's account (None unmeasured)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import numpy as np
@@ -262,11 +264,16 @@ def test_every_field_is_filled_on_a_full_run_and_serialises():  # noqa: D103
                    **cpu_columns(np.tile([0.95, 0.3], (29, 1))),
                    disk_read_bytes=np.arange(30) * 1000, net_recv_bytes=np.arange(30) * 10,
                    net_sent_bytes=np.arange(30), load1=np.full(30, 1.5), gpu_util=[[90, 10] * 15],
-                   gpu_mem_used_bytes=np.full((30, 1), 500), mem_used_bytes=np.full(30, 400))
+                   gpu_mem_used_bytes=np.full((30, 1), 500), mem_used_bytes=np.full(30, 400),
+                   tree_unseen_cpu_ticks=np.arange(30) * 2)
+    # one scan of other processes, under a launcher: the job's other ranks used half a core
+    samples = dataclasses.replace(samples, foreign_totals=((T0 + int(2e9), 2.0, 0.2, 0.5),))
     steps = StepTable.from_columns({"start_ns": [T0], "duration_ns": [int(2.9e9)], "data_wait_ns": [int(2.9e9)]})
     signals = sig.compute_signals(samples, steps)
     empty = [name for name, value in signals.to_dict().items() if value is None]
     assert empty == []
+    assert signals.job_cores == pytest.approx(0.5)
+    assert signals.unseen_tree_cores == pytest.approx(2 / DT / TICKS)
     assert signals.memory_total_bytes == samples.meta.mem_total_bytes
     assert {load.pid: load.threads for load in signals.workers}.keys() == {10, 11}
     assert signals.net_bytes_per_s == pytest.approx(110.0)

@@ -26,6 +26,7 @@ for _ in range(int(sys.argv[1])):
             pass
         os._exit(0)
     os.waitpid(pid, 0)
+print("done", flush=True)
 time.sleep(float(sys.argv[2]))
 """
 
@@ -37,13 +38,16 @@ def _sample_until_done(tree: ProcessTree, parent: subprocess.Popen, every_s: flo
 
 
 def test_children_no_sample_saw_are_counted_once_from_the_parents_reaped_cpu():
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, "4", "0.6"])
-    tree = ProcessTree(parent.pid, with_io=False)
-    # one sample right away, then none until the children are gone: none of them is ever seen
-    tree.sample(time.monotonic_ns())
-    time.sleep(1.0)
-    tree.sample(time.monotonic_ns())
-    parent.wait()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, "4", "5"], stdout=subprocess.PIPE, text=True)
+    try:
+        tree = ProcessTree(parent.pid, with_io=False)
+        # one sample right away, then none until the children are gone: none of them is ever seen
+        tree.sample(time.monotonic_ns())
+        assert parent.stdout is not None and parent.stdout.readline() == "done\n"
+        tree.sample(time.monotonic_ns())
+    finally:
+        parent.kill()
+        parent.wait()
     seen_children = [entry for entry in tree.tracked.values() if entry.pid != parent.pid]
     assert not seen_children
     ticks_per_s = procfs.CLOCK_TICKS_PER_S
@@ -51,7 +55,8 @@ def test_children_no_sample_saw_are_counted_once_from_the_parents_reaped_cpu():
 
 
 def test_children_the_sampler_saw_are_not_counted_again():
-    parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("0.2", "0.6"), "1", "0.3"])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.replace("0.2", "0.6"), "1", "0.3"],
+                              stdout=subprocess.DEVNULL)
     tree = ProcessTree(parent.pid, with_io=False)
     _sample_until_done(tree, parent, 0.05)  # a full scan finds the child while it burns
     counted = tree._credited_ticks / procfs.CLOCK_TICKS_PER_S

@@ -34,7 +34,7 @@ def make_sample(index: int, *, procs: tuple[int, ...] = (0,), gpu: bool = True) 
         "load1": 1.5 + index / 100, "mem_used_bytes": (1 << 30) + index * 4096, "mem_available_bytes": 7 << 30,
         "mem_cached_bytes": 1 << 29, "swap_used_bytes": 0, "swap_in_bytes": 0, "swap_out_bytes": index * 4096,
         "disk_read_bytes": [2**40 + index * 512], "disk_write_bytes": [-1], "disk_reads": [index], "disk_writes": [0],
-        "net_recv_bytes": [index * 1500], "net_sent_bytes": [index * 60],
+        "net_recv_bytes": [index * 1500], "net_sent_bytes": [index * 60], "tree_unseen_cpu_ticks": 3 * index,
         "proc": {"id": list(procs), "cpu_ticks": [index * 10] * len(procs), "rss_bytes": [1 << 20] * len(procs),
                  "read_bytes": [0] * len(procs), "write_bytes": [0] * len(procs), "read_chars": [index] * len(procs),
                  "threads": [4] * len(procs), "state": ["R"] * len(procs)},

@@ -119,6 +119,9 @@ def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWi
         data_wait_cpu_util=data_wait_cpu_util(samples, steps, mask),
         memory_total_bytes=samples.meta.mem_total_bytes or None,
         foreign_processes=foreign_processes(samples.foreign, start, end),
+        unseen_tree_cores=None if (unseen := counter_rate(samples["tree_unseen_cpu_ticks"], seconds, mask)) is None
+        else unseen / samples.meta.clock_ticks_per_s,
+        job_cores=job_cores(samples.foreign_totals, start, end),
         notes=tuple(notes),
     )
 
@@ -144,6 +147,17 @@ def foreign_processes(scans: tuple[tuple[int, float, tuple[tuple[int, str, float
             busy[(pid, name)] = busy.get((pid, name), 0.0) + cores * interval_s
     ranked = sorted(busy.items(), key=lambda item: -item[1])[:MAX_FOREIGN]
     return tuple((pid, name, round(seconds / total_s, 3)) for (pid, name), seconds in ranked)
+
+
+def job_cores(totals: tuple[tuple[int, float, float, float], ...], start: int, end: int) -> float | None:
+    """Mean cores of the job's other processes on this machine over the scans that overlap the
+    window (every scan without one); None when no scan measured them (not under a launcher)."""
+    measured = [scan for scan in totals if scan[3] >= 0 and scan[1] > 0]
+    inside = [scan for scan in measured if scan[0] > start and scan[0] - scan[1] * 1e9 < end] or measured
+    total_s = sum(scan[1] for scan in inside)
+    if total_s <= 0:
+        return None
+    return round(sum(scan[3] * scan[1] for scan in inside) / total_s, 3)
 
 
 # -- the window ------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from stepscope.diagnosis.family import FamilyEntry, Rule
 from stepscope.diagnosis.rules import (communication, compile, compute, cpu_oversubscription, foreign_load,
-                                       garbage_collection, healthy, host_device_sync, input_pipeline,
-                                       launch_overhead, memory_pressure, outside_model, periodic_stall,
-                                       storage_io, straggler)
+                                       garbage_collection, gil_contention, healthy, host_device_sync,
+                                       input_pipeline, launch_overhead, memory_pressure, outside_model,
+                                       periodic_stall, storage_io, straggler, unexplained)
 
 #: Every family, in the order the rules run and the documentation lists them; ``healthy`` is the
 #: verdict the engine gives when nothing reached medium severity.
@@ -34,9 +34,11 @@ REGISTRY: tuple[FamilyEntry, ...] = (
     memory_pressure.FAMILY,
     cpu_oversubscription.FAMILY,
     foreign_load.FAMILY,
+    gil_contention.FAMILY,
     garbage_collection.FAMILY,
     outside_model.FAMILY,
     compile.FAMILY,
+    unexplained.FAMILY,
     healthy.FAMILY,
 )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.analysis.run.code_locations import CodeLocation
+from stepscope.analysis.run.account import ThreadAccountView
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 
 #: XProf's "MODERATELY input-bound" level (kModeratelyInfeedBoundThresholdInPercent = 5), which is
@@ -184,3 +185,24 @@ def workers_needed(load_s: float, compute_s: float) -> int:
     if compute_s <= 0:
         return 1
     return max(1, math.ceil(load_s / compute_s))
+
+
+# -- the thread account --------------------------------------------------------------------------
+def account_lines(account: ThreadAccountView, causes: tuple[str, ...] = ()) -> list[str]:
+    """One line per phase the account splits, the longest first (phases with ``causes`` only, when given)."""
+    phases = sorted((item for item in account.phases if not causes or item.off_cause in causes),
+                    key=lambda item: -item.share)
+    return [f"{item.phase.replace('_', ' ')} {ms(item.time_s)}: {pct(item.on_cpu)} on CPU, "
+            f"{pct(item.waiting_core)} waiting for a core, {pct(item.off_cpu)} off CPU"
+            for item in phases if item.share >= 0.01]
+
+
+def account_evidence(account: ThreadAccountView) -> list[Evidence]:
+    """The account's three shares of the step, as evidence lines."""
+    return [
+        Evidence("thread_on_cpu_share", account.on_cpu, None, "account", "ratio",
+                 f"training thread on a CPU, {account.accounted_steps} accounted steps (± {pct(account.spread)})"),
+        Evidence("thread_waiting_core_share", account.waiting_core, None, "account", "ratio",
+                 "runnable, waiting for a core (run-queue delay)"),
+        Evidence("thread_off_cpu_share", account.off_cpu, None, "account", "ratio", "blocked or waiting for the GIL"),
+    ]

@@ -7,7 +7,11 @@ the step taken best-case as well. It is never above 100 %; when it cannot be tru
 than the measured CPU peak, a machine crowded by other processes) there is no MFU and no finding.
 
 Fires when the step is compute-bound (:data:`COMPUTE_BOUND`) and MFU is below a quarter of a good
-level; the impact is the share of compute time a good MFU would save. The engine lets the input,
+level; the impact is the share of compute time a good MFU would save — on a CPU, of the time the
+training thread computed (the thread account), not of the time it waited for a core or the GIL.
+When the MFU's measured range spans the line, the finding is *borderline*: LOW, unpriced, and worded
+the same on either side of the line, so reruns of one script cannot flip between a healthy and a
+critical verdict. The engine lets the input,
 storage, oversubscription, launch-overhead, straggler and communication findings supersede it.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
-from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
 #: Share of the step in forward + backward + optimizer that makes it compute-bound. TraceML's
@@ -31,6 +35,8 @@ GOOD_MFU_MEASURED = 0.40
 #: Fire below this fraction of the good level (MFU < 10 % against either peak): clearly poorly
 #: shaped work. Between that and the good level the healthy verdict reports MFU and the levers.
 LOW_MFU_FRACTION = 0.25
+#: Below this share of the model's phases on a CPU the low-MFU summary says the thread mostly did not compute.
+MODEL_ON_CPU_LOW = 0.7
 #: When other processes use more than this share of all cores during the steps, the CPU MFU is
 #: reported with lower confidence (above half the machine the bundle gives no CPU MFU at all).
 EXTERNAL_CPU_NOTED = 0.25
@@ -45,11 +51,17 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
     if steady is None or estimate is None or steady.compute_share < COMPUTE_BOUND:
         return None
     good = good_mfu(estimate)
-    if estimate.value >= LOW_MFU_FRACTION * good:
+    line = LOW_MFU_FRACTION * good
+    if estimate.value >= line and estimate.low >= line:
         return None
+    # within its measured range of the line: one wording whichever side this run fell on
+    borderline = estimate.low < line <= max(estimate.high, estimate.value)
     external = ev.foreign.cpu_share if ev.foreign is not None else None
     crowded = not estimate.on_gpu and external is not None and external > EXTERNAL_CPU_NOTED
-    impact = steady.compute_share * (1.0 - estimate.value / good)
+    # on a CPU, what a better-shaped computation saves is the time the training thread computed: not
+    # the time it waited for a core or was off CPU in the model's phases (the thread account)
+    computing = _model_on_cpu(ev) if not estimate.on_gpu else None
+    impact = steady.compute_share * (1.0 - estimate.value / good) * (computing if computing is not None else 1.0)
     evidence = [
         Evidence("compute_share", round(steady.compute_share, 4), COMPUTE_BOUND, "steps", "ratio",
                  "forward + backward + optimizer"),
@@ -63,12 +75,39 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
     if crowded and external is not None:
         evidence.append(Evidence("external_cpu_share", round(external, 3), EXTERNAL_CPU_NOTED, "sampler", "ratio",
                                  "cores used by other processes"))
+    if computing is not None:
+        evidence.append(Evidence("model_on_cpu", round(computing, 4), None, "account", "ratio",
+                                 "of the model's phases the training thread spent on a CPU"))
+    if borderline:
+        title = (f"Compute efficiency borderline: MFU {common.mfu_text(estimate)}, around the "
+                 f"{common.pct(line)} line (good is ~{good:.0%})")
+        summary = (f"The model runs {common.pct(steady.compute_share)} of the step at MFU {common.mfu_text(estimate)} "
+                   f"of the {estimate.peak_source}; the measured range spans the {common.pct(line)} line, so the "
+                   "run is neither clearly healthy nor clearly inefficient, and is reported the same way on "
+                   "either side of it.")
+        return common.finding("compute.low_mfu", "compute", title, 0.0, 0.5, evidence, _prescriptions(ev, estimate),
+                              summary, severity=Severity.LOW, claims=("compute",), borderline=True,
+                              impact_basis=f"not priced: MFU within its measured range of the {common.pct(line)} line",
+                              mfu=round(estimate.value, 5))
     title = f"Compute-bound at low efficiency: MFU {common.pct(estimate.value)} (good is ~{good:.0%})"
     summary = (f"The model runs {common.pct(steady.compute_share)} of the step but reaches only "
                f"{common.mfu_text(estimate)} of the {estimate.peak_source}: the math is poorly shaped for the "
                "hardware (small batches or matrices, memory-bound operators, a slow dtype).")
+    if computing is not None and computing < MODEL_ON_CPU_LOW:
+        summary += (f" The training thread computed only {common.pct(computing)} of the model's phases (the rest it "
+                    "waited for a core or was off CPU): the cost is priced on that part.")
     return common.finding("compute.low_mfu", "compute", title, impact, 0.5 if crowded else 0.7, evidence,
                           _prescriptions(ev, estimate), summary, claims=("compute",), mfu=round(estimate.value, 5))
+
+
+def _model_on_cpu(ev: RunEvidence) -> float | None:
+    """Share of the model's phases the training thread spent on a CPU (the thread account), or None."""
+    account = ev.account
+    if account is None:
+        return None
+    phases = [item for item in account.phases if item.phase in ("forward", "backward", "optimizer")]
+    total = sum(item.share for item in phases)
+    return sum(item.share * item.on_cpu for item in phases) / total if total > 0 else None
 
 
 def _prescriptions(ev: RunEvidence, estimate: MfuEstimate) -> list[Prescription]:

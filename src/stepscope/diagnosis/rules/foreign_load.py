@@ -13,9 +13,12 @@ steps ran beside markedly more CPU outside the training tree, enough to account 
 (:mod:`stepscope.analysis.run.stalls`). :func:`neighbour_bursts` reports them with their measured
 cost; the periodic-stall rule then stands down.
 
-The cost of the whole-run finding is not a measured share of the step (what the run would gain on a quiet machine is not
-observed), so the finding ranks by an explicit estimate — the share of the cores the others held —
-and says so. The engine also lowers the confidence of the CPU-based findings of such a run.
+The cost of the whole-run finding is what the others measurably took from the step: the training
+thread's wait for a core (the kernel's run-queue delay, from the thread account) charged to them by
+their CPU over the window — a lower bound, since the intra-op threads' and the loaders' losses are
+not in it. Without the account it ranks by an explicit estimate — the share of the cores the
+others held — and says so. A low MFU beside such a neighbour is its symptom (the family supersedes
+``compute``). The engine also lowers the confidence of the CPU-based findings of such a run.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.stalls import MIN_COST
 from stepscope.diagnosis.family import FamilyEntry
-from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.rules import _common as common
 
 #: Share of all cores used by other processes that is worth telling (a quarter of the machine).
@@ -34,11 +37,15 @@ FOREIGN_HIGH = 0.5
 STEAL_NAMED = 0.01
 #: Processes named in the finding.
 SHOWN_PROCESSES = 3
+#: The training thread's wait for a core charged to other processes, worth a finding on its own
+#: (share of the step; XProf's 5 % "moderate" level).
+COST_NOTED = 0.05
 
 
 def others_on_the_machine(ev: RunEvidence) -> Finding | None:
     foreign = ev.foreign
-    if foreign is None or foreign.cpu_share < FOREIGN_NOTED:
+    cost = foreign.step_cost if foreign is not None else None
+    if foreign is None or (foreign.cpu_share < FOREIGN_NOTED and (cost is None or cost < COST_NOTED)):
         return None
     cores = ev.cpu_count or 0
     named = foreign.processes[:SHOWN_PROCESSES]
@@ -53,14 +60,31 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
                                  "all cores: time the hypervisor gave other virtual machines"))
         parts.append(f"other virtual machines {foreign.steal_share:.0%} (hypervisor steal)")
     who = ", ".join(parts)
-    title = (f"Other processes used {foreign.cpu_share:.0%} of the {cores or '?'} cores during the run"
-             + (f" ({who})" if who else ""))
     summary = ("The run shared the machine: its CPU-based measurements (data wait, loader CPU, MFU) "
                "describe a crowded machine, and their findings carry lower confidence.")
+    if cost is not None:
+        # measured: the training thread's wait for a core, charged to them by their CPU over the window
+        evidence.insert(0, Evidence("foreign_step_cost", round(cost, 4), COST_NOTED, "account", "ratio",
+                                    "training thread waiting for a core, charged to other processes by CPU"))
+        title = (f"Other processes took {common.pct(cost)} of the step: the training thread waited for a core "
+                 f"they held ({foreign.cpu_share:.0%} of the {cores or '?'} cores" + (f": {who})" if who else ")"))
+        summary += (f" The training thread was runnable but waiting for a core {common.pct(cost)} of the step "
+                    "while they ran (the kernel's run-queue delay, measured on sampled steps); their intra-op "
+                    "and DataLoader losses come on top.")
+    else:
+        title = (f"Other processes used {foreign.cpu_share:.0%} of the {cores or '?'} cores during the run"
+                 + (f" ({who})" if who else ""))
     prescriptions = [Prescription(
-        "Measure on a quiet machine, or reserve the cores (taskset/cgroups, a dedicated node)"
-        + (f"; check what pid {named[0].pid} is" if named else ""),
-        "numbers taken beside a busy neighbour move with the neighbour's load")]
+        "Stop or move the other processes off the training cores (taskset/cgroups, a dedicated node), or "
+        "measure on a quiet machine" + (f"; check what pid {named[0].pid} is" if named else ""),
+        "numbers taken beside a busy neighbour move with the neighbour's load"
+        + (f"; the wait for a core they caused is {common.pct(cost)} of the step" if cost is not None else ""),
+        expected_gain=round(cost, 4) if cost is not None else None)]
+    if cost is not None:
+        return common.finding(
+            "foreign_load.other_processes", "foreign_load", title, cost, 0.8, evidence, prescriptions, summary,
+            severity=max(severity_for_impact(cost), Severity.MEDIUM if foreign.cpu_share >= FOREIGN_NOTED
+                         else Severity.LOW))
     return common.finding(
         "foreign_load.other_processes", "foreign_load", title, foreign.cpu_share, 0.8, evidence,
         prescriptions, summary, severity=Severity.HIGH if foreign.cpu_share >= FOREIGN_HIGH else Severity.MEDIUM,
@@ -111,4 +135,4 @@ FAMILY = FamilyEntry(
     "foreign_load", (others_on_the_machine, neighbour_bursts,),
     diagnoses="Other processes (or the hypervisor) took the cores the run needed",
     evidence="Processes outside the job plus steal ≥ 25 % of all cores; a periodic stall whose steps ran beside bursts of outside CPU that explain it",
-    supersedes=frozenset())
+    supersedes=frozenset({"compute"}))

@@ -179,6 +179,8 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     wait = common.warm_fetch_wait_share(ev)
     if wait < INPUT_MODERATE * common.NEAR_BAND_LOW:
         return None
+    if worker_startup(ev) is not None:
+        return None  # the workers' start-up at each epoch is the larger cost: its own finding
     util, util_source = common.loader_cpu_util(ev)
     if util is not None and util < LOADER_CPU_BUSY:
         return None  # loaders idle or ambiguous: storage_io decides
@@ -224,6 +226,40 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                           evidence, prescriptions, summary,
                           severity=Severity.LOW if near else None, claims=("data_wait",),
                           conclusive={"cpu_bound": util is not None})
+
+
+def worker_startup(ev: RunEvidence) -> Finding | None:
+    """DataLoader workers started anew at every epoch (no ``persistent_workers``) when their start-up
+    costs more of the step than the fetches themselves: a cost at each epoch boundary that run-level
+    averages hide, measured per boundary (``__iter__``'s time) and fixed by keeping the workers."""
+    steady, loader = ev.steady, ev.main_loader
+    if steady is None or loader is None or loader.num_workers <= 0 or loader.persistent_workers:
+        return None
+    startup = steady.loader_init_share
+    if startup < LOADER_INIT_MODERATE or startup < common.warm_fetch_wait_share(ev):
+        return None
+    boundaries = max(1, loader.iterators)
+    per_boundary = loader.init_ns / boundaries / 1e9
+    evidence = [
+        Evidence("loader_init_share", round(startup, 4), LOADER_INIT_MODERATE, "steps", "ratio",
+                 "worker start-up (DataLoader __iter__) in the steady steps"),
+        Evidence("startup_per_epoch_s", round(per_boundary, 4), None, "loader", "s",
+                 f"{boundaries} epoch start(s) of loader #{loader.loader_id}, {loader.num_workers} workers each"),
+        Evidence("fetch_wait_share", round(common.warm_fetch_wait_share(ev), 4), None, "steps", "ratio",
+                 "waiting for batches once the workers run"),
+        Evidence("persistent_workers", False, True, "loader", "flag", f"loader #{loader.loader_id}"),
+    ]
+    title = (f"DataLoader workers restart every epoch: start-up costs {common.pct(startup)} of the step "
+             f"(~{common.ms(per_boundary)} per epoch)")
+    summary = (f"Each of the {boundaries} epochs started {loader.num_workers} worker processes anew "
+               f"(~{common.ms(per_boundary)} each time: fork, the dataset's import and pickling), more than the "
+               "steps then waited for batches. Keeping the workers between epochs removes that cost.")
+    prescriptions = [Prescription(
+        "DataLoader(persistent_workers=True)", f"worker start-up costs {common.pct(startup)} of the step, "
+        f"~{common.ms(per_boundary)} at each of {boundaries} epoch starts", "persistent_workers", False, True,
+        expected_gain=round(startup, 4), set={"dataloader.persistent_workers": True})]
+    return common.finding("input_pipeline.worker_startup", "input_pipeline", title, startup, 0.8, evidence,
+                          prescriptions, summary, claims=("data_wait",), boundaries=boundaries)
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:
@@ -313,7 +349,7 @@ def _cheaper_loading(ev: RunEvidence, cores: int | None, workers: int, why: str)
 
 
 FAMILY = FamilyEntry(
-    "input_pipeline", (loader_cpu_bound,),
-    diagnoses="The step waits for the next batch while the processes producing batches are busy on CPU: more workers, cheaper samples",
-    evidence="Data wait (less worker start-up) ≥ 5 % of the step (XProf's input-bound levels 5 % / 20 %); the loaders' CPU while the step waits ≥ 0.5 core; workers against cores",
+    "input_pipeline", (loader_cpu_bound, worker_startup),
+    diagnoses="The step waits for the next batch while the processes producing batches are busy on CPU: more workers, cheaper samples; or workers restarted at every epoch",
+    evidence="Data wait (less worker start-up) ≥ 5 % of the step (XProf's input-bound levels 5 % / 20 %); the loaders' CPU while the step waits ≥ 0.5 core; workers against cores; worker start-up ≥ 3 % of the step and above the fetches' wait",
     supersedes=frozenset({"compute"}), cpu_based=True)

@@ -135,3 +135,14 @@ def compile_line(summary: Any) -> str:
     if summary.speedup is not None:
         parts.append(f"eager/compiled step ×{summary.speedup:.2f}")
     return " · ".join(parts)
+
+
+def account_line(account: Any) -> str:
+    """The training thread's account: ``on CPU 45% · waiting for a core 30% (other processes 25%) ·
+    off CPU 25% (waiting for the GIL 20%) · ±2% over 12 accounted steps``."""
+    def parts(pairs: Any) -> str:
+        return f" ({', '.join(f'{name} {format_ratio(share)}' for name, share in pairs)})" if pairs else ""
+
+    return (f"on CPU {format_ratio(account.on_cpu)} · waiting for a core {format_ratio(account.waiting_core)}"
+            f"{parts(account.waiting_by)} · off CPU {format_ratio(account.off_cpu)}{parts(account.off_by)} · "
+            f"±{format_ratio(account.spread)} over {account.accounted_steps} accounted steps")

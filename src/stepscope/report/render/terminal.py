@@ -28,8 +28,8 @@ from rich.text import Text
 
 from stepscope.report.model import PHASES, Finding, JobSummary, Report, RunSummary
 from stepscope.report.render.output import Output
-from stepscope.report.render.lines import (compile_line, gain_line, loader_line, overridden_line, skipped_line,
-                                           verification_line, withdrawn_line)
+from stepscope.report.render.lines import (account_line, compile_line, gain_line, loader_line, overridden_line,
+                                           skipped_line, verification_line, withdrawn_line)
 from stepscope.report.render.machine import machine_rows
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio, format_value
@@ -231,6 +231,8 @@ def run_rows(summary: RunSummary) -> Table:
                                         f"{format_duration(steady.p90_s)} · max {format_duration(steady.max_s)}"))
         table.add_row("Phases", Group(phase_bar(steady.phase_shares),
                                       phase_legend(steady.phase_shares, summary.measured_phases)))
+    if summary.account is not None and summary.account.shown:
+        table.add_row("Thread", Text(account_line(summary.account)))
     if summary.mfu is not None and summary.mfu_shown:
         mfu = summary.mfu
         table.add_row("MFU", Text(f"{format_ratio(mfu.value)} (range {format_ratio(mfu.low)}–{format_ratio(mfu.high)}) "

@@ -1,0 +1,196 @@
+"""Where the training thread's time went: each phase split into on CPU, waiting for a core and off
+CPU, and who took the cores (the account capture measured on sampled steps, see
+:mod:`stepscope.capture.account`).
+
+The account is a measurement, not a rule: the fractions of each phase (on CPU, runnable but waiting
+for a core, off CPU) are measured on the accounted steps of the steady window and applied to the
+phase times of every steady step (the step columns). Off-CPU time is named by what the phase is
+known to block on — the DataLoader's workers in the data wait of a multi-process loader, a peer in
+communication, the device on a GPU run —, by another Python thread of the process that ran while
+the training thread was off CPU (the GIL), or left *unexplained*.
+
+Waiting for a core is charged to what ran instead, by CPU time over the same window: the process's
+other threads (intra-op, Python threads), the run's own other processes (DataLoader workers,
+children that came and went, the job's other ranks on this machine) and other processes (and the
+hypervisor's steal). Only the last is what a neighbour measurably took from the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.analysis.evidence import MacroSignals
+from stepscope.analysis.run.steady import SteadyState
+from stepscope.record.run import PHASES, RunRecord, ThreadAccount
+
+#: Accounted steady steps needed before the account is shown (fewer: too noisy to say anything).
+MIN_ACCOUNTED = 3
+#: The model's phases: off CPU there is neither loading nor communication.
+MODEL_PHASES = ("forward", "backward", "optimizer")
+#: A Python thread of the process using at least this much of a core while the training thread is
+#: off CPU in the model's phases is a GIL competitor worth naming.
+GIL_THREAD_CORES = 0.2
+
+
+@dataclass(frozen=True)
+class PhaseAccount:
+    """One phase of the steady step: its mean time per step and how that time split (fractions of
+    the phase's wall time, measured on the accounted steps), with the off-CPU time's cause."""
+
+    phase: str
+    time_s: float  # mean per steady step, from the step columns
+    share: float  # of the steady step time
+    on_cpu: float
+    waiting_core: float
+    off_cpu: float
+    #: what the off-CPU time is: "workers" (a multi-process DataLoader's queue), "peer" (a
+    #: collective), "device" (a GPU run's synchronisation), "gil" (another Python thread of the
+    #: process held it), "io" (reads or sleeps inside a single-process loader) or "unexplained"
+    off_cause: str
+
+
+@dataclass(frozen=True)
+class CoreTaker:
+    """Who ran while the training thread waited for a core, and the wait charged to it."""
+
+    who: str  # "own threads" | "own processes" | "other processes"
+    cores: float  # mean cores it used over the window
+    step_share: float  # the training thread's run-queue wait charged to it, share of the step
+
+
+@dataclass(frozen=True)
+class PythonThread:
+    """A Python thread of the training process besides the training one."""
+
+    name: str
+    function: str
+    cores: float  # its CPU over the run's duration (a lower bound for a thread started late)
+
+
+@dataclass(frozen=True)
+class ThreadAccountView:
+    """The training thread's account over the steady window (see the module docstring)."""
+
+    accounted_steps: int
+    phases: tuple[PhaseAccount, ...]
+    on_cpu: float  # shares of the steady step
+    waiting_core: float
+    off_cpu: float
+    #: the uncertainty of those three shares: the standard error over accounted steps
+    spread: float
+    other_thread_cores: float  # the process's other threads' CPU while the steps ran
+    python_threads: tuple[PythonThread, ...]
+    takers: tuple[CoreTaker, ...]
+    #: accounted steps' mean duration over all steady steps' mean: near 1 when they represent the run
+    representative: float
+
+    def phase(self, name: str) -> PhaseAccount | None:
+        return next((item for item in self.phases if item.phase == name), None)
+
+    def share_off(self, cause: str) -> float:
+        """Share of the step the training thread spent off CPU for ``cause``."""
+        return sum(item.share * item.off_cpu for item in self.phases if item.off_cause == cause)
+
+    def taker(self, who: str) -> CoreTaker | None:
+        return next((item for item in self.takers if item.who == who), None)
+
+    @property
+    def model_off_cpu(self) -> float:
+        """Share of the step the training thread was off CPU inside the model's phases."""
+        return sum(item.share * item.off_cpu for item in self.phases if item.phase in MODEL_PHASES)
+
+
+def _rows(account: ThreadAccount, steady: SteadyState) -> np.ndarray | None:
+    """Indexes of the account's rows that are steady steps."""
+    steps = np.asarray(account.steps, dtype=np.int64)
+    if not len(steps):
+        return None
+    valid = (steps >= 0) & (steps < len(steady.mask))
+    keep = np.flatnonzero(valid)
+    keep = keep[steady.mask[steps[keep]]]
+    return keep if len(keep) >= MIN_ACCOUNTED else None
+
+
+def thread_account(record: RunRecord, steady: SteadyState | None, signals: MacroSignals | None,
+                   foreign_cores: float | None, own_process_cores: float | None,
+                   on_gpu: bool) -> ThreadAccountView | None:
+    """The :class:`ThreadAccountView` of a record's steady window; None without enough accounted steps.
+
+    Args:
+        foreign_cores: cores other processes (and the hypervisor) held over the window.
+        own_process_cores: cores of the run's other processes (workers, children, other ranks).
+        on_gpu: the model runs on a GPU (off CPU in its phases is then waiting for the device).
+    """
+    account = record.facts.thread_account
+    if account is None or steady is None:
+        return None
+    rows = _rows(account, steady)
+    if rows is None:
+        return None
+    wall = np.asarray(account.wall_ns, dtype=np.float64)[rows]
+    cpu = np.minimum(np.asarray(account.cpu_ns, dtype=np.float64)[rows], wall)
+    runq = np.minimum(np.asarray(account.runq_ns, dtype=np.float64)[rows], wall - cpu)
+    process = np.asarray(account.process_cpu_ns, dtype=np.float64)[rows]
+    loader = record.loaders[0] if record.loaders else None
+    workers = bool(loader is not None and max(item.num_workers for item in record.loaders) > 0)
+    python_threads = _python_threads(account, record)
+    phases = []
+    step_time = steady.step_time_mean_s
+    for index, name in enumerate(PHASES):
+        share = steady.shares.get(name, 0.0)
+        total = wall[:, index].sum()
+        if share <= 0 or total <= 0:
+            continue
+        on, waiting = cpu[:, index].sum() / total, runq[:, index].sum() / total
+        off = max(0.0, 1.0 - on - waiting)
+        phases.append(PhaseAccount(name, share * step_time, share, round(on, 4), round(waiting, 4), round(off, 4),
+                                   _off_cause(name, workers, on_gpu, python_threads)))
+    # per accounted step, the thread's shares of the step: their spread is the account's uncertainty
+    step_wall = wall.sum(axis=1)
+    per_step_on = cpu.sum(axis=1) / np.maximum(step_wall, 1.0)
+    spread = float(per_step_on.std(ddof=1) / np.sqrt(len(rows))) if len(rows) > 1 else 1.0
+    on_cpu = sum(item.share * item.on_cpu for item in phases)
+    waiting = sum(item.share * item.waiting_core for item in phases)
+    other_threads = float(max(0.0, (process - cpu).sum()) / max(step_wall.sum(), 1.0))
+    takers = _takers(waiting, other_threads, own_process_cores, foreign_cores)
+    steady_mean_ns = step_time * 1e9
+    return ThreadAccountView(
+        accounted_steps=len(rows), phases=tuple(phases), on_cpu=round(on_cpu, 4), waiting_core=round(waiting, 4),
+        off_cpu=round(max(0.0, sum(item.share for item in phases) - on_cpu - waiting), 4), spread=round(spread, 4),
+        other_thread_cores=round(other_threads, 3), python_threads=python_threads, takers=takers,
+        representative=round(float(step_wall.mean() / steady_mean_ns), 3) if steady_mean_ns > 0 else 1.0)
+
+
+def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[PythonThread, ...]) -> str:
+    if phase == "data_wait":
+        return "workers" if workers else "io"
+    if phase == "communication":
+        return "peer"
+    if on_gpu and phase in (*MODEL_PHASES, "other"):
+        return "device"
+    if python_threads and python_threads[0].cores >= GIL_THREAD_CORES:
+        return "gil"
+    return "unexplained"
+
+
+def _python_threads(account: ThreadAccount, record: RunRecord) -> tuple[PythonThread, ...]:
+    """The process's other Python threads, busiest first, with their CPU over the run."""
+    meta = record.meta
+    duration_s = max(1e-9, (meta.end_ns - meta.start_ns) / 1e9) if meta.end_ns > meta.start_ns else None
+    if duration_s is None:
+        return ()
+    threads = [PythonThread(item.name, item.function, round(item.cpu_ns / 1e9 / duration_s, 3))
+               for item in account.threads if item.python and not item.training]
+    return tuple(sorted(threads, key=lambda item: -item.cores))
+
+
+def _takers(waiting: float, other_threads: float, own_processes: float | None,
+            foreign: float | None) -> tuple[CoreTaker, ...]:
+    """The run-queue wait (share of the step) charged to each group by its cores over the window."""
+    groups = [("own threads", other_threads), ("own processes", max(0.0, own_processes or 0.0)),
+              ("other processes", max(0.0, foreign or 0.0))]
+    total = sum(cores for _, cores in groups)
+    return tuple(CoreTaker(who, round(cores, 3), round(waiting * cores / total, 4) if total > 0 else 0.0)
+                 for who, cores in groups)

@@ -1,0 +1,66 @@
+"""GIL contention: a Python thread of the training process held the GIL the training thread needed.
+
+Evidence: the thread account (:mod:`stepscope.analysis.run.account`), measured on sampled steps and
+applied to every steady step's phase times. :func:`gil_held` fires when the training thread was off
+CPU in the model's phases (or between them) while another Python thread of the process computed:
+the GIL's signature (a thread waiting for the GIL sleeps on a condition variable, off CPU, at an
+ordinary bytecode). Its cost is that off-CPU time plus the wait for a core the process's Python
+threads caused, both measured; the fix is the other thread's, named with its function.
+"""
+
+from __future__ import annotations
+
+from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.rules import _common as common
+
+#: Off-CPU time for the GIL worth a finding (share of the step; XProf's 5 % "moderate" level).
+GIL_NOTED = 0.05
+
+
+def gil_held(ev: RunEvidence) -> Finding | None:
+    account = ev.account
+    if account is None or not account.python_threads:
+        return None
+    off = account.share_off("gil")
+    own = account.taker("own threads")
+    python_cores = sum(item.cores for item in account.python_threads)
+    # the wait for a core the process's threads caused, the Python threads' part of it
+    waiting = (own.step_share * min(1.0, python_cores / own.cores)) if own is not None and own.cores > 0 else 0.0
+    cost = off + waiting
+    if cost < GIL_NOTED:
+        return None
+    top = account.python_threads[0]
+    who = f"thread `{top.name}`" + (f" in `{top.function}`" if top.function else "")
+    lines = common.account_lines(account, ("gil",))
+    evidence = [Evidence("gil_wait_share", round(off, 4), GIL_NOTED, "account", "ratio",
+                         "training thread off CPU in the model's phases while another Python thread ran"),
+                Evidence("python_thread_cores", round(top.cores, 3), None, "account", "cores",
+                         f"{who}: CPU over the run"),
+                *common.account_evidence(account)]
+    if waiting > 0:
+        evidence.insert(1, Evidence("own_thread_core_wait_share", round(waiting, 4), None, "account", "ratio",
+                                    "waiting for a core the process's Python threads held"))
+    title = (f"Another Python thread held the GIL: the training thread waited {common.pct(cost)} of the step "
+             f"({who})")
+    summary = ("The training thread was off CPU in the model's phases — not loading, not communicating — while "
+               f"{who} used {top.cores:.2f} of a core: a pure-Python thread takes the GIL for a switch interval "
+               f"({common.ms(0.005)}) every time the training thread releases it. "
+               + "; ".join(lines[:3]) + ".")
+    action = (f"Take `{top.function or top.name}` out of the training process (a multiprocessing.Process, or do "
+              "its work between steps), or make it block instead of spinning (a queue.get, an Event.wait, "
+              "time.sleep)")
+    prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: "
+                                          f"{common.pct(cost)} of the step, measured", expected_gain=round(cost, 4))]
+    return common.finding("thread_account.gil_held", "gil_contention", title, cost, 0.8, evidence, prescriptions,
+                          summary, claims=("compute", "other"))
+
+
+FAMILY = FamilyEntry(
+    "gil_contention", (gil_held,),
+    diagnoses="Another Python thread of the training process held the GIL the training thread needed",
+    evidence="The thread account: training thread off CPU in the model's phases ≥ 5 % of the step while another "
+             "Python thread of the process computed",
+    supersedes=frozenset({"compute", "launch_overhead", "outside_model"}), cpu_based=True)
+

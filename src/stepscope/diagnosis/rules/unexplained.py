@@ -1,0 +1,52 @@
+"""Unexplained: the training thread was off CPU for a large share of the step and no measured cause
+covers it — not loading, not a collective, not the device, not another Python thread of the process.
+
+The report then says so with the thread's account (:mod:`stepscope.analysis.run.account`) instead of
+naming the nearest family, and names the tool that shows what the thread blocks on. Its finding
+supersedes the families whose evidence such a run would mimic (a long forward at low MFU is not
+low efficiency when the thread was not computing).
+"""
+
+from __future__ import annotations
+
+from stepscope.analysis.bundle import RunEvidence
+from stepscope.diagnosis.family import FamilyEntry
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
+from stepscope.diagnosis.rules import _common as common
+
+#: Off-CPU time no measured cause explains, above which the report says so (share of the step).
+UNEXPLAINED_NOTED = 0.2
+
+
+def unexplained(ev: RunEvidence) -> Finding | None:
+    account = ev.account
+    if account is None:
+        return None
+    off = account.share_off("unexplained")
+    if off < UNEXPLAINED_NOTED:
+        return None
+    lines = common.account_lines(account, ("unexplained",))
+    pid = ev.record.meta.pid if ev.record is not None else None
+    evidence = [Evidence("unexplained_off_cpu_share", round(off, 4), UNEXPLAINED_NOTED, "account", "ratio",
+                         "training thread off CPU in the model's phases or between them, no measured cause"),
+                *common.account_evidence(account)]
+    title = (f"Not explained: the training thread was off CPU {common.pct(off)} of the step outside loading "
+             "and communication, and no measured cause covers it")
+    summary = ("The account of the training thread: " + "; ".join(lines[:4]) + ". It was neither computing nor "
+               "waiting for a core, nor for the DataLoader, a peer, the device or another Python thread that "
+               "stepscope saw: a lock, a sleep, a blocking read or a native library's wait. No family explains it, "
+               "so none is named.")
+    prescriptions = [Prescription(
+        f"See what the training thread blocks on while it runs: py-spy dump --native --pid {pid or '<pid>'} "
+        "(a few times), or stepscope run --trace for an operator timeline",
+        "the off-CPU time is measured; its cause is not")]
+    return common.finding("thread_account.unexplained", "unexplained", title, off, 0.5, evidence, prescriptions,
+                          summary, severity=Severity.MEDIUM if off < 0.5 else Severity.HIGH, claims=("compute", "other"))
+
+
+FAMILY = FamilyEntry(
+    "unexplained", (unexplained,),
+    diagnoses="The training thread was off CPU and no measured cause explains it: said so, with its account",
+    evidence="The thread account: off CPU ≥ 20 % of the step outside loading, communication and the device, "
+             "with no Python thread of the process busy",
+    supersedes=frozenset({"compute", "launch_overhead"}), cpu_based=True)
