@@ -43,7 +43,7 @@ from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
 from stepscope.analysis.run.window import SteadyWindow, steady_window
-from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord
+from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord, StepTable
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
 #: measured 4.7 µs per aten op (forward + backward + optimizer) on tiny Linear layers on the
@@ -172,6 +172,8 @@ class RankSteady:
     #: the rank's top user-code location outside the model ("other" phase, steady state), with its
     #: measured share of that rank's step; None without stack samples there
     other_code: CodeLocation | None = None
+    #: its steps (the step index is the job's: every rank's step i ends at the same collectives)
+    steps: StepTable | None = field(default=None, repr=False, compare=False)
 
     def own_work_s(self, phases: tuple[str, ...]) -> float:
         """Mean seconds per step in ``phases``."""
@@ -213,6 +215,10 @@ class RunEvidence:
     python_in_model: float | None = None
     #: where the training thread's time went: on CPU, waiting for a core, off CPU, per phase
     account: ThreadAccountView | None = None
+    #: what this rank's wait in collectives was: the other ranks' own work (None outside a job)
+    peer: PeerWait | None = None
+    #: what the steps that start an epoch cost (worker start-up and their first batch)
+    boundaries: EpochBoundaries | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -238,6 +244,8 @@ class RunEvidence:
             "periodic_stall": asdict(self.stall) if self.stall is not None else None,
             "compile": self.compile.to_dict() if self.compile is not None else None,
             "thread_account": asdict(self.account) if self.account is not None else None,
+            "peer_wait": asdict(self.peer) if self.peer is not None else None,
+            "epoch_boundaries": asdict(self.boundaries) if self.boundaries is not None else None,
             "window": None if self.window is None else {
                 "basis": self.window.basis, "span_s": self.window.span_s, "steady_steps": int(self.window.mask.sum())},
         }
@@ -278,7 +286,7 @@ def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBa
         phase = code.phase("other") if code is not None else None
         other = next((item for item in phase.locations if not item.library), None) if phase is not None else None
         summary = RankSteady(record.meta.rank, steady, busiest_loader(record), comm_shares(record, steady),
-                             record.meta.node_rank, record.meta.hostname, other)
+                             record.meta.node_rank, record.meta.hostname, other, record.steps)
     return RankBasis(record, steady, window, signals, code, summary)
 
 
@@ -369,6 +377,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
         stall=None if steady is None else find_periodic_stall(
             record, steady.mask, steady.step_time_s, loader, tuple(item.record for item in siblings)),
         window=basis.window, python_in_model=python_in_model(trace, steady), account=account,
+        peer=peer_wait(record, steady, job), boundaries=epoch_boundaries(record, steady),
     )
 
 
@@ -508,6 +517,95 @@ def first_epoch_ratio(record: RunRecord) -> float | None:
     if len(first) < 2 or len(later) < 2 or later.mean() <= 0:
         return None
     return float(first.mean() / later.mean())
+
+
+@dataclass(frozen=True)
+class PeerWait:
+    """What this rank's wait in collectives was: the other ranks' own work in the same steps.
+
+    In a synchronous job each step's collectives end when the slowest rank reaches them, so this
+    rank's wait in step i is explained by how much longer the slowest other rank worked (its step
+    less its own wait) in step i. ``explained`` is the share of the wait that accounts for, and
+    ``phase`` the phase of the other ranks that made up most of their extra work (``data_wait``,
+    ``forward``, ``optimizer``, ``other``, ``backward``), with the rank that was slowest most often.
+    """
+
+    explained: float
+    phase: str
+    rank: int
+    wait_share: float  # this rank's wait, share of its steady step time
+
+
+#: Phases whose extra time on another rank makes this rank wait (their order breaks ties).
+PEER_PHASES = ("data_wait", "forward", "optimizer", "other", "backward")
+
+
+def peer_wait(record: RunRecord, steady: SteadyState | None, ranks: tuple[RankSteady, ...]) -> PeerWait | None:
+    """The :class:`PeerWait` of this rank's collectives; None without other ranks' steps or a wait."""
+    if steady is None or len(ranks) < 2:
+        return None
+    others = [item for item in ranks if item.rank != record.meta.rank and item.steps is not None]
+    count = min([len(record.steps), *(len(item.steps) for item in others if item.steps is not None)])
+    if not others or count < 2:
+        return None
+    mask = steady.mask[:count].copy()
+    for item in others:
+        mask &= item.steady.mask[:count]
+    wait = record.steps.communication_ns[:count].astype(np.float64)[mask]
+    if wait.sum() <= 0:
+        return None
+
+    def work(steps: StepTable) -> np.ndarray:
+        values: np.ndarray = (steps.duration_ns[:count] - steps.communication_ns[:count]).astype(np.float64)[mask]
+        return values
+
+    own = work(record.steps)
+    theirs = np.vstack([work(item.steps) for item in others if item.steps is not None])
+    slowest = theirs.argmax(axis=0)
+    extra = np.clip(theirs.max(axis=0) - own, 0.0, None)
+    explained = float(np.minimum(wait, extra).sum() / wait.sum())
+    by_phase = {}
+    for phase in PEER_PHASES:
+        mine = record.steps.phase(phase)[:count].astype(np.float64)[mask]
+        peer = np.array([item.steps.phase(phase)[:count].astype(np.float64)[mask] for item in others
+                         if item.steps is not None])[slowest, np.arange(len(slowest))]
+        by_phase[phase] = float(np.clip(peer - mine, 0.0, None).sum())
+    phase = max(PEER_PHASES, key=lambda name: by_phase[name])
+    rank = others[int(np.bincount(slowest).argmax())].rank
+    total = float(record.steps.duration_ns[:count][mask].sum())
+    return PeerWait(round(explained, 4), phase, rank, round(float(wait.sum()) / total, 4) if total > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class EpochBoundaries:
+    """What the steps that start a DataLoader epoch cost beyond an ordinary step's data wait: the
+    workers' start-up (``__iter__``) and the first batch they then owe (fork, imports, the first
+    sample), measured on the steady steps that hold an ``__iter__``."""
+
+    count: int  # steady steps that started an epoch
+    cost_share: float  # their data wait beyond an ordinary step's, share of the steady time
+    per_boundary_s: float  # that excess per epoch start
+    ordinary_wait_share: float  # the data wait of the other steady steps, share of the steady time
+
+
+def epoch_boundaries(record: RunRecord, steady: SteadyState | None) -> EpochBoundaries | None:
+    """The :class:`EpochBoundaries` of a run whose steady steps start epochs; None otherwise."""
+    if steady is None:
+        return None
+    steps = record.steps
+    mask = steady.mask
+    starts = mask & (steps.loader_init_ns > 0)
+    if not starts.any() or starts.sum() == mask.sum():
+        return None
+    wait = steps.data_wait_ns.astype(np.float64)
+    ordinary = float(np.median(wait[mask & ~starts]))
+    excess = np.clip(wait[starts] - ordinary, 0.0, None)
+    total = float(steps.duration_ns[mask].sum())
+    if total <= 0:
+        return None
+    return EpochBoundaries(int(starts.sum()), round(float(excess.sum()) / total, 4),
+                           round(float(excess.mean()) / 1e9, 6),
+                           round(float(wait[mask & ~starts].sum()) / total, 4))
 
 
 # -- CPU demand ----------------------------------------------------------------------------------

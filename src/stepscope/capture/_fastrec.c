@@ -2052,22 +2052,44 @@ clock_ns(clockid_t clock)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* the run-queue wait (second field) of an open schedstat file; -1 with errno set */
+static long long
+read_runq(int fd)
+{
+    char buffer[128];
+    ssize_t got = pread(fd, buffer, sizeof(buffer) - 1, 0);
+    if (got <= 0)
+        return -1;
+    buffer[got] = 0;
+    char *end = NULL;
+    strtoull(buffer, &end, 10); /* the first field: on-CPU time, which lags for a running thread */
+    return end != NULL ? (long long)strtoull(end, NULL, 10) : 0;
+}
+
 static PyObject *
 sched_sample(PyObject *Py_UNUSED(module), PyObject *arg)
 {
     int fd = (int)PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred())
         return NULL;
-    char buffer[128];
-    ssize_t got = pread(fd, buffer, sizeof(buffer) - 1, 0);
-    if (got <= 0)
+    /* The kernel credits a wait for a core to the run-queue counter when the thread runs again, and
+     * the thread is most often preempted on its way back from a system call -- these reads included.
+     * A wait between the first and the last read would be in the counter but not in the clocks read
+     * before it (or the reverse): the clocks are read between two readings of the counter, again
+     * until both agree, so a wait lands wholly in one interval. */
+    long long runq = read_runq(fd), again = -1, wall = 0, cpu = 0, process = 0;
+    for (int tries = 0; runq >= 0 && tries < 4; tries++) {
+        wall = clock_ns(CLOCK_MONOTONIC);
+        cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        process = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+        again = read_runq(fd);
+        if (again == runq || again < 0)
+            break;
+        runq = again;
+    }
+    if (runq < 0 || again < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
-    buffer[got] = 0;
-    char *end = NULL;
-    strtoull(buffer, &end, 10); /* the first field: on-CPU time, which lags for a running thread */
-    unsigned long long runq = end != NULL ? strtoull(end, NULL, 10) : 0;
-    return Py_BuildValue("LLLL", (long long)clock_ns(CLOCK_MONOTONIC), (long long)clock_ns(CLOCK_THREAD_CPUTIME_ID),
-                         (long long)runq, (long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+    return Py_BuildValue("LLLL", wall, cpu, runq, process);
 }
 
 static PyMethodDef fastrec_functions[] = {

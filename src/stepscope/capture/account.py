@@ -61,10 +61,18 @@ def read_schedstat(fd: int) -> tuple[int, int]:
 
 
 def _python_sample(fd: int) -> tuple[int, int, int, int]:
-    """:func:`sched_sample` where the C extension is not built. ``os.pread`` releases the GIL: with
-    another Python thread running, each read can make the training thread wait for the GIL."""
-    return (time.perf_counter_ns(), time.thread_time_ns(), read_schedstat(fd)[1],
-            time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID))
+    """:func:`sched_sample` where the C extension is not built (the same reads, the clocks between two
+    readings of the run-queue counter until both agree). ``os.pread`` releases the GIL: with another
+    Python thread running, each read can make the training thread wait for the GIL."""
+    runq = read_schedstat(fd)[1]
+    for _ in range(4):
+        sample = (time.perf_counter_ns(), time.thread_time_ns(), runq,
+                  time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID))
+        again = read_schedstat(fd)[1]
+        if again == runq:
+            break
+        runq = again
+    return sample[0], sample[1], runq, sample[3]
 
 
 #: (monotonic ns, the calling thread's CPU ns, its run-queue wait ns, the process's CPU ns)

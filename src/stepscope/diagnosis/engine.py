@@ -341,7 +341,8 @@ def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]],
 def merge_findings(per_rank: list[tuple[int, Diagnosis]],
                    job_first: tuple[str, ...] = JOB_FIRST) -> tuple[Finding, ...]:
     """One finding per rule for the job, naming its ranks (``ranks``; ``rank``: the costliest),
-    with the costliest rank's numbers; the families of :data:`JOB_FIRST` first; a rule healthy on
+    with the costliest rank's numbers; the families of :data:`JOB_FIRST` first (from medium severity
+    up); a rule healthy on
     some ranks only is left out (the others' findings speak for the job)."""
     groups: dict[str, list[tuple[int, Finding]]] = {}
     for rank, diagnosis in per_rank:
@@ -358,7 +359,9 @@ def merge_findings(per_rank: list[tuple[int, Diagnosis]],
             title = f"{title} — rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
         merged.append(replace(worst, title=title, ranks=ranks, rank=worst.rank if worst.rank is not None else worst_rank))
     ranked = rank_findings(_link_causes(merged))
-    return tuple(sorted(ranked, key=lambda item: item.family not in job_first))
+    # a job-first family explains the other ranks' symptoms only with a cost of its own: a LOW one
+    # (a wait in collectives that is the other ranks' loading) names the cause and stays in its place
+    return tuple(sorted(ranked, key=lambda item: item.family not in job_first or item.severity < Severity.MEDIUM))
 
 
 def _link_causes(merged: list[Finding]) -> list[Finding]:

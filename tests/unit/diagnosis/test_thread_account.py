@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from diagnosis_records import ctx_of, make_record
-from stepscope.analysis.bundle import ForeignLoad, MfuEstimate
-from stepscope.diagnosis.engine import run_rules
+from stepscope.analysis.bundle import ForeignLoad, MfuEstimate, job_evidence, rank_basis
+from stepscope.diagnosis.engine import diagnose_job, run_rules
 from stepscope.diagnosis.findings import Severity
 from stepscope.pipeline.views import account_summary
-from stepscope.record.run import PHASES, ThreadAccount, ThreadInfo
+from stepscope.record.run import PHASES, StepTable, ThreadAccount, ThreadInfo
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
 PEAK = 1e11
@@ -126,4 +127,36 @@ def test_workers_restarted_every_epoch_are_the_finding_with_persistent_workers_f
     finding = next(item for item in run_rules(ctx_of(record)).findings if item.family == "input_pipeline")
     assert finding.rule_id == "input_pipeline.worker_startup"
     assert finding.prescriptions[0].action == "DataLoader(persistent_workers=True)"
-    assert "per epoch" in finding.title
+    assert "each epoch start costs" in finding.title
+
+
+def _alternating_rank(rank: int, steps: int = 40, step_s: float = 0.01):
+    """A rank of a 2-rank job whose data loading is slow on every other step, in turn with the other
+    rank: in its slow steps it loads, in the others it waits in the all-reduce for the other rank."""
+    record = make_record(steps=steps, step_s=step_s, shares={"data_wait": 0.2, **COMPUTE_SMALL}, rank=rank,
+                         num_workers=0)
+    columns = {name: column.copy() for name, column in record.steps.columns().items()}
+    slow = np.arange(steps) % 2 == rank
+    extra = int(0.012e9)
+    columns["data_wait_ns"][slow] += extra
+    columns["communication_ns"][~slow] += extra
+    columns["duration_ns"] += extra
+    columns["start_ns"] = 10**9 + np.concatenate([[0], np.cumsum(columns["duration_ns"])[:-1]])
+    return replace(record, steps=StepTable.from_columns(columns))
+
+
+COMPUTE_SMALL = {"forward": 0.3, "backward": 0.3, "optimizer": 0.1}
+
+
+def test_a_wait_in_collectives_for_the_other_rank_s_loading_is_its_loading_not_communication():
+    ranks = (_alternating_rank(0), _alternating_rank(1))
+    evidences = job_evidence([rank_basis(record) for record in ranks])
+    for evidence in evidences:
+        assert evidence.peer is not None and evidence.peer.phase == "data_wait" and evidence.peer.explained > 0.9
+        findings = run_rules(evidence).findings
+        comm = next(item for item in findings if item.family == "communication")
+        assert comm.rule_id == "communication.waiting_for_peer" and comm.severity == Severity.LOW
+        assert findings[0].family == "input_pipeline"
+    job = diagnose_job([(record.meta.rank, evidence) for record, evidence in zip(ranks, evidences)])
+    assert job.findings[0].family == "input_pipeline"
+    assert not any(item.family == "communication" and item.severity >= Severity.MEDIUM for item in job.findings)

@@ -130,8 +130,10 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
     if rows is None:
         return None
     wall = np.asarray(account.wall_ns, dtype=np.float64)[rows]
-    cpu = np.minimum(np.asarray(account.cpu_ns, dtype=np.float64)[rows], wall)
-    runq = np.minimum(np.asarray(account.runq_ns, dtype=np.float64)[rows], wall - cpu)
+    # clipped where summed (a phase over the accounted steps), not per step: a reading's error is
+    # either sign, and clipping each cell would turn it into time off CPU
+    cpu = np.asarray(account.cpu_ns, dtype=np.float64)[rows]
+    runq = np.asarray(account.runq_ns, dtype=np.float64)[rows]
     process = np.asarray(account.process_cpu_ns, dtype=np.float64)[rows]
     loader = record.loaders[0] if record.loaders else None
     workers = bool(loader is not None and max(item.num_workers for item in record.loaders) > 0)
@@ -143,13 +145,14 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
         total = wall[:, index].sum()
         if share <= 0 or total <= 0:
             continue
-        on, waiting = cpu[:, index].sum() / total, runq[:, index].sum() / total
+        on = min(1.0, max(0.0, float(cpu[:, index].sum() / total)))
+        waiting = min(1.0 - on, max(0.0, float(runq[:, index].sum() / total)))
         off = max(0.0, 1.0 - on - waiting)
         phases.append(PhaseAccount(name, share * step_time, share, round(on, 4), round(waiting, 4), round(off, 4),
                                    _off_cause(name, workers, on_gpu, python_threads)))
     # per accounted step, the thread's shares of the step: their spread is the account's uncertainty
     step_wall = wall.sum(axis=1)
-    per_step_on = cpu.sum(axis=1) / np.maximum(step_wall, 1.0)
+    per_step_on = np.clip(cpu.sum(axis=1) / np.maximum(step_wall, 1.0), 0.0, 1.0)
     spread = float(per_step_on.std(ddof=1) / np.sqrt(len(rows))) if len(rows) > 1 else 1.0
     on_cpu = sum(item.share * item.on_cpu for item in phases)
     waiting = sum(item.share * item.waiting_core for item in phases)
@@ -188,9 +191,18 @@ def _python_threads(account: ThreadAccount, record: RunRecord) -> tuple[PythonTh
 
 def _takers(waiting: float, other_threads: float, own_processes: float | None,
             foreign: float | None) -> tuple[CoreTaker, ...]:
-    """The run-queue wait (share of the step) charged to each group by its cores over the window."""
+    """The run-queue wait (share of the step) charged to each group by its cores over the window.
+
+    A group cannot have taken more of the step than it ran (its cores); without the sampler's view
+    of the machine (``foreign`` None), what the process's own threads do not cover is charged to
+    "not measured" rather than to them."""
     groups = [("own threads", other_threads), ("own processes", max(0.0, own_processes or 0.0)),
               ("other processes", max(0.0, foreign or 0.0))]
     total = sum(cores for _, cores in groups)
-    return tuple(CoreTaker(who, round(cores, 3), round(waiting * cores / total, 4) if total > 0 else 0.0)
-                 for who, cores in groups)
+    takers = [CoreTaker(who, round(cores, 3), round(min(cores, waiting * cores / total), 4) if total > 0 else 0.0)
+              for who, cores in groups]
+    if foreign is None:
+        left = waiting - sum(item.step_share for item in takers)
+        if left > 0.0005:
+            takers.append(CoreTaker("not measured", 0.0, round(left, 4)))
+    return tuple(takers)

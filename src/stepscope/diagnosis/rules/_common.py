@@ -206,3 +206,14 @@ def account_evidence(account: ThreadAccountView) -> list[Evidence]:
                  "runnable, waiting for a core (run-queue delay)"),
         Evidence("thread_off_cpu_share", account.off_cpu, None, "account", "ratio", "blocked or waiting for the GIL"),
     ]
+
+
+#: A rank's slow phase -> the families of that rank's own findings that are its cause (a straggler
+#: whose data wait is long is an input or storage problem on that rank; a wait in collectives for
+#: another rank's phase is that rank's problem too).
+PHASE_CAUSES: dict[str, tuple[str, ...]] = {
+    "data_wait": ("input_pipeline", "storage_io", "cpu_oversubscription"),
+    "forward": ("compute", "launch_overhead", "host_device_sync"),
+    "optimizer": ("compute", "launch_overhead"),
+    "other": ("outside_model", "garbage_collection", "periodic_stall"),
+}

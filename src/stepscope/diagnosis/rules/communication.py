@@ -7,7 +7,10 @@ share and the share of it overlapped by computation (the TensorBoard plugin's di
 HTA's comm/comp overlap). The exposed part is the impact.
 
 Waiting for a slower rank looks like communication from the waiting rank; the straggler rule names
-that cause and supersedes this one (``SUPERSEDES``).
+that cause and supersedes this one (``SUPERSEDES``). When the ranks take turns being slow (each
+rank's data loading varies from step to step), no rank straggles, but each rank's wait in step i is
+the others' longer work in step i: measured per step (:class:`~stepscope.analysis.bundle.PeerWait`),
+a wait the others' work explains is reported as theirs (LOW, unpriced), never as communication-bound.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
-from stepscope.diagnosis.findings import Evidence, Finding, Prescription
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 
 #: The TensorBoard plugin recommends acting above 10 % of the step in communication.
@@ -25,6 +28,10 @@ COMM_MODERATE = 0.10
 COMM_HIGH = 0.30
 #: Per-rank batch multiplied at most by this in a prescription.
 MAX_BATCH_FACTOR = 8
+#: The other ranks' longer own work explains at least this share of the wait: it is theirs.
+PEER_EXPLAINED = 0.5
+PEER_PHASE_LABELS = {"data_wait": "data loading", "forward": "forward", "optimizer": "optimizer step",
+                     "other": "work outside the model"}
 
 
 def exposed_collectives(ev: RunEvidence) -> Finding | None:
@@ -41,6 +48,9 @@ def _from_capture(ev: RunEvidence) -> Finding | None:
     dominant = max(steady.shares.items(), key=lambda item: item[1])[0] == "communication"
     if exposed < COMM_MODERATE and not dominant:
         return None
+    peer = ev.peer
+    if peer is not None and peer.explained >= PEER_EXPLAINED and peer.phase in common.PHASE_CAUSES:
+        return _waiting_for_a_peer(ev, exposed)
     step_s = steady.step_time_mean_s
     compute_s = steady.compute_share * step_s
     evidence = [
@@ -60,6 +70,34 @@ def _from_capture(ev: RunEvidence) -> Finding | None:
         f"Each step waits {common.ms(comm.exposed_s)} in collectives (gradient all-reduce) that computation "
         f"({common.ms(compute_s)} per step) does not hide.", claims=("communication",),
         exposed_share=round(exposed, 4), overlapped_share=round(comm.overlapped_share, 4))
+
+
+def _waiting_for_a_peer(ev: RunEvidence, exposed: float) -> Finding:
+    """The wait in collectives is the other ranks' own work in the same steps: their cause, not the
+    network. Reported, unpriced and LOW, on this rank; the cost is ranked under that cause on the rank
+    that has it (its own finding), so the verdict never reads "communication-bound" for it."""
+    peer = ev.peer
+    assert peer is not None
+    label = PEER_PHASE_LABELS.get(peer.phase, peer.phase.replace("_", " "))
+    evidence = [
+        Evidence("exposed_communication_share", round(exposed, 4), COMM_MODERATE, "steps", "ratio",
+                 "the step waits in collectives (communication phase)"),
+        Evidence("peer_work_explains", peer.explained, PEER_EXPLAINED, "steps", "ratio",
+                 f"of the wait: the other ranks' longer own work in the same steps (most often rank {peer.rank})"),
+        Evidence("peer_phase", peer.phase, None, "steps", "phase", "where their extra work was"),
+    ]
+    title = (f"The step waits {common.pct(exposed)} in collectives for the other ranks' {label} "
+             f"(rank {peer.rank} most often): their cause, not the network")
+    summary = (f"{common.pct(peer.explained)} of this rank's wait in collectives is the other ranks working longer in "
+               f"the same steps, mostly in their {label}. Their own finding on that cause is where the cost is; "
+               "faster collectives would not shorten the step.")
+    prescriptions = [Prescription(
+        f"Fix rank {peer.rank}'s {label} (its own finding in this job's report)",
+        f"every collective waits for the slowest rank: {common.pct(peer.explained)} of the wait is its {label}")]
+    return common.finding("communication.waiting_for_peer", "communication", title, 0.0, 0.8, evidence,
+                          prescriptions, summary, severity=Severity.LOW, claims=("communication",),
+                          impact_basis=f"not priced here: the wait is the other ranks' {label}, priced on theirs",
+                          cause_families=common.PHASE_CAUSES[peer.phase], peer_rank=peer.rank)
 
 
 def _prescriptions(ev: RunEvidence, exposed: float, exposed_s: float, compute_s: float) -> list[Prescription]:

@@ -229,34 +229,39 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
 
 
 def worker_startup(ev: RunEvidence) -> Finding | None:
-    """DataLoader workers started anew at every epoch (no ``persistent_workers``) when their start-up
-    costs more of the step than the fetches themselves: a cost at each epoch boundary that run-level
-    averages hide, measured per boundary (``__iter__``'s time) and fixed by keeping the workers."""
-    steady, loader = ev.steady, ev.main_loader
+    """DataLoader workers started anew at every epoch (no ``persistent_workers``) when the epoch starts
+    cost more of the step than every other step's wait for data: a cost at each epoch boundary that
+    run-level averages hide, measured per boundary (the epoch-start steps' data wait beyond an
+    ordinary step's: ``__iter__``'s start-up and the first batch the new workers owe) and fixed by
+    keeping the workers."""
+    steady, loader, edges = ev.steady, ev.main_loader, ev.boundaries
     if steady is None or loader is None or loader.num_workers <= 0 or loader.persistent_workers:
         return None
-    startup = steady.loader_init_share
-    if startup < LOADER_INIT_MODERATE or startup < common.warm_fetch_wait_share(ev):
+    # the epoch-start steps' wait beyond an ordinary step's: the start-up and the first batch owed
+    startup = edges.cost_share if edges is not None else steady.loader_init_share
+    ordinary = edges.ordinary_wait_share if edges is not None else common.warm_fetch_wait_share(ev)
+    if startup < LOADER_INIT_MODERATE or startup < ordinary:
         return None
-    boundaries = max(1, loader.iterators)
-    per_boundary = loader.init_ns / boundaries / 1e9
+    boundaries = edges.count if edges is not None else max(1, loader.iterators)
+    per_boundary = edges.per_boundary_s if edges is not None else loader.init_ns / max(1, loader.iterators) / 1e9
     evidence = [
-        Evidence("loader_init_share", round(startup, 4), LOADER_INIT_MODERATE, "steps", "ratio",
-                 "worker start-up (DataLoader __iter__) in the steady steps"),
-        Evidence("startup_per_epoch_s", round(per_boundary, 4), None, "loader", "s",
-                 f"{boundaries} epoch start(s) of loader #{loader.loader_id}, {loader.num_workers} workers each"),
-        Evidence("fetch_wait_share", round(common.warm_fetch_wait_share(ev), 4), None, "steps", "ratio",
-                 "waiting for batches once the workers run"),
+        Evidence("epoch_start_share", round(startup, 4), LOADER_INIT_MODERATE, "steps", "ratio",
+                 "the epoch-start steps' data wait beyond an ordinary step's: worker start-up and the first batch"),
+        Evidence("startup_per_epoch_s", round(per_boundary, 4), None, "steps", "s",
+                 f"{boundaries} epoch start(s) in the steady steps, {loader.num_workers} workers each"),
+        Evidence("ordinary_wait_share", round(ordinary, 4), None, "steps", "ratio",
+                 "the data wait of the other steps"),
         Evidence("persistent_workers", False, True, "loader", "flag", f"loader #{loader.loader_id}"),
     ]
-    title = (f"DataLoader workers restart every epoch: start-up costs {common.pct(startup)} of the step "
-             f"(~{common.ms(per_boundary)} per epoch)")
-    summary = (f"Each of the {boundaries} epochs started {loader.num_workers} worker processes anew "
-               f"(~{common.ms(per_boundary)} each time: fork, the dataset's import and pickling), more than the "
-               "steps then waited for batches. Keeping the workers between epochs removes that cost.")
+    title = (f"DataLoader workers restart every epoch: each epoch start costs ~{common.ms(per_boundary)}, "
+             f"{common.pct(startup)} of the step")
+    summary = (f"Each of the {boundaries} epochs started {loader.num_workers} worker processes anew and waited for "
+               f"their first batch (~{common.ms(per_boundary)} each time: fork, the dataset's pickling, the first "
+               "sample), more than all the other steps waited for batches. Keeping the workers between epochs "
+               "removes that cost.")
     prescriptions = [Prescription(
-        "DataLoader(persistent_workers=True)", f"worker start-up costs {common.pct(startup)} of the step, "
-        f"~{common.ms(per_boundary)} at each of {boundaries} epoch starts", "persistent_workers", False, True,
+        "DataLoader(persistent_workers=True)", f"epoch starts cost {common.pct(startup)} of the step, "
+        f"~{common.ms(per_boundary)} at each of {boundaries}", "persistent_workers", False, True,
         expected_gain=round(startup, 4), set={"dataloader.persistent_workers": True})]
     return common.finding("input_pipeline.worker_startup", "input_pipeline", title, startup, 0.8, evidence,
                           prescriptions, summary, claims=("data_wait",), boundaries=boundaries)

@@ -30,11 +30,7 @@ SKEW_CRITICAL = 0.20
 STRAGGLER_PHASES = ("data_wait", "forward", "optimizer", "other")
 #: The straggler's slow phase -> the families of the slow rank's own findings that are its cause
 #: (the job report says so on that finding: both describe one problem).
-CAUSE_FAMILIES: dict[str, tuple[str, ...]] = {
-    "data_wait": ("input_pipeline", "storage_io", "cpu_oversubscription"),
-    "forward": ("compute", "launch_overhead", "host_device_sync"),
-    "other": ("outside_model", "garbage_collection", "periodic_stall"),
-}
+CAUSE_FAMILIES = common.PHASE_CAUSES
 #: Scores above this are shown capped (the other ranks' time in the phase is near zero).
 MAX_SCORE = 10.0
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).

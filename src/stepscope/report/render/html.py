@@ -34,8 +34,8 @@ from stepscope._version import __version__
 from stepscope.report.model import PHASES, Finding, Report, RunSummary, StepSeries, TraceRankView, TraceViews
 from stepscope.report.render.output import Output
 from stepscope.report.render import html_charts as charts
-from stepscope.report.render.lines import (compile_line, gain_line, loader_line, overridden_line, skipped_line,
-                                           withdrawn_line)
+from stepscope.report.render.lines import (account_line, compile_line, gain_line, loader_line, overridden_line,
+                                           skipped_line, withdrawn_line)
 from stepscope.safe_write import atomic_write
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
@@ -173,6 +173,8 @@ def _run(summary: RunSummary) -> str:
         lines += f'<div class="sub warning">skipped samples: {text(skipped_line(summary.skipped))}</div>'
     if summary.compile is not None:
         lines += f'<div class="sub">torch.compile: {text(compile_line(summary.compile))}</div>'
+    if summary.account is not None:
+        lines += f'<div class="sub">training thread: {text(account_line(summary.account))}</div>'
     items = "".join(f"<span>{text(name)} <b>{text(value)}</b></span>" for name, value in facts)
     return f'<section id="run"><h2>The run</h2><div class="facts">{items}</div>{lines}</section>'
 
