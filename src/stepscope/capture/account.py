@@ -18,9 +18,10 @@ the pin-memory thread) says what ran beside it. At the end of capture :func:`thr
 process's threads with their CPU and run-queue totals, so a Python thread that held the GIL can be
 named with its function.
 
-Cost: a listener call and three clock/counter reads per boundary of a sampled step (~2-3 µs each,
-about ten boundaries), nothing on the other steps: ~1-2 µs per step on average
-(``benchmarks/bench_capture.py --hook-cost``). Without ``/proc`` (not Linux) the account is off.
+Cost: a listener call and one reading (~5 µs, most of it the kernel formatting ``schedstat``) per
+phase boundary of a sampled step, nothing on the other steps (``benchmarks/bench_capture.py
+--hook-cost``; BENCHMARKS.md). Without ``/proc`` (not Linux) or with ``STEPSCOPE_THREAD_ACCOUNT=0``
+the account is off.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from stepscope.capture.warn import WarningSink
 from stepscope.record.run import PHASES, ThreadAccount, ThreadInfo
 
 #: One step in this many is accounted once the run has :data:`EARLY_STEPS` steps...
-EVERY = 16
+EVERY = 32
 #: ...and one in this many before, so a short run still gets several accounted steps.
-EVERY_EARLY = 4
+EVERY_EARLY = 8
 EARLY_STEPS = 128
 #: The first steps are warm-up (imports, allocator growth): not accounted.
 FIRST = 2
@@ -174,12 +175,14 @@ class ThreadAccountProbe:
 
     # -- the listener (called by the recorder at each boundary of an accounted step) ----------
     def start(self, name: str) -> None:
-        self._boundary()
+        if name != "step":  # a step boundary changes no phase: nothing to close
+            self._boundary()
         if self.chained is not None:
             self.chained.start(name)
 
     def stop(self, name: str) -> None:
-        self._boundary()
+        if name != "step":
+            self._boundary()
         if self.chained is not None:
             self.chained.stop(name)
 

@@ -144,9 +144,11 @@ class CaptureSession:
                                     worker_dir=self.run_dir / f".stacks.rank{self.rank}") if stacks_hz else None)
         self.gc_pauses = GcPauseRecorder(self.recorder) if stacks_hz else None
         # the training thread's on-CPU / waiting / blocked time per phase, on sampled steps
-        self.account: ThreadAccountProbe | None = ThreadAccountProbe(self.recorder, self.warnings)
-        if not self.account.enabled:
-            self.account = None
+        self.account: ThreadAccountProbe | None = None
+        if os.environ.get("STEPSCOPE_THREAD_ACCOUNT", "1") != "0":
+            self.account = ThreadAccountProbe(self.recorder, self.warnings)
+            if not self.account.enabled:
+                self.account = None
         self.sample_interval_s = sample_interval_s
         self.sidecar: Any = None
         self.record: RunRecord | None = None

@@ -16,7 +16,9 @@ imports another rule. :func:`run_rules` runs every rule of the registry
    step (``Finding.claims``: ``data_wait``, ``compute``, ``other``, ``step``) and its measured impact
    is capped by what is left of those parts, so the impacts of one run add up to at most the step.
 4. **A crowded machine**: when the ``foreign_load`` finding is present, CPU-based findings
-   (:data:`CPU_BASED`) lose confidence.
+   (:data:`CPU_BASED`) lose confidence; when the training thread's account leaves part of the
+   step unexplained (off CPU, no measured cause), every other finding's confidence is scaled by
+   the share it does explain.
 5. **Ranking** by impact, then severity, then confidence; when nothing reaches :data:`HEALTHY_BELOW`
    and the diagnosis is complete, the healthy verdict heads the list.
 6. **Calibration**: the confidence shown is how often a verdict of that rule-confidence was right
@@ -189,7 +191,7 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
     kept, superseded = _apply_precedence(findings, tables)
     kept, absorbed = _partition_costs(rank_findings(kept), evidence)
     superseded += absorbed
-    kept = rank_findings(on_the_path(_crowded(kept, tables), evidence))
+    kept = rank_findings(_unexplained_left(on_the_path(_crowded(kept, tables), evidence), evidence))
     if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
         healthy = _healthy(evidence, tuple(kept), failed, tables)
         if healthy is not None:
@@ -266,6 +268,23 @@ def _crowded(findings: list[Finding], tables: Tables) -> list[Finding]:
         return findings
     return [replace(item, confidence=round(item.confidence * CROWDED_CONFIDENCE, 2), crowded_machine=True)
             if item.family in tables.cpu_based else item for item in findings]
+
+
+def _unexplained_left(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
+    """When the training thread's account leaves part of the step unexplained (off CPU, no measured
+    cause), the other findings explain less of the step: their confidence is scaled by the share
+    the account does explain, and they say so (``unexplained_share``)."""
+    account = evidence.account
+    left = account.unexplained if account is not None else 0.0
+    if left < UNEXPLAINED_CONFIDENCE_FROM:
+        return findings
+    return [item if item.family == "unexplained" else
+            replace(item, confidence=round(item.confidence * (1.0 - left), 2),
+                    extra={**item.extra, "unexplained_share": round(left, 4)}) for item in findings]
+
+
+#: Unexplained off-CPU time (share of the step) from which the other findings lose confidence.
+UNEXPLAINED_CONFIDENCE_FROM = 0.1
 
 
 #: A finding whose whole cost is already counted by costlier ones (what is left of it is below

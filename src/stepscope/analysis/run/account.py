@@ -89,9 +89,17 @@ class ThreadAccountView:
     def phase(self, name: str) -> PhaseAccount | None:
         return next((item for item in self.phases if item.phase == name), None)
 
-    def share_off(self, cause: str) -> float:
-        """Share of the step the training thread spent off CPU for ``cause``."""
-        return sum(item.share * item.off_cpu for item in self.phases if item.off_cause == cause)
+    def share_off(self, cause: str, phases: tuple[str, ...] | None = None) -> float:
+        """Share of the step the training thread spent off CPU for ``cause`` (in ``phases`` only, when given)."""
+        return sum(item.share * item.off_cpu for item in self.phases
+                   if item.off_cause == cause and (phases is None or item.phase in phases))
+
+    @property
+    def unexplained(self) -> float:
+        """Share of the step the training thread was off CPU in the model's phases with no measured
+        cause (outside the model, a checkpoint's write or a log's flush is the periodic-stall and
+        outside-the-model families' to name, with their code)."""
+        return self.share_off("unexplained", MODEL_PHASES)
 
     def taker(self, who: str) -> CoreTaker | None:
         return next((item for item in self.takers if item.who == who), None)

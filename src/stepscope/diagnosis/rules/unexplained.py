@@ -1,5 +1,7 @@
-"""Unexplained: the training thread was off CPU for a large share of the step and no measured cause
-covers it — not loading, not a collective, not the device, not another Python thread of the process.
+"""Unexplained: the training thread was off CPU for a large share of the step in the model's phases and
+no measured cause covers it — not loading, not a collective, not the device, not another Python
+thread of the process. (Off CPU outside the model — a checkpoint's write, a log's flush — is the
+periodic-stall and outside-the-model families' to name, with their code.)
 
 The report then says so with the thread's account (:mod:`stepscope.analysis.run.account`) instead of
 naming the nearest family, and names the tool that shows what the thread blocks on. Its finding
@@ -22,16 +24,16 @@ def unexplained(ev: RunEvidence) -> Finding | None:
     account = ev.account
     if account is None:
         return None
-    off = account.share_off("unexplained")
+    off = account.unexplained
     if off < UNEXPLAINED_NOTED:
         return None
     lines = common.account_lines(account, ("unexplained",))
     pid = ev.record.meta.pid if ev.record is not None else None
     evidence = [Evidence("unexplained_off_cpu_share", round(off, 4), UNEXPLAINED_NOTED, "account", "ratio",
-                         "training thread off CPU in the model's phases or between them, no measured cause"),
+                         "training thread off CPU in the model's phases, no measured cause"),
                 *common.account_evidence(account)]
-    title = (f"Not explained: the training thread was off CPU {common.pct(off)} of the step outside loading "
-             "and communication, and no measured cause covers it")
+    title = (f"Not explained: the training thread was off CPU {common.pct(off)} of the step in the model's "
+             "phases, and no measured cause covers it")
     summary = ("The account of the training thread: " + "; ".join(lines[:4]) + ". It was neither computing nor "
                "waiting for a core, nor for the DataLoader, a peer, the device or another Python thread that "
                "stepscope saw: a lock, a sleep, a blocking read or a native library's wait. No family explains it, "
@@ -47,6 +49,6 @@ def unexplained(ev: RunEvidence) -> Finding | None:
 FAMILY = FamilyEntry(
     "unexplained", (unexplained,),
     diagnoses="The training thread was off CPU and no measured cause explains it: said so, with its account",
-    evidence="The thread account: off CPU ≥ 20 % of the step outside loading, communication and the device, "
+    evidence="The thread account: off CPU ≥ 20 % of the step in the model's phases, not waiting for the device, "
              "with no Python thread of the process busy",
     supersedes=frozenset({"compute", "launch_overhead"}), cpu_based=True)
