@@ -160,3 +160,17 @@ def test_a_wait_in_collectives_for_the_other_rank_s_loading_is_its_loading_not_c
     job = diagnose_job([(record.meta.rank, evidence) for record, evidence in zip(ranks, evidences)])
     assert job.findings[0].family == "input_pipeline"
     assert not any(item.family == "communication" and item.severity >= Severity.MEDIUM for item in job.findings)
+
+
+def test_what_the_account_leaves_unexplained_lowers_every_other_finding_s_confidence():
+    shares = {"data_wait": 0.3, **COMPUTE_SMALL}
+    plain = make_record(step_s=0.01, shares=shares)
+    base = {item.rule_id: item.rule_confidence for item in run_rules(ctx_of(_account(plain, {}))).findings}
+    blocked = run_rules(ctx_of(_account(plain, {"forward": 0.2, "backward": 0.2, "optimizer": 0.2}))).findings
+    assert blocked[0].family in ("input_pipeline", "unexplained")
+    others = [item for item in blocked if item.family != "unexplained" and item.rule_id in base]
+    assert "input_pipeline.loader_cpu_bound" in {item.rule_id for item in others}
+    for item in others:
+        left = item.extra["unexplained_share"]
+        assert left == pytest.approx(0.7 * 0.8, abs=0.02)
+        assert item.rule_confidence == pytest.approx(base[item.rule_id] * (1 - left), abs=0.011)
