@@ -62,6 +62,8 @@ MAPPING: tuple[MapEntry, ...] = (
              "producing samples"),
     MapEntry("storage_io", None, None, ("slow_reads",), "staging or prefetching the data hides the reads"),
     MapEntry("launch_overhead", None, None, ("tiny_ops",), "fewer, larger operators"),
+    MapEntry("epoch_boundary", None, "persistent_workers", ("worker_restarts",),
+             "workers kept across epochs are started once"),
     MapEntry("periodic_stall", None, "persistent_workers", ("worker_restarts",), "the stall is the workers' start"),
     MapEntry("periodic_stall", None, "checkpoint", ("periodic_saves",), "asynchronous or rarer checkpoints"),
     MapEntry("periodic_stall", None, None, CODE, "the stall's own code"),

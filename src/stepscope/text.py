@@ -37,3 +37,12 @@ def say(line: Any, file: IO[str] | None = None, *, flush: bool = False) -> None:
     """Print one message line of stepscope (stderr unless ``file``), escaped by :func:`printable`:
     the way every message that names a path, a script or an exception reaches the terminal."""
     print(printable(line), file=file if file is not None else sys.stderr, flush=flush)
+
+
+def progress(line: Any) -> None:
+    """``stepscope: line`` on stderr, escaped and flushed, as long-running commands report their
+    steps; a closed or broken stderr loses the line, never the command."""
+    try:
+        say(f"stepscope: {line}", flush=True)
+    except (OSError, ValueError):
+        pass

@@ -34,6 +34,7 @@ from stepscope.capture.system import ProcessTree, SystemProbe
 from stepscope.errors import UsageError
 from stepscope.record import layout
 from stepscope.record.samples import CLOCK, SamplesWriter
+from stepscope.text import say
 
 DEFAULT_INTERVAL_S = 0.1
 #: Memory, swap, network and per-process I/O counters are read at this period (2 Hz); CPU per
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         run_sampler(sampler, writer, args.interval, stop, flush_every_s=args.flush_every, sleep=sleep)
         writer.close()
     except OSError as exc:  # disk full, directory made read-only, a name already taken
-        print(f"could not write the samples ({exc}); the samples written before are kept", file=sys.stderr)
+        say(f"could not write the samples ({exc}); the samples written before are kept")
         return 1
     finally:
         if writer is not None:

@@ -10,13 +10,13 @@ statistics (``record.profiler_windows``). Failures become one warning.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
 from stepscope.record.run import ProfilerWindow
+from stepscope.text import say
 
 #: First step inside the window (0-based), and its length.
 WINDOW_FIRST_STEP = 6
@@ -102,5 +102,5 @@ class TraceWindow:
                                          trace_path=str(path.relative_to(self.trace_dir.parent)))
         except Exception as exc:  # noqa: BLE001
             self.warn.once("trace", f"torch.profiler trace not exported ({type(exc).__name__}: {exc})")
-            print(f"stepscope: trace export failed: {exc}", file=sys.stderr)
+            say(f"stepscope: trace export failed: {exc}")
         return self.window

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import InputError, UsageError
+from stepscope.text import progress
 
 #: Options of `try` that take a value (to find where the script's own arguments begin).
 _VALUE_OPTIONS = {"-o", "--out", "--steps", "--repeats", "--format", "--from", "--timeout-s", "--only",
@@ -197,11 +198,7 @@ def _report(path: Path) -> dict[str, Any]:
     return document
 
 
-def _progress(line: str) -> None:
-    try:
-        print(f"stepscope: {line}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+_progress = progress
 
 
 def _range(low: float | None, high: float | None, fmt: str) -> str:

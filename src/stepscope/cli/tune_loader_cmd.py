@@ -19,6 +19,7 @@ import sys
 from typing import Any, Literal
 
 from stepscope.errors import UsageError
+from stepscope.text import say
 
 
 def add_parser(subparsers: Any) -> None:
@@ -105,7 +106,7 @@ def _import(module_name: str):
 
 def _progress(trial) -> None:
     outcome = f"error: {trial.error}" if trial.error else f"{trial.samples_per_s:,.0f} samples/s"
-    print(f"  {trial.stage:<10} {trial.setting.describe()} → {outcome}", file=sys.stderr, flush=True)
+    say(f"  {trial.stage:<10} {trial.setting.describe()} → {outcome}", flush=True)
 
 
 def render(result, target: str) -> None:

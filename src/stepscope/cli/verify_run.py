@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from stepscope import verify
+from stepscope.text import progress
 
 
-def _say(line: str) -> None:
-    try:
-        print(f"stepscope: {line}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+_say = progress
 
 
 def trial_argv(target: Any) -> list[str]:

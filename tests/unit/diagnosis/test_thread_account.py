@@ -124,8 +124,9 @@ def test_workers_restarted_every_epoch_are_the_finding_with_persistent_workers_f
                          loader_init={index: 0.006 for index in range(0, 40, 2)})
     record = replace(record, loaders=(replace(record.loaders[0], iterators=20,
                                               init_ns=int(20 * 0.006e9)),))
-    finding = next(item for item in run_rules(ctx_of(record)).findings if item.family == "input_pipeline")
-    assert finding.rule_id == "input_pipeline.worker_startup"
+    findings = run_rules(ctx_of(record)).findings
+    finding = findings[0]
+    assert finding.rule_id == "epoch_boundary.worker_startup"
     assert finding.prescriptions[0].action == "DataLoader(persistent_workers=True)"
     assert "each epoch start costs" in finding.title
 

@@ -15,8 +15,8 @@ Adding a family: one module here with its rules, named thresholds (citing their 
 from __future__ import annotations
 
 from stepscope.diagnosis.family import FamilyEntry, Rule
-from stepscope.diagnosis.rules import (communication, compile, compute, cpu_oversubscription, foreign_load,
-                                       garbage_collection, gil_contention, healthy, host_device_sync,
+from stepscope.diagnosis.rules import (communication, compile, compute, cpu_oversubscription, epoch_boundary,
+                                       foreign_load, garbage_collection, gil_contention, healthy, host_device_sync,
                                        input_pipeline, launch_overhead, memory_pressure, outside_model,
                                        periodic_stall, storage_io, straggler, unexplained)
 
@@ -31,6 +31,7 @@ REGISTRY: tuple[FamilyEntry, ...] = (
     communication.FAMILY,
     straggler.FAMILY,
     periodic_stall.FAMILY,
+    epoch_boundary.FAMILY,
     memory_pressure.FAMILY,
     cpu_oversubscription.FAMILY,
     foreign_load.FAMILY,

@@ -72,10 +72,21 @@ def gain_range(point: float, model: str) -> tuple[float, float]:
 
 def warm_fetch_wait_share(ev: RunEvidence) -> float:
     """The steady fetch-wait share, or — when the first epoch waited on cold storage — the share
-    left once the data is cached (the cold part is the ``storage_io.cold_data`` finding's)."""
+    left once the data is cached (the cold part is the ``storage_io.cold_data`` finding's); less,
+    when the workers restart every epoch, the first batch each epoch start waits for beyond an
+    ordinary step (the ``input_pipeline.worker_startup`` finding's)."""
     share = ev.steady.fetch_wait_share if ev.steady is not None else 0.0
     cold = ev.storage.cold
-    return min(share, cold.later_wait_share) if cold is not None else share
+    share = min(share, cold.later_wait_share) if cold is not None else share
+    if restarts_workers(ev) and ev.boundaries is not None and ev.steady is not None:
+        share = max(0.0, share - max(0.0, ev.boundaries.cost_share - ev.steady.loader_init_share))
+    return share
+
+
+def restarts_workers(ev: RunEvidence) -> bool:
+    """The busiest DataLoader starts its worker processes anew at every epoch."""
+    loader = ev.main_loader
+    return loader is not None and loader.num_workers > 0 and not loader.persistent_workers
 
 
 def mfu_text(estimate: MfuEstimate) -> str:

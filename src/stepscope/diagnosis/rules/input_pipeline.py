@@ -179,8 +179,6 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     wait = common.warm_fetch_wait_share(ev)
     if wait < INPUT_MODERATE * common.NEAR_BAND_LOW:
         return None
-    if worker_startup(ev) is not None:
-        return None  # the workers' start-up at each epoch is the larger cost: its own finding
     util, util_source = common.loader_cpu_util(ev)
     if util is not None and util < LOADER_CPU_BUSY:
         return None  # loaders idle or ambiguous: storage_io decides
@@ -226,45 +224,6 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                           evidence, prescriptions, summary,
                           severity=Severity.LOW if near else None, claims=("data_wait",),
                           conclusive={"cpu_bound": util is not None})
-
-
-def worker_startup(ev: RunEvidence) -> Finding | None:
-    """DataLoader workers started anew at every epoch (no ``persistent_workers``) when the epoch starts
-    cost more of the step than every other step's wait for data: a cost at each epoch boundary that
-    run-level averages hide, measured per boundary (the epoch-start steps' data wait beyond an
-    ordinary step's: ``__iter__``'s start-up and the first batch the new workers owe) and fixed by
-    keeping the workers."""
-    steady, loader, edges = ev.steady, ev.main_loader, ev.boundaries
-    if steady is None or loader is None or loader.num_workers <= 0 or loader.persistent_workers:
-        return None
-    # the epoch-start steps' wait beyond an ordinary step's: the start-up and the first batch owed
-    startup = edges.cost_share if edges is not None else steady.loader_init_share
-    ordinary = edges.ordinary_wait_share if edges is not None else common.warm_fetch_wait_share(ev)
-    if startup < LOADER_INIT_MODERATE or startup < ordinary:
-        return None
-    boundaries = edges.count if edges is not None else max(1, loader.iterators)
-    per_boundary = edges.per_boundary_s if edges is not None else loader.init_ns / max(1, loader.iterators) / 1e9
-    evidence = [
-        Evidence("epoch_start_share", round(startup, 4), LOADER_INIT_MODERATE, "steps", "ratio",
-                 "the epoch-start steps' data wait beyond an ordinary step's: worker start-up and the first batch"),
-        Evidence("startup_per_epoch_s", round(per_boundary, 4), None, "steps", "s",
-                 f"{boundaries} epoch start(s) in the steady steps, {loader.num_workers} workers each"),
-        Evidence("ordinary_wait_share", round(ordinary, 4), None, "steps", "ratio",
-                 "the data wait of the other steps"),
-        Evidence("persistent_workers", False, True, "loader", "flag", f"loader #{loader.loader_id}"),
-    ]
-    title = (f"DataLoader workers restart every epoch: each epoch start costs ~{common.ms(per_boundary)}, "
-             f"{common.pct(startup)} of the step")
-    summary = (f"Each of the {boundaries} epochs started {loader.num_workers} worker processes anew and waited for "
-               f"their first batch (~{common.ms(per_boundary)} each time: fork, the dataset's pickling, the first "
-               "sample), more than all the other steps waited for batches. Keeping the workers between epochs "
-               "removes that cost.")
-    prescriptions = [Prescription(
-        "DataLoader(persistent_workers=True)", f"epoch starts cost {common.pct(startup)} of the step, "
-        f"~{common.ms(per_boundary)} at each of {boundaries}", "persistent_workers", False, True,
-        expected_gain=round(startup, 4), set={"dataloader.persistent_workers": True})]
-    return common.finding("input_pipeline.worker_startup", "input_pipeline", title, startup, 0.8, evidence,
-                          prescriptions, summary, claims=("data_wait",), boundaries=boundaries)
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:
@@ -354,7 +313,7 @@ def _cheaper_loading(ev: RunEvidence, cores: int | None, workers: int, why: str)
 
 
 FAMILY = FamilyEntry(
-    "input_pipeline", (loader_cpu_bound, worker_startup),
-    diagnoses="The step waits for the next batch while the processes producing batches are busy on CPU: more workers, cheaper samples; or workers restarted at every epoch",
-    evidence="Data wait (less worker start-up) ≥ 5 % of the step (XProf's input-bound levels 5 % / 20 %); the loaders' CPU while the step waits ≥ 0.5 core; workers against cores; worker start-up ≥ 3 % of the step and above the fetches' wait",
+    "input_pipeline", (loader_cpu_bound,),
+    diagnoses="The step waits for the next batch while the processes producing batches are busy on CPU: more workers, cheaper samples",
+    evidence="Data wait (less worker start-up and the first batch of an epoch whose workers restart) ≥ 5 % of the step (XProf's input-bound levels 5 % / 20 %); the loaders' CPU while the step waits ≥ 0.5 core; workers against cores",
     supersedes=frozenset({"compute"}), cpu_based=True)

@@ -47,6 +47,8 @@ def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
     stall = ev.stall
     if stall is None or ev.steady is None or stall.neighbour or stall.cost_share < MIN_COST:
         return None
+    if _at_epoch_starts(ev):
+        return None  # the workers' start-up at each epoch: input_pipeline.worker_startup names and prices it
     phase, period, regular, count = stall.phase, stall.period_steps, stall.regularity, stall.count
     cost, stall_s = stall.cost_share, stall.stall_s
     cause, fixes = _CAUSES[phase]
@@ -72,6 +74,20 @@ def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
                           min(0.95, 0.5 + 0.45 * regular), evidence, prescriptions, summary,
                           period_steps=int(period), slow_steps=list(stall.slow_steps[:50]))
 
+
+
+#: A data-wait stall is the epoch starts' when at least this share of its slow steps start an epoch.
+EPOCH_START_STALLS = 0.8
+
+
+def _at_epoch_starts(ev: RunEvidence) -> bool:
+    """The stall is in the data wait of the steps that start an epoch, with workers restarted each epoch."""
+    stall, record = ev.stall, ev.record
+    if stall is None or record is None or stall.phase != "data_wait" or not common.restarts_workers(ev):
+        return False
+    starts = record.steps.loader_init_ns > 0
+    slow = [step for step in stall.slow_steps if 0 <= step < len(starts)]
+    return bool(slow) and sum(bool(starts[step]) for step in slow) >= EPOCH_START_STALLS * len(slow)
 
 FAMILY = FamilyEntry(
     "periodic_stall", (recurring_slow_steps,),
