@@ -52,6 +52,10 @@ def cold_data(ev: RunEvidence) -> Finding | None:
     return _cold_data(ev)
 
 
+#: Below this share of the data wait spent blocked, the summary says the wait was mostly not the source's.
+BLOCKED_MOST = 0.5
+
+
 def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     stats = ev.steady
     if stats is None or common.warm_fetch_wait_share(ev) < INPUT_MODERATE:
@@ -102,7 +106,19 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                    f"compute or wait is {util_source}, but the disk's own signs (iowait or a slow first epoch) "
                    "point at storage.")
     summary += common.loading_code(ev, evidence)
-    return common.finding("storage_io.loader_waits_on_io", "storage_io", title, wait, confidence,
+    # waiting on a source blocks the training thread; the account says how much of the data wait it
+    # was off CPU: the rest it computed (unpickling batches) or waited for a core, which no read explains
+    blocked = ev.account.phase("data_wait") if ev.account is not None else None
+    impact = wait
+    if blocked is not None:
+        impact = wait * blocked.off_cpu
+        evidence.append(Evidence("data_wait_off_cpu", blocked.off_cpu, None, "account", "ratio",
+                                 "of the data wait the training thread was blocked, not computing or waiting for a core"))
+        if blocked.off_cpu < BLOCKED_MOST:
+            summary += (f" The training thread was blocked for only {common.pct(blocked.off_cpu)} of that wait "
+                        f"(on CPU {common.pct(blocked.on_cpu)}, waiting for a core {common.pct(blocked.waiting_core)}): "
+                        "the cost is priced on the blocked part.")
+    return common.finding("storage_io.loader_waits_on_io", "storage_io", title, impact, confidence,
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
                           summary, claims=("data_wait",),
                           conclusive={"storage": any(signs), "latency": idle, "cpu_bound": False})
