@@ -103,7 +103,7 @@ def test_the_wait_for_a_core_others_caused_is_the_foreign_finding_s_measured_cos
     # others that held the cores but took little from the step rank low, measured
     small = run_rules(replace(ctx_of(record), foreign=ForeignLoad(0.3, (), 0.0, step_cost=0.02)))
     finding = next(item for item in small.findings if item.family == "foreign_load")
-    assert finding.impact == pytest.approx(0.02) and finding.severity == Severity.MEDIUM
+    assert finding.impact == pytest.approx(0.02) and finding.severity == Severity.LOW
 
 
 @pytest.mark.parametrize("value, low, high", [(0.096, 0.088, 0.104), (0.104, 0.096, 0.112)])

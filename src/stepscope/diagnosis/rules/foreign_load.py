@@ -83,8 +83,7 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
     if cost is not None:
         return common.finding(
             "foreign_load.other_processes", "foreign_load", title, cost, 0.8, evidence, prescriptions, summary,
-            severity=max(severity_for_impact(cost), Severity.MEDIUM if foreign.cpu_share >= FOREIGN_NOTED
-                         else Severity.LOW))
+            severity=max(severity_for_impact(cost), Severity.LOW))
     return common.finding(
         "foreign_load.other_processes", "foreign_load", title, foreign.cpu_share, 0.8, evidence,
         prescriptions, summary, severity=Severity.HIGH if foreign.cpu_share >= FOREIGN_HIGH else Severity.MEDIUM,
