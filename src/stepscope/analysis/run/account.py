@@ -31,7 +31,7 @@ MIN_ACCOUNTED = 3
 MODEL_PHASES = ("forward", "backward", "optimizer")
 #: A Python thread of the process using at least this much of a core while the training thread is
 #: off CPU in the model's phases is a GIL competitor worth naming.
-GIL_THREAD_CORES = 0.2
+GIL_THREAD_CORES = 0.1
 
 
 @dataclass(frozen=True)
