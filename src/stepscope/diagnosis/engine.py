@@ -19,7 +19,8 @@ imports another rule. :func:`run_rules` runs every rule of the registry
    (:data:`CPU_BASED`) lose confidence; when the training thread's account leaves part of the
    step unexplained (off CPU, no measured cause), every other finding's confidence is scaled by
    the share it does explain.
-5. **Ranking** by impact, then severity, then confidence; when nothing reaches :data:`HEALTHY_BELOW`
+5. **Ranking** by impact — measured costs of at least :data:`MEASURED_FIRST` of the step before any
+   estimate —, then severity, then confidence; when nothing reaches :data:`HEALTHY_BELOW`
    and the diagnosis is complete, the healthy verdict heads the list.
 6. **Calibration**: the confidence shown is how often a verdict of that rule-confidence was right
    on the zoo, quiet and disturbed (:data:`CONFIDENCE_MAP`).
@@ -124,11 +125,25 @@ class Diagnosis:
         }
 
 
+#: A measured cost from this share of the step ranks above every estimate.
+MEASURED_FIRST = 0.05
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Most costly first: by the share of the critical path the finding owns when a trace gives
-    one (:func:`on_the_path`), else by its impact; then severity, confidence."""
-    return sorted(findings, key=lambda item: (-(item.path_share if item.path_share is not None else item.impact),
-                                              -int(item.severity), -item.confidence, item.rule_id))
+    one (:func:`on_the_path`), else by its impact; then severity, confidence. A cost measured on
+    the run (≥ :data:`MEASURED_FIRST` of the step) ranks above every estimate — a leak ranked by a
+    risk weight, a neighbour by the cores it held — whatever the estimate's size: the top finding is
+    where the run measurably loses time; except an estimate marked ``urgent`` (memory runs out
+    within the hour: the run will die), which keeps its rank."""
+    def key(item: Finding) -> tuple[int, float, int, float, str]:
+        cost = item.path_share if item.path_share is not None else item.impact
+        measured = item.path_share is not None or item.impact_measured
+        urgent = bool(item.extra.get("urgent"))  # the run dies soon (memory runs out within the hour)
+        tier = 0 if urgent or (measured and cost >= MEASURED_FIRST) else 1 if not measured else 2
+        return tier, -cost, -int(item.severity), -item.confidence, item.rule_id
+
+    return sorted(findings, key=key)
 
 
 #: The parts of a traced step's critical path each family's cause owns (CriticalPathShares fields).

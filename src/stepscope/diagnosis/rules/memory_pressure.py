@@ -110,7 +110,7 @@ def growing_memory(ev: RunEvidence) -> Finding | None:
                       "torch.cuda.memory._record_memory_history() on GPU")],
         "Resident memory keeps growing after warm-up, which is how a leak looks; the run dies when "
         "the machine runs out.", severity=Severity.HIGH if soon else (Severity.LOW if ev.steady is None else None),
-        impact_basis=basis)
+        impact_basis=basis, urgent=bool(soon))
 
 
 def near_capacity(ev: RunEvidence) -> Finding | None:
