@@ -33,17 +33,19 @@ EPOCH_RESTARTS = """
 
 #: A training loop beside a pure-Python thread of the same process that never sleeps.
 GIL_THREAD = """
-    import threading, torch
+    import threading, time, torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    def telemetry_loop():
-        count = 0
+    def telemetry_loop():  # pure Python in slices of ~5 ms, 1 ms apart
         while True:
-            count += 1
+            end = time.perf_counter() + 0.005
+            while time.perf_counter() < end:
+                pass
+            time.sleep(0.001)
 
     threading.Thread(target=telemetry_loop, name="telemetry", daemon=True).start()
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1))
+    data = TensorDataset(torch.randn(2048, 64), torch.randn(2048, 1))
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)], torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in DataLoader(data, batch_size=32):

@@ -138,7 +138,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     within the hour: the run will die), which keeps its rank."""
     def key(item: Finding) -> tuple[int, float, int, float, str]:
         cost = item.path_share if item.path_share is not None else item.impact
-        measured = item.path_share is not None or item.impact_measured
+        measured = item.path_share is not None or item.impact_basis.startswith("measured")
         urgent = bool(item.extra.get("urgent"))  # the run dies soon (memory runs out within the hour)
         tier = 0 if urgent or (measured and cost >= MEASURED_FIRST) else 1 if not measured else 2
         return tier, -cost, -int(item.severity), -item.confidence, item.rule_id

@@ -79,7 +79,7 @@ def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
     window = inputs.windows.get(focus)
     report = Report(
         source="run", focus_rank=focus, evidence=evidence, diagnosis=diagnosis, findings=findings,
-        summary=views.run_summary(evidence, records), meta=record.meta,
+        summary=views.run_summary(evidence, records, findings), meta=record.meta,
         warnings=_run_warnings(inputs, job, several),
         ranks=tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank))
         if several else (),

@@ -19,6 +19,7 @@ from stepscope.analysis.run.ranks import MissingRank, first_failure, rank_row, r
 from stepscope.analysis.run.steady import step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
+from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, RunRecord, StepTable
 from stepscope.report.model import (AccountSummary, JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
                                     StepSeries, TraceRankView, TraceViews)
@@ -38,8 +39,9 @@ GC_SHOWN = 0.005
 
 
 # -- a run -----------------------------------------------------------------------------------------
-def run_summary(evidence: RunEvidence, records: Sequence[RunRecord]) -> RunSummary:
-    """The summary of the rank ``evidence`` describes; ``records``: every rank's (skipped samples)."""
+def run_summary(evidence: RunEvidence, records: Sequence[RunRecord], findings: Sequence[Finding] = ()) -> RunSummary:
+    """The summary of the rank ``evidence`` describes; ``records``: every rank's (skipped samples);
+    ``findings``: the verdict (the account's line is shown when its top finding rests on the account)."""
     record = evidence.record
     assert record is not None
     meta = record.meta
@@ -64,7 +66,8 @@ def run_summary(evidence: RunEvidence, records: Sequence[RunRecord]) -> RunSumma
         mfu_note=evidence.mfu_note, compile=evidence.compile,
         gc=evidence.gc if evidence.gc is not None and (evidence.gc.share_of_step_time or 0.0) >= GC_SHOWN else None,
         loaders=record.loaders, overrides=record.facts.overrides, skipped=skip_summary(records or (record,)),
-        machine=evidence.signals, machine_notes=machine_notes(evidence), account=account_summary(evidence),
+        machine=evidence.signals, machine_notes=machine_notes(evidence),
+        account=account_summary(evidence, findings[0] if findings else None),
     )
 
 
@@ -77,8 +80,13 @@ OFF_CAUSES = {"workers": "waiting for the DataLoader's workers", "io": "blocked 
               "unexplained": "not explained"}
 
 
-def account_summary(evidence: RunEvidence) -> AccountSummary | None:
-    """The summary's line of the thread account (see :class:`AccountSummary`)."""
+#: Families whose verdict rests on the thread account: their line is shown when one of them leads.
+ACCOUNT_FAMILIES = frozenset({"gil_contention", "unexplained", "foreign_load"})
+
+
+def account_summary(evidence: RunEvidence, top: Finding | None = None) -> AccountSummary | None:
+    """The summary's line of the thread account (see :class:`AccountSummary`); ``top``: the verdict's
+    first finding (the line is shown when it rests on the account)."""
     account = evidence.account
     if account is None:
         return None
@@ -90,8 +98,9 @@ def account_summary(evidence: RunEvidence) -> AccountSummary | None:
     off_by = tuple(sorted(((cause, round(share, 4)) for cause, share in off.items() if share >= 0.005),
                           key=lambda pair: -pair[1]))
     material = account.waiting_core + sum(share for cause, share in off_by if cause != OFF_CAUSES["workers"])
+    leads = top is not None and top.family in ACCOUNT_FAMILIES
     return AccountSummary(account.accounted_steps, account.on_cpu, account.waiting_core, account.off_cpu,
-                          account.spread, waiting, off_by, shown=material >= ACCOUNT_SHOWN)
+                          account.spread, waiting, off_by, shown=leads or material >= ACCOUNT_SHOWN)
 
 
 def machine_notes(evidence: RunEvidence) -> tuple[str, ...]:

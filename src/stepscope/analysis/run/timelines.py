@@ -117,7 +117,7 @@ def process_cpu_by_role(samples: Samples) -> tuple[np.ndarray, np.ndarray, np.nd
         return main, workers, alive
     roles = np.zeros(int(proc["id"].max()) + 1, dtype=np.int8)  # 0 other, 1 main, 2 worker
     for info in samples.processes:
-        if info.id < len(roles):
+        if 0 <= info.id < len(roles):  # a damaged file's negative id indexes nothing
             roles[info.id] = 1 if info.role == "main" else 2 if info.role == "dataloader_worker" else 0
     order = np.lexsort((proc["sample"], proc["id"]))
     ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
