@@ -57,10 +57,10 @@ def test_a_sleeping_phase_is_off_cpu_and_a_computing_phase_on_cpu():
     rec = StepRecorder(phase_listener=chained)
     probe = ThreadAccountProbe(rec, WarningSink(emit=False))
     assert probe.enabled
-    _train(rec, probe, 40)
+    _train(rec, probe, 100)
     probe.close()
     result = probe.result()
-    assert result is not None and len(result.steps) >= 5
+    assert result is not None and len(result.steps) >= 5  # ~12 expected: 1 in 8 at random gaps
     assert rec.listener is chained  # handed back after every accounted step
     assert ("start", "data_wait") in chained.calls and ("stop", "forward") in chained.calls
     wall, cpu, runq = (np.array(getattr(result, name), dtype=float).sum(axis=0)
