@@ -92,6 +92,7 @@ def test_try_where_every_trial_fails_says_how_and_where_the_logs_are(tmp_path):
     result, _ = stepscope(["try", "--from", "saved", "--steps", "5", "--repeats", "2", "-o", "out", "train.py"],
                           tmp_path, timeout=120)
     out = result.stdout
+    assert result.returncode == 1, result.stderr  # nothing was measured: the command failed
     assert "beyond noise" not in out, out  # nothing was measured, so nothing was compared
     assert "best: none — all 4 trials failed, nothing was measured: exit 1: RuntimeError: dataset path not set" in out
     assert "logs in out/logs" in out and (tmp_path / "out" / "logs" / "r1-baseline.log").is_file()
@@ -107,7 +108,7 @@ def test_try_stops_a_hung_trial_at_its_deadline_with_its_process_group(tmp_path)
     saved_diagnosis(tmp_path / "saved")
     result, took = stepscope(["try", "--from", "saved", "--steps", "5", "--repeats", "1", "--timeout-s", "2",
                               "-o", "out", "train.py"], tmp_path, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # every trial timed out: nothing was measured
     assert "timed out after 2.0 s (stopped with its process group)" in result.stdout
     assert took < 2 * (2 + 3) + 10, took  # two trials, each its deadline (+ the grace period), + start-up
     rows = [[int(item) for item in line.split()] for line in (tmp_path / "pids.txt").read_text().splitlines()]

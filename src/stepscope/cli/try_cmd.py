@@ -185,7 +185,8 @@ def run(name: str, target_argv: list[str], out_dir: Path, *, steps: int, repeats
         if stopped == signal.SIGINT:
             return 128 + signal.SIGINT
         die_by(stopped)
-    return 0
+    # every trial failed: nothing was measured, and the exit status says so (1, as a failed command)
+    return 1 if trials and all(trial.step_time_s is None for trial in trials) else 0
 
 
 def _report(path: Path) -> dict[str, Any]:
