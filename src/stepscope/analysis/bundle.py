@@ -544,35 +544,36 @@ def peer_wait(record: RunRecord, steady: SteadyState | None, ranks: tuple[RankSt
     """The :class:`PeerWait` of this rank's collectives; None without other ranks' steps or a wait."""
     if steady is None or len(ranks) < 2:
         return None
-    others = [item for item in ranks if item.rank != record.meta.rank and item.steps is not None]
-    count = min([len(record.steps), *(len(item.steps) for item in others if item.steps is not None)])
+    others = [(item.rank, item.steps, item.steady.mask) for item in ranks
+              if item.rank != record.meta.rank and item.steps is not None]
+    count = min([len(record.steps), *(len(steps) for _, steps, _ in others)])
     if not others or count < 2:
         return None
     mask = steady.mask[:count].copy()
-    for item in others:
-        mask &= item.steady.mask[:count]
-    wait = record.steps.communication_ns[:count].astype(np.float64)[mask]
-    if wait.sum() <= 0:
-        return None
+    for _, _, their_mask in others:
+        mask &= their_mask[:count]
 
-    def work(steps: StepTable) -> np.ndarray:
-        values: np.ndarray = (steps.duration_ns[:count] - steps.communication_ns[:count]).astype(np.float64)[mask]
+    def column(steps: StepTable, name: str) -> np.ndarray:
+        """A ``<name>_ns`` column over the steps every rank has, steady on every rank."""
+        values: np.ndarray = steps.column(f"{name}_ns")[:count].astype(np.float64)[mask]
         return values
 
-    own = work(record.steps)
-    theirs = np.vstack([work(item.steps) for item in others if item.steps is not None])
+    wait = column(record.steps, "communication")
+    if wait.sum() <= 0:
+        return None
+    own = column(record.steps, "duration") - wait
+    theirs = np.vstack([column(steps, "duration") - column(steps, "communication") for _, steps, _ in others])
     slowest = theirs.argmax(axis=0)
     extra = np.clip(theirs.max(axis=0) - own, 0.0, None)
     explained = float(np.minimum(wait, extra).sum() / wait.sum())
+    picked = np.arange(len(slowest))
     by_phase = {}
     for phase in PEER_PHASES:
-        mine = record.steps.phase(phase)[:count].astype(np.float64)[mask]
-        peer = np.array([item.steps.phase(phase)[:count].astype(np.float64)[mask] for item in others
-                         if item.steps is not None])[slowest, np.arange(len(slowest))]
-        by_phase[phase] = float(np.clip(peer - mine, 0.0, None).sum())
+        peer = np.vstack([column(steps, phase) for _, steps, _ in others])[slowest, picked]
+        by_phase[phase] = float(np.clip(peer - column(record.steps, phase), 0.0, None).sum())
     phase = max(PEER_PHASES, key=lambda name: by_phase[name])
-    rank = others[int(np.bincount(slowest).argmax())].rank
-    total = float(record.steps.duration_ns[:count][mask].sum())
+    rank = others[int(np.bincount(slowest).argmax())][0]
+    total = float(column(record.steps, "duration").sum())
     return PeerWait(round(explained, 4), phase, rank, round(float(wait.sum()) / total, 4) if total > 0 else 0.0)
 
 
@@ -636,10 +637,11 @@ def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores:
     sample saw (DataLoader workers restarted every epoch, compile workers); the job's other ranks
     are known from this job's records (``sibling_cores``) or the sampler's scan of the launcher's
     processes (``signals.job_cores``)."""
-    if signals is None or not cores or signals.cpu_util_mean is None or not signals.workers:
+    own = own_process_cores(signals, sibling_cores)
+    if signals is None or not cores or signals.cpu_util_mean is None or own is None:
         return None
-    tree = (sum(load.cpu_util for load in signals.workers) + (signals.unseen_tree_cores or 0.0)
-            + max(sibling_cores, signals.job_cores or 0.0)) / cores
+    main = sum(load.cpu_util for load in signals.workers if load.role == "main")
+    tree = (main + own) / cores
     steal = float(signals.steal_share or 0.0)
     share = max(0.0, float(signals.cpu_util_mean) - tree) + steal
     processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes

@@ -92,11 +92,8 @@ def account_summary(evidence: RunEvidence, top: Finding | None = None) -> Accoun
         return None
     waiting = tuple(sorted(((item.who, item.step_share) for item in account.takers if item.step_share >= 0.005),
                            key=lambda pair: -pair[1]))
-    off: dict[str, float] = {}
-    for phase in account.phases:
-        off[OFF_CAUSES[phase.off_cause]] = off.get(OFF_CAUSES[phase.off_cause], 0.0) + phase.share * phase.off_cpu
-    off_by = tuple(sorted(((cause, round(share, 4)) for cause, share in off.items() if share >= 0.005),
-                          key=lambda pair: -pair[1]))
+    off = ((label, round(account.share_off(cause), 4)) for cause, label in OFF_CAUSES.items())
+    off_by = tuple(sorted((pair for pair in off if pair[1] >= 0.005), key=lambda pair: -pair[1]))
     material = account.waiting_core + sum(share for cause, share in off_by if cause != OFF_CAUSES["workers"])
     leads = top is not None and top.family in ACCOUNT_FAMILIES
     return AccountSummary(account.accounted_steps, account.on_cpu, account.waiting_core, account.off_cpu,

@@ -105,9 +105,12 @@ class ThreadAccountView:
         return next((item for item in self.takers if item.who == who), None)
 
     @property
-    def model_off_cpu(self) -> float:
-        """Share of the step the training thread was off CPU inside the model's phases."""
-        return sum(item.share * item.off_cpu for item in self.phases if item.phase in MODEL_PHASES)
+    def model_on_cpu(self) -> float | None:
+        """Share of the model's phases (not of the step) the training thread spent on a CPU; None
+        without them."""
+        phases = [item for item in self.phases if item.phase in MODEL_PHASES]
+        total = sum(item.share for item in phases)
+        return sum(item.share * item.on_cpu for item in phases) / total if total > 0 else None
 
 
 def _rows(account: ThreadAccount, steady: SteadyState) -> np.ndarray | None:

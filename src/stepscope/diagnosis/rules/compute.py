@@ -60,7 +60,7 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
     crowded = not estimate.on_gpu and external is not None and external > EXTERNAL_CPU_NOTED
     # on a CPU, what a better-shaped computation saves is the time the training thread computed: not
     # the time it waited for a core or was off CPU in the model's phases (the thread account)
-    computing = _model_on_cpu(ev) if not estimate.on_gpu else None
+    computing = ev.account.model_on_cpu if ev.account is not None and not estimate.on_gpu else None
     impact = steady.compute_share * (1.0 - estimate.value / good) * (computing if computing is not None else 1.0)
     evidence = [
         Evidence("compute_share", round(steady.compute_share, 4), COMPUTE_BOUND, "steps", "ratio",
@@ -99,15 +99,6 @@ def low_mfu(ev: RunEvidence) -> Finding | None:
     return common.finding("compute.low_mfu", "compute", title, impact, 0.5 if crowded else 0.7, evidence,
                           _prescriptions(ev, estimate), summary, claims=("compute",), mfu=round(estimate.value, 5))
 
-
-def _model_on_cpu(ev: RunEvidence) -> float | None:
-    """Share of the model's phases the training thread spent on a CPU (the thread account), or None."""
-    account = ev.account
-    if account is None:
-        return None
-    phases = [item for item in account.phases if item.phase in ("forward", "backward", "optimizer")]
-    total = sum(item.share for item in phases)
-    return sum(item.share * item.on_cpu for item in phases) / total if total > 0 else None
 
 
 def _prescriptions(ev: RunEvidence, estimate: MfuEstimate) -> list[Prescription]:
