@@ -322,11 +322,12 @@ def _traceback_lines(stderr: str, rank: int) -> list[str]:
     return [re.sub(r"\]:\d+\b", "]:PORT", line) for line in stderr.splitlines() if line.startswith(prefix)]
 
 
-def _bare_and_captured(tmp_path, script: str, name: str) -> tuple[subprocess.CompletedProcess, ...]:
+def _bare_and_captured(tmp_path, script: str, name: str,
+                       launcher: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, ...]:
     write_script(tmp_path, name, script)
-    bare = run_python([*TORCHRUN, name], tmp_path, timeout=240)
-    captured = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", name],
-                          tmp_path, timeout=240)
+    bare = run_python([*TORCHRUN, *launcher, name], tmp_path, timeout=240)
+    captured = run_python([*TORCHRUN, *launcher, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out",
+                           name], tmp_path, timeout=240)
     return bare, captured
 
 
@@ -366,7 +367,9 @@ def test_a_dead_peer_s_error_reaches_rank_0_as_without_capture(tmp_path):
                 time.sleep(1)  # rank 0 is waiting in the all-reduce when rank 1 dies
                 os.kill(os.getpid(), signal.SIGKILL)
             model(torch.randn(2, 4)).sum().backward()
-    """, "peerdies.py")
+    """, "peerdies.py", launcher=("--monitor-interval", "5"))
+    # The launcher looks at its workers every 5 s, not 0.1 s: it must not stop rank 0 (SIGTERM) before
+    # rank 0 has met the closed connection and printed its traceback, in either run.
     assert bare.returncode != 0 and captured.returncode != 0
     expected = _traceback_lines(bare.stderr, 0)
     assert "Connection closed by peer" in expected[-1], bare.stderr[-4000:]
