@@ -21,6 +21,9 @@ two readers never compute the same number twice or differently:
   from the stack samples) and the garbage collector's pauses
   (:class:`~stepscope.analysis.run.gc_pauses.GcPauseSummary`), over the steady state.
 
+The host's CPU measurements (loader CPU, compute cores, CPU demand, foreign load) are computed in
+:mod:`stepscope.analysis.host_cpu` and importable from here too.
+
 Thresholds are not applied here: rules apply them. Any part may be None (not measured); None is
 never zero.
 """
@@ -34,6 +37,12 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence
+from stepscope.analysis.host_cpu import (BUSY_WORKER as BUSY_WORKER,
+                                         COMPUTE_CORES_ASSUMED as COMPUTE_CORES_ASSUMED, CpuDemand as CpuDemand,
+                                         ForeignLoad as ForeignLoad, ForeignProcess as ForeignProcess,
+                                         LoaderCpu as LoaderCpu, compute_cores as compute_cores,
+                                         cpu_demand as cpu_demand, foreign_load as foreign_load,
+                                         loader_cpu as loader_cpu, own_process_cores as own_process_cores)
 from stepscope.analysis.run.account import ThreadAccountView, thread_account
 from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
 from stepscope.analysis.run.compile_summary import CompileSummary, summarize_compile
@@ -54,18 +63,6 @@ GPU_KINDS = ("cuda", "rocm", "gpu")
 
 
 @dataclass(frozen=True)
-class LoaderCpu:
-    """CPU (share of one core) of the processes that load data while the step waits for them."""
-
-    util: float | None
-    source: str  # how it was measured, ending "(capture)" or "(sampler)"
-
-    @property
-    def measured_by(self) -> str:
-        return "steps" if self.source.endswith("(capture)") else "sampler"
-
-
-@dataclass(frozen=True)
 class StorageSigns:
     """Signs that loading waits on storage."""
 
@@ -76,20 +73,6 @@ class StorageSigns:
     profile: InputProfile | None = None
     #: the first epoch waited on storage (cold data), with its measured excess; None otherwise
     cold: ColdStart | None = None
-
-
-@dataclass(frozen=True)
-class CpuDemand:
-    """How many threads want the cores, and how much of them the training tree uses."""
-
-    cores: int
-    cpu_util: float  # all cores, 0..1
-    runnable_per_core: float | None
-    busy_workers: int
-    worker_threads: int | None  # most threads of a busy worker, when every busy worker's count is known
-    demand: int | None  # main intra-op threads + busy workers' threads
-    main_threads: int
-    tree_cores: float  # cores the training tree (main + workers) uses
 
 
 @dataclass(frozen=True)
@@ -119,26 +102,6 @@ class MfuEstimate:
     on_gpu: bool
     flops_per_step: float
     step_time_s: float
-
-
-@dataclass(frozen=True)
-class ForeignProcess:
-    pid: int
-    name: str
-    cpu_util: float  # share of one core
-
-
-@dataclass(frozen=True)
-class ForeignLoad:
-    """Processes outside the job that used the machine during the run."""
-
-    cpu_share: float  # share of all cores used outside the training tree (steal included)
-    processes: tuple[ForeignProcess, ...]  # the busiest ones, when the sampler named them
-    #: of which the hypervisor gave other guests (steal): cores a virtual machine did not get
-    steal_share: float = 0.0
-    #: what they measurably took from the step: the training thread's wait for a core charged to
-    #: them by their CPU over the window (share of the step; None without the thread account)
-    step_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -427,71 +390,6 @@ def gc_summary(record: RunRecord, steady: SteadyState | None) -> GcPauseSummary 
     return summary if summary.measured else None
 
 
-# -- loading -------------------------------------------------------------------------------------
-#: Cores the model's compute is taken to keep busy when no measurement says otherwise.
-COMPUTE_CORES_ASSUMED = 1.0
-
-
-def loader_cpu(record: RunRecord, steady: SteadyState | None, signals: MacroSignals | None,
-               loader: LoaderInfo | None) -> LoaderCpu:
-    """CPU of the loading processes while the step waits.
-
-    Measured values take precedence: with ``num_workers=0``, the training thread's own CPU time
-    inside ``next()`` (capture's ``data_wait_cpu_ns``: immune to other threads of the process,
-    such as spinning OpenMP workers); with workers, the sampler's ``data_wait_cpu_util``, else the
-    workers' mean. Without either, the main process's CPU less what its compute explains (compute
-    taken to keep one core busy for ``1 - data_wait`` of the time).
-    """
-    if steady is None:
-        return LoaderCpu(None, "no steps")
-    if loader is not None and loader.num_workers == 0:
-        steps = record.steps
-        cpu = steps.data_wait_cpu_ns[steady.mask]
-        wait = steps.data_wait_ns[steady.mask] - steps.loader_init_ns[steady.mask]
-        known = cpu >= 0
-        if known.any() and wait[known].sum() > 0:
-            return LoaderCpu(min(1.0, float(cpu[known].sum() / wait[known].sum())),
-                             "training thread's CPU time inside next() (capture)")
-    if signals is None:
-        return LoaderCpu(None, "not known without sampler evidence")
-    if signals.data_wait_cpu_util is not None:
-        return LoaderCpu(float(signals.data_wait_cpu_util), "loading processes while the step waited (sampler)")
-    if loader is not None and loader.num_workers > 0:
-        util = signals.worker_cpu_util_mean
-        return LoaderCpu(None if util is None else float(util), "mean of the DataLoader workers (sampler)")
-    if signals.main_cpu_util is None or steady.data_wait_share <= 0:
-        return LoaderCpu(None, "not known without sampler evidence")
-    compute = (1.0 - steady.data_wait_share) * COMPUTE_CORES_ASSUMED
-    residual = max(0.0, float(signals.main_cpu_util) - compute) / steady.data_wait_share
-    return LoaderCpu(min(residual, 1.0), "main process, less what its compute explains (sampler)")
-
-
-def compute_cores(steady: SteadyState | None, signals: MacroSignals | None, loader: LoaderInfo | None,
-                  record: RunRecord) -> float | None:
-    """Cores the training process keeps busy while it is *not* waiting for data (None unknown).
-
-    The main process's CPU over the steady state, less the CPU it spent loading (``num_workers=0``:
-    capture's ``data_wait_cpu_ns``), divided by the time it was not waiting. This is what DataLoader
-    workers would compete with: a model that already uses every core gains nothing from workers.
-    """
-    if steady is None or signals is None or signals.main_cpu_util is None:
-        return None
-    busy = 1.0 - steady.fetch_wait_share
-    if busy <= 0.05:
-        return None
-    loading = 0.0
-    if loader is None or loader.num_workers == 0:
-        # the main process also loads: only capture's own measurement of that CPU separates the two
-        steps = record.steps
-        cpu = steps.data_wait_cpu_ns[steady.mask]
-        known = cpu >= 0
-        durations = steps.duration_ns[steady.mask]
-        if steady.fetch_wait_share > 0 and (not known.any() or durations[known].sum() <= 0):
-            return None
-        loading = float(cpu[known].sum() / durations[known].sum()) if known.any() else 0.0
-    return max(0.0, (float(signals.main_cpu_util) - loading) / busy)
-
-
 def storage_signs(record: RunRecord, signals: MacroSignals | None) -> StorageSigns:
     profile = input_profile(record)
     return StorageSigns(
@@ -607,55 +505,6 @@ def epoch_boundaries(record: RunRecord, steady: SteadyState | None) -> EpochBoun
     return EpochBoundaries(int(starts.sum()), round(float(excess.sum()) / total, 4),
                            round(float(excess.mean()) / 1e9, 6),
                            round(float(wait[mask & ~starts].sum()) / total, 4))
-
-
-# -- CPU demand ----------------------------------------------------------------------------------
-#: A worker above this share of one core counts as busy (idle workers compete for nothing).
-BUSY_WORKER = 0.1
-
-
-def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads: int | None) -> CpuDemand | None:
-    if signals is None or not cores or signals.cpu_util_mean is None:
-        return None
-    busy = [load for load in signals.workers if load.role == "dataloader_worker" and load.cpu_util >= BUSY_WORKER]
-    threads = [load.threads for load in busy if load.threads]
-    main_threads = intra_op_threads or 1
-    known = bool(threads) and len(threads) == len(busy)
-    return CpuDemand(
-        cores=cores, cpu_util=float(signals.cpu_util_mean),
-        runnable_per_core=signals.runnable_threads_per_core, busy_workers=len(busy),
-        worker_threads=max(threads) if known else None,
-        demand=main_threads + sum(threads) if known else None,
-        main_threads=main_threads, tree_cores=sum(load.cpu_util for load in signals.workers),
-    )
-
-
-def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores: float = 0.0,
-                 sibling_pids: frozenset[int] = frozenset()) -> ForeignLoad | None:
-    """Share of all cores used by processes outside the training tree (and outside the job's other
-    ranks on this machine), and the busiest of them. The tree's CPU includes its children that no
-    sample saw (DataLoader workers restarted every epoch, compile workers); the job's other ranks
-    are known from this job's records (``sibling_cores``) or the sampler's scan of the launcher's
-    processes (``signals.job_cores``)."""
-    own = own_process_cores(signals, sibling_cores)
-    if signals is None or not cores or signals.cpu_util_mean is None or own is None:
-        return None
-    main = sum(load.cpu_util for load in signals.workers if load.role == "main")
-    tree = (main + own) / cores
-    steal = float(signals.steal_share or 0.0)
-    share = max(0.0, float(signals.cpu_util_mean) - tree) + steal
-    processes = tuple(ForeignProcess(pid, name, util) for pid, name, util in signals.foreign_processes
-                      if pid not in sibling_pids)
-    return ForeignLoad(round(share, 4), processes, round(steal, 4))
-
-
-def own_process_cores(signals: MacroSignals | None, sibling_cores: float = 0.0) -> float | None:
-    """Cores of the run's own processes besides the training process: DataLoader workers and other
-    children (those no sample saw included) and the job's other ranks on this machine."""
-    if signals is None or not signals.workers:
-        return None
-    return (sum(load.cpu_util for load in signals.workers if load.role != "main") + (signals.unseen_tree_cores or 0.0)
-            + max(sibling_cores, signals.job_cores or 0.0))
 
 
 # -- operators and MFU ---------------------------------------------------------------------------
