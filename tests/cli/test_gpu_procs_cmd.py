@@ -17,7 +17,7 @@ from fakes.fake_nvml import FakeGpu, FakeNvml
 
 import stepscope.capture.gpu as gpu_layer
 from stepscope.cli import gpu_procs_cmd
-from stepscope.cli.gpu_procs_cmd import GpuProcessView, end_processes, stale_reason
+from stepscope.capture.gpu_procs import GpuProcessView, end_processes, stale_reason
 from stepscope.cli.main import main
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="starts and inspects Linux processes")
@@ -228,7 +228,7 @@ def test_a_reused_pid_is_left_alone():
     try:
         view = GpuProcessView(process.pid, 1, os.getuid(), "me", "sleep", (0,), 1, 1.0, "sleeping", "stale",
                               create_time=psutil.Process(process.pid).create_time() - 100)
-        assert end_processes([view]) == [f"pid {process.pid}: now a different process; left alone"]
+        assert end_processes([view]) == [(process.pid, "reused")]
         assert process.poll() is None
     finally:
         process.kill()

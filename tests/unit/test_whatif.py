@@ -79,8 +79,18 @@ def test_agreement_of_one_outside_observation_uses_the_trials_noise():
     assert not agrees(2.0, compare([trial(BASELINE, 20)], [WORKERS])[1])  # no figure: no agreement
 
 
+def _render_text(result):
+    """``stepscope try``'s terminal output of ``result`` (stdout)."""
+    import sys
+
+    from stepscope.pipeline.commands import whatif_view
+    from stepscope.report.render import Output, render
+
+    render(whatif_view(result), "text", Output(stream=sys.stdout))
+
+
 def test_text_output_shows_the_table_the_best_change_and_what_is_not_tried(capsys, monkeypatch):
-    from stepscope.cli.try_cmd import render
+    render = _render_text
     from stepscope.whatif import CodeChange, WhatIf
 
     monkeypatch.setenv("COLUMNS", "120")
@@ -98,7 +108,7 @@ def test_text_output_shows_the_table_the_best_change_and_what_is_not_tried(capsy
 def test_a_piped_table_keeps_whole_cells_at_80_columns(capsys, monkeypatch):
     """``stepscope try > file`` with COLUMNS=80 cut the headers to ``samples…``, ``speed-…``; a
     file gets the table's full width."""
-    from stepscope.cli.try_cmd import render
+    render = _render_text
     from stepscope.whatif import WhatIf
 
     monkeypatch.setenv("COLUMNS", "80")

@@ -68,15 +68,10 @@ def _launch_torchrun(scenario: Any, args: argparse.Namespace) -> int:
 
 
 def _print_list(scenarios: dict[str, Any], default: str) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    import sys
 
-    table = Table(title="stepscope demo scenarios", title_justify="left")
-    table.add_column("name", style="bold")
-    table.add_column("planted bottleneck")
-    table.add_column("what it does")
-    for scenario in scenarios.values():
-        name = scenario.name + (" (default)" if scenario.name == default else "")
-        table.add_row(name, scenario.planted_family, f"{scenario.title}: {scenario.mechanism}")
-    Console().print(table)
+    from stepscope.pipeline.commands import scenario_list
+    from stepscope.report.render import Output, render
+
+    render(scenario_list(scenarios, default), "text", Output(stream=sys.stdout))
     return 0

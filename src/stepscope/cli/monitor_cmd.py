@@ -6,7 +6,9 @@ shows that process tree (a training job and its DataLoader workers) instead of t
 ``--once --json`` prints one frame (two samples ``--interval`` apart) for scripts.
 
 The numbers come from the sampler's probes and the same arithmetic as a run's signals
-(:mod:`stepscope.analysis.run.live`); the screen is :mod:`stepscope.report.monitor_view`.
+(:mod:`stepscope.analysis.run.live`, sampled by :mod:`stepscope.pipeline.monitor`); the frame
+becomes a view (:func:`stepscope.pipeline.commands.monitor_view`) that
+:mod:`stepscope.report.render.monitor_text` draws.
 """
 
 from __future__ import annotations
@@ -20,20 +22,16 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-import orjson
 import psutil
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
-from stepscope.analysis.run.live import MonitorFrame, live_frame
-from stepscope.capture.sampler import SystemSampler, check_interval
+from stepscope.capture.sampler import check_interval
 from stepscope.errors import UsageError
-from stepscope.record.samples import SamplesBuilder
-from stepscope.report.monitor_view import render_monitor
+from stepscope.pipeline.commands import monitor_view
+from stepscope.pipeline.monitor import LiveMonitor
+from stepscope.report.command_views import MonitorEnded
+from stepscope.report.render import Output, render
 
 DEFAULT_INTERVAL_S = 1.0
-_GPU_SLOW = ("gpu_sm_clock_mhz", "gpu_power_mw", "gpu_temp_c", "gpu_pcie_tx_bytes_per_s", "gpu_pcie_rx_bytes_per_s")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,87 +65,24 @@ def run(args: argparse.Namespace) -> int:
         monitor.close()
 
 
-class LiveMonitor:
-    """Samples the machine (or one process tree) and turns the last two samples into a frame."""
-
-    def __init__(self, pid: int | None, interval_s: float, *, top: int | None = 15, gpu: Any = "auto"):
-        if gpu == "auto":
-            from stepscope.capture.gpu import open_gpus
-
-            gpu, note = open_gpus(slow_every=1)
-        else:
-            note = None
-        self.sampler = SystemSampler(pid, gpu=gpu, with_io=pid is not None, interval_s=interval_s)
-        self.pid = pid
-        self.top = top
-        self.meta = self.sampler.header(interval_s=interval_s)
-        self.processes: dict[int, dict[str, Any]] = {}
-        self.notes: list[str] = [note] if note else []
-        self._previous: dict[str, Any] | None = None
-        self._last_gpu: dict[str, list[int]] = {}
-
-    def step(self) -> MonitorFrame | None:
-        """Take a sample; the frame since the previous one (None for the first)."""
-        sample, events = self.sampler.sample()
-        for event in events:
-            self._apply(event)
-        if sample is None:
-            return None
-        self._carry_gpu(sample)
-        previous, self._previous = self._previous, sample
-        if previous is None:
-            return None
-        builder = SamplesBuilder(self.meta)
-        for event in self.processes.values():
-            builder.add_event(event)
-        builder.notes = list(self.notes)
-        builder.add(previous)
-        builder.add(sample)
-        return live_frame(builder.freeze(), top=self.top)
-
-    @property
-    def target_alive(self) -> bool:
-        return self.sampler.target_alive
-
-    def close(self) -> None:
-        self.sampler.close()
-
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "process":
-            self.processes[event["id"]] = event
-        elif kind == "exit":
-            self.processes.pop(event["id"], None)
-        elif kind == "role" and event["id"] in self.processes:
-            self.processes[event["id"]].update(role=event["role"], loader_id=event.get("loader_id"))
-        elif kind == "note" and event["text"] not in self.notes:
-            self.notes.append(event["text"])
-
-    def _carry_gpu(self, sample: dict[str, Any]) -> None:
-        """GPU metrics read round-robin (PCIe) keep their last value on screen."""
-        for name in _GPU_SLOW:
-            values = sample.get(name)
-            if values is None:
-                continue
-            last = self._last_gpu.setdefault(name, [-1] * len(values))
-            sample[name] = [value if value >= 0 else old for value, old in zip(values, last)]
-            self._last_gpu[name] = sample[name]
-
-
 def _once(monitor: LiveMonitor, args: argparse.Namespace) -> int:
     monitor.step()
     time.sleep(args.interval)
     frame = monitor.step()
     if frame is None:
         raise UsageError("could not read the machine's counters twice; see the notes with --once without --json")
-    if args.json:
-        sys.stdout.write(orjson.dumps(frame.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        Console().print(render_monitor(frame, title=_title(monitor, args)))
+    view = monitor_view(frame, pid=args.pid, hostname=monitor.meta["hostname"], interval_s=args.interval)
+    render(view, "json" if args.json else "text", Output(stream=sys.stdout))
     return 0
 
 
 def _live(monitor: LiveMonitor, args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    from stepscope.report.render.monitor_text import screen
+
     console = Console()
     previous_handlers = _interrupt_on_termination()
     try:
@@ -164,8 +99,9 @@ def _live(monitor: LiveMonitor, args: argparse.Namespace) -> int:
                 next_tick = max(next_tick + args.interval, time.monotonic())
                 frame = monitor.step()
                 if frame is not None:
-                    live.update(render_monitor(frame, title=_title(monitor, args), footer="q or Ctrl-C to quit"),
-                                refresh=True)
+                    view = monitor_view(frame, pid=args.pid, hostname=monitor.meta["hostname"],
+                                        interval_s=args.interval, live=True)
+                    live.update(screen(view), refresh=True)
                 if monitor.pid is not None and not monitor.target_alive:
                     break
     except KeyboardInterrupt:
@@ -174,13 +110,8 @@ def _live(monitor: LiveMonitor, args: argparse.Namespace) -> int:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
     if monitor.pid is not None and not monitor.target_alive:
-        console.print(f"process {monitor.pid} has ended")
+        render(MonitorEnded(monitor.pid), "text", Output(stream=sys.stdout))
     return 0
-
-
-def _title(monitor: LiveMonitor, args: argparse.Namespace) -> str:
-    scope = f"process {args.pid} and its children" if args.pid is not None else "whole machine"
-    return f"stepscope monitor — {monitor.meta['hostname']} — {scope} — every {args.interval:g} s"
 
 
 def _interrupt_on_termination() -> dict[int, Any]:

@@ -74,29 +74,16 @@ def handle(args: argparse.Namespace) -> int:
         say(f"stepscope: indexed {added} run(s) into {path}")
     runs = run_index.list_runs(path, script=args.script, tag=args.tag, since=_date(args.since, "--since"),
                                until=_date(args.until, "--until"), limit=args.limit)
-    if args.format == "json":
-        import orjson
+    from stepscope.pipeline.commands import runs_view
+    from stepscope.report.render import Output, render
 
-        rows = [{**run.values, "tags": list(run.tags), "exists": run.exists} for run in runs]
-        sys.stdout.write(orjson.dumps({"kind": "stepscope.runs", "index": str(path), "runs": rows},
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    from rich.console import Console
-
-    from stepscope.report.runs_view import plot_html, render_plot, render_runs
-
-    console = Console()
-    if args.plot:
-        console.print(render_plot(runs, args.plot))
-        if args.html:
-            from stepscope.safe_write import atomic_write
-
-            target = Path(args.html)
-            try:
-                atomic_write(target, plot_html(runs, args.plot).encode("utf-8"))
-            except OSError as exc:
-                raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
-            say(f"stepscope: wrote {target}")
-    else:
-        console.print(render_runs(runs, path))
+    view = runs_view(runs, path, args.plot)
+    render(view, args.format, Output(stream=sys.stdout))
+    if args.html and args.format == "text":
+        target = Path(args.html)
+        try:
+            render(view, "html", Output(path=target))
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
+        say(f"stepscope: wrote {target}")
     return 0

@@ -16,10 +16,9 @@ import importlib.util
 import os
 import signal
 import sys
-from typing import Any, Literal
+from typing import Any
 
 from stepscope.errors import UsageError
-from stepscope.text import say
 
 
 def add_parser(subparsers: Any) -> None:
@@ -50,7 +49,10 @@ def handle(args: argparse.Namespace) -> int:
     with stop_on_signals():
         result = tune_loader(factory, budget_s=args.budget_s, batches=args.batches, max_workers=args.max_workers,
                              min_gain=args.min_gain, progress=_progress)
-    render(result, args.target)
+    from stepscope.pipeline.commands import tune_view
+    from stepscope.report.render import Output, render
+
+    render(tune_view(result, args.target), "text", Output(stream=sys.stdout))
     if result.stopped_by == "SIGINT":
         return 128 + signal.SIGINT
     if result.stopped_by is not None:  # what was measured is shown: now end as the signal asked
@@ -104,48 +106,8 @@ def _import(module_name: str):
         raise UsageError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}") from exc
 
 
-def _progress(trial) -> None:
-    outcome = f"error: {trial.error}" if trial.error else f"{trial.samples_per_s:,.0f} samples/s"
-    say(f"  {trial.stage:<10} {trial.setting.describe()} → {outcome}", flush=True)
+def _progress(trial: Any) -> None:
+    from stepscope.pipeline.commands import tune_progress
+    from stepscope.report.render import Output, render
 
-
-def render(result, target: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from stepscope.units import format_duration, format_ratio
-
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 110))
-    table = Table(title=f"stepscope tune-loader · {target}", title_justify="left")
-    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("#", "right"), ("stage", "left"), ("workers", "right"), ("prefetch", "right"),
-                            ("pin", "left"), ("persist", "left"), ("batch", "right"),
-                            ("samples/s", "right"), ("1st batch", "right"), ("restart", "right"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
-    for number, trial in enumerate(result.trials, 1):
-        setting = trial.setting
-        mark = " ◀ best" if setting == result.best and trial.stage == "repeat" else ""
-        rate = f"error: {trial.error}" if trial.error else f"{trial.samples_per_s:,.0f}{mark}"
-        table.add_row(str(number), trial.stage, str(setting.num_workers), str(setting.prefetch_factor or "-"),
-                      _yes(setting.pin_memory), _yes(setting.persistent_workers), str(setting.batch_size or "-"),
-                      rate, format_duration(trial.first_batch_s), format_duration(trial.restart_s))
-    console.print(table)
-    noise = format_ratio(result.noise)
-    console.print(f"current: {result.baseline.describe()} — {result.baseline_rate:,.0f} samples/s")
-    console.print(f"best:    {result.best.describe()} — {result.best_rate:,.0f} samples/s")
-    console.print(f"speed-up {result.speedup:.2f}× (noise between repeats: {noise}); {len(result.trials)} trials "
-                  f"in {result.elapsed_s:.1f} s" + (" — budget reached, search cut short" if result.budget_exhausted
-                                                    else ""))
-    for note in result.notes:
-        console.print(f"note: {note}")
-    if result.oversubscribed:
-        console.print(f"warning: {result.best.num_workers} workers + {result.intra_op_threads} intra-op threads "
-                      f"> {result.cpu_count} cores: the training process and the workers will compete; call "
-                      f"torch.set_num_threads({result.suggested_threads}) in the training "
-                      "process, or use fewer workers")
-
-
-def _yes(value: bool) -> str:
-    return "yes" if value else "no"
+    render(tune_progress(trial), "text", Output(stream=sys.stderr))

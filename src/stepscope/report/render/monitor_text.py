@@ -1,20 +1,21 @@
-"""The screen of ``stepscope monitor``: one :class:`~stepscope.analysis.run.live.MonitorFrame` as rich.
+"""The screen of ``stepscope monitor``: one :class:`~stepscope.report.command_views.MonitorView` as rich
+(:func:`screen`, which the live view refreshes; :func:`render` prints one frame).
 
-Formatting only: every number comes from the frame.
+Formatting only: every number comes from the view.
 """
 
 from __future__ import annotations
 
 import math
-import pwd
 from typing import Literal
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.analysis.run.live import DeviceRates, MonitorFrame
+from stepscope.report.command_views import DeviceRow, MonitorEnded, MonitorView
+from stepscope.report.render.output import Output
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
 
@@ -22,28 +23,45 @@ _CORES_PER_COLUMN = 16
 _BAR_WIDTH = 24
 
 
-def render_monitor(frame: MonitorFrame, *, title: str = "", footer: str = "") -> RenderableType:
+#: Bar colours: above the first percentage red, above the second yellow, else green.
+BAR_RED_PERCENT, BAR_YELLOW_PERCENT = 90, 60
+
+
+def render(view: MonitorView, out: Output) -> list[str]:
+    Console(file=out.stream).print(screen(view))
+    return []
+
+
+def render_ended(view: MonitorEnded, out: Output) -> list[str]:
+    Console(file=out.stream).print(f"process {view.pid} has ended")
+    return []
+
+
+def title(view: MonitorView) -> str:
+    scope = f"process {view.pid} and its children" if view.pid is not None else "whole machine"
+    return f"stepscope monitor — {view.hostname} — {scope} — every {view.interval_s:g} s"
+
+
+def screen(frame: MonitorView) -> RenderableType:
     """The whole screen: CPU per core, memory, disks and network, GPUs, processes."""
-    parts: list[RenderableType] = []
-    if title:
-        parts.append(Text(title, style="bold"))
+    parts: list[RenderableType] = [Text(title(frame), style="bold")]
     parts += [_cpu(frame), _memory(frame), _io(frame)]
     if frame.gpus:
         parts.append(_gpus(frame))
     parts.append(_processes(frame))
     parts += [Text(f"note: {printable(note)}", style="dim") for note in frame.notes]
-    if footer:
-        parts.append(Text(footer, style="dim"))
+    if frame.live:
+        parts.append(Text("q or Ctrl-C to quit", style="dim"))
     return Group(*parts)
 
 
 def _bar(share: float | None, width: int = _BAR_WIDTH) -> ProgressBar:
     completed = 0.0 if share is None else max(0.0, min(share, 1.0)) * 100
-    style = "red" if completed > 90 else "yellow" if completed > 60 else "green"
+    style = "red" if completed > BAR_RED_PERCENT else "yellow" if completed > BAR_YELLOW_PERCENT else "green"
     return ProgressBar(total=100, completed=completed, width=width, complete_style=style, finished_style=style)
 
 
-def _cpu(frame: MonitorFrame) -> Table:
+def _cpu(frame: MonitorView) -> Table:
     columns = max(1, math.ceil(len(frame.core_utils) / _CORES_PER_COLUMN))
     table = Table.grid(padding=(0, 1))
     for _ in range(columns):
@@ -75,39 +93,36 @@ def _single(*parts: RenderableType) -> Table:
     return grid
 
 
-def _memory(frame: MonitorFrame) -> Table:
+def _memory(frame: MonitorView) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="cyan", no_wrap=True)
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
-    used_share = frame.mem_used_bytes / frame.mem_total_bytes if frame.mem_total_bytes else None
     used = f"{format_bytes(frame.mem_used_bytes)} / {format_bytes(frame.mem_total_bytes)} used"
-    grid.add_row("mem", _bar(used_share), f"{used}, {format_bytes(frame.mem_cached_bytes)} cache")
-    if frame.swap_total_bytes:
-        swap_share = frame.swap_used_bytes / frame.swap_total_bytes
+    grid.add_row("mem", _bar(frame.mem_used_share), f"{used}, {format_bytes(frame.mem_cached_bytes)} cache")
+    if frame.swap_used_share is not None:
         swap = f"{format_bytes(frame.swap_used_bytes)} / {format_bytes(frame.swap_total_bytes)}"
         if frame.swap_in_bytes_per_s or frame.swap_out_bytes_per_s:
             swap += f", in {_rate(frame.swap_in_bytes_per_s)} out {_rate(frame.swap_out_bytes_per_s)}"
-        grid.add_row("swap", _bar(swap_share), swap)
+        grid.add_row("swap", _bar(frame.swap_used_share), swap)
     return grid
 
 
-def _io(frame: MonitorFrame) -> Table:
+def _io(frame: MonitorView) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     table.add_column("device", style="cyan", no_wrap=True)
     table.add_column("read / recv", justify="right")
     table.add_column("write / sent", justify="right")
-    for kind, devices in (("disk", frame.disks), ("net", frame.nics)):
-        for device in devices:
-            table.add_row(Text(f"{kind} {printable(device.name)}"), *_pair(device))
+    for device in frame.devices:
+        table.add_row(Text(f"{device.kind} {printable(device.name)}"), *_pair(device))
     return table
 
 
-def _pair(device: DeviceRates) -> tuple[str, str]:
+def _pair(device: DeviceRow) -> tuple[str, str]:
     return _rate(device.read_bytes_per_s), _rate(device.write_bytes_per_s)
 
 
-def _gpus(frame: MonitorFrame) -> Table:
+def _gpus(frame: MonitorView) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for name in ("gpu", "name", "util", "", "memory", "SM clock", "power", "temp", "PCIe tx/rx"):
         table.add_column(name, no_wrap=True, justify="left" if name in ("name", "") else "right")
@@ -125,9 +140,9 @@ def _gpus(frame: MonitorFrame) -> Table:
     return table
 
 
-def _processes(frame: MonitorFrame) -> Table:
+def _processes(frame: MonitorView) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
-    with_roles = any(row.role != "other" for row in frame.processes)  # a process tree, not the machine
+    with_roles = frame.with_roles  # a process tree, not the machine
     columns: list[tuple[str, Literal["left", "right"], int]] = [("pid", "right", 7), ("user", "left", 8), ("role", "left", 6), ("S", "left", 1), ("CPU", "right", 6),
                ("RSS", "right", 9), ("thr", "right", 3), ("GPU mem", "right", 9)]
     for name, justify, width in columns:
@@ -135,22 +150,13 @@ def _processes(frame: MonitorFrame) -> Table:
             table.add_column(name, justify=justify, no_wrap=True, min_width=width)
     table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
     for row in frame.processes:
-        cells = [str(row.pid), user_name(row.uid), row.role, row.state, format_ratio(row.cpu_util),
+        cells = [str(row.pid), row.user, row.role, row.state, format_ratio(row.cpu_util),
                  format_bytes(row.rss_bytes), "-" if row.threads is None else str(row.threads),
                  format_bytes(row.gpu_memory_bytes) if row.gpu_memory_bytes else ""]
         if not with_roles:
             del cells[2]
         table.add_row(*(Text(printable(cell)) for cell in cells), Text(printable(row.command)))  # Text: no markup
     return table
-
-
-def user_name(uid: int) -> str:
-    if uid < 0:
-        return "?"
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError):
-        return str(uid)
 
 
 def _rate(value: float | None) -> str:
