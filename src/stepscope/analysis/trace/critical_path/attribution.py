@@ -1,0 +1,127 @@
+"""Attribution: the event each path edge is attributed to, what bounds it, what the path waited
+on, and the path's edges as rows."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.trace.critical_path.graph import CODE, KINDS, Graph
+from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, COMM, CPU, DATA_LOADING, DEPENDENCY, GAP, GPU_COMPUTE,
+    GPU_MEMORY, KERNEL_GAP, LAUNCH, LAUNCH_OVERHEAD, OPERATOR, SYNC, SYNC_WAIT, WAIT, WAIT_WORTH_NAMING_US, IntArray, PathEdge)
+from stepscope.analysis.trace.critical_path.rows import Rows
+from stepscope.traces.links import COMMUNICATION, MEMORY
+
+
+#: What bounds a path edge, as codes in the bound column (the index into this tuple; "": nothing).
+BOUNDS = ("", CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM, SYNC_WAIT)
+_BOUND = {name: code for code, name in enumerate(BOUNDS)}
+
+
+def attribute(graph: Graph, path: IntArray) -> IntArray:
+    """The event (row position) each path edge (``path``: edge numbers) is attributed to, HTA's
+    rule: a kernel gap to the earlier kernel; an operator edge to the event it lies in (given when
+    it was drawn: a gap between two children to their parent; otherwise the source's event); a
+    timed sync to the waiting call; a wait to its call; -1 for none, :data:`BETWEEN_OPS` between
+    two top-level operators."""
+    kind, event, weight = graph.kind[path], graph.event[path], graph.weight[path]
+    source, destination = graph.pos[graph.u[path]], graph.pos[graph.v[path]]
+    given = (event >= 0) | (event == BETWEEN_OPS)
+    return np.select([kind == CODE[KERNEL_GAP], kind == CODE[WAIT], kind == CODE[SYNC], kind != CODE[OPERATOR]],
+                     [source, event, np.where(weight > 0, destination, -1), -1], np.where(given, event, source))
+
+
+def bounds_of(rows: Rows, kind: IntArray, weight: np.ndarray, attributed: IntArray,
+              data_loading: list[tuple[float, float, int, int]]) -> IntArray:
+    """What bounds each path edge (codes of :data:`BOUNDS`): its type; for an operator or kernel
+    edge, the event it is attributed to: a CPU row inside a data-loading range of its thread,
+    another CPU row, or the GPU row's kernel type. The first test that holds decides."""
+    real = attributed >= 0
+    row = np.maximum(attributed, 0)
+    on_device = real & (rows.stream[row] >= 0)
+    kernel = rows.ktype[row]
+    loading = np.zeros(len(attributed), dtype=bool)
+    for start, end, pid, tid in data_loading:
+        loading |= ((rows.ts[row] >= start) & (rows.ts[row] <= end) & (rows.pid[row] == pid) & (rows.tid[row] == tid))
+    loading &= real
+    timed_sync = (weight > 0) & real
+    tests: list[tuple[np.ndarray, Any]] = [
+        (kind == CODE[KERNEL_GAP], _BOUND[GAP]),
+        (kind == CODE[WAIT], _BOUND[SYNC_WAIT]),
+        (kind == CODE[SYNC], np.where(timed_sync, _BOUND[CPU], 0)),
+        (kind == CODE[LAUNCH], _BOUND[LAUNCH_OVERHEAD]),
+        (attributed == BETWEEN_OPS, _BOUND[CPU]),
+        ((kind == CODE[DEPENDENCY]) | ~real, 0),
+        (~on_device, np.where(loading, _BOUND[DATA_LOADING], _BOUND[CPU])),
+        (kernel == COMMUNICATION, _BOUND[COMM]),
+        (kernel == MEMORY, _BOUND[GPU_MEMORY]),
+    ]
+    chosen = np.select([test for test, _ in tests], [code for _, code in tests], _BOUND[GPU_COMPUTE])
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attributed: IntArray, bound: IntArray,
+               hta: bool) -> tuple[list[PathEdge], dict[str, float], list[str]]:
+    """The path's edges as :class:`PathEdge` rows, the path time per bound kind (summed in path
+    order) and what the path waited on."""
+    if not len(path):
+        return [], {}, []
+    kind, weight = graph.kind[path], graph.weight[path]
+    node = np.asarray(nodes, dtype=np.int64)
+    ts = graph.ts[node].tolist()
+    starts = graph.start[node].tolist()
+    node_pos = graph.pos[node]
+    weights = weight.tolist()
+    parts_of: list[tuple[tuple[str, float], ...]] = [()] * len(path)
+    waited: list[str] = []
+    # per bound kind, the path time in path order: (edge, part, kind, µs); a blocking call's wait
+    # counts what the device did meanwhile, part by part
+    at, part_at, bound_at, us = [], [], [], []
+    plain = (bound > 0) & (kind != CODE[WAIT])
+    for i in np.flatnonzero((kind == CODE[WAIT]) | (kind == CODE[SYNC])).tolist():
+        is_wait = kind[i] == CODE[WAIT]
+        if is_wait and weights[i] > 0:
+            parts_of[i] = rows.device_during(ts[i], ts[i + 1])
+            for k, (part, part_us) in enumerate(parts_of[i]):
+                at.append(i)
+                part_at.append(k)
+                bound_at.append(_BOUND[part])
+                us.append(part_us)
+        elif is_wait and bound[i] > 0:  # a wait of no time: HTA's rule, its own weight
+            plain[i] = True
+        if not is_wait or weights[i] >= WAIT_WORTH_NAMING_US:
+            waited.append(sync_text(rows, KINDS[kind[i]], int(node_pos[i]), int(node_pos[i + 1])))
+    counted = np.flatnonzero(plain)
+    value = weight[counted] if hta else np.maximum(weight[counted], 0.0)  # HTA sums the edge's own weight
+    edge = np.concatenate([counted, np.asarray(at, dtype=np.int64)])
+    part = np.concatenate([np.zeros(len(counted), dtype=np.int64), np.asarray(part_at, dtype=np.int64)])
+    code = np.concatenate([bound[counted], np.asarray(bound_at, dtype=np.int64)])
+    amount = np.concatenate([value, np.asarray(us, dtype=np.float64)])
+    order = np.lexsort((part, edge))
+    code, amount = code[order], amount[order]
+    totals: dict[str, float] = {}
+    if len(code):
+        firsts = np.unique(code, return_index=True)
+        for c in firsts[0][np.argsort(firsts[1])].tolist():  # in the order each kind first appears
+            totals[BOUNDS[c]] = float(np.cumsum(amount[code == c])[-1]) + 0.0
+    index = rows.index
+    event_rows = np.where(attributed >= 0, index[np.maximum(attributed, 0)], attributed)
+    make = partial(tuple.__new__, PathEdge)
+    edges = list(map(make, zip(np.asarray(KINDS, dtype=object)[kind].tolist(), weights, index[node_pos[:-1]].tolist(),
+                               index[node_pos[1:]].tolist(), starts[:-1], starts[1:], event_rows.tolist(),
+                               np.asarray(BOUNDS, dtype=object)[bound].tolist(), parts_of, ts[:-1], ts[1:])))
+    return edges, totals, waited
+
+
+def sync_text(rows: Rows, kind: str, src: int, dst: int) -> str:
+    if kind == WAIT:
+        if rows.stream[dst] >= 0:
+            return f"{rows.decode(src)} waited for stream {int(rows.stream[dst])}"
+        return f"{rows.decode(src)} waited on the device (no kernel in the trace is linked to the wait)"
+    stream = int(rows.stream[src])
+    waiter = rows.decode(dst)
+    if rows.stream[dst] >= 0:
+        return f"stream {int(rows.stream[dst])} waited for stream {stream} (cudaStreamWaitEvent)"
+    return f"{waiter} waited for stream {stream}"

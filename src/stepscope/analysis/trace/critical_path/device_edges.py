@@ -1,0 +1,150 @@
+"""The device's edges: kernels, launch delays, gaps on a stream, and synchronisations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepscope.analysis.trace.critical_path.graph import Graph
+from stepscope.analysis.trace.critical_path.launches import Launches, launches_of
+from stepscope.analysis.trace.critical_path.model import (BLOCKING_CALLS, KERNEL_GAP, KERNEL_GAP_LIMIT_US, LAUNCH, OPERATOR, SYNC,
+                                                          WAIT, IntArray)
+from stepscope.analysis.trace.critical_path.rows import Rows
+
+
+def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: list[str],
+                 synchronous: tuple[IntArray, IntArray]) -> None:
+    """The device's edges of the window, row by row in time order (syncs at their end)."""
+    launches = launches_of(rows, hta)
+    names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
+    sync_cat = rows.sym("cuda_sync")
+    in_window = window[((rows.stream[window] != -1) | np.isin(rows.name[window], [names["Event Sync"], names["Context Sync"]]))
+                       & (rows.ic[window] != -1)]
+    is_sync = rows.cat[in_window] == sync_cat
+    sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
+    ordered = in_window[np.lexsort((in_window, sort_by))]
+    state = _Streams()
+    columns = zip(ordered.tolist(), (rows.cat[ordered] == sync_cat).tolist(), rows.name[ordered].tolist(),
+                  rows.ic[ordered].tolist(), rows.stream[ordered].tolist(), graph.start_of[ordered].tolist(),
+                  graph.end_of[ordered].tolist())
+    for p, sync_row, name, runtime, stream, start_node, end_node in columns:
+        if sync_row:
+            _sync_edges(rows, graph, launches, names, state, p, name, runtime, stream, hta)
+        elif start_node >= 0 and end_node >= 0:
+            _kernel_edges(rows, graph, launches, state, p, runtime, stream, start_node, end_node, hta)
+    if not hta and sync_cat < 0:
+        _inferred_syncs(rows, window, graph, notes)
+    if not hta:
+        _synchronous_edges(graph, synchronous, notes)
+
+
+class _Streams:
+    """The walk's state: each stream's last kernel, the kernels that wait for another stream's."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}  # stream -> end node of its last kernel
+        self.kernel_sync: dict[int, int] = {}  # kernel position -> position of the kernel it waits for
+
+
+def _sync_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], state: _Streams, p: int, name: int,
+                runtime: int, stream: int, hta: bool) -> None:
+    """A ``cuda_sync`` row: a Stream Wait Event makes the next kernel on the waiting stream wait for
+    the recorded kernel; an Event Sync joins the recorded kernel to the waiting call's end; a
+    Stream Sync (Context Sync: every stream) the stream's last kernel."""
+    if name in (names["Stream Wait Event"], names["Event Sync"]):
+        record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
+        recorded_kernel = launches.previous.get(record, -1) if record is not None else -1
+        if recorded_kernel < 0:
+            return
+        if name == names["Stream Wait Event"]:
+            waiting_kernel = launches.waits_next.get(runtime, -1)
+            if waiting_kernel >= 0:
+                state.kernel_sync[waiting_kernel] = recorded_kernel
+        else:
+            source, target = graph.node(recorded_kernel, False), graph.node(runtime, False)
+            if source >= 0 and target >= 0:
+                graph.add(source, target, SYNC, timed=not hta)
+        return
+    target = graph.node(runtime, False)
+    if target < 0:
+        return
+    sources = list(state.last.values()) if name == names["Context Sync"] else [state.last.get(stream, -1)]
+    for node in sources:
+        if node >= 0:
+            graph.add(node, target, SYNC, timed=not hta)
+
+
+def _kernel_edges(rows: Rows, graph: Graph, launches: Launches, state: _Streams, p: int, runtime: int, stream: int,
+                  start_node: int, end_node: int, hta: bool) -> None:
+    """A GPU row: its own edge; a sync edge from the kernel it waits for; then a launch edge when
+    the stream was empty at the launch, else a gap edge from the stream's previous kernel."""
+    node_ts = graph.node_ts
+    graph.add(start_node, end_node, OPERATOR, event=p)
+    waited_end = -1  # the end node of the kernel this one waits for (cudaStreamWaitEvent)
+    waits_for = state.kernel_sync.pop(p, None)
+    if waits_for is not None:
+        waited_end = graph.node(waits_for, False)
+        if waited_end >= 0:
+            graph.add(waited_end, start_node, SYNC)
+    waits_for_kernel = waited_end >= 0
+    previous = state.last.get(stream, -1)
+    launched = runtime >= 0
+    launch_ts = float(rows.ts[runtime]) if launched else np.inf
+    # the stream held nothing else: one row launched, none queued behind it (a graph's replay: its
+    # first row, the rest of the graph behind it)
+    rows_launched = launches.launched_by.get(runtime, 1) if not hta else 1
+    stream_was_empty = (launched and launches.after_launch[runtime] == rows_launched
+                        and launches.after_start[p] == rows_launched - 1 and p not in launches.place)
+    previous_done_before_launch = previous < 0 or node_ts[previous] < launch_ts
+    wait_done_before_launch = not waits_for_kernel or node_ts[waited_end] < launch_ts
+    if stream_was_empty and previous_done_before_launch and wait_done_before_launch:
+        launch_start = graph.node(runtime, True)
+        if launch_start >= 0:
+            graph.add(launch_start, start_node, LAUNCH)
+    elif previous >= 0:
+        short_gap = node_ts[start_node] - node_ts[previous] < KERNEL_GAP_LIMIT_US  # longer: an unseen dependency
+        wait_done_before_previous = not waits_for_kernel or node_ts[waited_end] < node_ts[previous]
+        if short_gap and wait_done_before_previous:
+            graph.add(previous, start_node, KERNEL_GAP, event=graph.node_pos[previous])
+    state.last[stream] = end_node
+
+
+def _synchronous_edges(graph: Graph, synchronous: tuple[IntArray, IntArray], notes: list[str]) -> None:
+    """Default mode: a copy or submission that returned only after its row ran goes through the row
+    (a timed sync to the call's end; the call's start to the row's start, as a wait)."""
+    calls, launched = synchronous
+    if not len(calls):
+        return
+    drawn = set(graph.keys().tolist())
+    n = len(graph)
+    for call, row in zip(calls.tolist(), launched.tolist()):
+        source, target = graph.node(row, False), graph.node(call, False)
+        if source >= 0 and target >= 0:
+            graph.add(source, target, SYNC, timed=True)
+        begin, first = graph.node(call, True), graph.node(row, True)
+        if begin >= 0 and first >= 0 and begin * n + first not in drawn:
+            graph.add(begin, first, WAIT, event=call)  # the call waited for its work to start
+    notes.append("some launch calls returned only after their work ran (a synchronous submission or "
+                 "copy): the path goes through the device's work, not the call")
+
+
+def _inferred_syncs(rows: Rows, window: IntArray, graph: Graph, notes: list[str]) -> None:
+    """Without ``cuda_sync`` rows (traces before PyTorch 2.1), a blocking call (a synchronize, a
+    ``cudaMemcpy``…) is taken to have waited for the GPU row that ended last within it."""
+    gpu = window[(rows.stream[window] >= 0)]
+    gpu = gpu[graph.end_of[gpu] >= 0]
+    calls = window[(rows.stream[window] == -1) & rows.name_in(BLOCKING_CALLS, window)]
+    if not len(gpu) or not len(calls):
+        return
+    order = np.argsort(rows.end[gpu], kind="stable")
+    ends, gpu = rows.end[gpu][order], gpu[order]
+    last = np.searchsorted(ends, rows.end[calls], side="right") - 1
+    added = 0
+    for call, i in zip(calls.tolist(), last.tolist()):
+        target = graph.node(call, False)
+        if i < 0 or target < 0 or ends[i] < rows.ts[call]:
+            continue
+        graph.add(graph.node(int(gpu[i]), False), target, SYNC, timed=True)
+        added += 1
+    if added:
+        notes.append("the trace has no CUDA synchronisation events (PyTorch < 2.1): a blocking call is taken "
+                     "to wait for the GPU work that ended last within it")

@@ -1,0 +1,246 @@
+"""The summary of a rank's steps: bound totals, the top segments, the timeline spans of the
+longest step, the device's idle time after syncs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from stepscope.analysis.trace.critical_path.analyse import analyse
+from stepscope.analysis.trace.critical_path.rows import step_windows
+from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, BOUND_KINDS, BOUND_LABELS, COMM, CPU, DATA_LOADING, GAP,
+    GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD, SYNC, SYNC_WAIT, CriticalPath, PathEdge, Segment)
+from stepscope.analysis.trace.critical_path.rows import rows_of
+from stepscope.traces import intervals
+from stepscope.traces.events import EventTable
+
+
+def segments(path: CriticalPath, events: EventTable, top: int = 10, steps: int = 1) -> list[Segment]:
+    """The path's weighted edges grouped by the event they are attributed to (by name and stream),
+    longest first (``steps``: how many steps ``path`` joins, for the time per step)."""
+    strings = events.symbols.strings
+    why = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
+           GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
+           COMM: "collective on the path", SYNC_WAIT: "the host blocked on the device"}
+    totals: dict[tuple[str, int, str], list[float]] = {}
+    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
+    rows = np.array([edge.dst if edge.bound == LAUNCH_OVERHEAD else edge.event for edge in kept], dtype=np.int64)
+    safe = np.maximum(rows, 0)
+    names, streams = events.name[safe].tolist(), events.stream[safe].tolist()
+    for edge, row, name_id, row_stream in zip(kept, rows.tolist(), names, streams):
+        if edge.parts:  # a blocking call's wait: the device's work meanwhile, and the rest
+            call = strings[name_id] if edge.event >= 0 else "a blocking call"
+            for part, us in edge.parts:
+                key = (call if part == SYNC_WAIT else f"(device busy while {call} waited)", -1, part)
+                entry = totals.setdefault(key, [0.0, 0])
+                entry[0] += us
+                entry[1] += 1
+            continue
+        name = strings[name_id] if row >= 0 else "(between operators)"
+        stream = row_stream if row >= 0 else -1
+        entry = totals.setdefault((name, stream, edge.bound), [0.0, 0])
+        entry[0] += edge.weight_us
+        entry[1] += 1
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
+    length = path.length_us
+    return [Segment(name, stream, bound, why[bound], us, int(count), us / length if length > 0 else 0.0, us / steps)
+            for (name, stream, bound), (us, count) in ranked]
+
+
+#: Edges turned into Python rows at a time.
+CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class StepPath:
+    """One step's path, summarised."""
+
+    label: str
+    span_us: float  # the window (the step's duration)
+    length_us: float
+    bound_us: dict[str, float]
+    syncs: tuple[str, ...]
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "span_us": self.span_us, "length_us": self.length_us,
+                "bound_us": dict(self.bound_us), "syncs": list(self.syncs), "ok": self.ok}
+
+
+class PathSpan(NamedTuple):
+    """A stretch of one step's path on the timeline (µs as in the trace), for the HTML and Perfetto views."""
+
+    name: str
+    bound: str
+    ts_us: float
+    end_us: float
+    pid: str
+    tid: str  # the thread, or the stream's tid on a device
+    stream: int
+
+
+@dataclass(frozen=True)
+class PathSummary:
+    """The critical path of every step of one rank's trace (or of the whole trace without steps)."""
+
+    steps: tuple[StepPath, ...]
+    bound_us: dict[str, float]  # over all steps
+    length_us: float
+    span_us: float
+    segments: tuple[Segment, ...]
+    syncs: tuple[str, ...]
+    shown_step: str  # the step drawn on the timeline (the longest path)
+    spans: tuple[PathSpan, ...]
+    notes: tuple[str, ...] = ()
+    after_sync_us: float = 0.0  # device idle while the path is on the host right after a sync
+
+    #: every bound kind, in display order, and its label (renderers read them from here)
+    KINDS = BOUND_KINDS
+    LABELS = BOUND_LABELS
+    #: a share below this is not shown (it would print as 0.0 %)
+    SHOWN_FROM = 0.0005
+
+    @staticmethod
+    def label(kind: str) -> str:
+        return BOUND_LABELS.get(kind, kind)
+
+    def shown_shares(self) -> dict[str, float]:
+        """The shares worth showing, in display order."""
+        return {kind: share for kind in BOUND_KINDS if (share := self.share(kind)) >= self.SHOWN_FROM}
+
+    @property
+    def per_step_us(self) -> float:
+        """Mean path length per step analysed."""
+        return self.length_us / max(len(self.steps), 1)
+
+    @property
+    def span_per_step_us(self) -> float:
+        """Mean duration of the steps analysed."""
+        return self.span_us / max(len(self.steps), 1)
+
+    @property
+    def after_sync_share(self) -> float:
+        return self.after_sync_us / self.length_us if self.length_us > 0 else 0.0
+
+    def share(self, *kinds: str) -> float:
+        if self.length_us <= 0:
+            return 0.0
+        return sum(self.bound_us.get(kind, 0.0) for kind in kinds) / self.length_us
+
+    @property
+    def coverage(self) -> float | None:
+        """Path length over the steps' duration (below 1: the path skips time nothing on it explains)."""
+        return self.length_us / self.span_us if self.span_us > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "stepscope",
+            "length_us": self.length_us, "span_us": self.span_us, "coverage": self.coverage,
+            "bound_us": dict(self.bound_us),
+            "bound_share": {kind: self.share(kind) for kind in BOUND_KINDS if kind in self.bound_us},
+            "after_sync_us": self.after_sync_us,
+            "segments": [{"name": s.name, "stream": s.stream, "bound": s.bound, "why": s.why, "us": s.us,
+                          "count": s.count} for s in self.segments],
+            "syncs": list(self.syncs), "shown_step": self.shown_step,
+            "steps": [s.to_dict() for s in self.steps], "notes": list(self.notes),
+        }
+
+
+#: Steps whose critical path ``analyze`` computes by default: the one of median duration. The path
+#: costs ~0.2 s per step of ~15,000 host events (BENCHMARKS.md); ``--path-steps`` asks for more.
+DEFAULT_PATH_STEPS = 1
+
+
+def chosen_steps(windows: list[tuple[str, float, float]], steps: int) -> list[tuple[str, float, float]]:
+    """``steps`` of the windows, spread over their durations (one: the median; 0: all), in order."""
+    if steps <= 0 or steps >= len(windows):
+        return windows
+    by_span = sorted(range(len(windows)), key=lambda i: (windows[i][2] - windows[i][1], i))
+    picked = sorted({by_span[min(int((k + 0.5) * len(windows) / steps), len(windows) - 1)] for k in range(steps)})
+    return [windows[i] for i in picked]
+
+
+def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 0) -> PathSummary | None:
+    """The critical path of each ``ProfilerStep`` (default mode) — of ``steps`` of them chosen
+    across their durations (:func:`chosen_steps`; 0: every step) — or of the whole trace when it
+    has none; None without any GPU row or CPU operator to build a graph from."""
+    windows = step_windows(events)
+    notes: list[str] = []
+    if 0 < steps < len(windows):
+        picked = chosen_steps(windows, steps)
+        which = "the one of median duration" if steps == 1 else "spread over their durations"
+        notes.append(f"the critical path covers {len(picked)} of {len(windows)} steps ({which}: "
+                     f"{', '.join(label for label, _, _ in picked)}); analyze --path-steps 0 covers every step")
+        windows = picked
+    rows = rows_of(events)
+    if not len(rows.ts):
+        return None
+    if not windows:
+        windows = [("whole trace", float(rows.ts.min()), float(rows.end.max()))]
+    paths = [found for label, start, end in windows
+             if (found := analyse(rows, rank, label, start, end, False, None)) is not None]
+    paths = [p for p in paths if p.nodes > 0]
+    if not paths:
+        return None
+    bound: dict[str, float] = defaultdict(float)
+    for p in paths:
+        for kind, us in p.bound_us.items():
+            bound[kind] += us
+        notes.extend(p.notes)
+    merged = CriticalPath(rank, "all steps", paths[0].start_us, paths[-1].end_us, 0, 0, {}, sum(p.length_us for p in paths),
+                          tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
+    shown = max(paths, key=lambda p: p.length_us)
+    busy = rows.busy
+    return PathSummary(
+        steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
+        bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
+        segments=tuple(segments(merged, events, top, len(paths))), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
+        shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
+        after_sync_us=sum(_after_sync_us(p, busy) for p in paths))
+
+
+def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> float:
+    """The device's idle time while the path is on the host right after a sync (until the path
+    reaches the device again): what the sync cost, the device having drained its queue for it.
+    The host's own time there is not counted when the device was busy meanwhile."""
+    begins, ends = [], []
+    armed = False
+    for edge in path.path:
+        if edge.kind == SYNC:
+            armed = True
+        elif edge.bound in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM):
+            armed = False
+        elif armed and edge.bound == CPU and edge.weight_us > 0:
+            begins.append(edge.src_us)
+            ends.append(edge.dst_us)
+    if not begins:
+        return 0.0
+    host = intervals.merge(np.array(begins), np.array(ends))
+    return intervals.total(*intervals.subtract(host, busy))
+
+
+def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
+    """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
+    thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
+    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
+    if not kept:
+        return []
+    make = partial(tuple.__new__, PathSpan)
+    strings = events.symbols.strings
+    out: list[PathSpan] = []
+    for lo in range(0, len(kept), CHUNK):  # in chunks: the columns as Python lists stay small
+        column = dict(zip(PathEdge._fields, zip(*kept[lo:lo + CHUNK])))
+        src, dst, event = (np.asarray(column[name], dtype=np.int64) for name in ("src", "dst", "event"))
+        bound = np.asarray(column["bound"], dtype=object)
+        where = np.where((bound == LAUNCH_OVERHEAD) | (bound == GAP), dst, np.where(event >= 0, event, src))
+        names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
+        for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
+            names[i] = "(between operators)"
+        out += map(make, zip(names, column["bound"], column["src_us"], column["dst_us"],
+                             map(strings.__getitem__, events.pid[where].tolist()),
+                             map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist()))
+    return out
