@@ -91,7 +91,7 @@ def setup_of(report: Any) -> verify.Setup:
 
 
 def _gain_model(ev: Any) -> Any:
-    from stepscope.diagnosis.rules.input_pipeline import predict_step
+    from stepscope.pipeline.diagnose import predict_step
 
     steady = ev.steady
     if steady is None or not steady.steady_count:

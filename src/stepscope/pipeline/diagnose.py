@@ -31,7 +31,7 @@ from stepscope.errors import UsageError
 from stepscope.pipeline import views
 from stepscope.pipeline.inputs import JobInputs
 from stepscope.record.run import PHASES, RunRecord
-from stepscope.report.model import FlameView, PerfettoView, RankReport, Report
+from stepscope.report.model import FlameView, PerfettoView, RankReport, Report, StackLine
 
 if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
@@ -147,9 +147,19 @@ def _perfetto(inputs: JobInputs, evidences: tuple[RunEvidence, ...]) -> Perfetto
 
 def _flame(record: RunRecord, phase: str) -> FlameView:
     try:
-        return FlameView(phase, collapse_stacks(record, phase))
+        stacks = collapse_stacks(record, phase)
+        return FlameView(phase, tuple(StackLine(item.frames, item.samples) for item in stacks))
     except ValueError as exc:
         raise UsageError(f"--flame: {exc}") from None
 
 
-__all__ = ["PHASES", "ReportOptions", "diagnose"]
+def predict_step(evidence: RunEvidence, workers: int, threads: int) -> float | None:
+    """The step the input pipeline's loading model predicts with ``workers`` DataLoader workers and
+    ``threads`` intra-op threads (None when the run lacks what the model needs): ``run --verify``'s
+    gain model reads it here, since only this module reaches the rules."""
+    from stepscope.diagnosis.rules.input_pipeline import predict_step as predict
+
+    return predict(evidence, workers, threads)
+
+
+__all__ = ["PHASES", "ReportOptions", "diagnose", "predict_step"]

@@ -20,15 +20,16 @@ import numpy as np
 
 from stepscope.analysis.bundle import MfuEstimate, RankSteady, RunEvidence
 from stepscope.analysis.evidence import MacroSignals, WorkerLoad
-from stepscope.analysis.run.code_locations import FoldedStack
 from stepscope.analysis.run.compile_summary import CompileSummary
 from stepscope.analysis.run.gc_pauses import GcPauseSummary
 from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
+from stepscope.analysis.run.signals import SATURATED
 from stepscope.analysis.run.steady import StepStats
 from stepscope.analysis.run.timelines import SystemTimelines
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunMeta, SkippedSamples
+from stepscope.record.run import PHASES as RECORD_PHASES
+from stepscope.record.run import LoaderInfo, Overrides, RunMeta, SkippedSamples
 
 if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
     from stepscope.analysis.trace.critical_path import PathSummary
@@ -45,8 +46,12 @@ REPORT_KIND = "stepscope.report"
 REPORT_SCHEMA_VERSION = 4
 
 Source = Literal["run", "trace"]
+#: The step's phases, in the order every view shows them (the record's columns).
+PHASES: tuple[str, ...] = RECORD_PHASES
+#: A GPU's mean utilisation below this reads as starved (TraceML calls under 30 % "LOW", shared/reference).
+GPU_UTIL_LOW = 0.3
 
-__all__ = ["PHASES", "AccountSummary", "Finding", "FlameView", "FoldedStack", "JobSummary", "MacroSignals", "WorkerLoad", "LaunchSummary", "PerfettoRank", "PerfettoView", "RankReport", "Report",
+__all__ = ["PHASES", "AccountSummary", "Finding", "FlameView", "JobSummary", "MachineView", "MacroSignals", "StackLine", "WorkerLoad", "LaunchSummary", "PerfettoRank", "PerfettoView", "RankReport", "Report",
            "RunSummary", "SkipSummary", "StepSeries", "TraceRankView", "TraceViews"]
 
 
@@ -120,6 +125,75 @@ class RunSummary:
     machine: MacroSignals | None
     machine_notes: tuple[str, ...] = ()  # the sampler's notes worth a line (not NVML's absence on a CPU run)
     account: AccountSummary | None = None  # the training thread's account (None unmeasured)
+
+    @property
+    def machine_view(self) -> MachineView | None:
+        """What the summary shows of the sampler's signals (None without a sampler)."""
+        return machine_view(self.machine)
+
+
+@dataclass(frozen=True)
+class MachineView:
+    """The machine's rows of the run summary: the sampler's signals the summary shows, with the
+    levels already judged (a saturated core or worker, a starved GPU)."""
+
+    sample_count: int
+    cpu_count: int | None
+    cpu_util_mean: float | None
+    busiest_core_util: float | None
+    busiest_core_saturated: bool  # above the sampler's saturation level (SATURATED)
+    idlest_core_util: float | None
+    saturated_cores: int | None
+    iowait_share: float | None
+    steal_share: float | None
+    runnable_threads_per_core: float | None
+    main_cpu_util: float | None
+    worker_count: int | None
+    worker_cpu_util_mean: float | None
+    workers_saturated: bool  # the workers' mean is above SATURATED
+    worker_saturation: float | None
+    thread_count_max: int | None
+    disk_read_bytes_per_s: float | None
+    disk_read_bytes_per_s_early: float | None
+    disk_read_bytes_per_s_late: float | None
+    page_cache_warming: bool
+    net_bytes_per_s: float | None
+    memory_used_share_max: float | None
+    rss_growth_bytes_per_s: float | None
+    rss_growth_basis: str | None
+    swap_in_bytes_per_s: float | None
+    swap_out_bytes_per_s: float | None
+    gpu_count: int | None
+    gpu_util_mean: float | None
+    gpu_starved: bool  # mean utilisation below GPU_UTIL_LOW
+    gpu_util_oscillation: float | None
+    gpu_memory_used_share_max: float | None
+
+
+def machine_view(signals: MacroSignals | None) -> MachineView | None:
+    """The :class:`MachineView` of the sampler's signals."""
+    if signals is None:
+        return None
+    return MachineView(
+        sample_count=signals.sample_count, cpu_count=signals.cpu_count, cpu_util_mean=signals.cpu_util_mean,
+        busiest_core_util=signals.busiest_core_util,
+        busiest_core_saturated=signals.busiest_core_util is not None and signals.busiest_core_util > SATURATED,
+        idlest_core_util=signals.idlest_core_util, saturated_cores=signals.saturated_cores,
+        iowait_share=signals.iowait_share, steal_share=signals.steal_share,
+        runnable_threads_per_core=signals.runnable_threads_per_core, main_cpu_util=signals.main_cpu_util,
+        worker_count=signals.worker_count, worker_cpu_util_mean=signals.worker_cpu_util_mean,
+        workers_saturated=signals.worker_cpu_util_mean is not None and signals.worker_cpu_util_mean > SATURATED,
+        worker_saturation=signals.worker_saturation, thread_count_max=signals.thread_count_max,
+        disk_read_bytes_per_s=signals.disk_read_bytes_per_s,
+        disk_read_bytes_per_s_early=signals.disk_read_bytes_per_s_early,
+        disk_read_bytes_per_s_late=signals.disk_read_bytes_per_s_late,
+        page_cache_warming=bool(signals.page_cache_warming), net_bytes_per_s=signals.net_bytes_per_s,
+        memory_used_share_max=signals.memory_used_share_max, rss_growth_bytes_per_s=signals.rss_growth_bytes_per_s,
+        rss_growth_basis=signals.rss_growth_basis, swap_in_bytes_per_s=signals.swap_in_bytes_per_s,
+        swap_out_bytes_per_s=signals.swap_out_bytes_per_s, gpu_count=signals.gpu_count,
+        gpu_util_mean=signals.gpu_util_mean,
+        gpu_starved=signals.gpu_util_mean is not None and signals.gpu_util_mean < GPU_UTIL_LOW,
+        gpu_util_oscillation=signals.gpu_util_oscillation, gpu_memory_used_share_max=signals.gpu_memory_used_share_max)
 
 
 @dataclass(frozen=True)
@@ -239,7 +313,15 @@ class FlameView:
     """The folded stacks of one phase (``stepscope report --flame PHASE``), outermost frame first."""
 
     phase: str
-    stacks: tuple[FoldedStack, ...]
+    stacks: tuple[StackLine, ...]
+
+
+@dataclass(frozen=True)
+class StackLine:
+    """One distinct folded stack (outermost frame first) and how many samples had it."""
+
+    frames: tuple[str, ...]
+    samples: int
 
 
 @dataclass(frozen=True)

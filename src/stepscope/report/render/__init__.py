@@ -28,7 +28,6 @@ from :data:`VIEW_RENDERERS` by the view's ``kind`` and the output's name:
 | ``monitor``, ``monitor_ended`` | :mod:`.monitor_text` | :mod:`.command_json` | — |
 | ``runs`` | :mod:`.runs_text` | :mod:`.command_json` | :mod:`.runs_text` (the plot) |
 | ``scenarios`` | :mod:`.scenarios_text` | — | — |
-| ``diff`` (:class:`~stepscope.report.diff_view.DiffView`, made by :mod:`stepscope.pipeline.compare`) | :mod:`.diff_text` | :mod:`.diff_json` | :mod:`.diff_html` |
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from collections.abc import Callable
 from typing import Any
 
 from stepscope.report.command_views import CommandView
-from stepscope.report.diff_view import DiffView
 from stepscope.report.model import Report
 from stepscope.report.render.output import Output
 
@@ -92,13 +90,10 @@ VIEW_RENDERERS: dict[tuple[str, str], str] = {
     ("runs", "json"): "command_json:render_runs",
     ("runs", "html"): "runs_text:render_html",
     ("scenarios", "text"): "scenarios_text:render",
-    ("diff", "text"): "diff_text:render",
-    ("diff", "json"): "diff_json:render",
-    ("diff", "html"): "diff_html:render",
 }
 
 
-def render(view: Report | CommandView | DiffView, name: str, out: Output) -> list[str]:
+def render(view: Report | CommandView, name: str, out: Output) -> list[str]:
     """Render ``view`` with the output ``name`` (:data:`RENDERERS` for a run's report,
     :data:`VIEW_RENDERERS` for another command's view); returns its notices."""
     if isinstance(view, Report):

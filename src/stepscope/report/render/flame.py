@@ -4,11 +4,11 @@ pipeline from the stack samples of the steady steps)."""
 
 from __future__ import annotations
 
-from stepscope.report.model import FoldedStack, Report
+from stepscope.report.model import Report, StackLine
 from stepscope.report.render.output import Output
 
 
-def folded_text(stacks: tuple[FoldedStack, ...]) -> str:
+def folded_text(stacks: tuple[StackLine, ...]) -> str:
     """Collapsed-stack text: one ``frame;frame;frame count`` line per stack (empty string if none)."""
     return "".join(f"{';'.join(item.frames) or '(no frames)'} {item.samples}\n" for item in stacks)
 

@@ -1,26 +1,23 @@
 """The machine's rows of the run summary: what the sampler saw (``RunSummary.machine``).
 
 :func:`machine_rows` returns ``(label, text)`` rows — CPU, processes, disk, memory, and GPU when
-there was one — and the notes worth a line. It only formats the signals' fields; a field that was
-not measured reads "-" or is left out.
+there was one — and the notes worth a line. It only formats the fields of the summary's
+:class:`~stepscope.report.model.MachineView` (whose levels — a saturated core, a starved GPU — are
+judged there); a field that was not measured reads "-" or is left out.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from stepscope.report.model import MacroSignals, RunSummary
+from stepscope.report.model import MachineView, RunSummary
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
-
-#: Display levels: a core or a worker above this share is drawn red (the sampler's "saturated").
-SATURATED = 0.9
-_GPU_LOW = 0.3  # TraceML calls GPU utilization under 30% "LOW" (shared/reference)
 
 
 def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:
     """The machine's rows of the summary (none without a sampler)."""
-    signals = summary.machine
+    signals = summary.machine_view
     if signals is None:
         return []
     rows: list[tuple[str, Text]] = []
@@ -39,10 +36,10 @@ def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:
 STEAL_SHOWN = 0.01
 
 
-def _cpu(signals: MacroSignals) -> Text:
+def _cpu(signals: MachineView) -> Text:
     text = Text(f"{signals.cpu_count or '?'} cores: mean {format_ratio(signals.cpu_util_mean)}, ")
     text.append("busiest ")
-    text.append(format_ratio(signals.busiest_core_util), style=_level(signals.busiest_core_util))
+    text.append(format_ratio(signals.busiest_core_util), style="red" if signals.busiest_core_saturated else "")
     text.append(f", idlest {format_ratio(signals.idlest_core_util)}")
     if signals.saturated_cores:
         text.append(f", {signals.saturated_cores} saturated", style="red")
@@ -54,11 +51,11 @@ def _cpu(signals: MacroSignals) -> Text:
     return text
 
 
-def _processes(signals: MacroSignals) -> Text:
+def _processes(signals: MachineView) -> Text:
     text = Text(f"main {format_ratio(signals.main_cpu_util)} of a core")
     if signals.worker_count:
         text.append(f"; {signals.worker_count} workers at a time, mean ")
-        text.append(format_ratio(signals.worker_cpu_util_mean), style=_level(signals.worker_cpu_util_mean))
+        text.append(format_ratio(signals.worker_cpu_util_mean), style="red" if signals.workers_saturated else "")
         if signals.worker_saturation:
             text.append(f" ({format_ratio(signals.worker_saturation)} saturated)", style="red")
     else:
@@ -68,7 +65,7 @@ def _processes(signals: MacroSignals) -> Text:
     return text
 
 
-def _disk(signals: MacroSignals) -> Text:
+def _disk(signals: MachineView) -> Text:
     text = Text(f"read {_rate(signals.disk_read_bytes_per_s)}")
     if signals.disk_read_bytes_per_s_early is not None:
         text.append(f", {_rate(signals.disk_read_bytes_per_s_early)} → {_rate(signals.disk_read_bytes_per_s_late)}"
@@ -80,7 +77,7 @@ def _disk(signals: MacroSignals) -> Text:
     return text
 
 
-def _memory(signals: MacroSignals) -> Text:
+def _memory(signals: MachineView) -> Text:
     text = Text(f"used up to {format_ratio(signals.memory_used_share_max)}")
     if signals.rss_growth_bytes_per_s is not None:
         sign = "+" if signals.rss_growth_bytes_per_s >= 0 else "-"
@@ -92,11 +89,11 @@ def _memory(signals: MacroSignals) -> Text:
     return text
 
 
-def _gpu(signals: MacroSignals) -> Text:
+def _gpu(signals: MachineView) -> Text:
     if not signals.gpu_count:
         return Text("no GPU metrics", style="dim")
     text = Text(f"{signals.gpu_count} GPU{'s' if signals.gpu_count > 1 else ''}: utilization mean ")
-    text.append(format_ratio(signals.gpu_util_mean), style=_level(signals.gpu_util_mean, inverse=True))
+    text.append(format_ratio(signals.gpu_util_mean), style="red" if signals.gpu_starved else "")
     text.append(f", swing within a step {format_ratio(signals.gpu_util_oscillation)}")
     text.append(f"; memory up to {format_ratio(signals.gpu_memory_used_share_max)}")
     return text
@@ -104,10 +101,3 @@ def _gpu(signals: MacroSignals) -> Text:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{format_bytes(value)}/s"
-
-
-def _level(value: float | None, inverse: bool = False) -> str:
-    """Red for a saturated resource (or, ``inverse``, a starved one), else no style."""
-    if value is None:
-        return ""
-    return "red" if (value < _GPU_LOW if inverse else value > SATURATED) else ""
