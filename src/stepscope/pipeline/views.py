@@ -22,7 +22,7 @@ from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, RunRecord, StepTable
 from stepscope.report.model import (AccountSummary, JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
-                                    StepSeries, TraceRankView, TraceViews)
+                                    StepSeries, TABLE_ROWS, TraceRankView, TraceViews)
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
     from stepscope.analysis.trace.rank_analysis import RankAnalysis
@@ -174,6 +174,9 @@ def trace_rank_view(item: RankAnalysis) -> TraceRankView:
     python = item.python
     launches = item.launches
     summary = launches.summary() if launches.count else None
+    critical = item.critical
+    path_shares = () if critical is None else tuple(
+        (kind, critical.label(kind), share) for kind, share in critical.shown_shares().items())
     return TraceRankView(
         rank=item.rank, path=item.path, rank_source=item.rank_source, device_name=item.device_name,
         categories=tuple((category, steps.mean_us.get(category), steps.share(category)) for category in CATEGORIES),
@@ -192,7 +195,17 @@ def trace_rank_view(item: RankAnalysis) -> TraceRankView:
         host=None if python is None else {part: python.share(part) for part in ("python", "aten", "runtime")},
         memory=item.memory.devices, allocators=item.memory.top_operators,
         operators=item.operators.rows, operators_by_shape=item.operators.grouped_by_shape,
-        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=item.critical)
+        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=item.critical,
+        path_shares=path_shares, path_shares_ranked=tuple(sorted(path_shares, key=lambda row: (row[2], row[0]),
+                                                                 reverse=True)),
+        operators_shown=_largest(item.operators.rows, "host_total_us"), kernels_shown=_largest(item.kernels.rows, "total_us"))
+
+
+def _largest(rows: tuple[Any, ...], key: str) -> tuple[Any, ...]:
+    """A table's rows as a page holds them: all, or the TABLE_ROWS largest by ``key``."""
+    if len(rows) <= TABLE_ROWS:
+        return rows
+    return tuple(sorted(rows, key=lambda row: -getattr(row, key))[:TABLE_ROWS])
 
 
 # -- the Perfetto timeline -------------------------------------------------------------------------
@@ -231,13 +244,8 @@ def _origin(records: Sequence[RunRecord]) -> int:
 
 def _counter_series(timelines: SystemTimelines) -> dict[str, dict[str, np.ndarray]]:
     """Counter track name → {series name: per-interval values}, in display units."""
-    busy = timelines.core_busy
-    with np.errstate(invalid="ignore"):
-        cpu_mean = np.where(np.isnan(busy).all(axis=1), np.nan, np.nanmean(np.where(np.isnan(busy), np.nan, busy),
-                                                                           axis=1)) if busy.shape[1] else \
-            np.full(len(timelines), np.nan)
     series: dict[str, dict[str, np.ndarray]] = {
-        "CPU busy %": {"all cores": cpu_mean * 100},
+        "CPU busy %": {"all cores": timelines.cpu_busy_mean * 100},
         "process CPU (cores)": {"main": timelines.main_cpu, "DataLoader workers": timelines.workers_cpu},
         "disk MiB/s": {"read": timelines.disk_read / 2**20, "write": timelines.disk_write / 2**20},
         "memory GiB": {"machine used": timelines.mem_used / 2**30, "main RSS": timelines.main_rss / 2**30},

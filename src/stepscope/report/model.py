@@ -48,6 +48,8 @@ REPORT_SCHEMA_VERSION = 4
 Source = Literal["run", "trace"]
 #: The step's phases, in the order every view shows them (the record's columns).
 PHASES: tuple[str, ...] = RECORD_PHASES
+#: Rows of an operator or kernel table in a page (the largest when a trace has more).
+TABLE_ROWS = 2000
 #: A GPU's mean utilisation below this reads as starved (TraceML calls under 30 % "LOW", shared/reference).
 GPU_UTIL_LOW = 0.3
 
@@ -271,6 +273,13 @@ class TraceRankView:
     kernels: tuple[KernelRow, ...]
     notes: tuple[str, ...]
     critical: PathSummary | None = None  # what bounds the steps: their critical path
+    #: the critical path's shares worth showing: (kind, label, share) in display order, and largest first
+    path_shares: tuple[tuple[str, str, float], ...] = ()
+    path_shares_ranked: tuple[tuple[str, str, float], ...] = ()
+    #: the rows a page's operator and kernel tables hold: all of them, or the TABLE_ROWS largest
+    #: (host total, total) when there are more
+    operators_shown: tuple[OperatorRow, ...] = ()
+    kernels_shown: tuple[KernelRow, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,17 @@ class SystemTimelines:
     def has_workers(self) -> bool:
         return bool(np.nan_to_num(self.workers_alive).any())
 
+    @property
+    def cpu_busy_mean(self) -> np.ndarray:
+        """Per interval, the busy share of all cores (0..1; NaN where no core was measured)."""
+        busy = self.core_busy
+        if not busy.shape[1]:
+            return np.full(len(self), np.nan)
+        measured = ~np.isnan(busy).all(axis=1)
+        mean = np.full(len(self), np.nan)
+        mean[measured] = np.nanmean(busy[measured], axis=1)
+        return mean
+
 
 def system_timelines(samples: Samples | None) -> SystemTimelines | None:
     """The :class:`SystemTimelines` of a run's samples, or None with fewer than two samples."""

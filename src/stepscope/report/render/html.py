@@ -41,8 +41,6 @@ from stepscope.units import format_bytes, format_duration, format_duration_ns, f
 
 #: Step bars drawn at most; more steps are grouped (see html_charts.step_bars).
 MAX_STEP_BARS = 1500
-#: Rows of an operator or kernel table embedded at most (the largest by total time are kept).
-MAX_TABLE_ROWS = 2000
 #: Trace steps drawn individually in the overview chart at most (the first ones).
 MAX_TRACE_STEPS = 200
 MAX_FINDINGS = 12
@@ -428,9 +426,9 @@ def _critical_path(view: TraceRankView) -> str:
     if path is None or path.length_us <= 0:
         return ""
     steps = len(path.steps)
-    shares = path.shown_shares()
-    legend = _legend({path.label(k): charts.PATH_COLORS[k] for k in shares},
-                     {path.label(k): format_ratio(v) for k, v in shares.items()})
+    shares = {kind: share for kind, _, share in view.path_shares}
+    legend = _legend({label: charts.PATH_COLORS[kind] for kind, label, _ in view.path_shares},
+                     {label: format_ratio(share) for _, label, share in view.path_shares})
     waits = "".join(f"<li>{text(item)}</li>" for item in path.syncs[:5])
     idle = (f'<p>device idle while the path is on the host right after a sync: {format_ratio(path.after_sync_share)}'
             "</p>" if path.after_sync_us > 0 else "")
@@ -453,15 +451,15 @@ def _critical_path(view: TraceRankView) -> str:
             + notes)
 
 
-def _keep_largest(rows: tuple[Any, ...], key: str, page: HtmlPage, what: str) -> tuple[Any, ...]:
-    if len(rows) <= MAX_TABLE_ROWS:
-        return rows
-    page.notices.append(f"{what}: the {MAX_TABLE_ROWS:,} largest of {len(rows):,} rows are in the table")
-    return tuple(sorted(rows, key=lambda row: -getattr(row, key))[:MAX_TABLE_ROWS])
+def _shown(rows: tuple[Any, ...], shown: tuple[Any, ...], page: HtmlPage, what: str) -> tuple[Any, ...]:
+    """The rows the view keeps for the table, with a notice when it keeps fewer than there are."""
+    if len(shown) < len(rows):
+        page.notices.append(f"{what}: the {len(shown):,} largest of {len(rows):,} rows are in the table")
+    return shown
 
 
 def _operator_table(view: TraceRankView, page: HtmlPage, name: str) -> dict[str, Any]:
-    rows = _keep_largest(view.operators, "host_total_us", page, f"{name} operators")
+    rows = _shown(view.operators, view.operators_shown, page, f"{name} operators")
     columns = [("name", "operator", "text"), ("calls", "calls", "int"), ("host_self_us", "host self", "us"),
                ("host_total_us", "host total", "us"), ("device_self_us", "device self", "us"),
                ("device_total_us", "device total", "us")]
@@ -473,7 +471,7 @@ def _operator_table(view: TraceRankView, page: HtmlPage, name: str) -> dict[str,
 
 
 def _kernel_table(view: TraceRankView, page: HtmlPage, name: str) -> dict[str, Any]:
-    rows = _keep_largest(view.kernels, "total_us", page, f"{name} kernels")
+    rows = _shown(view.kernels, view.kernels_shown, page, f"{name} kernels")
     columns = [("name", "kernel", "text"), ("calls", "calls", "int"), ("total_us", "total", "us"),
                ("mean_us", "mean", "us"), ("min_us", "min", "us"), ("max_us", "max", "us"),
                ("blocks_per_sm", "blocks/SM", "num"), ("occupancy_pct", "occupancy", "pct"),

@@ -27,7 +27,6 @@ import os
 import socket
 import struct
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -144,11 +143,7 @@ def _system_scalars(report: Report, steps: StepSeries) -> Columns:
     timelines = report.timelines
     if timelines is None or len(steps.sample_steps) != len(timelines):
         return [], [], {}
-    busy = timelines.core_busy
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: nanmean says so, NaN is the answer
-        cpu = np.nanmean(busy, axis=1) * 100 if busy.shape[1] else np.full(len(timelines), np.nan)
-    columns = {"system/cpu_busy_pct": cpu, "system/memory_used_gib": timelines.mem_used / 2**30,
+    columns = {"system/cpu_busy_pct": timelines.cpu_busy_mean * 100, "system/memory_used_gib": timelines.mem_used / 2**30,
                "system/main_rss_gib": timelines.main_rss / 2**30}
     for gpu in range(timelines.gpu_util.shape[1]):
         columns[f"system/gpu{gpu}_util_pct"] = timelines.gpu_util[:, gpu] * 100

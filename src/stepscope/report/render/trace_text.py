@@ -81,8 +81,7 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     steps = len(path.steps)
     head = Text(f"What bounds the step: its critical path ({steps} step{'s' if steps != 1 else ''}, "
                 f"{_us(path.per_step_us)} per step)", style="italic")
-    shares = sorted(((share, kind) for kind, share in path.shown_shares().items()), reverse=True)
-    lines = ["  " + " · ".join(f"{path.label(kind)} {format_ratio(share)}" for share, kind in shares)]
+    lines = ["  " + " · ".join(f"{label} {format_ratio(share)}" for _, label, share in rank.path_shares_ranked)]
     if path.after_sync_us > 0:
         lines.append(f"  device idle while the path is on the host after a sync: {format_ratio(path.after_sync_share)}")
     for sync in path.syncs[:3]:

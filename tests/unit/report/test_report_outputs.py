@@ -1,0 +1,74 @@
+"""``stepscope report`` on the saved runs and ``stepscope analyze`` on the vendored reference traces,
+byte for byte against ``tests/data/golden/reports/``: terminal text, JSON and HTML (its stylesheet
+aside). The files were written by the renderers before
+they stopped computing (the CPU mean, the critical path's shown shares and their order, the largest
+table rows now come from the view); ``STEPSCOPE_WRITE_GOLDEN=1`` rewrites them after a change that
+is meant to show."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli.main import main
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+GOLDEN = DATA / "golden" / "reports"
+WRITE = os.environ.get("STEPSCOPE_WRITE_GOLDEN") == "1"
+RUNS = sorted(path.name for path in (DATA / "runs").iterdir() if path.is_dir())
+#: every Kineto trace of the vendored reference set (an execution trace, ``*_et.json.gz``, is not one)
+TRACES = sorted(str(path.relative_to(DATA / "traces" / "reference")) for path in
+                (DATA / "traces" / "reference" / "hta").rglob("*.json.gz") if not path.name.endswith("_et.json.gz"))
+
+
+@pytest.fixture(autouse=True)
+def fixed_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("TZ", "UTC")
+
+
+def _stable(text: str, *paths: Path) -> str:
+    """The output without what differs between checkouts: the stylesheet, this checkout's paths."""
+    text = re.sub(r"<style>.*?</style>", "<style/>", text, flags=re.S)
+    for path in paths:
+        text = text.replace(str(path), "<DATA>")
+    return text
+
+
+def check(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if WRITE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8"), name
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_report_of_a_saved_run(run, capsys, tmp_path):
+    run_dir = DATA / "runs" / run
+    for fmt in ("text", "json"):
+        assert main(["report", str(run_dir), "--format", fmt, "--jobs", "1"]) == 0
+        check(f"run-{run}.{fmt}", _stable(capsys.readouterr().out, DATA))
+    page = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "--jobs", "1", "--html", "-o", str(page)]) == 0
+    check(f"run-{run}.html", _stable(page.read_text(encoding="utf-8"), DATA, tmp_path))
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_analyze_of_a_reference_trace(trace, capsys, tmp_path):
+    path = DATA / "traces" / "reference" / trace
+    for fmt in ("text", "json"):
+        assert main(["analyze", str(path), "--format", fmt, "--no-progress", "--jobs", "1"]) in (0, 3)
+        check(f"trace-{_slug(trace)}.{fmt}", _stable(capsys.readouterr().out, DATA))
+    page = tmp_path / "trace.html"
+    assert main(["analyze", str(path), "--no-progress", "--jobs", "1", "--html", "-o", str(page)]) in (0, 3)
+    check(f"trace-{_slug(trace)}.html", _stable(page.read_text(encoding="utf-8"), DATA, tmp_path))
+    capsys.readouterr()
