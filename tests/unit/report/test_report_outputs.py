@@ -26,8 +26,11 @@ TRACES = sorted(str(path.relative_to(DATA / "traces" / "reference")) for path in
 
 @pytest.fixture(autouse=True)
 def fixed_terminal(monkeypatch):
+    """A fixed width and zone, and paths relative to ``tests/data`` (a checkout's own path would
+    change where a long name is cut)."""
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.chdir(DATA)
 
 
 def _stable(text: str, *paths: Path) -> str:
@@ -52,7 +55,7 @@ def _slug(name: str) -> str:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_report_of_a_saved_run(run, capsys, tmp_path):
-    run_dir = DATA / "runs" / run
+    run_dir = Path("runs") / run
     for fmt in ("text", "json"):
         assert main(["report", str(run_dir), "--format", fmt, "--jobs", "1"]) == 0
         check(f"run-{run}.{fmt}", _stable(capsys.readouterr().out, DATA))
@@ -64,7 +67,7 @@ def test_report_of_a_saved_run(run, capsys, tmp_path):
 
 @pytest.mark.parametrize("trace", TRACES)
 def test_analyze_of_a_reference_trace(trace, capsys, tmp_path):
-    path = DATA / "traces" / "reference" / trace
+    path = Path("traces") / "reference" / trace
     for fmt in ("text", "json"):
         assert main(["analyze", str(path), "--format", fmt, "--no-progress", "--jobs", "1"]) in (0, 3)
         check(f"trace-{_slug(trace)}.{fmt}", _stable(capsys.readouterr().out, DATA))
