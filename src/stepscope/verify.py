@@ -15,6 +15,15 @@ writes again, once per trial, in its own working directory. stepscope says so be
 start. The time budget is explicit (``--verify-budget``; by default :func:`default_budget`), and
 Ctrl-C stops the trials cleanly: what was measured is kept.
 
+The budget is kept with measured trial times (:func:`planned_length`): the first trial is planned
+at the diagnosed run's estimate, every later one at the longest wall time measured so far (its own
+setting's, else any trial's) — start-up, the steps, stepscope's own analysis and the measuring of
+the record. A trial starts only when its planned length fits in what is left of the budget; one that
+overruns its plan is stopped (with its process group) so that it has ended, grace period included,
+by the end of the budget plus the larger of half its planned length and the 3 s grace period
+(:func:`trial_limit`): ``--verify`` ends within one planned trial length of its budget (a trial of
+`stepscope run` takes longer than that grace period: start-up alone is seconds).
+
 `stepscope try` uses the same candidates and the same comparison (one implementation).
 """
 
@@ -28,7 +37,7 @@ from typing import Any
 from stepscope.capture.overrides import SETTING_KEYS, describe, parse_settings, parse_value
 from stepscope.diagnosis.findings import Finding, Prescription
 from stepscope.errors import UsageError
-from stepscope.whatif import BASELINE, Candidate, CodeChange, Comparison, TrialResult, compare, run_trials
+from stepscope.whatif import BASELINE, Candidate, CodeChange, Comparison, TrialResult, compare
 
 #: Findings whose prescriptions are tried (the top of the verdict).
 TOP_FINDINGS = 3
@@ -44,6 +53,10 @@ TRIAL_STEPS = 40
 #: past the end of the budget; past it the trial is stopped with its process group, timed out.
 TRIAL_DEADLINE_FACTOR = 3.0
 TRIAL_DEADLINE_SLACK_S = 10.0
+#: A trial that started within its planned length may run past the end of the budget by this share
+#: of that length less the stop's grace period: a trial a little slower than planned is measured,
+#: not wasted, and --verify still ends within one planned trial of its budget.
+OVERRUN_SHARE = 0.5
 #: The default budget: this many trials' worth of time, within these bounds (seconds).
 BUDGET_TRIALS = 14
 BUDGET_MIN_S = 60.0
@@ -67,12 +80,16 @@ class Verification:
     failures: tuple[dict[str, Any], ...] = ()
     failed: str | None = None
     stopped_by: str | None = None  # the signal that stopped the trials (SIGINT: Ctrl-C)
+    #: each trial started: ``{"setting", "round", "start_s", "planned_s", "wall_s"}`` (seconds from
+    #: the start of the trials; planned from the trials measured before it)
+    schedule: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return {"steps": self.steps, "repeats": self.repeats, "budget_s": round(self.budget_s, 1),
-                "elapsed_s": round(self.elapsed_s, 1), "best": self.best, "interrupted": self.interrupted,
+                "elapsed_s": round(self.elapsed_s, 1), "schedule": [dict(item) for item in self.schedule],
+                "best": self.best, "interrupted": self.interrupted,
                 "stopped_by": self.stopped_by, "notes": list(self.notes), "failed": self.failed,
                 "failures": [dict(item) for item in self.failures],
                 "trials": [asdict(row) for row in self.comparisons]}
@@ -318,6 +335,74 @@ def trial_deadline(trial_s: float) -> float:
     return TRIAL_DEADLINE_FACTOR * trial_s + TRIAL_DEADLINE_SLACK_S
 
 
+def planned_length(name: str, walls: dict[str, list[float]], estimate_s: float) -> float:
+    """Seconds the next trial of ``name`` is planned to take: the longest measured wall time of its
+    own trials, else of any trial so far, else ``estimate_s`` (nothing measured yet)."""
+    own = walls.get(name)
+    if own:
+        return max(own)
+    measured = [wall for items in walls.values() for wall in items]
+    return max(measured) if measured else estimate_s
+
+
+def trial_limit(planned_s: float, left_s: float, timeout_s: float) -> float:
+    """The deadline of a trial planned at ``planned_s`` with ``left_s`` of the budget left (a trial
+    starts only when ``planned_s <= left_s``): its own ``timeout_s``, and no later than the end of
+    the budget plus :data:`OVERRUN_SHARE` of its planned length less the stop's grace period. A
+    trial that keeps to its plan is never stopped; one stopped has ended, SIGKILL after the grace
+    period included, by the end of the budget plus the larger of half its planned length and the
+    grace period."""
+    from stepscope.children import GRACE_S
+
+    return max(0.1, min(timeout_s, left_s + max(0.0, OVERRUN_SHARE * planned_s - GRACE_S)))
+
+
+def run_budgeted(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
+                 repeats: int, budget_s: float, estimate_s: float, started: float, results: list[TrialResult],
+                 schedule: list[dict[str, Any]], progress: Callable[[str], None] = lambda line: None,
+                 timeout_s: float | None = None, cwd: str | None = None) -> None:
+    """Every trial of :func:`stepscope.whatif.trial_order` that fits the budget, measured, appended
+    to ``results`` (a list the caller keeps: after a Ctrl-C it holds the trials measured so far).
+
+    A trial is planned at :func:`planned_length` and started only when that fits in what is left of
+    the budget (``started + budget_s``, :func:`time.monotonic`); a trial that does not fit is
+    skipped, a shorter one later in the order may still run. Its deadline is :func:`trial_limit`."""
+    import time
+
+    from stepscope.whatif import measure, run_trial, trial_order
+
+    settings = {BASELINE: {}, **{candidate.name: candidate.settings for candidate in candidates}}
+    names = list(settings)
+    slug = {name: "baseline" if name == BASELINE else f"c{index}" for index, name in enumerate(names)}
+    order = trial_order(names, repeats)
+    walls: dict[str, list[float]] = {}
+    skipped = 0
+    for number, (repeat, name) in enumerate(order, 1):
+        now = time.monotonic()
+        left = started + budget_s - now
+        planned = planned_length(name, walls, estimate_s)
+        if planned > left:
+            skipped += 1
+            continue
+        limit = trial_limit(planned, left, timeout_s if timeout_s is not None else trial_deadline(planned))
+        run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
+        log = out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log"
+        code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps, log=log, timeout_s=limit,
+                                cwd=cwd)
+        result = replace(measure(run_dir, name, repeat, code, error), log=str(log))
+        wall = time.monotonic() - now
+        walls.setdefault(name, []).append(wall)
+        results.append(result)
+        schedule.append({"setting": name, "round": repeat + 1, "start_s": round(now - started, 3),
+                         "planned_s": round(planned, 3), "wall_s": round(wall, 3)})
+        figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
+                  else f"failed: {result.error} (log: {log})")
+        progress(f"trial {number}/{len(order)}: {name} (round {repeat + 1}, {wall:.0f} s, planned {planned:.0f} s)"
+                 f" … {figure}")
+    if skipped:
+        progress(f"{skipped} of {len(order)} trials not started: they did not fit in what was left of the budget")
+
+
 def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path, *, steps: int, budget_s: float,
            trial_s: float, progress: Callable[[str], None] = lambda line: None,
            timeout_s: float | None = None, cwd: str | None = None) -> Verification:
@@ -327,7 +412,8 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
     end of the budget; a trial is not started with less than half its expected length left. A
     trial that fails (exit status, signal, timed out, no steps) is listed in ``failures`` and left
     out of every comparison. Ctrl-C, or a :class:`stepscope.children.Stopped` signal, stops the
-    trial under way with its process group: what was measured is kept."""
+    trial under way with its process group: what was measured is kept. The trials are planned with
+    their measured times (:func:`run_budgeted`): none starts that cannot end within the budget."""
     import time
 
     from stepscope.children import signal_name, stopped_by
@@ -341,14 +427,15 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
                      f"{kept} at ~{trial_s:.0f} s a trial (raise --verify-budget)")
     chosen = list(found[:kept])
     trials: list[TrialResult] = []
+    schedule: list[dict[str, Any]] = []
     interrupted = False
     stopped: str | None = None
     if chosen:
         planned = len(trial_order([BASELINE, *(item.name for item in chosen)], repeats))
         try:
-            run_trials(target_argv, chosen, out_dir, steps=steps, repeats=repeats, progress=progress,
-                       timeout_s=timeout_s if timeout_s is not None else trial_deadline(trial_s), results=trials,
-                       cwd=cwd, ends_at=started + budget_s, min_trial_s=0.5 * trial_s)
+            run_budgeted(target_argv, chosen, out_dir, steps=steps, repeats=repeats, budget_s=budget_s,
+                         estimate_s=trial_s, started=started, results=trials, schedule=schedule, progress=progress,
+                         timeout_s=timeout_s, cwd=cwd)
         except KeyboardInterrupt as exc:
             interrupted = True
             stopped = signal_name(stopped_by(exc))
@@ -363,7 +450,7 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
                       "log": trial.log} for trial in trials if trial.step_time_s is None)
     return Verification(steps, repeats, budget_s, time.monotonic() - started, tuple(comparisons),
                         best.name if best is not None else None, tuple(notes), interrupted, failures,
-                        failure_summary(trials, out_dir / "logs"), stopped)
+                        failure_summary(trials, out_dir / "logs"), stopped, tuple(schedule))
 
 
 def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
@@ -371,8 +458,8 @@ def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
     return max(faster, key=lambda row: row.speedup or 0.0) if faster else None
 
 
-__all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "findings_of", "setup_of_document", "default_budget", "gain_of", "plan", "prescription_settings",
-           "trial_deadline", "verify"]
+__all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "findings_of", "setup_of_document", "default_budget", "gain_of", "plan", "planned_length", "prescription_settings",
+           "run_budgeted", "trial_deadline", "trial_limit", "verify"]
 
 
 # -- persistence and the report --------------------------------------------------------------------
@@ -399,7 +486,7 @@ def load(run_dir: Path) -> Verification | None:
                             float(data["elapsed_s"]), rows, data.get("best"), tuple(data.get("notes", ())),
                             bool(data.get("interrupted", False)),
                             tuple(dict(item) for item in data.get("failures", ()) or ()), data.get("failed"),
-                            data.get("stopped_by"))
+                            data.get("stopped_by"), tuple(dict(item) for item in data.get("schedule", ()) or ()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -159,7 +159,11 @@ def test_a_hung_trial_is_stopped_with_its_process_group_at_the_end_of_the_budget
     took = time.monotonic() - started
     assert took < 4.0 + 3.0 + 2.0, took  # the budget, the grace period, a margin
     assert result.failures[0]["error"] == "timed out after 4.0 s (stopped with its process group)"
-    assert "3 of 4 trials not run: the budget of 4 s was spent (raise --verify-budget)" in result.notes
+    # the hung setting's next trial is planned at its measured length, which no longer fits: not started
+    # (the other setting's trials run when the hung one's length still fits in what is left)
+    (note,) = result.notes
+    assert note.endswith("of 4 trials not run: the budget of 4 s was spent (raise --verify-budget)"), note
+    assert [(item["setting"], item["round"]) for item in result.schedule].count((BASELINE, 2)) == 0
     time.sleep(0.2)
     for line in (tmp_path / "pids.txt").read_text().splitlines():
         pid, group, helper = map(int, line.split())
@@ -171,3 +175,35 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+# a trial that takes ~3 s more than stepscope's own start-up and ignores SIGTERM: stopping it at the
+# end of the budget would cost the whole grace period (SIGKILL after 3 s)
+SLOW_TO_STOP_SCRIPT = """import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(3)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_verify_plans_with_measured_trial_times_and_never_exceeds_its_budget_by_more_than_one_trial(tmp_path):
+    """The diagnosed run's estimate (0.5 s a trial) is far below a real trial (stepscope's start-up,
+    the script, the record and its measuring): trials are planned at their measured length from the
+    second on, none starts that cannot end within the budget, so --verify ends within the budget plus
+    one planned trial — the old plan started a trial with a quarter of its estimate left and stopped
+    it at the end of the budget, 3 s of grace later."""
+    (tmp_path / "train.py").write_text(SLOW_TO_STOP_SCRIPT)
+    budget = 14.0
+    started = time.monotonic()
+    result = verify.verify(["--", "train.py"], [TWO_WORKERS], tmp_path / "verify", steps=5, budget_s=budget,
+                           trial_s=0.5, cwd=str(tmp_path))
+    took = time.monotonic() - started
+    planned = [item["planned_s"] for item in result.schedule]
+    walls = [item["wall_s"] for item in result.schedule]
+    assert len(result.schedule) >= 2, result.schedule
+    assert planned[0] == 0.5 and planned[1] >= walls[0]  # the second trial is planned at the first's length
+    assert took <= budget + max(planned), (took, result.schedule)
+    for item in result.schedule[1:]:  # every trial planned with a measurement started only where it fit
+        assert item["start_s"] + item["planned_s"] <= budget, result.schedule
+    again = verify.load(verify.save(result, tmp_path).parent)
+    assert again is not None and again.schedule == result.schedule

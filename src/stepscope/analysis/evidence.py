@@ -170,6 +170,8 @@ class CompiledGraphs:
     graphs_per_step: float
     recompiled_frames: tuple[str, ...] = ()  # frames with a variant F/N, N > 0
     variants: tuple[str, ...] = ()
+    between_graphs_us_per_step: float = 0.0  # time between the graphs of one compiled call (graph breaks)
+    step_us: float | None = None  # the profiled steps' mean duration
 
 
 @dataclass(frozen=True)

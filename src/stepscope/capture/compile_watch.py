@@ -17,6 +17,24 @@ Nothing here asks the user for a log switch, and nothing parses console text:
   logger, read by a ``logging.Handler`` of ours. When the user has not enabled that artifact, the
   logger is enabled for our handler only (``propagate`` off), so nothing reaches the script's
   console; when the user has (``TORCH_LOGS=graph_breaks``), ours is added beside theirs.
+- **Where a graph break is in the user's code**: a break inside library code (``torch/``,
+  ``site-packages``) is logged at the library's line; the record's first "User code traceback"
+  (dynamo's user stack) names the frames that led there, and the deepest one in the user's own
+  files (``model.py:142 self.encoder(src, mask=mask)``) is kept with the break. That logged stack
+  is lossy in torch 2.13: ``collapse_resume_frames`` merges consecutive frames of the same name, so
+  a user's ``forward`` that calls a library ``forward`` (``nn.TransformerEncoder``) disappears from
+  it. The stack is therefore read where dynamo logs the break
+  (``InstructionTranslatorBase.log_graph_break``, wrapped: the exception's ``real_stack``, the
+  stack the log is formatted from before that merge); the logged traceback is the fall-back, and a
+  duplicate of a break takes the user frame of the first.
+- **Every guard that failed** (recompilations only): dynamo reports the first failed check of a
+  cache entry (``recompile_reason``). Its ``get_guard_fail_reason_helper`` (called once per cached
+  variant when a frame recompiles) is wrapped: the wrapper walks the variant's guard tree and
+  checks each leaf guard on the same frame locals, so the size, grad-mode and mask guards that
+  failed together are all named; they belong to the compilation that starts next.
+- **Compile caches**: dynamo's counters of FX graph cache (inductor) and AOTAutograd cache hits
+  and misses, and each compilation's backend compile time: cold or warm, and what a warm run
+  would still pay.
 - **The recompile limit**: dynamo's warning record when a frame hits ``config.recompile_limit``
   (its arguments: the limit, the function, the last guard failure), read by a handler on the
   ``torch._dynamo.convert_frame`` logger: the frame then runs eager.
@@ -31,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sysconfig
 import threading
 import time
 from typing import Any
@@ -46,12 +65,21 @@ _MAIN_THREAD = threading.main_thread().ident
 _BREAK_AT = re.compile(r"Graph break(?: \(user stack suppressed due to duplicate graph break\))? in user code at "
                        r"(?P<file>.+?):(?P<line>\d+)\s*\nGraph Break Reason: (?P<reason>.*?)(?:\n\s*User code traceback|$)",
                        re.S)
+#: One frame of dynamo's "User code traceback:" (``File "F", line N, in FN`` and the source line).
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]+)\n(?P<code>[^\n]*)', re.M)
 #: The lines of a break's reason that say what was unsupported (the first line is often generic:
 #: "Encountered graph break when attempting to trace CALL").
 _SPECIFIC = re.compile(r"^\s*(Unsupported|Data-dependent|Attempted|Dynamo does not|torch\.\*|Failed|Call to)", re.M)
 #: At most this many graph-break records are kept (a break in a loop repeats).
 MAX_BREAKS = 2000
 MAX_TEXT = 500
+#: At most this many guard-tree nodes are checked per cached variant when a frame recompiles.
+MAX_GUARD_NODES = 20000
+#: dynamo's counters of its compile caches: (counter group, key) -> the record's name.
+CACHE_COUNTERS = {("inductor", "fxgraph_cache_hit"): "fx_hit", ("inductor", "fxgraph_cache_miss"): "fx_miss",
+                  ("inductor", "fxgraph_cache_bypass"): "fx_bypass",
+                  ("aot_autograd", "autograd_cache_hit"): "aot_hit", ("aot_autograd", "autograd_cache_miss"): "aot_miss",
+                  ("aot_autograd", "autograd_cache_bypass"): "aot_bypass"}
 
 
 class _Records(logging.Handler):
@@ -84,7 +112,12 @@ class CompileWatcher:
         self.skip = skip  # () -> code objects of capture's wrappers, never to be compiled as frames
         self._skipped: set[Any] = set()
         self.spans: list[tuple[int, int, str, str]] = []  # (start_ns, end_ns, compile id, trigger)
-        self.breaks: list[tuple[int, str, int, str]] = []  # (ts_ns, file, line, reason)
+        # (ts_ns, file, line, reason, user file, user line, user code, library function)
+        self.breaks: list[tuple[int, str, int, str, str, int, str, str]] = []
+        self._user_frames: dict[tuple[str, int], tuple[str, int, str, str]] = {}
+        self._stack: list[tuple[str, int, str, str]] | None = None  # the break being logged
+        self.guard_failures: dict[str, list[str]] = {}  # compile id -> every guard that failed before it
+        self._pending_guards: list[str] = []
         self.limit_hits: list[tuple[int, str, int, str]] = []  # (ts_ns, function, limit, last reason)
         self.sources: list[str] = []
         self._open: list[tuple[int, str, str]] = []
@@ -109,6 +142,7 @@ class CompileWatcher:
         except Exception as exc:  # noqa: BLE001
             self.warnings.once("compile-callbacks", f"torch.compile compile times not timed ({exc})")
         self._watch_graph_breaks()
+        self._watch_guard_failures()
         self._watch_logger("torch._dynamo.convert_frame", self._on_convert_frame, "recompile-limit warning")
 
     def _watch_graph_breaks(self) -> None:
@@ -135,6 +169,71 @@ class CompileWatcher:
 
         self._undo.append(undo)
         self.sources.append("graph_breaks log records")
+        self._watch_break_stacks()
+
+    def _watch_break_stacks(self) -> None:
+        try:
+            from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+            original = InstructionTranslatorBase.log_graph_break
+        except Exception:  # noqa: BLE001 - the logged traceback is the fall-back
+            return
+        watcher = self
+
+        def log_graph_break(translator: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                exc = kwargs.get("exc", args[-1] if args else None)
+                stack = getattr(exc, "real_stack", None)
+                if stack is None:
+                    from torch._guards import TracingContext
+
+                    stack = TracingContext.extract_stack()
+                watcher._stack = [(str(item.filename), int(item.lineno or 0), str(item.name), (item.line or "").strip())
+                                  for item in stack]
+            except Exception:  # noqa: BLE001
+                watcher._stack = None
+            try:
+                return original(translator, *args, **kwargs)
+            finally:
+                watcher._stack = None
+
+        InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign]
+
+        def undo() -> None:
+            if InstructionTranslatorBase.log_graph_break is log_graph_break:
+                InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+
+        self._undo.append(undo)
+        self.sources.append("graph-break user stacks")
+
+    def _watch_guard_failures(self) -> None:
+        try:
+            import torch._dynamo.guards as guards
+
+            original = guards.get_guard_fail_reason_helper
+        except Exception as exc:  # noqa: BLE001
+            self.warnings.once("compile-guards", f"recompilations name only dynamo's first failed guard ({exc})")
+            return
+        pending = self._pending_guards
+
+        def helper(guard_manager: Any, f_locals: Any, *args: Any, **kwargs: Any) -> Any:
+            reason = original(guard_manager, f_locals, *args, **kwargs)
+            try:
+                for item in failed_guards(guard_manager, f_locals):
+                    if item not in pending:
+                        pending.append(item)
+            except Exception:  # noqa: BLE001 - observing must not break compilation
+                pass
+            return reason
+
+        guards.get_guard_fail_reason_helper = helper
+
+        def undo() -> None:
+            if guards.get_guard_fail_reason_helper is helper:
+                guards.get_guard_fail_reason_helper = original
+
+        self._undo.append(undo)
+        self.sources.append("every failed guard")
 
     def _watch_logger(self, name: str, sink: Any, what: str) -> None:
         logger = logging.getLogger(name)
@@ -171,7 +270,11 @@ class CompileWatcher:
             return  # the step recorder belongs to the training thread
         self.skip_wrappers()  # wrappers installed since (the model's own class, after discovery)
         trigger = str(getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")).lower()
-        self._open.append((_now(), str(getattr(args, "compile_id", "")), trigger))
+        compile_id = str(getattr(args, "compile_id", ""))
+        if self._pending_guards:  # the guards that failed are checked just before the recompilation starts
+            self.guard_failures.setdefault(compile_id, []).extend(self._pending_guards)
+            self._pending_guards.clear()
+        self._open.append((_now(), compile_id, trigger))
         self.recorder.enter(self.phase)
 
     def _on_end(self, args: Any) -> None:
@@ -186,9 +289,21 @@ class CompileWatcher:
     def _on_break(self, record: logging.LogRecord) -> None:
         if len(self.breaks) >= MAX_BREAKS:
             return
-        match = _BREAK_AT.search(record.getMessage())
-        if match is not None:
-            self.breaks.append((_now(), match["file"], int(match["line"]), break_reason(match["reason"])))
+        message = record.getMessage()
+        match = _BREAK_AT.search(message)
+        if match is None:
+            return
+        file, line = match["file"], int(match["line"])
+        user = user_frame(file, line, message, self._stack) if self._stack else None
+        if user is None:
+            user = self._user_frames.get((file, line))
+        if user is None:
+            user = user_frame(file, line, message)
+            if user is not None:
+                self._user_frames[(file, line)] = user
+        user_file, user_line, user_code, function = user or ("", 0, "", "")
+        self.breaks.append((_now(), file, line, break_reason(match["reason"]), user_file, user_line, user_code,
+                            function))
 
     def _on_convert_frame(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
@@ -206,7 +321,7 @@ class CompileWatcher:
             return None
         counters = self._counters()
         return {"sources": list(self.sources), "spans": [list(item) for item in self.spans],
-                "compilations": metrics, "graph_breaks": [list(item) for item in self.breaks],
+                "compilations": metrics, "guard_failures": {key: list(value) for key, value in self.guard_failures.items()}, "graph_breaks": [list(item) for item in self.breaks],
                 "limit_hits": [list(item) for item in self.limit_hits], "counters": counters,
                 "recompile_limit": self._limit()}
 
@@ -226,6 +341,15 @@ class CompileWatcher:
         out = []
         for entry in entries:
             item: dict[str, Any] = {}
+            # a lazily compiled backward is its own entry with the forward's compile id: its cache
+            # counts and backend time belong to that compilation
+            cache = {name: getattr(entry, name, None) for name in (
+                "inductor_fx_local_cache_hit_count", "inductor_fx_local_cache_miss_count",
+                "inductor_fx_remote_cache_hit_count", "inductor_fx_remote_cache_miss_count",
+                "aotautograd_local_cache_hit_count", "aotautograd_local_cache_miss_count",
+                "aotautograd_remote_cache_hit_count", "aotautograd_remote_cache_miss_count")}
+            item["cache_hits"] = _sum_counts(cache, "_hit_count")
+            item["cache_misses"] = _sum_counts(cache, "_miss_count")
             for name in ("compile_id", "co_name", "co_filename", "co_firstlineno", "entire_frame_compile_time_s",
                          "backend_compile_time_s", "recompile_reason", "fail_type", "fail_reason",
                          "fail_user_frame_filename", "fail_user_frame_lineno", "num_graph_breaks",
@@ -244,9 +368,11 @@ class CompileWatcher:
         try:
             from torch._dynamo.utils import counters
 
+            caches = {name: int(counters[group][key]) for (group, key), name in CACHE_COUNTERS.items()
+                      if group in counters and key in counters[group]}
             return {"graph_break": {str(key)[:MAX_TEXT]: int(value) for key, value in counters["graph_break"].items()},
                     "stats": {str(key): int(value) for key, value in counters["stats"].items()
-                              if isinstance(value, int)}}
+                              if isinstance(value, int)}, "caches": caches}
         except Exception:  # noqa: BLE001
             return {}
 
@@ -257,6 +383,178 @@ class CompileWatcher:
             return int(value if value is not None else config.cache_size_limit)
         except Exception:  # noqa: BLE001
             return None
+
+
+def _sum_counts(values: dict[str, Any], suffix: str) -> int | None:
+    counts = [int(value) for name, value in values.items() if name.endswith(suffix) and isinstance(value, int)]
+    return sum(counts) if counts else None
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Directories whose files are not the user's: torch's, the installed packages', the standard
+    library's, the environment's scripts (``bin/stepscope``) and stepscope's own (its zoo aside)."""
+    roots = set()
+    for name in ("purelib", "platlib", "stdlib", "platstdlib", "scripts"):
+        try:
+            roots.add(os.path.realpath(sysconfig.get_paths()[name]))
+        except (KeyError, OSError):
+            continue
+    try:
+        import torch
+
+        roots.add(os.path.realpath(os.path.dirname(torch.__file__)))
+    except Exception:  # noqa: BLE001
+        pass
+    roots.add(_STEPSCOPE)
+    return tuple(sorted(root + os.sep for root in roots if root))
+
+
+_STEPSCOPE = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: stepscope's planted scenarios are the user's code of a demo
+_ZOO = os.path.join(_STEPSCOPE, "zoo") + os.sep
+_ROOTS: tuple[str, ...] | None = None
+
+
+def is_library_file(path: str) -> bool:
+    """Whether ``path`` is library code the user does not edit: under torch, site-packages or
+    dist-packages, the standard library, the environment's scripts, stepscope (but its zoo of
+    demos) — or not a file (``<frozen …>``, ``<string>``)."""
+    global _ROOTS
+    if not path or path.startswith("<"):
+        return True
+    parts = path.replace("\\", "/").split("/")
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    if _ROOTS is None:
+        _ROOTS = _library_roots()
+    real = os.path.realpath(path)
+    if real.startswith(_ZOO):
+        return False
+    return any(real.startswith(root) for root in _ROOTS)
+
+
+def user_frame(file: str, line: int, message: str, stack: list[tuple[str, int, str, str]] | None = None
+               ) -> tuple[str, int, str, str] | None:
+    """(user file, user line, user source line, the library function that broke) of a graph break
+    at ``file:line``: the break itself when it is in the user's code, else the deepest frame in
+    the user's files of ``stack`` (``(file, line, function, source)`` frames, outermost first) or
+    of the record's "User code traceback"; None when there is no stack (a duplicate) and the break
+    is in library code."""
+    if not is_library_file(file):
+        return file, line, "", ""
+    if stack:
+        frames = list(stack)
+    else:
+        _, found, text = message.partition("User code traceback:")
+        if not found:
+            return None
+        frames = [(item["file"], int(item["line"]), item["function"].strip(), item["code"].strip())
+                  for item in _FRAME.finditer(text)]
+    function = frames[-1][2] if frames else ""
+    for path, number, _function, code in reversed(frames):
+        if not is_library_file(path):
+            return path, number, code[:MAX_TEXT], function
+    return None
+
+
+def failed_guards(guard_manager: Any, f_locals: Any) -> list[str]:
+    """Every leaf guard of a cached variant that fails on ``f_locals`` (dynamo stops at the first),
+    each as ``"src: size (dim 0) 16 -> 12"``, ``"global state: grad_mode"``, ``"mask: requires_grad"``…"""
+    root = guard_manager.root
+    scope: dict[str, Any] = {"L": f_locals}
+    global_scope = getattr(guard_manager, "global_scope", None) or {}
+    if "G" in global_scope:
+        scope["G"] = global_scope["G"]
+    scope.update(getattr(guard_manager, "closure_vars", None) or {})
+    out: list[str] = []
+    budget = [MAX_GUARD_NODES]
+
+    def visit(manager: Any, value: Any, source: str) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        for leaf in manager.get_leaf_guards():
+            kind = type(leaf).__name__
+            detail = ""
+            try:
+                if hasattr(leaf, "check_verbose"):
+                    info = leaf.check_verbose(value)
+                    ok = bool(info.result)
+                    detail = " ".join(str(part) for part in info.verbose_code_parts)
+                else:
+                    ok = bool(leaf(value))
+            except Exception:  # noqa: BLE001 - a guard that cannot be called alone (aliasing, …)
+                continue
+            if not ok:
+                text = describe_guard(kind, source, leaf, value, detail)
+                if text not in out:
+                    out.append(text)
+        for child in manager.get_child_managers():
+            try:
+                child_source = child.get_source()
+                child_value = eval(child_source, {"__builtins__": __builtins__}, scope)  # noqa: S307 - dynamo's own source text
+            except Exception:  # noqa: BLE001
+                continue
+            visit(child, child_value, child_source)
+
+    visit(root, f_locals, "")
+    return out
+
+
+_TENSOR_MATCH = re.compile(r"check_tensor\((?P<source>[^,]+), \w+, DispatchKeySet\((?P<keys>[^)]*)\), (?P<dtype>[\w.]+), "
+                           r"device=(?P<device>[^,]+), requires_grad=(?P<grad>\w+), size=\[(?P<size>[^\]]*)\], "
+                           r"stride=\[(?P<stride>[^\]]*)\]")
+
+
+def source_name(source: str) -> str:
+    """``L['self']._modules['encoder']`` -> ``self.encoder``; ``L['src']`` -> ``src``."""
+    text = re.sub(r"^L\[['\"]([^'\"]+)['\"]\]", r"\1", source.strip())
+    text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
+    return re.sub(r"^G\[['\"]([^'\"]+)['\"]\]", r"\1", text)
+
+
+def describe_guard(kind: str, source: str, leaf: Any, value: Any, detail: str = "") -> str:
+    """One failed guard, in words."""
+    name = source_name(source) if source else ""
+    if kind == "GLOBAL_STATE":
+        what = detail.replace("GLOBAL_STATE changed:", "").strip() or "changed"
+        return f"global state: {what}"
+    if kind == "TENSOR_MATCH":
+        parts = [str(part) for part in leaf.verbose_code_parts()]
+        match = _TENSOR_MATCH.search(parts[0]) if parts else None
+        if match is not None:
+            changes = _tensor_changes(match, value)
+            if changes:
+                return f"{name}: {', '.join(changes)}"
+        return f"{name}: tensor properties"
+    parts = [str(part).split("#")[0].strip() for part in leaf.verbose_code_parts()]
+    code = parts[0] if parts else kind
+    code = re.sub(r"L\[['\"]([^'\"]+)['\"]\]", r"\1", code)
+    return (f"{name}: {kind.lower()} ({code})" if name else f"{kind.lower()} ({code})")[:MAX_TEXT]
+
+
+def _tensor_changes(match: re.Match[str], value: Any) -> list[str]:
+    changes = []
+    try:
+        size = [item.strip() for item in match["size"].split(",") if item.strip()]
+        actual = list(value.shape)
+        if len(size) != len(actual):
+            changes.append(f"dimensions {len(size)} -> {len(actual)}")
+        else:
+            for dim, (expected, got) in enumerate(zip(size, actual)):
+                if expected != "None" and expected.isdigit() and int(expected) != int(got):
+                    changes.append(f"size (dim {dim}) {expected} -> {got}")
+        if match["grad"] in ("True", "False") and (match["grad"] == "True") != bool(value.requires_grad):
+            changes.append(f"requires_grad {match['grad']} -> {bool(value.requires_grad)}")
+        if not str(value.dtype).endswith(match["dtype"].split(".")[-1]):
+            changes.append(f"dtype {match['dtype']} -> {value.dtype}")
+        if not changes and len(size) == len(actual):
+            stride = [item.strip() for item in match["stride"].split(",") if item.strip()]
+            if [int(item) for item in stride if item.isdigit()] != [int(item) for item in value.stride()][:len(stride)]:
+                changes.append("stride")
+    except Exception:  # noqa: BLE001 - not a plain tensor
+        return changes
+    return changes
 
 
 def break_reason(text: str) -> str:
@@ -275,12 +573,14 @@ def compile_facts(raw: dict[str, Any] | None) -> CompileFacts | None:
     for start, end, compile_id, _trigger in raw["spans"]:
         spans.setdefault(str(compile_id), (int(start), int(end)))
     compilations = []
-    seen: set[str] = set()
+    entries: dict[str, list[dict[str, Any]]] = {}
     for item in raw["compilations"]:
         compile_id = str(item.get("compile_id") or "")
-        if not compile_id or compile_id in seen:
-            continue
-        seen.add(compile_id)
+        if compile_id:
+            entries.setdefault(compile_id, []).append(item)
+    guards = raw.get("guard_failures") or {}
+    for compile_id, group in entries.items():
+        item = group[0]  # the frame's compilation; a lazily compiled backward adds its own entry
         start, end = spans.get(compile_id, (-1, -1))
         duration_s = item.get("entire_frame_compile_time_s")
         duration_ns = end - start if start >= 0 else int(float(duration_s or 0.0) * 1e9)
@@ -289,17 +589,32 @@ def compile_facts(raw: dict[str, Any] | None) -> CompileFacts | None:
             failure = f"{item['fail_type']}: {item.get('fail_reason') or ''}".strip()
         frame, _, attempt = compile_id.partition("/")
         latency = item.get("guard_latency_us")
+        backend = [float(entry["backend_compile_time_s"]) for entry in group
+                   if isinstance(entry.get("backend_compile_time_s"), (int, float))]
+        found = [int(entry["cache_hits"]) for entry in group if isinstance(entry.get("cache_hits"), int)]
+        missed = [int(entry["cache_misses"]) for entry in group if isinstance(entry.get("cache_misses"), int)]
         compilations.append(Compilation(
             compile_id=compile_id, frame=frame.split("-")[-1], function=str(item.get("co_name") or "?"),
             file=str(item.get("co_filename") or ""), line=int(item.get("co_firstlineno") or 0), start_ns=start,
             duration_ns=max(0, duration_ns), trigger=str(item.get("recompile_reason") or ""),
             graph_breaks=None if item.get("num_graph_breaks") is None else int(item["num_graph_breaks"]),
-            guard_latency_us=None if latency is None else float(latency), failure=failure))
+            guard_latency_us=None if latency is None else float(latency), failure=failure,
+            guard_failures=tuple(str(text)[:MAX_TEXT] for text in guards.get(compile_id, ())),
+            backend_ns=int(sum(backend) * 1e9) if backend else None,
+            cache_hits=sum(found) if found else None, cache_misses=sum(missed) if missed else None))
     compilations.sort(key=lambda item: (item.start_ns if item.start_ns >= 0 else 2**62, item.compile_id))
     breaks: dict[tuple[str, int, str], list[int]] = {}
-    for ts, file, line, reason in raw["graph_breaks"]:
+    users: dict[tuple[str, int, str], tuple[str, int, str, str]] = {}
+    for ts, file, line, reason, *user in raw["graph_breaks"]:
         key = (str(file), int(line), str(reason))
         breaks.setdefault(key, []).append(int(ts))
+        if len(user) == 4 and user[0] and key not in users:
+            users[key] = (str(user[0]), int(user[1]), str(user[2]), str(user[3]))
+    for key in breaks:  # a duplicate logged without its stack: the user frame of the same library line
+        if key not in users:
+            same = next((value for (file, line, _), value in users.items() if (file, line) == key[:2]), None)
+            if same is not None:
+                users[key] = same
     limit = raw.get("recompile_limit")
     hits = []
     for ts, function, limit_seen, reason in raw["limit_hits"]:
@@ -308,7 +623,8 @@ def compile_facts(raw: dict[str, Any] | None) -> CompileFacts | None:
                                       str(reason)))
     return CompileFacts(
         sources=tuple(raw.get("sources", ())), compilations=tuple(compilations),
-        graph_breaks=tuple(GraphBreak(file, line, reason, len(times), min(times))
+        graph_breaks=tuple(GraphBreak(file, line, reason, len(times), min(times),
+                                      *users.get((file, line, reason), ("", 0, "", "")))
                            for (file, line, reason), times in breaks.items()),
         limit_hits=tuple(hits), recompile_limit=None if limit is None else int(limit),
         counters=dict(raw.get("counters") or {}))

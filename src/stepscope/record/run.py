@@ -313,6 +313,12 @@ class Compilation:
     graph_breaks: int | None = None
     guard_latency_us: float | None = None  # guard-check cost per call of this variant
     failure: str | None = None  # what made dynamo give up on this attempt
+    #: every guard of the cached variants that failed before this recompilation (dynamo's
+    #: ``trigger`` names the first of one variant only): ``"src: size (dim 0) 16 -> 12"``
+    guard_failures: tuple[str, ...] = ()
+    backend_ns: int | None = None  # the backend's compile time (inductor, AOTAutograd), lazy backward included
+    cache_hits: int | None = None  # FX graph and AOTAutograd cache hits (None: no cache consulted)
+    cache_misses: int | None = None
 
 
 @dataclass(frozen=True)
@@ -322,6 +328,12 @@ class GraphBreak:
     reason: str
     count: int  # times the break was logged (once per compilation that met it)
     first_ns: int
+    #: the deepest frame in the user's files on the way to a break in library code (dynamo's user
+    #: stack), with its source line; the break's own file and line when it is in the user's code
+    user_file: str = ""
+    user_line: int = 0
+    user_code: str = ""
+    function: str = ""  # the function the break is in (a library break's, e.g. _detect_is_causal_mask)
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,8 @@ def rank_evidence(item: RankAnalysis) -> TraceEvidence:
         comm_overlap=item.overlap.overlap_share,
         exposed_communication=_exposed(steps.share("Communication"), item.overlap.overlap_share),
         compiled=None if compiled is None else CompiledGraphs(compiled.graphs_per_step, compiled.recompiled_frames,
-                                                              compiled.variants),
+                                                              compiled.variants, compiled.between_graphs_us_per_step,
+                                                              compiled.step_us),
         critical_path=_path_shares(item.critical),
         notes=tuple(steps.notes) + tuple(item.warnings),
     )

@@ -8,10 +8,18 @@ recompile-limit log records; :mod:`stepscope.capture.compile_watch`), and the st
   from then on — HIGH whatever it costs, because the user believes the model is compiled.
 - ``compile.recompiling``: a frame compiled more than twice: which input and dimension the failed
   guards name, and the time it cost.
-- ``compile.graph_breaks``: the compiled code broke into several graphs: each break's reason and
-  user line, with the rewrite its reason calls for.
+- ``compile.graph_breaks``: the compiled code broke into several graphs: each break's reason, the
+  line of the user's code that reaches it (a break inside torch or another library is named at
+  the deepest frame in the user's files, the library frame as detail) and the rewrite of *that*
+  line its reason calls for. Its price would be what it costs in the steady state — the eager code
+  between the graphs, the added guard checks, the recompilations of the code after it; a run record
+  times none of them per step (dynamo's ``guard_latency_us`` is a one-shot check after a cache
+  flush at compile time, not a per-step cost), so the finding is LOW and says "not priced", with the
+  frames and recompilations it adds as evidence. Compile time is never its price: removing a break
+  does not remove the compilation (on word_language_model, removing one made the epoch slower).
 - ``compile.compile_time``: compiling took a large share of this run (≥ 20 %: a short job or many
-  compilations); a LOW note below that.
+  compilations); a LOW note below that. It says whether the compile caches were cold or warm and
+  what a warm run would still pay (the compile time less the backend's, which a hit loads).
 
 The engine's precedence lets a recompiling or eager-falling-back run not also be called
 launch-bound, stalling or healthy (``SUPERSEDES``).
@@ -20,7 +28,7 @@ launch-bound, stalling or healthy (``SUPERSEDES``).
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.compile_summary import CompileSummary, FrameCompiles
+from stepscope.analysis.run.compile_summary import BreakSummary, CompileSummary, FrameCompiles, package_path
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.rules import _common as common
@@ -99,14 +107,21 @@ def recompiling(ev: RunEvidence) -> Finding | None:
     evidence = [Evidence("recompilations", frame.recompiles, RECOMPILES_NORMAL, "compile", "count", frame.label),
                 Evidence("recompile_s", round(recompile_s, 3), None, "compile", "s", "estimated: the frame's compile "
                          "time × its recompilations' share of its compilations")]
-    for reason in frame.triggers[:3]:
-        evidence.append(Evidence("guard_failure", reason, None, "compile", "text", frame.label))
+    for guard, count in frame.guard_counts[:6]:
+        evidence.append(Evidence("failed_guard", guard, None, "compile", "text",
+                                 f"{count} of {frame.recompiles} recompilations"))
+    if not frame.guard_counts:
+        for reason in frame.triggers[:3]:
+            evidence.append(Evidence("guard_failure", reason, None, "compile", "text", frame.label))
+    evidence += _cache_evidence(summary)
     changing = f": {frame.changing} changes" if frame.changing else ""
     title = (f"torch.compile recompiles {frame.function}() {frame.recompiles} times{changing}: compiling it took "
              f"{common.ms(frame.compile_s)}, {common.pct(share)} of the run")
     text = (f"Each new value of a guarded input compiles {frame.label} again. "
             + (f"The failed guards name {frame.changing}." if frame.changing else
-               f"The failed guards: {'; '.join(frame.triggers[:2])}."))
+               f"The failed guards: {'; '.join(frame.triggers[:2])}.")
+            + (f" Every guard that failed, by recompilations: {guards_text(frame)}." if frame.guard_counts else "")
+            + _cache_text(summary))
     return common.finding("compile.recompiling", "compile", title, share, 0.85, evidence, _shape_prescriptions(frame),
                           text, claims=("compile",), impact_basis=RUN_BASIS)
 
@@ -118,37 +133,57 @@ def graph_breaks(ev: RunEvidence) -> Finding | None:
     top = max(summary.graph_breaks, key=lambda item: item.count)
     evidence = [Evidence("graph_breaks", summary.graph_break_count, 0, "compile", "count", "breaks recorded")]
     for item in summary.graph_breaks[:3]:
-        evidence.append(Evidence("graph_break", f"{item.label}: {item.reason}", None, "compile", "text",
-                                 f"{item.count}×"))
-    where = f"{top.label}"
+        detail = f"{item.count}×" + (f", inside {item.library_label}" if item.in_library else "")
+        evidence.append(Evidence("graph_break", f"{item.label}: {item.reason}", None, "compile", "text", detail))
+    where = top.label
+    inside = f" inside {top.library_label}" if top.in_library else ""
     graphs = len(summary.frames) + sum(item.recompiles for item in summary.frames)
-    title = (f"torch.compile breaks the graph at {where} ({_short(top.reason)})"
+    cost = summary.break_cost
+    impact, basis = 0.0, ("not priced: a graph break costs the eager code between the graphs, the guard checks of "
+                          "the frames it adds and their recompilations in the steady state, which a run record does "
+                          "not time per step; the compile time is not its price")
+    priced = "; its steady-state cost is not priced (run with --trace to time it)"
+    traced = between_graphs(ev)
+    if traced is not None:
+        between_us, step_us = traced
+        impact, basis = between_us / step_us, TRACED_BASIS
+        priced = (f"; in the traced steps {_us(between_us)} a step runs between the graphs "
+                  f"({common.pct(impact)} of the step)")
+        evidence.append(Evidence("between_graphs_us_per_step", round(between_us, 1), None, "trace", "us",
+                                 "time between consecutive graphs of one compiled call, per profiled step"))
+    if cost is not None and cost.resume_frames:
+        evidence.append(Evidence("frames_after_breaks", cost.resume_frames, None, "compile", "count",
+                                 "frames dynamo compiled for the code after a break (each with its own guards)"))
+    if cost is not None and cost.resume_recompiles:
+        evidence.append(Evidence("recompiles_after_break", cost.resume_recompiles, None, "compile", "count",
+                                 f"recompilations of the code after the breaks ({common.ms(cost.resume_recompile_s)})"))
+    title = (f"torch.compile breaks the graph at {where}{inside} ({_short(top.reason)})"
              + (f" and {len(summary.graph_breaks) - 1} more place(s)" if len(summary.graph_breaks) > 1 else "")
-             + f": {graphs} graphs, {common.ms(summary.compile_s)} compiling ({common.pct(summary.compile_share)} "
-             "of the run)")
+             + f": {graphs} graphs" + priced)
+    code = f" (`{top.user_code}`)" if top.user_code else ""
     text = ("A graph break splits the compiled code into several graphs and runs the code between them eagerly; "
             "a data-dependent one (.item(), a Python branch on a tensor) also waits for the value, and every value "
-            "of it the guards specialise on compiles the code after the break again.")
-    impact, basis = 0.05, ("estimate: a graph break's cost is not timed apart from the step "
-                           "(a trace shows the graphs per step)")
-    if summary.compile_share > impact:
-        impact, basis = summary.compile_share, RUN_BASIS
+            "of it the guards specialise on compiles the code after the break again."
+            + (f" This one is in library code ({top.library_label}), reached from {where}{code}: that call is what "
+               "can change." if top.in_library else "")
+            + f" Compiling took {common.ms(summary.compile_s)} ({common.pct(summary.compile_share)} of the run); "
+            "removing the break does not remove that — it is not the break's price.")
     evidence.append(Evidence("compile_share", round(summary.compile_share, 4), None, "compile", "ratio",
-                             "all compilations, over the run's steps"))
+                             "all compilations, over the run's steps (not the break's cost)"))
+    severity = Severity.LOW if impact < 0.02 or basis.startswith("not priced") else None
     return common.finding("compile.graph_breaks", "compile", title, impact, 0.85, evidence,
-                          [*_break_prescriptions(top.reason, where),
+                          [*_break_prescriptions(top),
                            Prescription("torch.compile(model, fullgraph=True) while fixing them",
                                         "turns every graph break into an error with its line, so none is missed")],
-                          text, impact_basis=basis, claims=("compile",))
+                          text, impact_basis=basis, claims=("compile",), severity=severity)
 
 
 def compile_time(ev: RunEvidence) -> Finding | None:
     summary = _summary(ev)
     if summary is None or summary.compile_s <= 0 or summary.compile_share < COMPILE_SHARE_NOTE:
         return None
-    if summary.limit_hits or summary.graph_breaks or any(item.recompiles > RECOMPILES_NORMAL
-                                                          for item in summary.frames):
-        return None  # the recompiling or graph-break finding holds the compile time, with its cause
+    if summary.limit_hits or any(item.recompiles > RECOMPILES_NORMAL for item in summary.frames):
+        return None  # the recompiling finding holds the compile time, with its cause
     share = summary.compile_share
     evidence = [Evidence("compile_s", round(summary.compile_s, 3), None, "compile", "s",
                          f"{summary.compilations} compilation(s)"),
@@ -159,7 +194,9 @@ def compile_time(ev: RunEvidence) -> Finding | None:
                   f"~{summary.break_even_steps:.0f} steps.")
         evidence.append(Evidence("break_even_steps", round(summary.break_even_steps), None, "steps", "count",
                                  "compile time over the time a compiled step saves"))
-    title = f"Compiling took {common.ms(summary.compile_s)}, {common.pct(share)} of this run"
+    evidence += _cache_evidence(summary)
+    cache = f" with {summary.cache_state} compile caches" if summary.cache_state else ""
+    title = f"Compiling took {common.ms(summary.compile_s)}{cache}, {common.pct(share)} of this run"
     prescriptions = [
         Prescription("Keep the compile caches between runs: a persistent TORCHINDUCTOR_CACHE_DIR (and the FX graph "
                      "cache, on by default) on a disk that outlives the job",
@@ -170,8 +207,27 @@ def compile_time(ev: RunEvidence) -> Finding | None:
     ]
     severe = share >= COMPILE_SHARE_HIGH
     return common.finding("compile.compile_time", "compile", title, share, 0.9, evidence, prescriptions,
-                          "Compilation ran inside the steps (the compile phase)." + bought,
+                          "Compilation ran inside the steps (the compile phase)." + bought + _cache_text(summary),
                           severity=None if severe else Severity.LOW, claims=("compile",), impact_basis=RUN_BASIS)
+
+
+#: How a graph break is priced from a trace.
+TRACED_BASIS = ("measured in the profiled steps: the time between consecutive graphs of each call into compiled "
+                "code (the eager code between them, the resume frame's guard check and entry); fusion lost across "
+                "the break is not timed")
+
+
+def _us(value: float) -> str:
+    return f"{value:.0f} µs" if value < 1000 else common.ms(value / 1e6)
+
+
+def between_graphs(ev: RunEvidence) -> tuple[float, float] | None:
+    """(µs between the graphs per step, µs per step) from the trace, when it has broken graphs."""
+    compiled = ev.trace.compiled if ev.trace is not None else None
+    if compiled is None or compiled.graphs_per_step <= 1.0 or not compiled.step_us \
+            or compiled.between_graphs_us_per_step <= 0:
+        return None
+    return compiled.between_graphs_us_per_step, compiled.step_us
 
 
 def trace_regions(ev: RunEvidence) -> Finding | None:
@@ -194,8 +250,15 @@ def trace_regions(ev: RunEvidence) -> Finding | None:
                                  "Torch-Compiled Region F/N with N > 0"))
         parts.append(f"calls recompiled variants of frame(s) {', '.join(recompiled)}")
     title = "The compiled code " + " and ".join(parts)
+    impact, basis = 0.05, "estimate: a trace alone does not time what the breaks or recompilations cost"
+    traced = between_graphs(ev)
+    if traced is not None:
+        impact, basis = traced[0] / traced[1], TRACED_BASIS
+        title += f": {_us(traced[0])} a step between the graphs ({common.pct(impact)})"
+        evidence.append(Evidence("between_graphs_us_per_step", round(traced[0], 1), None, "trace", "us",
+                                 "time between consecutive graphs of one compiled call, per profiled step"))
     return common.finding(
-        "compile.trace_regions", "compile", title, 0.05, 0.6, evidence,
+        "compile.trace_regions", "compile", title, impact, 0.6, evidence,
         [Prescription("Run the script under `stepscope run` (or with TORCH_LOGS=graph_breaks,recompiles) to see "
                       "each break's line and each recompilation's guard",
                       "a trace shows that the code is split or recompiled, not where or why"),
@@ -203,7 +266,39 @@ def trace_regions(ev: RunEvidence) -> Finding | None:
                       "turns every graph break into an error with its line")],
         "Torch-Compiled Region events with a variant number above 0 are recompiled code; more than one "
         "CompiledFunction per step is a frame broken into several graphs.",
-        impact_basis="estimate: a trace alone does not time what the breaks or recompilations cost", claims=("compile",))
+        impact_basis=basis, claims=("compile",))
+
+
+def guards_text(frame: FrameCompiles) -> str:
+    """``global state: grad_mode (3×); src: size (dim 0) 16 -> 12 (2×)``."""
+    return "; ".join(f"{guard} ({count}×)" for guard, count in frame.guard_counts[:6])
+
+
+def _cache_evidence(summary: CompileSummary) -> list[Evidence]:
+    if summary.cache_state is None:
+        return []
+    out = [Evidence("compile_caches", summary.cache_state, None, "compile", "text",
+                    f"{summary.cache_hits} hit(s), {summary.cache_misses} miss(es): inductor FX graph and "
+                    "AOTAutograd caches")]
+    if summary.warm_compile_s is not None:
+        out.append(Evidence("warm_compile_s", round(summary.warm_compile_s, 3), None, "compile", "s",
+                            "compile time less the backend's (what a warm-cache run still pays, at least)"))
+    return out
+
+
+def _cache_text(summary: CompileSummary) -> str:
+    if summary.cache_state is None:
+        return " No compile cache was consulted (a backend without one, such as aot_eager)." \
+            if summary.backend_s is not None else ""
+    text = (f" The compile caches were {summary.cache_state} ({summary.cache_hits} hit(s), "
+            f"{summary.cache_misses} miss(es)).")
+    if summary.warm_compile_s is not None and summary.backend_s is not None and summary.cache_state != "warm":
+        text += (f" Of {common.ms(summary.compile_s)}, the backend compiled for {common.ms(summary.backend_s)}, which "
+                 f"a warm cache turns into loads: a warm run pays about {common.ms(summary.warm_compile_s)} plus "
+                 "the loads.")
+    elif summary.cache_state == "warm":
+        text += " This is what a warm run pays."
+    return text
 
 
 def _short(reason: str) -> str:
@@ -228,8 +323,34 @@ def _shape_prescriptions(frame: FrameCompiles) -> list[Prescription]:
     ]
 
 
-def _break_prescriptions(reason: str, where: str) -> list[Prescription]:
-    lowered = reason.lower()
+#: Graph breaks inside torch whose fix is an argument of the user's call: (file suffix, function)
+#: -> (the change, why). Checked on torch 2.13: ``nn.TransformerEncoder(src, mask=causal)`` breaks
+#: in ``_detect_is_causal_mask`` (``bool((mask == causal).all())``: a ``.item()``); with
+#: ``is_causal=True`` the check is skipped and the forward compiles without a break.
+LIBRARY_FIXES = {
+    ("torch/nn/modules/transformer.py", "_detect_is_causal_mask"): (
+        "pass is_causal=True with the causal mask",
+        "without it, the Transformer module checks on the host whether the mask is causal "
+        "(bool((mask == causal).all()): a .item() dynamo cannot trace) at every call; is_causal=True "
+        "tells it, and the check — and the break — go"),
+}
+
+
+def _break_prescriptions(top: BreakSummary) -> list[Prescription]:
+    where = top.label
+    code = f" (`{top.user_code}`)" if top.user_code else ""
+    if top.in_library:
+        path = package_path(top.file)
+        fix = next((value for (suffix, function), value in LIBRARY_FIXES.items()
+                    if path.endswith(suffix) and top.function == function), None)
+        if fix is not None:
+            action, why = fix
+            return [Prescription(f"At {where}{code}: {action}", why)]
+        return [Prescription(f"Change the call at {where}{code}: the break is inside {top.library_label}, which "
+                             "is not yours to edit — pass the argument that keeps the library off the path that "
+                             "breaks, or move the call out of the compiled code",
+                             f"dynamo does not trace it: {_short(top.reason)}")]
+    lowered = top.reason.lower()
     if "item" in lowered or "data-dependent" in lowered or "data dependent" in lowered or "generic_jump" in lowered \
             or "bool" in lowered:
         return [Prescription(f"Keep the branch at {where} on the device: torch.where(cond, a, b), or torch.cond for "
@@ -239,7 +360,7 @@ def _break_prescriptions(reason: str, where: str) -> list[Prescription]:
         return [Prescription(f"Move the print/logging at {where} out of forward (log outside the compiled code, "
                              "every N steps)", "dynamo cannot trace I/O: each call breaks the graph")]
     return [Prescription(f"Rewrite or move out of the compiled region the call at {where}",
-                         f"dynamo does not trace it: {_short(reason)}")]
+                         f"dynamo does not trace it: {_short(top.reason)}")]
 
 
 __all__ = ["compile_time", "graph_breaks", "recompile_limit", "recompiling", "trace_regions"]
