@@ -10,6 +10,8 @@ import math
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000
+#: A share below this prints as 0.0 % (:func:`format_ratio`'s one decimal): a view leaves it out.
+SHARE_SHOWN_MIN = 0.0005
 
 
 def ns_to_s(value_ns: float) -> float:

@@ -13,6 +13,10 @@ from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.run.steady import SteadyState
 from stepscope.record.run import LoaderInfo, RunRecord
 
+#: Hypervisor steal worth naming, in a finding or the summary (below it, a virtual machine's
+#: accounting noise).
+STEAL_SHOWN = 0.01
+
 
 @dataclass(frozen=True)
 class LoaderCpu:

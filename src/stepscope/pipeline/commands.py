@@ -144,6 +144,19 @@ def kill_outcome(outcomes: Sequence[tuple[int, str]] | None) -> KillOutcome:
 
 
 # -- monitor ---------------------------------------------------------------------------------------
+#: A bar above this share reads busy (and above the sampler's SATURATED, high).
+BUSY_SHARE = 0.6
+
+
+def bar_level(share: float | None) -> str:
+    """How a 0..1 bar of the monitor reads: ``high`` above the sampler's saturation level, ``busy``
+    above :data:`BUSY_SHARE`, else ``low``."""
+    from stepscope.analysis.run.signals import SATURATED
+
+    value = 0.0 if share is None else max(0.0, min(share, 1.0))
+    return "high" if value > SATURATED else "busy" if value > BUSY_SHARE else "low"
+
+
 def monitor_view(frame: MonitorFrame, *, pid: int | None, hostname: str, interval_s: float,
                  live: bool = False) -> MonitorView:
     """One frame of ``stepscope monitor`` (``pid``: the process tree shown, None for the machine)."""
@@ -153,17 +166,20 @@ def monitor_view(frame: MonitorFrame, *, pid: int | None, hostname: str, interva
                     for kind, group in (("disk", frame.disks), ("net", frame.nics)) for device in group)
     gpus = tuple(GpuRowView(gpu.index, gpu.name, gpu.util, gpu.memory_used_bytes, gpu.memory_total_bytes,
                             gpu.sm_clock_mhz, gpu.power_w, gpu.temperature_c, gpu.pcie_tx_bytes_per_s,
-                            gpu.pcie_rx_bytes_per_s) for gpu in frame.gpus)
+                            gpu.pcie_rx_bytes_per_s, bar_level(gpu.util)) for gpu in frame.gpus)
+    mem_share = frame.mem_used_bytes / frame.mem_total_bytes if frame.mem_total_bytes else None
+    swap_share = frame.swap_used_bytes / frame.swap_total_bytes if frame.swap_total_bytes else None
     processes = tuple(ProcessRowView(row.pid, user_name(row.uid), row.role, row.state, row.cpu_util, row.rss_bytes,
                                      row.threads, row.gpu_memory_bytes, row.command) for row in frame.processes)
     return MonitorView(
         hostname=hostname, pid=pid, interval_s=interval_s, live=live, core_utils=frame.core_utils,
+        core_levels=tuple(bar_level(share) for share in frame.core_utils),
         cpu_util=frame.cpu_util, iowait_share=frame.iowait_share, load1=frame.load1,
         runnable_threads=frame.runnable_threads, mem_used_bytes=frame.mem_used_bytes,
         mem_cached_bytes=frame.mem_cached_bytes, mem_total_bytes=frame.mem_total_bytes,
-        mem_used_share=frame.mem_used_bytes / frame.mem_total_bytes if frame.mem_total_bytes else None,
+        mem_used_share=mem_share, mem_level=bar_level(mem_share),
         swap_used_bytes=frame.swap_used_bytes, swap_total_bytes=frame.swap_total_bytes,
-        swap_used_share=frame.swap_used_bytes / frame.swap_total_bytes if frame.swap_total_bytes else None,
+        swap_used_share=swap_share, swap_level=bar_level(swap_share),
         swap_in_bytes_per_s=frame.swap_in_bytes_per_s, swap_out_bytes_per_s=frame.swap_out_bytes_per_s,
         devices=devices, gpus=gpus, processes=processes,
         with_roles=any(row.role != "other" for row in frame.processes), notes=tuple(frame.notes),

@@ -23,6 +23,7 @@ from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, RunRecord, StepTable
 from stepscope.report.model import (AccountSummary, JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
                                     StepSeries, TABLE_ROWS, TraceRankView, TraceViews)
+from stepscope.units import SHARE_SHOWN_MIN
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
     from stepscope.analysis.trace.rank_analysis import RankAnalysis
@@ -33,7 +34,7 @@ _EMPTY_STATS = step_stats(StepTable.empty())
 #: (below it, an MFU measures the waiting, not the model) ...
 MFU_SHOWN_COMPUTE_SHARE = 0.25
 #: ... and it reads at least this much (a 0.0 % line says nothing).
-MFU_SHOWN_MIN = 0.0005
+MFU_SHOWN_MIN = SHARE_SHOWN_MIN
 #: Collector pauses get a line in the summary from this share of the step time.
 GC_SHOWN = 0.005
 

@@ -191,6 +191,7 @@ class GpuRowView:
     temperature_c: int | None
     pcie_tx_bytes_per_s: int | None
     pcie_rx_bytes_per_s: int | None
+    util_level: str = "low"  # how its bar reads (see MonitorView.core_levels)
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ class MonitorView:
     interval_s: float
     live: bool  # refreshed on a terminal until q or Ctrl-C (the screen says how to quit)
     core_utils: tuple[float | None, ...]
+    #: how each core's bar reads: "high" (saturated), "busy" or "low"
+    core_levels: tuple[str, ...]
     cpu_util: float | None
     iowait_share: float | None
     load1: float | None
@@ -224,9 +227,11 @@ class MonitorView:
     mem_cached_bytes: int
     mem_total_bytes: int
     mem_used_share: float | None
+    mem_level: str
     swap_used_bytes: int
     swap_total_bytes: int
     swap_used_share: float | None  # None without swap
+    swap_level: str
     swap_in_bytes_per_s: float | None
     swap_out_bytes_per_s: float | None
     devices: tuple[DeviceRow, ...]

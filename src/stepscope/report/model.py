@@ -20,6 +20,7 @@ import numpy as np
 
 from stepscope.analysis.bundle import MfuEstimate, RankSteady, RunEvidence
 from stepscope.analysis.evidence import MacroSignals, WorkerLoad
+from stepscope.analysis.host_cpu import STEAL_SHOWN
 from stepscope.analysis.run.compile_summary import CompileSummary
 from stepscope.analysis.run.gc_pauses import GcPauseSummary
 from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
@@ -148,6 +149,7 @@ class MachineView:
     saturated_cores: int | None
     iowait_share: float | None
     steal_share: float | None
+    steal_shown: bool  # steal worth naming (STEAL_SHOWN)
     runnable_threads_per_core: float | None
     main_cpu_util: float | None
     worker_count: int | None
@@ -182,6 +184,7 @@ def machine_view(signals: MacroSignals | None) -> MachineView | None:
         busiest_core_saturated=signals.busiest_core_util is not None and signals.busiest_core_util > SATURATED,
         idlest_core_util=signals.idlest_core_util, saturated_cores=signals.saturated_cores,
         iowait_share=signals.iowait_share, steal_share=signals.steal_share,
+        steal_shown=signals.steal_share is not None and signals.steal_share >= STEAL_SHOWN,
         runnable_threads_per_core=signals.runnable_threads_per_core, main_cpu_util=signals.main_cpu_util,
         worker_count=signals.worker_count, worker_cpu_util_mean=signals.worker_cpu_util_mean,
         workers_saturated=signals.worker_cpu_util_mean is not None and signals.worker_cpu_util_mean > SATURATED,

@@ -24,6 +24,7 @@ others held — and says so. A low MFU beside such a neighbour is its symptom (t
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.host_cpu import STEAL_SHOWN
 from stepscope.analysis.run.stalls import MIN_COST
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
@@ -34,7 +35,7 @@ FOREIGN_NOTED = 0.25
 #: Above this share others hold half the machine: CPU MFU is not trusted at all.
 FOREIGN_HIGH = 0.5
 #: Hypervisor steal named in the finding (the rest of the share is other processes).
-STEAL_NAMED = 0.01
+STEAL_NAMED = STEAL_SHOWN
 #: Processes named in the finding.
 SHOWN_PROCESSES = 3
 #: The training thread's wait for a core charged to other processes, worth a finding on its own

@@ -32,10 +32,6 @@ def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:
     return rows
 
 
-#: Hypervisor steal worth a mention in the CPU line (below it, accounting noise of a VM).
-STEAL_SHOWN = 0.01
-
-
 def _cpu(signals: MachineView) -> Text:
     text = Text(f"{signals.cpu_count or '?'} cores: mean {format_ratio(signals.cpu_util_mean)}, ")
     text.append("busiest ")
@@ -44,7 +40,7 @@ def _cpu(signals: MachineView) -> Text:
     if signals.saturated_cores:
         text.append(f", {signals.saturated_cores} saturated", style="red")
     text.append(f"; iowait {format_ratio(signals.iowait_share)}")
-    if signals.steal_share is not None and signals.steal_share >= STEAL_SHOWN:
+    if signals.steal_shown:
         text.append(f"; steal {format_ratio(signals.steal_share)}", style="yellow")
     if signals.runnable_threads_per_core is not None:
         text.append(f"; {signals.runnable_threads_per_core:.2f} runnable/core")

@@ -23,8 +23,8 @@ _CORES_PER_COLUMN = 16
 _BAR_WIDTH = 24
 
 
-#: Bar colours: above the first percentage red, above the second yellow, else green.
-BAR_RED_PERCENT, BAR_YELLOW_PERCENT = 90, 60
+#: A bar's colour by the level the view gives it.
+_STYLES = {"high": "red", "busy": "yellow", "low": "green"}
 
 
 def render(view: MonitorView, out: Output) -> list[str]:
@@ -55,9 +55,9 @@ def screen(frame: MonitorView) -> RenderableType:
     return Group(*parts)
 
 
-def _bar(share: float | None, width: int = _BAR_WIDTH) -> ProgressBar:
+def _bar(share: float | None, level: str, width: int = _BAR_WIDTH) -> ProgressBar:
     completed = 0.0 if share is None else max(0.0, min(share, 1.0)) * 100
-    style = "red" if completed > BAR_RED_PERCENT else "yellow" if completed > BAR_YELLOW_PERCENT else "green"
+    style = _STYLES[level]
     return ProgressBar(total=100, completed=completed, width=width, complete_style=style, finished_style=style)
 
 
@@ -75,7 +75,7 @@ def _cpu(frame: MonitorView) -> Table:
             core = column * rows + row
             if core < len(frame.core_utils):
                 share = frame.core_utils[core]
-                cells += [f"cpu{core}", _bar(share), format_ratio(share)]
+                cells += [f"cpu{core}", _bar(share, frame.core_levels[core]), format_ratio(share)]
             else:
                 cells += ["", "", ""]
         table.add_row(*cells)
@@ -99,12 +99,12 @@ def _memory(frame: MonitorView) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
     used = f"{format_bytes(frame.mem_used_bytes)} / {format_bytes(frame.mem_total_bytes)} used"
-    grid.add_row("mem", _bar(frame.mem_used_share), f"{used}, {format_bytes(frame.mem_cached_bytes)} cache")
+    grid.add_row("mem", _bar(frame.mem_used_share, frame.mem_level), f"{used}, {format_bytes(frame.mem_cached_bytes)} cache")
     if frame.swap_used_share is not None:
         swap = f"{format_bytes(frame.swap_used_bytes)} / {format_bytes(frame.swap_total_bytes)}"
         if frame.swap_in_bytes_per_s or frame.swap_out_bytes_per_s:
             swap += f", in {_rate(frame.swap_in_bytes_per_s)} out {_rate(frame.swap_out_bytes_per_s)}"
-        grid.add_row("swap", _bar(frame.swap_used_share), swap)
+        grid.add_row("swap", _bar(frame.swap_used_share, frame.swap_level), swap)
     return grid
 
 
@@ -132,7 +132,7 @@ def _gpus(frame: MonitorView) -> Table:
         pcie = "-" if gpu.pcie_tx_bytes_per_s is None else (
             f"{_rate(gpu.pcie_tx_bytes_per_s)} / {_rate(gpu.pcie_rx_bytes_per_s)}")
         table.add_row(
-            str(gpu.index), Text(printable(gpu.name)), format_ratio(gpu.util), _bar(gpu.util, 16), memory,
+            str(gpu.index), Text(printable(gpu.name)), format_ratio(gpu.util), _bar(gpu.util, gpu.util_level, 16), memory,
             "-" if gpu.sm_clock_mhz is None else f"{gpu.sm_clock_mhz} MHz",
             "-" if gpu.power_w is None else f"{gpu.power_w:.0f} W",
             "-" if gpu.temperature_c is None else f"{gpu.temperature_c} °C", pcie,
