@@ -384,6 +384,16 @@ def test_no_cli_module_builds_a_table_or_a_screen():
     assert not wrong, "\n".join(wrong)
 
 
+#: The longest a module may be: past it, it holds more than one stage and gets split along them.
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_over_700_lines():
+    long = [f"{path.relative_to(PACKAGE)}: {count} lines" for path in sorted(PACKAGE.rglob("*.py"))
+            if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not long, "\n".join(long)
+
+
 def test_report_model_loads_with_torch_and_rich_blocked():
     code = (
         "import sys\n"
