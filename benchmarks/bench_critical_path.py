@@ -16,6 +16,17 @@ Usage (HTA in its own virtual environment; ``holistictraceanalysis`` or ``tracei
 
 With ``--repeat N`` the tools alternate N times per trace and each keeps its fastest run (the
 machine is shared). The ratio is HTA's time over stepscope's, same trace, same run.
+
+``--before`` times the critical path against the implementation it replaced
+(``benchmarks/critical_path_before.py``, the module as it was before it became a package of numpy
+passes), in one child process per trace, the two alternating ``--repeat`` times on the same loaded
+table, each keeping its best CPU time (the process's, so a shared machine's other work counts less): what ``analyze`` runs (``path_summary(events, steps=1)``: the step of
+median duration, default mode, and its summary), first call on the trace (the whole trace's
+launch bookkeeping included) and again (cached); one step alone in each mode
+(``critical_path(events)``, ``critical_path(events, hta=True)``). Each pair's outputs are compared
+(equal or the run fails)::
+
+    python benchmarks/bench_critical_path.py --before --repeat 5 [--trace REL ...]
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 sys.path.insert(0, str(HERE))
-from bench_analyze import run_child  # noqa: E402 - one way to time a child process for every benchmark
+from bench_analyze import json_mb, run_child  # noqa: E402 - one way to time a child process for every benchmark
 DEFAULT_TRACES = (  # the reference traces with ProfilerSteps and GPU rows, largest first
     "hta/trace_diff/control/control.json.gz",
     "hta/trace_diff/test/test.json.gz",
@@ -70,7 +81,74 @@ def _child(argv: list[str], env: dict[str, str]) -> tuple[float, float, dict]:
     return run["wall_s"], run["peak_rss_mb"], data
 
 
+def _before_child(trace: str, repeat: int, out: str) -> None:
+    """One trace: new and before, alternating, best of ``repeat`` per measurement (seconds)."""
+    import time
+
+    sys.path.insert(0, str(SRC))
+    import critical_path_before as before
+
+    from stepscope.analysis.trace import critical_path as now
+    from stepscope.traces.links import links_of
+    from stepscope.traces.load import load_trace
+    from stepscope.traces.timeline import timeline_of
+
+    import gc
+
+    gc.disable()  # as ``analyze`` runs a rank (trace_evidence._analyze_one): no cycle scans meanwhile
+    events = load_trace(trace).events
+    timeline_of(links_of(events))  # shared with the other views: built before either is timed
+
+    def forget() -> None:  # each implementation's per-trace columns and launch bookkeeping
+        events.__dict__.pop("_critical_rows", None)
+        events.__dict__.pop("_critical_rows_before", None)
+
+    cases = {
+        "analyze_first": lambda m: m.path_summary(events, steps=1),
+        "analyze_again": lambda m: m.path_summary(events, steps=1),
+        "step_default": lambda m: m.critical_path(events),
+        "step_hta": lambda m: m.critical_path(events, hta=True),
+    }
+    best: dict[str, dict[str, float]] = {case: {"before": float("inf"), "now": float("inf")} for case in cases}
+    outputs: dict[str, dict[str, object]] = {case: {} for case in cases}
+    for _ in range(repeat):
+        for label, module in (("before", before), ("now", now)):
+            forget()
+            for case, run in cases.items():
+                began = time.process_time()  # CPU time: the machine may be shared
+                found = run(module)
+                best[case][label] = min(best[case][label], time.process_time() - began)
+                key = found.to_dict() if hasattr(found, "to_dict") else (found.length_us, [tuple(e) for e in found.path])
+                outputs[case][label] = key
+    same = all(o["before"] == o["now"] for o in outputs.values())
+    row = {case: {"before_ms": round(1000 * b["before"], 1), "now_ms": round(1000 * b["now"], 1),
+                  "speed_up": round(b["before"] / b["now"], 1)} for case, b in best.items()}
+    Path(out).write_text(json.dumps({"same_output": same, **row}))
+    if not same:
+        sys.exit(1)
+
+
+def before(args: argparse.Namespace) -> None:
+    traces = args.trace or [*DEFAULT_TRACES, "hta/mtia_trace_single_rank/mtia_rank_0.json.gz",
+                            "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"]
+    for rel in traces:
+        path = Path(args.traces) / rel
+        if not path.is_file():
+            print(f"skip {rel}: not found", file=sys.stderr)
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            run = run_child(f"import runpy, sys; sys.argv = ['bench', '--before-child', {str(path)!r}, '{args.repeat}', "
+                            f"{out.name!r}]; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')", [],
+                            {"PYTHONPATH": str(SRC)})
+            text = Path(out.name).read_text()
+        row = json.loads(text) if text else {"failed": run["exit"], "tail": run["tail"][-2000:]}
+        print(json.dumps({"trace": rel, "json_mb": round(json_mb(path), 1), **row}))
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--before-child":
+        _before_child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", default=str(HERE.parent.parent / "shared" / "traces"))
     parser.add_argument("--trace", action="append", default=[], help="a trace below --traces (default: the five largest)")
@@ -78,7 +156,11 @@ def main() -> None:
                         help="an interpreter with HTA installed (repeatable)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--before", action="store_true", help="against the implementation this one replaced")
     args = parser.parse_args()
+    if args.before:
+        before(args)
+        return
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     results = []
     for rel in args.trace or DEFAULT_TRACES:

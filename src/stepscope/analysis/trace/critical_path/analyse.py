@@ -7,10 +7,10 @@ import numpy as np
 from stepscope.analysis.trace.critical_path.attribution import attribute, bounds_of, path_edges
 from stepscope.analysis.trace.critical_path.device_edges import kernel_edges
 from stepscope.analysis.trace.critical_path.launches import synchronous_launches
-from stepscope.analysis.trace.critical_path.graph import CODE, KINDS, graph_nodes
+from stepscope.analysis.trace.critical_path.graph import graph_nodes
 from stepscope.analysis.trace.critical_path.host_edges import call_stack_edges, runtime_lock_edges
 from stepscope.analysis.trace.critical_path.longest import longest_path
-from stepscope.analysis.trace.critical_path.model import BLOCKING_CALLS, WAIT, CriticalPath
+from stepscope.analysis.trace.critical_path.model import BLOCKING_CALLS, CODE, KINDS, WAIT, CriticalPath
 from stepscope.analysis.trace.critical_path.rows import Rows, data_loading_ranges, rows_of, step_windows, window_rows
 from stepscope.traces.events import EventTable
 from stepscope.traces.links import symbol_mask
@@ -28,7 +28,7 @@ def critical_path(events: EventTable, rank: int = 0, annotation: str = "Profiler
     if not len(rows.ts):
         return None
     if annotation:
-        hits = np.flatnonzero(symbol_mask(rows.name, rows.names_where(lambda s: annotation in s), rows.n_symbols))
+        hits = np.flatnonzero(symbol_mask(rows.name, rows.names_containing(annotation), rows.n_symbols))
         first, last = (0, 0) if instance is None else (instance, instance)
         chosen = hits[first:last + 1]
         if not len(chosen):
@@ -54,9 +54,11 @@ def step_paths(events: EventTable, rank: int = 0, hta: bool = False) -> list[Cri
 
 
 def analyse(rows: Rows, rank: int, label: str, start: float, end: float, hta: bool,
-            data_loading: tuple[str, ...] | None, keep_graph: bool = False) -> CriticalPath | None:
+            data_loading: tuple[str, ...] | None, keep_graph: bool = False, as_rows: bool = True) -> CriticalPath | None:
     """The critical path of the window [start, end]: its graph (the host's edges, then the
-    device's, then the deferred waits), its longest path, and what bounds each path edge."""
+    device's, then the deferred waits), its longest path, and what bounds each path edge
+    (``as_rows=False``: the path's edges only as :attr:`CriticalPath.columns`, its ``path`` empty,
+    for a summary that reads the columns)."""
     window = window_rows(rows, start, end, hta)
     if not len(window):
         return None
@@ -91,7 +93,7 @@ def analyse(rows: Rows, rank: int, label: str, start: float, end: float, hta: bo
     attributed = attribute(graph, on_path)
     bound = bounds_of(rows, graph.kind[on_path], graph.weight[on_path], attributed,
                       data_loading_ranges(rows, window, hta, data_loading))
-    path, bound_us, waited = path_edges(rows, graph, nodes, on_path, attributed, bound, hta)
+    path, columns, bound_us, waited = path_edges(rows, graph, nodes, on_path, attributed, bound, hta, as_rows)
     kept: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
     if keep_graph:
         index = rows.index
@@ -99,4 +101,5 @@ def analyse(rows: Rows, rank: int, label: str, start: float, end: float, hta: bo
                          index[graph.pos[graph.u]].tolist(), graph.start[graph.u].tolist(),
                          index[graph.pos[graph.v]].tolist(), graph.start[graph.v].tolist()))
     return CriticalPath(rank, label, start, end, int(touched.sum()), len(graph.u), edge_types, length, tuple(path),
-                        bound_us, tuple(dict.fromkeys(waited)), mode, tuple(dict.fromkeys(notes)), graph=kept)
+                        bound_us, tuple(dict.fromkeys(waited)), mode, tuple(dict.fromkeys(notes)), graph=kept,
+                        columns=columns)

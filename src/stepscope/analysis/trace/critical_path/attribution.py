@@ -8,16 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.trace.critical_path.graph import CODE, KINDS, Graph
-from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, COMM, CPU, DATA_LOADING, DEPENDENCY, GAP, GPU_COMPUTE,
-    GPU_MEMORY, KERNEL_GAP, LAUNCH, LAUNCH_OVERHEAD, OPERATOR, SYNC, SYNC_WAIT, WAIT, WAIT_WORTH_NAMING_US, IntArray, PathEdge)
+from stepscope.analysis.trace.critical_path.graph import Graph
+from stepscope.analysis.trace.critical_path.model import BETWEEN_OPS, BOUND_CODE as _BOUND, BOUNDS, CODE, COMM, CPU, DATA_LOADING
+from stepscope.analysis.trace.critical_path.model import (DEPENDENCY, GAP, GPU_COMPUTE, GPU_MEMORY, KERNEL_GAP, KINDS, LAUNCH, LAUNCH_OVERHEAD,
+                                                          OPERATOR, SYNC, SYNC_WAIT, WAIT, WAIT_WORTH_NAMING_US, IntArray,
+                                                          PathColumns, PathEdge)
 from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces.links import COMMUNICATION, MEMORY
-
-
-#: What bounds a path edge, as codes in the bound column (the index into this tuple; "": nothing).
-BOUNDS = ("", CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM, SYNC_WAIT)
-_BOUND = {name: code for code, name in enumerate(BOUNDS)}
 
 
 def attribute(graph: Graph, path: IntArray) -> IntArray:
@@ -63,18 +60,17 @@ def bounds_of(rows: Rows, kind: IntArray, weight: np.ndarray, attributed: IntArr
 
 
 def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attributed: IntArray, bound: IntArray,
-               hta: bool) -> tuple[list[PathEdge], dict[str, float], list[str]]:
-    """The path's edges as :class:`PathEdge` rows, the path time per bound kind (summed in path
-    order) and what the path waited on."""
+               hta: bool, as_rows: bool = True) -> tuple[list[PathEdge], PathColumns, dict[str, float], list[str]]:
+    """The path's edges as :class:`PathEdge` rows (``as_rows``; always as columns), the path time
+    per bound kind (summed in path order) and what the path waited on."""
     if not len(path):
-        return [], {}, []
+        return [], PathColumns.of(()), {}, []
     kind, weight = graph.kind[path], graph.weight[path]
     node = np.asarray(nodes, dtype=np.int64)
     ts = graph.ts[node].tolist()
-    starts = graph.start[node].tolist()
     node_pos = graph.pos[node]
     weights = weight.tolist()
-    parts_of: list[tuple[tuple[str, float], ...]] = [()] * len(path)
+    split: dict[int, tuple[tuple[str, float], ...]] = {}  # a blocking call's wait, by what the device did
     waited: list[str] = []
     # per bound kind, the path time in path order: (edge, part, kind, µs); a blocking call's wait
     # counts what the device did meanwhile, part by part
@@ -83,8 +79,8 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
     for i in np.flatnonzero((kind == CODE[WAIT]) | (kind == CODE[SYNC])).tolist():
         is_wait = kind[i] == CODE[WAIT]
         if is_wait and weights[i] > 0:
-            parts_of[i] = rows.device_during(ts[i], ts[i + 1])
-            for k, (part, part_us) in enumerate(parts_of[i]):
+            parts = split[i] = rows.device_during(ts[i], ts[i + 1])
+            for k, (part, part_us) in enumerate(parts):
                 at.append(i)
                 part_at.append(k)
                 bound_at.append(_BOUND[part])
@@ -96,10 +92,10 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
     counted = np.flatnonzero(plain)
     value = weight[counted] if hta else np.maximum(weight[counted], 0.0)  # HTA sums the edge's own weight
     edge = np.concatenate([counted, np.asarray(at, dtype=np.int64)])
-    part = np.concatenate([np.zeros(len(counted), dtype=np.int64), np.asarray(part_at, dtype=np.int64)])
+    nth = np.concatenate([np.zeros(len(counted), dtype=np.int64), np.asarray(part_at, dtype=np.int64)])
     code = np.concatenate([bound[counted], np.asarray(bound_at, dtype=np.int64)])
     amount = np.concatenate([value, np.asarray(us, dtype=np.float64)])
-    order = np.lexsort((part, edge))
+    order = np.lexsort((nth, edge))
     code, amount = code[order], amount[order]
     totals: dict[str, float] = {}
     if len(code):
@@ -107,12 +103,22 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
         for c in firsts[0][np.argsort(firsts[1])].tolist():  # in the order each kind first appears
             totals[BOUNDS[c]] = float(np.cumsum(amount[code == c])[-1]) + 0.0
     index = rows.index
-    event_rows = np.where(attributed >= 0, index[np.maximum(attributed, 0)], attributed)
+    event_rows = np.where(attributed >= 0, index[np.maximum(attributed, 0)], attributed).astype(np.int64)
+    src_rows, dst_rows = index[node_pos[:-1]].astype(np.int64), index[node_pos[1:]].astype(np.int64)
+    node_us = graph.ts[node]
+    columns = PathColumns(kind, weight, src_rows, dst_rows, event_rows, bound, node_us[:-1], node_us[1:],
+                          {i: parts for i, parts in split.items() if parts})
+    if not as_rows:
+        return [], columns, totals, waited
+    parts_of: list[tuple[tuple[str, float], ...]] = [()] * len(path)
+    for i, parts in split.items():
+        parts_of[i] = parts
+    starts = graph.start[node].tolist()
     make = partial(tuple.__new__, PathEdge)
-    edges = list(map(make, zip(np.asarray(KINDS, dtype=object)[kind].tolist(), weights, index[node_pos[:-1]].tolist(),
-                               index[node_pos[1:]].tolist(), starts[:-1], starts[1:], event_rows.tolist(),
+    edges = list(map(make, zip(np.asarray(KINDS, dtype=object)[kind].tolist(), weights, src_rows.tolist(),
+                               dst_rows.tolist(), starts[:-1], starts[1:], event_rows.tolist(),
                                np.asarray(BOUNDS, dtype=object)[bound].tolist(), parts_of, ts[:-1], ts[1:])))
-    return edges, totals, waited
+    return edges, columns, totals, waited
 
 
 def sync_text(rows: Rows, kind: str, src: int, dst: int) -> str:

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.trace.critical_path.model import (DEPENDENCY, KERNEL_GAP, LAUNCH, NODE_CATS, OPERATOR, SYNC, WAIT,
-                                                          IntArray)
+from stepscope.analysis.trace.critical_path.model import CODE, DEPENDENCY, NODE_CATS, SYNC, IntArray
 from stepscope.analysis.trace.critical_path.rows import Rows, data_loading_names
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
 from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
 from stepscope.traces.links import symbol_mask
 
-#: Edge types as small codes in the edge columns (the index into this tuple).
-KINDS = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC, WAIT)
-CODE = {kind: code for code, kind in enumerate(KINDS)}
 #: Types whose edge weighs nothing (unless timed): HTA's dependency and sync edges.
 _WEIGHTLESS = (CODE[DEPENDENCY], CODE[SYNC])
 #: No attributed row given (``attribute`` then decides by type).
@@ -60,6 +56,11 @@ class Graph:
     def set_ts(self, node: int, ts: float) -> None:
         self.ts[node] = ts
         self.node_ts[node] = ts
+
+    def set_ts_many(self, nodes: IntArray, ts: FloatArray) -> None:
+        self.ts[nodes] = ts
+        for node, value in zip(nodes.tolist(), ts.tolist()):
+            self.node_ts[node] = value
 
     def add(self, u: int, v: int, kind: str, zero: bool = False, event: int = NO_EVENT, timed: bool = False) -> int:
         """One edge; returns its number. ``timed``: a sync edge weighs the time from the device

@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from stepscope.analysis.trace.critical_path.graph import CODE, Graph
-from stepscope.analysis.trace.critical_path.model import BETWEEN_OPS, DEPENDENCY, OPERATOR, RUNTIME_LOCK_CALLS, IntArray
+from stepscope.analysis.trace.critical_path.graph import NO_EVENT, Graph
+from stepscope.analysis.trace.critical_path.model import BETWEEN_OPS, CODE, DEPENDENCY, OPERATOR, RUNTIME_LOCK_CALLS, IntArray
 from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces import intervals
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
@@ -17,31 +17,38 @@ from stepscope.traces.links import symbol_mask
 
 
 def runtime_lock_edges(rows: Rows, graph: Graph, blocking: set[int], deferred: list[tuple[int, int, int]]) -> None:
-    """HTA's runtime-lock pass (default mode: a ``blocking`` call's own edge is ``deferred``)."""
+    """HTA's runtime-lock pass over the lock calls' nodes in time order (all threads): at each
+    call's end, every start since the previous end is joined to it, the latest first (its own
+    start by an ``operator`` edge, another call's by a ``dependency``: that call held the lock), then
+    the previous end when the node before was one. Default mode: a ``blocking`` call's own edge
+    is ``deferred``."""
     lock = rows.names(RUNTIME_LOCK_CALLS)
-    if not len(lock):
+    if not len(lock) or not len(graph):
         return
-    names = rows.name[np.array(graph.node_pos, dtype=np.int64)] if graph.node_pos else np.zeros(0, dtype=np.int32)
-    is_lock = symbol_mask(names, lock, rows.n_symbols)
-    open_starts: list[int] = []
-    last = -1
-    for node in np.flatnonzero(is_lock).tolist():
-        if graph.node_start[node]:
-            open_starts.append(node)
-        else:
-            me = graph.node_pos[node]
-            while open_starts:
-                previous = open_starts.pop()
-                if graph.node_pos[previous] == me:
-                    if me in blocking:
-                        deferred.append((previous, node, me))
-                    else:
-                        graph.add(previous, node, OPERATOR, event=me)
-                else:
-                    graph.add(previous, node, DEPENDENCY)
-            if last >= 0 and not graph.node_start[last]:
-                graph.add(last, node, DEPENDENCY)
-        last = node
+    nodes = np.flatnonzero(symbol_mask(rows.name[graph.pos], lock, rows.n_symbols))
+    is_end = ~graph.start[nodes]
+    index = np.arange(len(nodes), dtype=np.int64)
+    ends = np.flatnonzero(is_end)
+    popped_at = np.searchsorted(ends, index, side="right")  # the first end after each start
+    starts = np.flatnonzero(~is_end & (popped_at < len(ends)))
+    popper = ends[popped_at[starts]]
+    after_end = ends[ends > 0]
+    after_end = after_end[is_end[after_end - 1]]
+    # in the pass's order: at each end, its pops (the latest start first), then the previous end
+    when = np.concatenate([popper, after_end])
+    order = np.lexsort((np.concatenate([-starts, np.zeros(len(after_end), dtype=np.int64)]),
+                        np.concatenate([np.zeros(len(starts), dtype=np.int64), np.ones(len(after_end), dtype=np.int64)]),
+                        when))
+    src = np.concatenate([nodes[starts], nodes[after_end - 1]])[order]
+    dst = np.concatenate([nodes[popper], nodes[after_end]])[order]
+    popped = np.concatenate([np.ones(len(starts), dtype=bool), np.zeros(len(after_end), dtype=bool)])[order]
+    call = graph.pos[dst]
+    own_start = popped & (graph.pos[src] == call)
+    own_deferred = own_start & _member_of(call, blocking)
+    drawn = ~own_deferred
+    graph.add_many(src[drawn], dst[drawn], np.where(own_start, CODE[OPERATOR], CODE[DEPENDENCY])[drawn],
+                   event=np.where(own_start, call, NO_EVENT)[drawn])
+    deferred.extend(zip(src[own_deferred].tolist(), dst[own_deferred].tolist(), call[own_deferred].tolist()))
 
 
 def _thread_of(rows: Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntArray:
@@ -54,7 +61,7 @@ def _thread_of(rows: Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntArr
         typed |= (rows.role == OPERATOR_ROLE) | (rows.role == ANNOTATION_ROLE)
 
     def only_thread(word: str) -> int | None:
-        ids = rows.names_where(lambda s: word in s)
+        ids = rows.names_containing(word)
         hits = window[symbol_mask(rows.name[window], ids, rows.n_symbols) & typed[window]]
         tids = set(rows.tid[hits].tolist())
         return tids.pop() if len(tids) == 1 else None
@@ -84,7 +91,7 @@ def call_stack_edges(rows: Rows, cpu: IntArray, window: IntArray, graph: Graph, 
         members = members[order]
         flags = _Flags(symbol_mask(rows.name[members], lock_names, rows.n_symbols), _member_of(members, blocking),
                        _member_of(members, deferring))
-        found = _walk_nested(graph, members, ts_all[members], end_all[members], flags, hta, deferred)
+        found = _walk_nested(graph, members, ts_all[members], end_all[members], flags, hta, deferred, notes)
         if found is None:  # an event outlives its parent: the walk in Python, which cuts it
             found = _walk(graph, members, ts_all[members].tolist(), end_all[members].tolist(), flags, hta, notes,
                           deferred)
@@ -106,28 +113,74 @@ def _member_of(members: IntArray, chosen: set[int]) -> np.ndarray:
     return np.isin(members, np.fromiter(chosen, dtype=np.int64, count=len(chosen))) if chosen else np.zeros(len(members), bool)
 
 
-def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarray, flags: _Flags, hta: bool,
-                 deferred: list[tuple[int, int, int]]) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, IntArray, IntArray]] | None:
-    """One thread's nesting walk as array passes, when no event outlives its parent (None otherwise).
-
-    The members are sorted by start (the longer first); every one lasts (HTA's window keeps host
-    rows with a duration), so the events open when member ``i`` starts are the earlier ones that end
-    after its start, and their number (its depth) is ``i`` less the ends at or before its start.
-    Its parent is the latest earlier member one level up. The walk's visits are each member's
-    enter, and each member's leave at the first later start at or after its end (the innermost
-    first; at the end of the walk when none). Consecutive visits of events with nodes make the
-    walk's edges. Returns the thread's top-level operators (start, end nodes) and its gaps
-    between them (source, destination, edge number), as :func:`_walk` does."""
-    m = len(members)
+def _nesting(ts: np.ndarray, end: np.ndarray) -> tuple[IntArray, IntArray] | None:
+    """Each member's depth and parent (member index, -1 at the top) when the members, sorted by
+    start, nest within ``end``: the events open when member ``i`` starts are the earlier ones
+    that end after its start (every one lasts: a later one ends after it too), so its depth is
+    ``i`` less the ends at or before its start, and its parent is the latest earlier member one
+    level up. None when that reading fails (it cannot when they nest)."""
+    m = len(ts)
     index = np.arange(m, dtype=np.int64)
     depth = index - np.searchsorted(np.sort(end), ts, side="right")
-    ranked = np.argsort(depth * m + index)
-    j = np.searchsorted((depth * m + index)[ranked], (depth - 1) * m + index) - 1
+    key = depth * m + index
+    ranked = np.argsort(key)
+    j = np.searchsorted(key[ranked], (depth - 1) * m + index) - 1
     nested = depth > 0
     parent = np.where(nested, ranked[np.maximum(j, 0)], -1)
-    outlives = end > np.where(nested, end[np.maximum(parent, 0)], np.inf)
-    if (nested & ((j < 0) | (depth[np.maximum(parent, 0)] != depth - 1))).any() or outlives.any():
+    if (nested & ((j < 0) | (depth[np.maximum(parent, 0)] != depth - 1))).any():
         return None
+    return depth, parent
+
+
+def _cut_ends(end: np.ndarray, depth: IntArray, parent: IntArray) -> np.ndarray:
+    """Each member's end cut at its parent's (cut) end, level by level from the top."""
+    cut: np.ndarray = end.copy()
+    by_depth = np.argsort(depth, kind="stable")
+    levels = np.searchsorted(depth[by_depth], np.arange(1, int(depth.max()) + 1 if len(depth) else 1))
+    for lo, hi in zip(levels.tolist(), [*levels[1:].tolist(), len(depth)]):
+        level = by_depth[lo:hi]
+        cut[level] = np.minimum(end[level], cut[parent[level]])
+    return cut
+
+
+#: Rounds of cutting ends before the walk goes event by event (:func:`_walk`).
+_CUT_ROUNDS = 64
+
+
+def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarray, flags: _Flags, hta: bool,
+                 deferred: list[tuple[int, int, int]],
+                 notes: list[str]) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, IntArray, IntArray]] | None:
+    """One thread's nesting walk as array passes (None: go event by event, :func:`_walk`).
+
+    The walk cuts an event that outlives its parent at the parent's end: the cut ends are found as
+    a fixed point (nesting read from the ends, ends cut at the parents', until nothing changes;
+    once every earlier end is right, a member's parent and its cut end are, so the fixed point is
+    the walk's). The walk's visits are then each member's enter, and each member's leave at the
+    first later start at or after its (cut) end (the innermost first; at the end of the walk when
+    none). Consecutive visits of events with nodes make the walk's edges. Returns the thread's
+    top-level operators (start, end nodes) and its gaps between them (source, destination, edge
+    number), as :func:`_walk` does."""
+    m = len(members)
+    index = np.arange(m, dtype=np.int64)
+    cut = end
+    for _ in range(_CUT_ROUNDS):
+        found = _nesting(ts, cut)
+        if found is None:
+            return None
+        depth, parent = found
+        again = _cut_ends(end, depth, parent)
+        if np.array_equal(again, cut):
+            break
+        cut = again
+    else:
+        return None
+    clipped = cut < end
+    if clipped.any():
+        notes.append("a CPU event outlives its parent (an out-of-order stack): it is cut at the parent's end")
+        if not hta:
+            moved = clipped & (graph.end_of[members] >= 0)
+            graph.set_ts_many(graph.end_of[members[moved]], cut[moved])
+    end = cut
     # the visits in walk order: (time key, enter after leave, the inner leave first)
     leave_at = np.searchsorted(ts, end, side="left")
     when = np.concatenate([2 * index + 1, 2 * leave_at])

@@ -5,9 +5,12 @@ the numbers of its edges and its length."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from stepscope.analysis.trace.critical_path.graph import Graph
+from stepscope.analysis.trace.critical_path.model import IntArray
 
 Found = tuple[list[int], list[int], float]
 
@@ -23,24 +26,129 @@ def longest_path_forward(graph: Graph) -> Found | None:
         return None
     weights = np.maximum(graph.weight, 0.0)
     order = np.argsort(vs, kind="stable")  # each node's incoming edges in the order they were added
-    dist = [0.0] * n
+    if _exact_in_any_order(weights):
+        dist, via, chains = _chains_first(n, us, vs, weights, order)
+        end = int(np.argmax(dist)) if n else 0
+        return _walk_back_chains(end, us, via, chains, float(dist[end]))
+    dist, via = _each_edge(n, us, vs, weights, order)
+    end = int(np.argmax(dist)) if n else 0
+    return _walk_back(end, us, via, float(dist[end]))
+
+
+def _exact_in_any_order(weights: np.ndarray) -> bool:
+    """Whether every sum of the weights is exact (whole µs, HTA's rounded times, well below 2**53),
+    so that a path's length does not depend on the order it is added up in."""
+    return bool(np.all(weights == np.floor(weights))) and float(weights.sum()) < 2.0 ** 52
+
+
+def _each_edge(n: int, us: IntArray, vs: IntArray, weights: np.ndarray, order: IntArray) -> tuple[np.ndarray, IntArray]:
+    """The programme edge by edge: a node reached by edges starts below any path (weights are
+    >= 0), so its first edge is taken and a later one only when strictly longer."""
+    reached = np.zeros(n, dtype=bool)
+    reached[vs] = True
+    dist = np.where(reached, -1.0, 0.0).tolist()
     via = [-1] * n  # the edge each node is best reached by
-    back = list(range(n))
     for edge, u, v, w in zip(order.tolist(), us[order].tolist(), vs[order].tolist(), weights[order].tolist()):
         candidate = dist[u] + w
-        if via[v] < 0 or candidate > dist[v]:
-            dist[v], back[v], via[v] = candidate, u, edge
-    end = int(np.argmax(np.asarray(dist))) if n else 0
-    return _walk_back(end, back, via, dist[end])
+        if candidate > dist[v]:
+            dist[v] = candidate
+            via[v] = edge
+    return np.asarray(dist), np.asarray(via, dtype=np.int64)
 
 
-def _walk_back(end: int, back: list[int], via: list[int], length: float) -> Found:
-    nodes, edges = [end], []
-    while back[nodes[-1]] != nodes[-1]:
-        edges.append(via[nodes[-1]])
-        nodes.append(back[nodes[-1]])
-    nodes.reverse()
+class _Chains(NamedTuple):
+    """The chains of nodes with one incoming edge: each node's previous node on its chain (itself
+    at a chain's first node), that first node, and the edges from it."""
+
+    previous: IntArray
+    anchor: IntArray
+    steps: IntArray
+
+
+def _chains_first(n: int, us: IntArray, vs: IntArray, weights: np.ndarray,
+                  order: IntArray) -> tuple[np.ndarray, IntArray, _Chains]:
+    """The same programme, exact sums: a node with one incoming edge is reached by it, so along a
+    chain of such nodes the distance is the chain's first node's plus the weights since (pointer
+    jumping, in numpy); only the nodes reached by several edges are decided edge by edge."""
+    indegree = np.bincount(vs, minlength=n)
+    single = indegree == 1
+    first_in = np.full(n, -1, dtype=np.int64)  # each node's first incoming edge
+    sorted_v = vs[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_v[1:] != sorted_v[:-1]))) if len(order) else order
+    first_in[sorted_v[starts]] = order[starts]
+    via = first_in.copy()
+    anchor = np.arange(n, dtype=np.int64)
+    offset = np.zeros(n)
+    chained = np.flatnonzero(single)
+    anchor[chained] = us[first_in[chained]]
+    offset[chained] = weights[first_in[chained]]
+    previous = anchor.copy()
+    steps = single.astype(np.int64)
+    while True:  # jump: each node's anchor is the first node of its chain, its offset the weights since
+        further = anchor[anchor]
+        if np.array_equal(further, anchor):
+            break
+        offset += offset[anchor]
+        steps += steps[anchor]
+        anchor = further
+    merging = np.flatnonzero(indegree > 1)
+    dist = np.zeros(n)
+    if len(merging):
+        into = np.isin(sorted_v, merging)
+        edges, sources, targets = order[into], us[order][into], sorted_v[into]
+        span = offset[sources] + weights[edges]  # from the source's anchor
+        anchors = anchor[sources]
+        best = dict.fromkeys(merging.tolist(), -1.0)
+        head = dist.tolist()
+        choice = via.tolist()
+        for edge, a, extra, v in zip(edges.tolist(), anchors.tolist(), span.tolist(), targets.tolist()):
+            candidate = head[a] + extra
+            if candidate > best[v]:
+                best[v] = candidate
+                head[v] = candidate
+                choice[v] = edge
+        dist = np.asarray(head)
+        via = np.asarray(choice, dtype=np.int64)
+    dist = dist[anchor] + offset
+    return dist, via, _Chains(previous, anchor, steps)
+
+
+def _walk_back_chains(end: int, sources: IntArray, via: IntArray, chains: _Chains, length: float) -> Found:
+    """:func:`_walk_back` by chains: from a node back along its chain to the chain's first node
+    (its k-th previous node by binary lifting, for every k at once), then by that node's best edge
+    to the next chain."""
+    starts, lengths = [], []
+    node = end
+    while True:
+        starts.append(node)
+        lengths.append(int(chains.steps[node]) + 1)
+        edge = int(via[chains.anchor[node]])
+        if edge < 0:
+            break
+        node = int(sources[edge])
+    at = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
+    k = np.arange(len(at), dtype=np.int64) - np.repeat(np.cumsum([0, *lengths[:-1]]), lengths)
+    jump = chains.previous
+    bit = 0
+    while (k >> bit).any():
+        moving = ((k >> bit) & 1).astype(bool)
+        at[moving] = jump[at[moving]]
+        jump = jump[jump]
+        bit += 1
+    nodes = at[::-1]
+    return nodes.tolist(), via[nodes[1:]].tolist(), length
+
+
+def _walk_back(end: int, sources: IntArray, via: IntArray, length: float) -> Found:
+    """The path ending at ``end``, from each node's best edge (``via``, -1 at the start)."""
+    before = via[sources].tolist()  # each edge's previous edge on the best path to its source
+    edges = []
+    edge = int(via[end])
+    while edge >= 0:
+        edges.append(edge)
+        edge = before[edge]
     edges.reverse()
+    nodes = [*sources[edges].tolist(), end] if edges else [end]
     return nodes, edges, length
 
 
@@ -79,14 +187,13 @@ def longest_path(graph: Graph, exact: bool = True) -> Found | None:
     if len(order) < n:
         return None
     dist = [0.0] * n
-    back = list(range(n))
     via = [-1] * n
     for v in order:
-        best, source, by = 0.0, v, -1
+        best, by = 0.0, -1
         for u, weight, edge in pred[v]:
             candidate = dist[u] + weight
-            if source == v or candidate > best:
-                best, source, by = candidate, u, edge
-        dist[v], back[v], via[v] = best, source, by
+            if by < 0 or candidate > best:
+                best, by = candidate, edge
+        dist[v], via[v] = best, by
     end = max(order, key=lambda node: dist[node])
-    return _walk_back(end, back, via, dist[end])
+    return _walk_back(end, graph.u, np.asarray(via, dtype=np.int64), dist[end])

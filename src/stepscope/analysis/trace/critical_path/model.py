@@ -4,8 +4,8 @@ recognises, where the default mode departs from HTA, and the result types."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -101,6 +101,52 @@ class Segment:
     per_step_us: float = 0.0
 
 
+#: Edge types as small codes in the edge columns (the index into this tuple).
+KINDS = (OPERATOR, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC, WAIT)
+CODE = {kind: code for code, kind in enumerate(KINDS)}
+#: What bounds a path edge, as codes in the bound column (the index into this tuple; "": nothing).
+BOUNDS = ("", CPU, DATA_LOADING, LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM, SYNC_WAIT)
+BOUND_CODE = {name: code for code, name in enumerate(BOUNDS)}
+
+
+class PathColumns(NamedTuple):
+    """A path's edges as columns (the summary's passes read these, not the rows)."""
+
+    kind: IntArray  # codes of :data:`KINDS`
+    weight: npt.NDArray[np.float64]
+    src: IntArray  # event rows
+    dst: IntArray
+    event: IntArray  # the attributed row; -1 none; :data:`BETWEEN_OPS`
+    bound: IntArray  # codes of :data:`BOUNDS`
+    src_us: npt.NDArray[np.float64]
+    dst_us: npt.NDArray[np.float64]
+    parts: dict[int, tuple[tuple[str, float], ...]]  # a blocking call's wait, split: by edge, where any
+
+    @staticmethod
+    def of(edges: tuple[PathEdge, ...]) -> PathColumns:
+        """The columns of path rows (for a path built without them)."""
+        def column(i: int, dtype: Any) -> Any:
+            return np.array([edge[i] for edge in edges], dtype=dtype)
+        return PathColumns(np.array([CODE[edge.kind] for edge in edges], dtype=np.int64), column(1, np.float64),
+                           column(2, np.int64), column(3, np.int64), column(6, np.int64),
+                           np.array([BOUND_CODE[edge.bound] for edge in edges], dtype=np.int64), column(9, np.float64),
+                           column(10, np.float64), {i: edge.parts for i, edge in enumerate(edges) if edge.parts})
+
+    @staticmethod
+    def join(parts: list[PathColumns]) -> PathColumns:
+        if not parts:
+            return PathColumns.of(())
+
+        def joined(i: int) -> Any:
+            return np.concatenate([p[i] for p in parts])
+        waits: dict[int, tuple[tuple[str, float], ...]] = {}
+        offset = 0
+        for p in parts:
+            waits.update((offset + i, split) for i, split in p.parts.items())
+            offset += len(p.kind)
+        return PathColumns(joined(0), joined(1), joined(2), joined(3), joined(4), joined(5), joined(6), joined(7), waits)
+
+
 @dataclass(frozen=True)
 class CriticalPath:
     rank: int
@@ -119,6 +165,11 @@ class CriticalPath:
     ok: bool = True
     #: every edge (type, weight, source row, source is a start, destination row, ...), when asked for
     graph: tuple[tuple[str, float, int, bool, int, bool], ...] = ()
+    #: the path's edges as columns (what the summary reads)
+    columns: PathColumns | None = field(default=None, compare=False, repr=False)
+
+    def path_columns(self) -> PathColumns:
+        return self.columns if self.columns is not None else PathColumns.of(self.path)
 
     @property
     def span_us(self) -> float:

@@ -110,6 +110,17 @@ class Rows:
         """Symbol ids of the event names (only names) satisfying ``predicate``."""
         return self.links.names_where(predicate)
 
+    def names_matching(self, key: tuple[str, ...], predicate: Callable[[str], bool]) -> npt.NDArray[np.int32]:
+        """:meth:`names_where`, kept under ``key`` (every step asks for the same names)."""
+        memo: dict[tuple[str, ...], npt.NDArray[np.int32]] = self.__dict__.setdefault("_names", {})
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self.names_where(predicate)
+        return found
+
+    def names_containing(self, word: str) -> npt.NDArray[np.int32]:
+        return self.names_matching(("in", word), lambda s: word in s)
+
     def names(self, names: Iterable[str]) -> npt.NDArray[np.int32]:
         return np.array([i for i in (self.sym(n) for n in names) if i >= 0], dtype=np.int32)
 
@@ -166,10 +177,10 @@ def window_rows(rows: Rows, start: float, end: float, hta: bool = True) -> IntAr
 def data_loading_names(rows: Rows, hta: bool, patterns: tuple[str, ...] | None) -> npt.NDArray[np.int32]:
     if patterns is not None:
         compiled = [re.compile(p) for p in patterns]
-        return rows.names_where(lambda s: any(c.search(s) for c in compiled))
+        return rows.names_matching(("re", *patterns), lambda s: any(c.search(s) for c in compiled))
     if hta:
         return np.zeros(0, dtype=np.int32)
-    return rows.names_where(is_dataloader)
+    return rows.names_matching(("dataloader",), is_dataloader)
 
 
 def data_loading_ranges(rows: Rows, window: IntArray, hta: bool,

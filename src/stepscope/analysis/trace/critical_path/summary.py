@@ -12,47 +12,78 @@ import numpy as np
 
 from stepscope.analysis.trace.critical_path.analyse import analyse
 from stepscope.analysis.trace.critical_path.rows import step_windows
-from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, BOUND_KINDS, BOUND_LABELS, COMM, CPU, DATA_LOADING, GAP,
-    GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD, SYNC, SYNC_WAIT, CriticalPath, PathEdge, Segment)
+from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, BOUND_CODE, BOUND_KINDS, BOUND_LABELS, BOUNDS, CODE, COMM,
+                                                          CPU, DATA_LOADING, GAP, GPU_COMPUTE, GPU_MEMORY, LAUNCH_OVERHEAD,
+                                                          SYNC, SYNC_WAIT, CriticalPath, PathColumns, Segment)
 from stepscope.analysis.trace.critical_path.rows import rows_of
 from stepscope.traces import intervals
 from stepscope.traces.events import EventTable
 
 
+_WHY = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
+        GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
+        COMM: "collective on the path", SYNC_WAIT: "the host blocked on the device"}
+
+
 def segments(path: CriticalPath, events: EventTable, top: int = 10, steps: int = 1) -> list[Segment]:
     """The path's weighted edges grouped by the event they are attributed to (by name and stream),
-    longest first (``steps``: how many steps ``path`` joins, for the time per step)."""
+    longest first (``steps``: how many steps ``path`` joins, for the time per step). A blocking
+    call's wait counts as its parts: the device's work meanwhile, and the rest."""
     strings = events.symbols.strings
-    why = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
-           GAP: "idle stream between kernels", GPU_COMPUTE: "kernel on the path", GPU_MEMORY: "copy on the path",
-           COMM: "collective on the path", SYNC_WAIT: "the host blocked on the device"}
-    totals: dict[tuple[str, int, str], list[float]] = {}
-    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
-    rows = np.array([edge.dst if edge.bound == LAUNCH_OVERHEAD else edge.event for edge in kept], dtype=np.int64)
-    safe = np.maximum(rows, 0)
-    names, streams = events.name[safe].tolist(), events.stream[safe].tolist()
-    for edge, row, name_id, row_stream in zip(kept, rows.tolist(), names, streams):
-        if edge.parts:  # a blocking call's wait: the device's work meanwhile, and the rest
-            call = strings[name_id] if edge.event >= 0 else "a blocking call"
-            for part, us in edge.parts:
-                key = (call if part == SYNC_WAIT else f"(device busy while {call} waited)", -1, part)
-                entry = totals.setdefault(key, [0.0, 0])
-                entry[0] += us
-                entry[1] += 1
-            continue
-        name = strings[name_id] if row >= 0 else "(between operators)"
-        stream = row_stream if row >= 0 else -1
-        entry = totals.setdefault((name, stream, edge.bound), [0.0, 0])
-        entry[0] += edge.weight_us
-        entry[1] += 1
-    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
+    c = path.path_columns()
+    kept = np.flatnonzero((c.bound > 0) & (c.weight > 0))
+    row = np.where(c.bound[kept] == BOUND_CODE[LAUNCH_OVERHEAD], c.dst[kept], c.event[kept])
+    safe = np.maximum(row, 0)
+    name_id = events.name[safe].astype(np.int64)
+    stream = np.where(row >= 0, events.stream[safe], -1).astype(np.int64)
+    waits = np.zeros(len(kept), dtype=bool)
+    waits[np.searchsorted(kept, np.fromiter(c.parts, dtype=np.int64, count=len(c.parts)))] = True  # weighted: kept
+    # names outside the symbol table get their own ids: "(between operators)", a wait's parts
+    extra: dict[str, int] = {}
+
+    def name_of(text: str) -> int:
+        return extra.setdefault(text, len(strings) + len(extra))
+
+    name_id = np.where(row >= 0, name_id, name_of("(between operators)"))
+    plain = ~waits
+    at, sub, names, streams, bounds, us = ([kept[plain]], [np.zeros(int(plain.sum()), dtype=np.int64)], [name_id[plain]],
+                                           [stream[plain]], [c.bound[kept[plain]]], [c.weight[kept[plain]]])
+    for i, edge_row, call_id in zip(kept[waits].tolist(), row[waits].tolist(), name_id[waits].tolist()):
+        call = strings[call_id] if edge_row >= 0 else "a blocking call"
+        for k, (part, part_us) in enumerate(c.parts[i]):
+            text = call if part == SYNC_WAIT else f"(device busy while {call} waited)"
+            at.append(np.array([i]))
+            sub.append(np.array([k]))
+            names.append(np.array([call_id if part == SYNC_WAIT and edge_row >= 0 else name_of(text)]))
+            streams.append(np.array([-1]))
+            bounds.append(np.array([BOUND_CODE[part]]))
+            us.append(np.array([part_us]))
+    order = np.lexsort((np.concatenate(sub), np.concatenate(at)))  # path order
+    name_col, stream_col = np.concatenate(names)[order], np.concatenate(streams)[order]
+    bound_col, us_col = np.concatenate(bounds)[order], np.concatenate(us).astype(np.float64)[order]
+    if not len(us_col):
+        return []
+    # groups by (name, stream, bound); lexsort is stable, so a group's first row is its earliest
+    order = np.lexsort((bound_col, stream_col, name_col))
+    key = np.stack([name_col[order], stream_col[order], bound_col[order]], axis=1)
+    new = np.concatenate(([True], (key[1:] != key[:-1]).any(axis=1)))
+    groups, first = key[new], order[new]
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    totals = np.bincount(inverse, weights=us_col, minlength=len(groups))  # summed in path order
+    counts = np.bincount(inverse, minlength=len(groups))
+    by_first = np.argsort(first, kind="stable")  # first appearance, then the longest first (stable)
+    ranked = by_first[np.argsort(-totals[by_first], kind="stable")][:top]
+    text_of = {v: k for k, v in extra.items()}
     length = path.length_us
-    return [Segment(name, stream, bound, why[bound], us, int(count), us / length if length > 0 else 0.0, us / steps)
-            for (name, stream, bound), (us, count) in ranked]
-
-
-#: Edges turned into Python rows at a time.
-CHUNK = 8192
+    out = []
+    for g in ranked.tolist():
+        name_code, group_stream, bound_code = groups[g].tolist()
+        name = strings[name_code] if name_code < len(strings) else text_of[name_code]
+        total, bound = float(totals[g]), BOUNDS[bound_code]
+        out.append(Segment(name, group_stream, bound, _WHY[bound], total, int(counts[g]),
+                           total / length if length > 0 else 0.0, total / steps))
+    return out
 
 
 @dataclass(frozen=True)
@@ -181,8 +212,8 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
         return None
     if not windows:
         windows = [("whole trace", float(rows.ts.min()), float(rows.end.max()))]
-    paths = [found for label, start, end in windows
-             if (found := analyse(rows, rank, label, start, end, False, None)) is not None]
+    paths = [found for label, start, end in windows  # read as columns: no row per path edge
+             if (found := analyse(rows, rank, label, start, end, False, None, as_rows=False)) is not None]
     paths = [p for p in paths if p.nodes > 0]
     if not paths:
         return None
@@ -192,7 +223,8 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
             bound[kind] += us
         notes.extend(p.notes)
     merged = CriticalPath(rank, "all steps", paths[0].start_us, paths[-1].end_us, 0, 0, {}, sum(p.length_us for p in paths),
-                          tuple(edge for p in paths for edge in p.path), dict(bound), (), "stepscope")
+                          (), dict(bound), (), "stepscope",
+                          columns=PathColumns.join([p.path_columns() for p in paths]))
     shown = max(paths, key=lambda p: p.length_us)
     busy = rows.busy
     return PathSummary(
@@ -207,40 +239,38 @@ def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> f
     """The device's idle time while the path is on the host right after a sync (until the path
     reaches the device again): what the sync cost, the device having drained its queue for it.
     The host's own time there is not counted when the device was busy meanwhile."""
-    begins, ends = [], []
-    armed = False
-    for edge in path.path:
-        if edge.kind == SYNC:
-            armed = True
-        elif edge.bound in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM):
-            armed = False
-        elif armed and edge.bound == CPU and edge.weight_us > 0:
-            begins.append(edge.src_us)
-            ends.append(edge.dst_us)
-    if not begins:
+    c = path.path_columns()
+    if not len(c.kind):
         return 0.0
-    host = intervals.merge(np.array(begins), np.array(ends))
-    return intervals.total(*intervals.subtract(host, busy))
+    index = np.arange(len(c.kind))
+    is_sync = c.kind == CODE[SYNC]
+    on_device = ~is_sync & np.isin(c.bound, [BOUND_CODE[b] for b in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM)])
+    # armed: a sync since the path last reached the device (the latest of each before this edge)
+    last_sync = np.maximum.accumulate(np.where(is_sync, index, -1))
+    last_device = np.maximum.accumulate(np.where(on_device, index, -1))
+    armed = np.concatenate(([False], last_sync[:-1] > last_device[:-1]))
+    host = armed & ~is_sync & ~on_device & (c.bound == BOUND_CODE[CPU]) & (c.weight > 0)
+    if not host.any():
+        return 0.0
+    merged = intervals.merge(c.src_us[host], c.dst_us[host])
+    return intervals.total(*intervals.subtract(merged, busy))
 
 
 def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
     """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
     thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
-    kept = [edge for edge in path.path if edge.bound and edge.weight_us > 0]
-    if not kept:
+    c = path.path_columns()
+    kept = np.flatnonzero((c.bound > 0) & (c.weight > 0))
+    if not len(kept):
         return []
-    make = partial(tuple.__new__, PathSpan)
     strings = events.symbols.strings
-    out: list[PathSpan] = []
-    for lo in range(0, len(kept), CHUNK):  # in chunks: the columns as Python lists stay small
-        column = dict(zip(PathEdge._fields, zip(*kept[lo:lo + CHUNK])))
-        src, dst, event = (np.asarray(column[name], dtype=np.int64) for name in ("src", "dst", "event"))
-        bound = np.asarray(column["bound"], dtype=object)
-        where = np.where((bound == LAUNCH_OVERHEAD) | (bound == GAP), dst, np.where(event >= 0, event, src))
-        names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
-        for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
-            names[i] = "(between operators)"
-        out += map(make, zip(names, column["bound"], column["src_us"], column["dst_us"],
-                             map(strings.__getitem__, events.pid[where].tolist()),
-                             map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist()))
-    return out
+    src, dst, event, bound = c.src[kept], c.dst[kept], c.event[kept], c.bound[kept]
+    on_stream = (bound == BOUND_CODE[LAUNCH_OVERHEAD]) | (bound == BOUND_CODE[GAP])
+    where = np.where(on_stream, dst, np.where(event >= 0, event, src))
+    names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
+    for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
+        names[i] = "(between operators)"
+    make = partial(tuple.__new__, PathSpan)
+    return list(map(make, zip(names, np.asarray(BOUNDS, dtype=object)[bound].tolist(), c.src_us[kept].tolist(),
+                              c.dst_us[kept].tolist(), map(strings.__getitem__, events.pid[where].tolist()),
+                              map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist())))
