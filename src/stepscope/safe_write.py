@@ -4,9 +4,12 @@ Two operations, used by every writer:
 
 - :func:`atomic_write` — write a whole file: the bytes go to a temporary file with an
   unpredictable name in the same directory, created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a
-  planted file or symlink is never opened), then ``os.replace`` puts it in place (a rename
-  replaces a symlink at the destination instead of following it). On any error the temporary file
-  is removed and the ``OSError`` is raised: the destination is either the old file or the new one.
+  planted file or symlink is never opened), flushed to the device (``fsync``), then ``os.replace``
+  puts it in place (a rename replaces a symlink at the destination instead of following it) and
+  the directory is synced so the new name survives a crash. On any error the temporary file is
+  removed and the ``OSError`` is raised: the destination is either the old file or the new one,
+  whole — a process killed at any instant (SIGKILL, the OOM killer, a power cut) never leaves a
+  half-written file under the final name, only at worst a ``.NAME.<random>.tmp`` beside it.
 - :func:`create_exclusive` — create a new file for streaming (samples, roles): fails if anything,
   a symlink included, already has the name.
 
@@ -46,14 +49,35 @@ def atomic_write(path: str | Path, payload: bytes) -> Path:
     try:
         with create_exclusive(tmp) as handle:
             handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on the device before the name points at them
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename in (None, str(tmp), tmp):
+            # the temporary name is gone and means nothing to the reader: name the file not written
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
+    sync_directory(path.parent)
     return path
+
+
+def sync_directory(directory: str | Path) -> None:
+    """``fsync`` a directory so the names just created or renamed in it survive a crash; best effort
+    (a filesystem that cannot sync directories keeps the file, only the crash guarantee is weaker)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def escape_text(text: str) -> str:
@@ -89,4 +113,4 @@ def json_bytes(document: Any, option: int = 0) -> bytes:
         return orjson.dumps(escape_strings(document), option=option)
 
 
-__all__ = ["atomic_write", "create_exclusive", "escape_strings", "escape_text", "json_bytes"]
+__all__ = ["atomic_write", "create_exclusive", "escape_strings", "escape_text", "json_bytes", "sync_directory"]

@@ -55,8 +55,11 @@ def default_run_dir(name: str, base: str | Path = RUNS_DIR) -> Path:
 # -- claiming a run directory ------------------------------------------------------------------
 
 #: Names a run writes into its directory (and which therefore mark a directory as holding a run).
-_RUN_ENTRY_RE = re.compile(r"^(?:record\.rank\d+\.json\.gz|samples\.rank\d+\.jsonl\.gz|roles\.rank\d+\.jsonl"
-                           r"|report(?:\.rank\d+)?\.json|rank\d+\.lock|traces|profiler)$")
+_RUN_ENTRY_RE = re.compile(r"^(?:record\.rank\d+(?:\.partial)?\.json\.gz|samples\.rank\d+\.jsonl\.gz"
+                           r"|roles\.rank\d+\.jsonl|report(?:\.rank\d+)?\.json|report\.html|rank\d+\.lock|traces"
+                           r"|profiler)$")
+#: The temporary file of an atomic write of one of those names (left only by a killed process).
+_TEMPORARY_RE = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.tmp$")
 _RANK_RE = re.compile(r"rank(\d+)")
 #: How long a lock held by another process may take to show our job (a sibling rank mid-claim).
 _LOCK_PATIENCE_S = 1.0
@@ -160,7 +163,7 @@ def claim_run_dir(run_dir: str | Path, rank: int, *, force: bool = False, derive
             shown = ", ".join(sorted(foreign)[:4]) + (", …" if len(foreign) > 4 else "")
             raise CaptureError(f"run directory {path} holds another run ({shown}); pass --force to replace it, "
                                "or choose another with -o/--out")
-        for name in foreign | _own_stale_entries(path, rank, job, lock):
+        for name in foreign | _own_stale_entries(path, rank, job, lock) | _temporary_leftovers(path, rank):
             _remove(path / name)
         _check_writable(path)
     except CaptureError:
@@ -266,7 +269,9 @@ def _lock_jobs(path: Path, own: RunDirLock, job: str) -> dict[int, str | None]:
                 if not held or other == job or time.monotonic() > deadline:
                     break
                 time.sleep(0.02)  # a sibling rank may not have written its job yet
-            jobs[int(match.group(1))] = other if (not held or other == job) else None
+            # a lock nobody holds is a stale mark of a run that ended ("" when it never said whose:
+            # killed between creating and writing it), never a run in use
+            jobs[int(match.group(1))] = (other or "") if not held else other if other == job else None
         finally:
             os.close(descriptor)
     return jobs
@@ -291,7 +296,15 @@ def _foreign_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[s
         owner_rank = int(match.group(1)) if match else (0 if name == "report.json" else None)
         if owner_rank is not None and owners.get(owner_rank) != job:
             foreign.add(name)
-    foreign |= {f"rank{other}.lock" for other, owner in jobs.items() if owner != job}
+    stale_locks = {f"rank{other}.lock" for other, owner in jobs.items() if owner != job}
+    if not foreign and not _unowned_shared_entries(path, owners, job):
+        # the earlier run left nothing but its locks (killed before writing anything): they are
+        # stale marks, not a run to protect; other ranks' are removed so that none of them reads
+        # as a rank of this job that already ended
+        for name in stale_locks:
+            _remove_unheld_lock(path / name, job)
+        return set()
+    foreign |= stale_locks
     if previous not in (None, job):
         foreign.add(lock.path.name + _PREVIOUS_OWNER)
     if foreign:  # traces/ and profiler/ hold files of every rank: they go with the old run
@@ -299,12 +312,62 @@ def _foreign_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[s
     return foreign
 
 
+def _unowned_shared_entries(path: Path, owners: dict[int, str | None], job: str) -> bool:
+    """True when traces/ or profiler/ hold something while no rank of this job owns the directory
+    yet: the files of an earlier run (which left its locks) that must not mix into this one."""
+    if any(owner == job for owner in owners.values()):
+        return False
+    for name in ("traces", "profiler"):
+        try:
+            if any(os.scandir(path / name)):
+                return True
+        except NotADirectoryError:
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _remove_unheld_lock(lock_path: Path, job: str) -> None:
+    """Remove another rank's stale lock, unless a process holds it (or wrote this job into it)
+    meanwhile. Unlinked while we hold it: a rank that opened it just before takes the lock only
+    after the unlink, sees the name no longer is its file and makes a new one (``_take_lock``)."""
+    import fcntl
+
+    try:
+        descriptor = _open_lock(lock_path, create=False)
+    except OSError:
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _read_lock(descriptor).get("job") != job and _same_file(lock_path, descriptor):
+            lock_path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _temporary_leftovers(path: Path, rank: int) -> set[str]:
+    """Temporary files of atomic writes of this rank's entries (rank 0: also the run's reports),
+    left by a process killed mid-write: never a complete file, removed when the rank claims."""
+    found = set()
+    for name in os.listdir(path):
+        match = _TEMPORARY_RE.match(name)
+        if not match or not _RUN_ENTRY_RE.match(match.group(1)):
+            continue
+        owner = _RANK_RE.search(match.group(1))
+        if (int(owner.group(1)) if owner else 0) == rank:
+            found.add(name)
+    return found
+
+
 def _own_stale_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set[str]:
     """This rank's files from an earlier attempt of the same job (replaced, not mixed in)."""
     if lock.previous.get("job") != job:
         return set()
-    names = {f"record.rank{rank}.json.gz", f"samples.rank{rank}.jsonl.gz", f"roles.rank{rank}.jsonl",
-             f"report.rank{rank}.json"} | ({"report.json"} if rank == 0 else set())
+    names = {f"record.rank{rank}.json.gz", f"record.rank{rank}.partial.json.gz", f"samples.rank{rank}.jsonl.gz",
+             f"roles.rank{rank}.jsonl", f"report.rank{rank}.json"} | ({"report.json", "report.html"} if rank == 0 else set())
     return {name for name in names if os.path.lexists(path / name)}
 
 

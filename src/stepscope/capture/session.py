@@ -330,15 +330,17 @@ class CaptureSession:
                 _quietly(self.warnings, "sigint", self._sigint.uninstall)
             self._stop_checkpoints()
             self.record = self._finish(exit_code, exception, interrupted_by)
-            self._save()
-            with contextlib.suppress(OSError):  # the record is written: its checkpoint is obsolete
-                layout.partial_record_path(self.run_dir, self.rank).unlink(missing_ok=True)
+            if self._save():  # the record is written: its checkpoint is obsolete (else the best left)
+                with contextlib.suppress(OSError):
+                    layout.partial_record_path(self.run_dir, self.rank).unlink(missing_ok=True)
             if self.sidecar is not None and not self.should_hurry():
                 _quietly(self.warnings, "sidecar", self.sidecar.stop)
                 notes = [str(note) for note in getattr(self.sidecar, "warnings", ()) or ()]
                 if notes:
                     self.record = replace(self.record, warnings=(*self.record.warnings, *notes))
-                    self._save()
+                    if self._save():
+                        with contextlib.suppress(OSError):
+                            layout.partial_record_path(self.run_dir, self.rank).unlink(missing_ok=True)
             return self.record
         finally:
             self._lock.release()
@@ -351,13 +353,16 @@ class CaptureSession:
         account.close()
         return _quietly(self.warnings, "thread-account", lambda: account.result(thread_table(account.tid)))
 
-    def _save(self) -> None:
+    def _save(self) -> bool:
+        """Write the record; False (one warning) when it could not be written."""
         assert self.record is not None
         try:
             save_record(self.record, layout.record_path(self.run_dir, self.rank))
         except OSError as exc:
             self.warnings.once("save", f"could not write the run record "
                                        f"{layout.record_path(self.run_dir, self.rank)} ({exc.strerror or exc})")
+            return False
+        return True
 
     def _finish(self, exit_code, exception, interrupted_by) -> RunRecord:
         end_ns = time.perf_counter_ns()

@@ -10,13 +10,13 @@ statistics (``record.profiler_windows``). Failures become one warning.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
 from stepscope.record.run import ProfilerWindow
-from stepscope.text import say
 
 #: First step inside the window (0-based), and its length.
 WINDOW_FIRST_STEP = 6
@@ -96,11 +96,38 @@ class TraceWindow:
                 self._last_step = self.first_step + self.steps - 1
             self.trace_dir.mkdir(parents=True, exist_ok=True)
             path = self.trace_dir / f"rank{self.rank}.steps{self.first_step}-{self._last_step}.pt.trace.json"
-            profiler.export_chrome_trace(str(path))
+            _export_whole(profiler, path)
             # the profiler's warm-up step is disturbed too: the window starts there
             self.window = ProfilerWindow(first_step=self.first_step - 1, last_step=self._last_step,
                                          trace_path=str(path.relative_to(self.trace_dir.parent)))
         except Exception as exc:  # noqa: BLE001
-            self.warn.once("trace", f"torch.profiler trace not exported ({type(exc).__name__}: {exc})")
-            say(f"stepscope: trace export failed: {exc}")
+            self.warn.once("trace", f"torch.profiler trace not exported ({type(exc).__name__}: {exc})")  # one line
         return self.window
+
+
+def _export_whole(profiler: Any, path: Path) -> None:
+    """Export the Chrome trace under a temporary name, synced, then renamed into place: a process
+    killed (or a disk that fills) during the export leaves no half-written trace under its final
+    name — at worst a ``.NAME.<random>.tmp`` that no reader picks up."""
+    import secrets
+
+    from stepscope.safe_write import sync_directory
+
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        profiler.export_chrome_trace(str(tmp))
+        descriptor = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None  # the name not written, not the temporary
+        raise
+    sync_directory(path.parent)

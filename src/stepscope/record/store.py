@@ -126,12 +126,23 @@ def resolve_record_path(path: str | Path, rank: int | None = None) -> Path:
         if chosen is not None and layout.partial_record_path(path, chosen).is_file():
             return layout.partial_record_path(path, chosen)  # a killed run's last checkpoint
         if not ranks:
-            raise InputError(path, "no run record (record.rank<N>.json.gz) in this directory; "
-                             "pass a directory written by 'stepscope run'")
+            raise InputError(path, _no_record(path))
         raise InputError(path, f"no record for rank {chosen}; ranks present: {ranks}")
     if not path.exists():
         raise InputError(path, "no such file or directory; pass a run directory or a record file")
     return path
+
+
+def _no_record(run_dir: Path) -> str:
+    """What a directory without a record (or a checkpoint of one) holds instead, in one line."""
+    names = {child.name for child in run_dir.iterdir()}
+    if layout.REPORT_FILE in names:
+        return ("no run record (record.rank<N>.json.gz): the run could not write it (its warning said why) and "
+                "left no checkpoint; report.json holds its summary")
+    if any(name.endswith(".lock") or name.startswith(("samples.rank", "roles.rank")) for name in names):
+        return ("no run record (record.rank<N>.json.gz) and no checkpoint: the run that wrote this directory "
+                "ended (was killed) before it saved one; nothing of it can be reported")
+    return "no run record (record.rank<N>.json.gz) in this directory; pass a directory written by 'stepscope run'"
 
 
 def load_record(path: str | Path, rank: int | None = None, *, with_samples: bool = True) -> RunRecord:

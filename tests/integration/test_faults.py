@@ -1,0 +1,72 @@
+"""Faults injected into real runs (the fast part of ``benchmarks/fault_campaign.py``): SIGKILL inside
+a write and ENOSPC/EIO at a write site. After each, nothing is lost that was whole, nothing half
+written sits under a final name, no process of the run is left, the run index is intact and a
+following run into the same directory works.
+
+The runs are real ``stepscope run`` processes (torch, two DataLoader workers, the sampler, a
+torch.profiler window, ``--html``); the faults come from ``benchmarks/fault_hook/sitecustomize.py``
+on their ``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import fault_campaign  # noqa: E402
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    return fault_campaign.Campaign(tmp_path, seed=33, follow_every=1)
+
+
+def _temporaries(run_dir: Path) -> list[str]:
+    return [path.name for path in (*run_dir.iterdir(), *(run_dir / "traces").glob("*")) if path.name.endswith(".tmp")]
+
+
+def test_killed_while_writing_the_record_the_checkpoint_is_reported_and_the_next_run_works(campaign):
+    result = campaign.kill_in_write("record", "mid", "tree")
+    assert result.killed and not result.problems, result
+    assert result.outcome == "readable-partial" and result.orphans == 0 and result.index_ok
+    assert result.follow == "ok"  # refused without --force (the checkpoint is a run to keep), then forced
+    assert _temporaries(Path(result.run_dir)) == []  # the killed write's temporary went with the old run
+
+
+def test_the_training_process_killed_after_its_report_was_written_whole_leaves_no_half_file(campaign):
+    campaign.follow_every = 0
+    result = campaign.kill_in_write("report", "full", "script")
+    assert result.killed and not result.problems, result
+    run_dir = Path(result.run_dir)
+    assert not (run_dir / "report.json").exists()  # synced under its temporary name, never renamed
+    assert (run_dir / "record.rank0.json.gz").exists() and result.orphans == 0
+
+
+def test_a_full_disk_at_the_record_keeps_the_script_and_the_checkpoint(campaign):
+    campaign.measure_script()
+    result = campaign.fail_write("record", "ENOSPC")
+    assert not result.problems, result  # same exit status and stdout, one line naming the record
+    assert "record.rank0.json.gz" in result.detail and "No space left on device" in result.detail
+    run_dir = Path(result.run_dir)
+    assert not (run_dir / "record.rank0.json.gz").exists() and _temporaries(run_dir) == []
+    assert (run_dir / "record.rank0.partial.json.gz").exists()  # the last checkpoint is the record left
+    assert result.outcome == "readable-partial"
+
+
+@pytest.mark.parametrize("site", ["trace", "html"])
+def test_an_io_error_while_exporting_says_one_line_and_leaves_no_half_file(campaign, site):
+    campaign.measure_script()
+    result = campaign.fail_write(site, "EIO")
+    assert not result.problems, result
+    assert ".tmp" not in result.detail  # the line names the file that was not written
+    run_dir = Path(result.run_dir)
+    assert _temporaries(run_dir) == []
+    if site == "trace":
+        assert list((run_dir / "traces").glob("*.json")) == []
+    else:
+        assert not (run_dir / "report.html").exists()
+    assert result.outcome == "clean"
