@@ -31,7 +31,7 @@ PAIR = (SHARED / "hta/trace_diff/control", SHARED / "hta/trace_diff/test")
 
 OURS = """
 import sys
-from stepscope.compare import diff_traces
+from stepscope.pipeline.compare import diff_traces
 from pathlib import Path
 diff = diff_traces(Path(sys.argv[1]), Path(sys.argv[2]))
 print(len(diff.ops))

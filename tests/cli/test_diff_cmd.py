@@ -82,6 +82,7 @@ def test_a_run_compared_with_itself_is_said_to_be_the_same_run(runs, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["same_run"] is True and data["notes"][0].startswith("A and B are the same run (a): every change "
                                                                     "is zero by construction")
+    assert {row["verdict"] for row in data["rows"]} == {"same run"}  # not "within noise"
     assert main(["diff", "a", "a"]) == 0
     out = capsys.readouterr().out
     assert "A and B are the same run: nothing was compared" in out and "no difference beyond noise" not in out

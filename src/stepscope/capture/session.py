@@ -418,8 +418,13 @@ class CaptureSession:
         if CORE != "c" and recorder.count:
             self.warnings.note(f"capture ran on its Python core ({PYTHON_CORE_REASON}): its hooks cost about 3x "
                                "the C core's per step")
+        from stepscope.capture.sources import source_hashes
+
+        sources = _quietly(self.warnings, "source hashes",
+                           lambda: source_hashes(self.meta["target"], self.meta["mode"], self.meta["cwd"]))
         meta = self._run_meta(torch_meta, end_ns, recorder.count, "cuda" if recorder.device is not None else "cpu",
-                              exit_code=exit_code, exception=exception, interrupted_by=interrupted_by)
+                              exit_code=exit_code, exception=exception, interrupted_by=interrupted_by,
+                              source_hashes=sources or {})
         loaders = self._loaders()
         if not loaders and recorder.count:
             self.warnings.note("no torch DataLoader was used: data loading by other means "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.errors import UsageError
-from stepscope.text import printable, say
+from stepscope.text import say
 
 EXIT_REGRESSION = 3
 
@@ -115,8 +115,8 @@ def _baseline(args: argparse.Namespace, side_b: list[Path]) -> list[Path]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from stepscope.analysis.run.diff import RunDiff
-    from stepscope.compare import diff_paths
+    from stepscope.pipeline.compare import compare_paths
+    from stepscope.report.render import Output, render
 
     floor = None
     if args.noise_floor is not None:
@@ -128,77 +128,16 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--fail-if-slower is a percentage >= 0, got {args.fail_if_slower:g}")
     side_a, side_b = _sides(args)
     iterations_a, iterations_b = _iterations(args.iterations)
-    diff = diff_paths(side_a, side_b, floor=floor, device=args.device, rank=args.rank, index=_index(args),
-                      iterations_a=iterations_a, iterations_b=iterations_b)
-    gate = None
-    if args.fail_if_slower is not None:
-        if not isinstance(diff, RunDiff):
-            raise UsageError("--fail-if-slower needs two runs: one trace per side has no noise bound; "
-                             "record runs with 'stepscope run' and compare their directories")
-        gate = regression_gate(diff, args.metric, args.fail_if_slower / 100)
+    view = compare_paths(side_a, side_b, floor=floor, index=_index(args), metric=args.metric,
+                         gate_threshold=None if args.fail_if_slower is None else args.fail_if_slower / 100,
+                         histogram=bool(args.html), device=args.device, rank=args.rank,
+                         iterations_a=iterations_a, iterations_b=iterations_b)
     if args.html:
-        _write_html(diff, side_a[0], side_b[0], Path(args.html))
-    if args.format == "json":
-        import orjson
-
-        data = diff.to_dict()
-        if gate is not None:
-            data["gate"] = gate
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
-    else:
-        from rich.console import Console
-
-        from stepscope.report.diff_view import render_run_diff, render_trace_diff
-
-        console = Console()
-        console.print(render_run_diff(diff, args.metric) if isinstance(diff, RunDiff) else render_trace_diff(diff))
-        if gate is not None:
-            style = {"failed": "bold red", "passed": "bold green"}.get(gate["status"], "bold yellow")
-            console.print(printable(gate["message"]), style=style, markup=False, highlight=False)
-    if gate is not None and gate["failed"]:
-        return EXIT_REGRESSION
-    return 0
-
-
-def regression_gate(diff: Any, metric: str, threshold: float) -> dict[str, Any]:
-    """Whether B regressed on ``metric``: worse by more than ``threshold`` *and* beyond noise."""
-    from stepscope.analysis.compare_stats import FASTER, SLOWER
-
-    row = diff.row(metric)
-    if row is None:
-        raise UsageError(f"--metric {metric}: not measured in both runs (have: "
-                         f"{', '.join(r.metric for r in diff.rows)})")
-    worse = row.diff.worse_by
-    beyond = row.diff.verdict == SLOWER
-    failed = bool(worse is not None and worse > threshold and beyond)
-    inconclusive = worse is None or row.diff.verdict == "no noise bound"
-    if inconclusive:
-        message = (f"gate: inconclusive — {row.label} has no noise bound ({'; '.join(diff.notes) or row.diff.verdict}); "
-                   "passed, but nothing was checked")
-    elif failed:
-        message = (f"gate: FAILED — {row.label} is worse by {worse:.1%} (interval {row.diff.low:+.1%} … "
-                   f"{row.diff.high:+.1%}), beyond noise and above the {threshold:.1%} allowed")
-    else:
-        why = ("faster" if row.diff.verdict == FASTER else "within noise") if not beyond \
-            else f"within the {threshold:.1%} allowed"
-        message = f"gate: passed — {row.label} {row.diff.change:+.1%} ({why})" if row.diff.change is not None \
-            else f"gate: passed ({why})"
-    status = "failed" if failed else "inconclusive" if inconclusive else "passed"
-    return {"metric": metric, "threshold": threshold, "worse_by": worse, "verdict": row.diff.verdict,
-            "failed": failed, "status": status, "message": message}
-
-
-def _write_html(diff: Any, a: Path, b: Path, target: Path) -> None:
-    from stepscope.analysis.run.diff import RunDiff
-    from stepscope.report.diff_view import write_diff_html
-
-    records: dict[str, Any] = {}
-    if isinstance(diff, RunDiff):
-        from stepscope.record.store import load_record
-
-        records = {"record_a": load_record(a, with_samples=False), "record_b": load_record(b, with_samples=False)}
-    try:
-        write_diff_html(diff, target, **records)
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot write the HTML page ({exc.strerror or exc}); choose a writable path") from None
-    say(f"stepscope: wrote {target}")
+        target = Path(args.html)
+        try:
+            render(view, "html", Output(path=target))
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot write the HTML page ({exc.strerror or exc}); choose a writable path") from None
+        say(f"stepscope: wrote {target}")
+    render(view, "json" if args.format == "json" else "text", Output(stream=sys.stdout))
+    return EXIT_REGRESSION if view.gate is not None and view.gate.failed else 0

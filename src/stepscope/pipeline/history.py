@@ -53,6 +53,7 @@ def row_from_report(run_dir: Path, report: Report, record: RunRecord, tags: Sequ
         "top_title": top.title if top else None,
         "indexed_at": time.time(),
         "setup_key": setup_key(record),
+        "busy_share": report.evidence.foreign.cpu_share if report.evidence.foreign is not None else None,
     }
     for phase in ("data_wait", "forward", "backward", "optimizer", "communication", "other", "compile"):
         row[phase] = steady.shares.get(phase) if steady else None

@@ -196,6 +196,10 @@ class RunMeta:
     #: :data:`stepscope.capture.environment.SETUP_ENV_PREFIXES`), secret-looking ones masked
     env: dict[str, str] = field(default_factory=dict)
     git_commit: str | None = None  # commit of the git repository holding the script, when there is one
+    #: content hashes (sha256, first 16 hex digits) of the script and of the local modules it imported
+    #: (files under the script's git repository, else its directory), by path relative to that root;
+    #: ``diff`` names the files that changed (:mod:`stepscope.capture.sources`)
+    source_hashes: dict[str, str] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:

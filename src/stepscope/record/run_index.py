@@ -72,6 +72,7 @@ _COLUMNS = (
     ("top_title", "TEXT"),
     ("indexed_at", "REAL"),
     ("setup_key", "TEXT"),  # stepscope.analysis.run.diff.setup_key: runs with one key are repeats
+    ("busy_share", "REAL"),  # share of the cores other processes used during the run (diff's history floor)
 )
 COLUMN_NAMES = tuple(name for name, _ in _COLUMNS)
 #: Metrics ``stepscope runs --plot`` can draw.

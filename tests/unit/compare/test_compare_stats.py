@@ -111,3 +111,17 @@ def test_the_floor_is_a_factor_so_time_and_throughput_agree():
     time_row = _time(a, b)
     rate_row = compare_steps(np.ones(len(a)), a, np.ones(len(b)), b, higher_is_better=True)
     assert time_row.verdict == rate_row.verdict == FASTER
+
+
+def test_the_median_ignores_a_few_long_steps_and_sees_every_step_slower():
+    from stepscope.analysis.compare_stats import compare_medians
+
+    rng = np.random.default_rng(0)
+    a = 0.088 * (1 + 0.02 * rng.standard_normal(200))
+    b = 0.088 * (1 + 0.02 * rng.standard_normal(200))
+    b[[40, 90, 140, 190]] = 3.4  # four recompilations: the mean nearly doubles
+    median = compare_medians(a, b, floor=0.02)
+    assert median.verdict == WITHIN_NOISE and abs(median.change) < 0.01 and b.mean() / a.mean() > 1.7
+    slower = compare_medians(a, a * 1.3, floor=0.02)
+    assert slower.verdict == SLOWER and slower.low > 0.2
+    assert compare_medians(a[:5], b[:5]).verdict == NO_BOUND

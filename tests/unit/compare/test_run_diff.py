@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
+import numpy as np
 
 from stepscope.analysis.compare_stats import FASTER, NO_BOUND, SLOWER, WITHIN_NOISE
 from stepscope.analysis.run.diff import FindingBrief, diff_runs, finding_changes, setup_changes
-from stepscope.record.run import Override, Overrides, RunRecord
-from stepscope.report.diff_view import headline, render_diff_html, render_run_diff
+from stepscope.pipeline.compare import headline, origin, run_view
+from stepscope.record.run import CaptureFacts, Compilation, CompileFacts, Override, Overrides, RunRecord, StepTable
+from stepscope.report.render import Output, render
 from html_records import HOSTILE
 from records import make_record, noisy_record
 
@@ -69,13 +72,13 @@ def test_renderers_escape_what_came_from_the_runs():
     b = replace(_record(50, 3e6, 3e6, 2), meta=replace(a.meta, argv=("train.py", HOSTILE), env={"TORCH_X": HOSTILE}))
     diff = diff_runs(a, b, label_a=HOSTILE, label_b="B",
                      findings_b=[FindingBrief("x.y", HOSTILE, "high")])
-    page = render_diff_html(diff, record_a=a, record_b=b)
-    assert "<script>document" not in page and '<b id="injected">' not in page and "&lt;/script&gt;" in page
-    from rich.console import Console
+    from stepscope.report.render.diff_html import page
 
-    console = Console(record=True, width=120)
-    console.print(render_run_diff(diff))
-    text = console.export_text()
+    html = page(run_view(diff, records=(a, b)))
+    assert "<script>document" not in html and '<b id="injected">' not in html and "&lt;/script&gt;" in html
+    stream = io.StringIO()
+    render(run_view(diff), "text", Output(stream=stream, width=120))
+    text = stream.getvalue()
     assert "\x1b[31m" not in text and "[bold red]rich[/]" in text
 
 
@@ -92,8 +95,76 @@ def test_repeats_on_each_side_compare_over_runs():
     assert any("differ among themselves in torch" in note for note in mixed.notes)
 
 
-def test_a_busy_machine_names_nothing_faster_or_slower():
-    a, b = _record(100, 3e6, 3e6, 1), _record(100, 3e6, 9e6, 2)
+def test_a_busy_machine_judges_against_the_floor_measured_under_load():
+    """Load on one side widens the floor to ×3: a doubling is not called, a 17× change is."""
+    a, b = _record(100, 3e6, 3e6, 1), _record(100, 3e6, 9e6, 2)  # step ×2
     diff = diff_runs(a, b, label_a="A", label_b="B", busy_b=0.4)
-    assert all(row.diff.verdict not in (FASTER, SLOWER) for row in diff.rows)
-    assert any("machine was busy" in note for note in diff.notes)
+    assert diff.row("step_time").diff.verdict == WITHIN_NOISE and diff.floor == 2.0
+    assert any("machine was busy" in note and "×3.0" in note for note in diff.notes)
+    assert "measured under load" in diff.floor_source
+    straggler = _record(100, 0.1e6, 1.6e6, 3)  # 29.3 → 1.71 ms in the report: here 6 → 0.35 ms, ÷17
+    fixed = diff_runs(a, straggler, label_a="A", label_b="B", busy_a=0.31)
+    assert fixed.row("step_time").diff.verdict == FASTER and headline(fixed).startswith("B is faster")
+    quiet = diff_runs(a, b, label_a="A", label_b="B", busy_b=0.05)  # below the busy share: the default ×1.4
+    assert quiet.row("step_time").diff.verdict == SLOWER and quiet.floor is None
+
+
+def _with_long_steps(record: RunRecord, positions: list[int], extra_ns: float, *, compile_ns: bool) -> RunRecord:
+    """``record`` with ``extra_ns`` added to the steps at ``positions`` (in the compile phase, with a
+    recompilation reported inside the step, or in "other": work outside the model)."""
+    columns = {name: np.array(column, copy=True) for name, column in record.steps.columns().items()}
+    column = "compile_ns" if compile_ns else "other_ns"
+    columns[column] = columns[column].astype(np.int64)
+    for position in positions:
+        columns[column][position] += int(extra_ns)
+        columns["duration_ns"][position] += int(extra_ns)
+    columns["start_ns"] = np.concatenate([[0], np.cumsum(columns["duration_ns"])[:-1]]).astype(np.int64)
+    steps = StepTable.from_columns(columns)
+    compilations = tuple(Compilation(f"0/{index + 1}", "f", "forward", "model.py", 10,
+                                     int(steps.start_ns[position]) + 10, int(extra_ns), "x.size()[0] == 8")
+                         for index, position in enumerate(positions)) if compile_ns else ()
+    facts = replace(record.facts, compile=CompileFacts(compilations=compilations)) if compile_ns else record.facts
+    return replace(record, steps=steps, facts=facts)
+
+
+def test_a_mean_moved_by_a_few_long_steps_says_so_and_names_them():
+    """Both medians equal, the mean +90 %: seven steady-state recompilations of 40 steps' time each."""
+    a = _record(300, 1e6, 4e6, 1, spread=0.02)
+    b = _with_long_steps(_record(300, 1e6, 4e6, 2, spread=0.02), [60, 100, 140, 180, 220, 260, 290], 40 * 5.01e6,
+                         compile_ns=True)
+    diff = diff_runs(a, b, label_a="A", label_b="B", floor=0.02)
+    step, shape = diff.row("step_time").diff, diff.shape
+    assert step.verdict == SLOWER and step.change > 0.8
+    assert shape.median.verdict == WITHIN_NOISE and abs(shape.median.change) < 0.02
+    assert shape.source == "long steps" and shape.long_b.count == 7 and shape.long_a.count == 0
+    assert [(cause, count) for cause, count, _ in shape.long_b.causes] == [("torch.compile recompilation", 7)]
+    assert abs(shape.tail_change - step.change) < 0.05
+    said = origin(diff)
+    assert said.startswith("the mean step's change (+") and "7 long steps in B" in said
+    assert "torch.compile recompilation" in said and "the typical step did not change" in said
+    assert "from 7 long steps in B" in headline(diff)
+    assert diff.to_dict()["step_shape"]["source"] == "long steps"
+
+
+def test_a_slower_typical_step_is_said_and_a_checkpoint_is_named():
+    a = _record(200, 1e6, 4e6, 1, spread=0.02)
+    b = _with_long_steps(_record(200, 1e6, 8e6, 2, spread=0.02), [50, 150], 0.5e9, compile_ns=False)
+    diff = diff_runs(a, b, label_a="A", label_b="B", floor=0.02)
+    shape = diff.shape
+    assert shape.median.verdict == SLOWER and shape.source in ("typical step", "both")
+    assert shape.long_b.count == 2 and "a checkpoint, evaluation or logging" in shape.long_b.causes[0][0]
+    assert origin(diff).startswith("the typical step changed")
+
+
+def test_edited_local_sources_are_named_in_the_setup():
+    a = make_record(20)
+    a = replace(a, meta=replace(a.meta, source_hashes={"train.py": "1" * 16, "model.py": "2" * 16}))
+    b = replace(a, meta=replace(a.meta, source_hashes={"train.py": "1" * 16, "model.py": "3" * 16,
+                                                       "layers.py": "4" * 16}))
+    changes = {change.what: (change.a, change.b) for change in setup_changes(a, b)}
+    assert changes == {"source model.py": ("2" * 12, "3" * 12), "source layers.py": ("–", "4" * 12)}
+    view = run_view(diff_runs(a, b, label_a="A", label_b="B")).runs
+    assert view.sources_changed == ("model.py", "layers.py")
+    stream = io.StringIO()
+    render(run_view(diff_runs(a, b, label_a="A", label_b="B")), "text", Output(stream=stream, width=120))
+    assert "local source changed: model.py, layers.py" in stream.getvalue()

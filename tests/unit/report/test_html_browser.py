@@ -48,13 +48,14 @@ def pages(tmp_path_factory):
     write_html(replace(run_report, traces=views), hostile)
     # `stepscope diff --html` of two runs, one with attack strings in its argv, loaders and findings
     from stepscope.analysis.run.diff import FindingBrief, diff_runs
-    from stepscope.report.diff_view import write_diff_html
+    from stepscope.pipeline.compare import run_view
+    from stepscope.report.render import Output, render
 
     plain, attacked = synthetic_run(200), synthetic_run(200, hostile=True, seed=3, slow=1.3)
     diff_page = folder / "diff.html"
-    write_diff_html(diff_runs(plain, attacked, label_a="A", label_b=HOSTILE,
-                              findings_b=[FindingBrief("x.y", HOSTILE, "high")]),
-                    diff_page, record_a=plain, record_b=attacked)
+    render(run_view(diff_runs(plain, attacked, label_a="A", label_b=HOSTILE,
+                              findings_b=[FindingBrief("x.y", HOSTILE, "high")]), records=(plain, attacked)),
+           "html", Output(path=diff_page))
     return {"run": run, "trace": trace, "hostile": hostile, "diff": diff_page}
 
 

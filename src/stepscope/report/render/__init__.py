@@ -28,16 +28,20 @@ from :data:`VIEW_RENDERERS` by the view's ``kind`` and the output's name:
 | ``monitor``, ``monitor_ended`` | :mod:`.monitor_text` | :mod:`.command_json` | — |
 | ``runs`` | :mod:`.runs_text` | :mod:`.command_json` | :mod:`.runs_text` (the plot) |
 | ``scenarios`` | :mod:`.scenarios_text` | — | — |
+| ``diff`` (:class:`~stepscope.report.diff_view.DiffView`, made by :mod:`stepscope.pipeline.compare`) | :mod:`.diff_text` | :mod:`.diff_json` | :mod:`.diff_html` |
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.report.command_views import CommandView
 from stepscope.report.model import Report
 from stepscope.report.render.output import Output
+
+if TYPE_CHECKING:  # names only: a run's summary and `analyze` load neither (~45 dataclasses)
+    from stepscope.report.command_views import CommandView
+    from stepscope.report.diff_view import DiffView
 
 Renderer = Callable[[Report, Output], list[str]]
 
@@ -90,10 +94,13 @@ VIEW_RENDERERS: dict[tuple[str, str], str] = {
     ("runs", "json"): "command_json:render_runs",
     ("runs", "html"): "runs_text:render_html",
     ("scenarios", "text"): "scenarios_text:render",
+    ("diff", "text"): "diff_text:render",
+    ("diff", "json"): "diff_json:render",
+    ("diff", "html"): "diff_html:render",
 }
 
 
-def render(view: Report | CommandView, name: str, out: Output) -> list[str]:
+def render(view: Report | CommandView | DiffView, name: str, out: Output) -> list[str]:
     """Render ``view`` with the output ``name`` (:data:`RENDERERS` for a run's report,
     :data:`VIEW_RENDERERS` for another command's view); returns its notices."""
     if isinstance(view, Report):
