@@ -73,8 +73,12 @@ _SPECIFIC = re.compile(r"^\s*(Unsupported|Data-dependent|Attempted|Dynamo does n
 #: At most this many graph-break records are kept (a break in a loop repeats).
 MAX_BREAKS = 2000
 MAX_TEXT = 500
-#: At most this many guard-tree nodes are checked per cached variant when a frame recompiles.
+#: At most this many guard-tree nodes, and this long, per cached variant when a frame recompiles
+#: (a recompilation takes far longer; a large model's tree has thousands of nodes).
 MAX_GUARD_NODES = 20000
+MAX_GUARD_WALK_S = 0.05
+#: Guard sources (``L['self']._modules['encoder']``) compiled once.
+_SOURCES: dict[str, Any] = {}
 #: dynamo's counters of its compile caches: (counter group, key) -> the record's name.
 CACHE_COUNTERS = {("inductor", "fxgraph_cache_hit"): "fx_hit", ("inductor", "fxgraph_cache_miss"): "fx_miss",
                   ("inductor", "fxgraph_cache_bypass"): "fx_bypass",
@@ -468,6 +472,7 @@ def failed_guards(guard_manager: Any, f_locals: Any) -> list[str]:
     scope.update(getattr(guard_manager, "closure_vars", None) or {})
     out: list[str] = []
     budget = [MAX_GUARD_NODES]
+    deadline = _now() + int(MAX_GUARD_WALK_S * 1e9)
 
     def visit(manager: Any, value: Any, source: str) -> None:
         budget[0] -= 1
@@ -490,9 +495,14 @@ def failed_guards(guard_manager: Any, f_locals: Any) -> list[str]:
                 if text not in out:
                     out.append(text)
         for child in manager.get_child_managers():
+            if _now() > deadline:
+                return
             try:
                 child_source = child.get_source()
-                child_value = eval(child_source, {"__builtins__": __builtins__}, scope)  # noqa: S307 - dynamo's own source text
+                code = _SOURCES.get(child_source)
+                if code is None:
+                    code = _SOURCES[child_source] = compile(child_source, "<guard source>", "eval")
+                child_value = eval(code, {"__builtins__": __builtins__}, scope)  # noqa: S307 - dynamo's own source text
             except Exception:  # noqa: BLE001
                 continue
             visit(child, child_value, child_source)

@@ -63,6 +63,9 @@ def recompile_limit(ev: RunEvidence) -> Finding | None:
                          "compile", "step", frame.label)]
     if frame.triggers:
         evidence.append(Evidence("last_guard_failure", frame.triggers[-1], None, "compile", "text", frame.label))
+    for guard, count in frame.guard_counts[:6]:
+        evidence.append(Evidence("failed_guard", guard, None, "compile", "text",
+                                 f"{count} of {frame.recompiles} recompilations"))
     impact, basis = EAGER_IMPACT, "estimate: the frame's eager cost was not measured against its compiled steps"
     share = frame.compile_s / summary.run_s if summary.run_s > 0 else 0.0
     if share > impact:  # the compilations it made before giving up cost more than the estimate
