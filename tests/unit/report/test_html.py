@@ -105,7 +105,8 @@ def test_hostile_strings_are_escaped_everywhere():
 def test_trace_operator_names_are_escaped_in_the_embedded_json():
     report = trace_report()
     rank = report.traces.ranks[0]
-    rank = replace(rank, operators=(replace(rank.operators[0], name=HOSTILE), *rank.operators[1:]))
+    rows = (replace(rank.operators[0], name=HOSTILE), *rank.operators[1:])
+    rank = replace(rank, operators=rows, operators_shown=rows)  # the rows the view holds for the page's table
     report = replace(report, traces=replace(report.traces, ranks=(rank,)))
     page = render_html(report).text
     data = re.search(r'id="stepscope-data">(.*?)</script>', page, re.S).group(1)

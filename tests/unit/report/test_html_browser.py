@@ -43,7 +43,7 @@ def pages(tmp_path_factory):
     views = trace_views(analysis, from_window=True)
     rank = views.ranks[0]
     rows = tuple(replace(row, name=HOSTILE) if index < 3 else row for index, row in enumerate(rank.operators))
-    views = replace(views, ranks=(replace(rank, operators=rows, path=HOSTILE),))
+    views = replace(views, ranks=(replace(rank, operators=rows, operators_shown=rows, path=HOSTILE),))
     run_report = build_report(synthetic_run(80, hostile=True))
     write_html(replace(run_report, traces=views), hostile)
     # `stepscope diff --html` of two runs, one with attack strings in its argv, loaders and findings
