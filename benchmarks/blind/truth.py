@@ -65,6 +65,10 @@ class Timing:
             sem = max(sem, statistics.stdev(means) / len(means) ** 0.5)
         return cls(statistics.median(means), sem, int(statistics.median(run["steps"] for run in runs)), sum(walls))
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Timing:
+        return cls(data["mean_ms"] / 1e3, data["sem_ms"] / 1e3, data["steps"], data["wall_s"])
+
     def to_dict(self) -> dict:
         return {"mean_ms": round(self.mean_s * 1e3, 3), "sem_ms": round(self.sem_s * 1e3, 3), "steps": self.steps,
                 "wall_s": round(self.wall_s, 2)}
@@ -96,6 +100,12 @@ class Truth:
         others = [name for name in sorted(self.gains, key=self.gains.__getitem__, reverse=True)
                   if name != best and self.gains[best] - self.gains[name] <= self.margins.get(name, 0.0)]
         return (best, *others)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Truth:
+        """The truth as :meth:`to_dict` wrote it (an evaluation's JSON), for re-scoring."""
+        return cls(Timing.from_dict(data["full"]), {name: Timing.from_dict(item) for name, item in data["without"].items()},
+                   dict(data["gains"]), dict(data.get("margins") or {}))
 
     def to_dict(self) -> dict:
         return {"full": self.full.to_dict(), "without": {name: item.to_dict() for name, item in self.without.items()},

@@ -322,7 +322,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
     foreign = foreign_load(signals, cpu_count, cores, pids)
     account = thread_account(record, steady, signals,
                              foreign.cpu_share * cpu_count if foreign is not None and cpu_count else None,
-                             own_process_cores(signals, cores), gpu is not None)
+                             own_process_cores(signals, cores), gpu is not None, cpu_count)
     if foreign is not None and account is not None and (taker := account.taker("other processes")) is not None:
         foreign = replace(foreign, step_cost=taker.step_share)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)

@@ -48,6 +48,11 @@ FIRST = 2
 #: Accounted steps kept at most (a step's row is 4 x 7 integers).
 MAX_ROWS = 20_000
 
+#: The process's thread table is snapshotted at most this often (seconds), after an accounted
+#: step: a thread that ends before capture does (a logger joined in the script's teardown) keeps
+#: its last totals in the table.
+SNAPSHOT_S = 1.0
+
 #: recorder phase index -> record phase index (the record's order is PHASES)
 _TO_RECORD = tuple(PHASES.index(name) for name in PHASE_NAMES)
 _FIELDS = 4  # wall, cpu, runq, process cpu
@@ -104,6 +109,8 @@ class ThreadAccountProbe:
         self._phase = 0
         self._last: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._rng = random.Random(self.tid)  # its own generator: the script's random state is untouched
+        self._seen: dict[int, ThreadInfo] = {}  # the thread table's last snapshot of each thread
+        self._snapshot_ns = 0
         self._next = FIRST  # the next step to account
         try:
             self.fd = os.open(f"/proc/self/task/{self.tid}/schedstat", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -152,6 +159,10 @@ class ThreadAccountProbe:
         self._attached = False
         if self._row and self._row[0] == index:  # the step accounted is the one just committed
             self.rows.extend(self._row)
+        now = time.monotonic_ns()
+        if now - self._snapshot_ns >= SNAPSHOT_S * 1e9:
+            self._snapshot_ns = now
+            self._seen.update((item.native_id, item) for item in thread_table(self.tid))
 
     def close(self) -> None:
         """Capture ends: hand the listener back; an unfinished step is dropped."""
@@ -206,6 +217,10 @@ class ThreadAccountProbe:
 
     # -- the result ---------------------------------------------------------------------------
     def result(self, threads: tuple[ThreadInfo, ...] = ()) -> ThreadAccount | None:
+        """The accounted steps and ``threads`` (the table at the end of capture), with the threads
+        that ended before it as their last snapshot showed them."""
+        live = {item.native_id for item in threads}
+        threads = (*threads, *(item for tid, item in sorted(self._seen.items()) if tid not in live))
         if not self.rows and not threads:
             return None
         rows = [tuple(self.rows[i:i + _WIDTH]) for i in range(0, len(self.rows), _WIDTH)]

@@ -20,8 +20,11 @@ imports another rule. :func:`run_rules` runs every rule of the registry
    step unexplained (off CPU, no measured cause), every other finding's confidence is scaled by
    the share it does explain.
 5. **Ranking** by impact — measured costs of at least :data:`MEASURED_FIRST` of the step before any
-   estimate —, then severity, then confidence; when nothing reaches :data:`HEALTHY_BELOW`
-   and the diagnosis is complete, the healthy verdict heads the list.
+   estimate, risks (memory running out) after every estimate of step time —, then severity, then
+   confidence; when nothing but a risk reaches :data:`HEALTHY_BELOW` and the diagnosis is
+   complete, the healthy verdict heads the list — after such a risk, which is then the first thing
+   to say. Otherwise the verdict answers "why is it slow" and a risk stands beside it
+   (:func:`risk_of`).
 6. **Calibration**: the confidence shown is how often a verdict of that rule-confidence was right
    on the zoo, quiet and disturbed (:data:`CONFIDENCE_MAP`).
 
@@ -47,7 +50,7 @@ from stepscope.diagnosis.findings import Evidence, Finding, Severity, severity_f
 from stepscope.diagnosis.rules import REGISTRY, RULES
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
-           "merge_findings", "rank_findings", "run_rules"]
+           "merge_findings", "rank_findings", "risk_of", "run_rules"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,18 +135,25 @@ MEASURED_FIRST = 0.05
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Most costly first: by the share of the critical path the finding owns when a trace gives
     one (:func:`on_the_path`), else by its impact; then severity, confidence. A cost measured on
-    the run (≥ :data:`MEASURED_FIRST` of the step) ranks above every estimate — a leak ranked by a
-    risk weight, a neighbour by the cores it held — whatever the estimate's size: the top finding is
-    where the run measurably loses time; except an estimate marked ``urgent`` (memory runs out
-    within the hour: the run will die), which keeps its rank."""
+    the run (≥ :data:`MEASURED_FIRST` of the step) ranks above every estimate — a neighbour by the
+    cores it held — whatever the estimate's size: the top finding is where the run measurably loses
+    time. A *risk* (``extra["risk"]``: memory that runs out, a heap near capacity) costs no step
+    time: it ranks below every estimate of step time, and the report shows it on a line of its own
+    (:func:`risk_of`) rather than as the answer to "why is it slow"."""
     def key(item: Finding) -> tuple[int, float, int, float, str]:
         cost = item.path_share if item.path_share is not None else item.impact
         measured = item.path_share is not None or item.impact_basis.startswith("measured")
-        urgent = bool(item.extra.get("urgent"))  # the run dies soon (memory runs out within the hour)
-        tier = 0 if urgent or (measured and cost >= MEASURED_FIRST) else 1 if not measured else 2
+        tier = 0 if measured and cost >= MEASURED_FIRST else 2 if item.extra.get("risk") else 1 if not measured else 3
         return tier, -cost, -int(item.severity), -item.confidence, item.rule_id
 
     return sorted(findings, key=key)
+
+
+def risk_of(findings: tuple[Finding, ...] | list[Finding]) -> Finding | None:
+    """The most pressing risk to the run (memory runs out within the hour first) when it is not the
+    verdict itself: what the report shows beside the speed verdict."""
+    risks = [item for item in findings[1:] if item.extra.get("risk")]
+    return min(risks, key=lambda item: (not item.extra.get("urgent"), -int(item.severity))) if risks else None
 
 
 #: The parts of a traced step's critical path each family's cause owns (CriticalPathShares fields).
@@ -207,10 +217,15 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
     kept, absorbed = _partition_costs(rank_findings(kept), evidence)
     superseded += absorbed
     kept = rank_findings(_unexplained_left(on_the_path(_crowded(kept, tables), evidence), evidence))
-    if verdict and not failed and not any(item.severity >= HEALTHY_BELOW for item in kept):
+    # a risk (memory running out) is no cost of the step: it stands beside a healthy verdict
+    if verdict and not failed and not any(item.severity >= HEALTHY_BELOW and not item.extra.get("risk")
+                                          for item in kept):
         healthy = _healthy(evidence, tuple(kept), failed, tables)
         if healthy is not None:
-            kept = [healthy, *kept]  # the verdict heads a healthy run
+            # the verdict heads a healthy run; a risk that matters (memory running out) before it:
+            # with nothing slow, what may end the run is the first thing to say
+            risks = [item for item in kept if item.extra.get("risk") and item.severity >= HEALTHY_BELOW]
+            kept = [*risks, healthy, *(item for item in kept if item not in risks)]
     return Diagnosis(tuple(calibrated(item) for item in kept), tuple(superseded), tuple(failed))
 
 

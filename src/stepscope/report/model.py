@@ -27,7 +27,7 @@ from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankS
 from stepscope.analysis.run.signals import SATURATED
 from stepscope.analysis.run.steady import StepStats
 from stepscope.analysis.run.timelines import SystemTimelines
-from stepscope.diagnosis.engine import Diagnosis
+from stepscope.diagnosis.engine import Diagnosis, risk_of
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES as RECORD_PHASES
 from stepscope.record.run import LoaderInfo, Overrides, RunMeta, SkippedSamples
@@ -353,6 +353,27 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class RiskLine:
+    """A risk beside the verdict: what it is (``memory runs out in ~4 min``), and the finding
+    (1-based number in the report's list) that holds its evidence and prescriptions."""
+
+    what: str
+    finding: int
+    rule_id: str
+    title: str
+
+    def text(self) -> str:
+        return f"{self.what} (finding {self.finding}: {self.title})"
+
+
+def risk_line(findings: tuple[Finding, ...]) -> RiskLine | None:
+    item = risk_of(findings)
+    if item is None:
+        return None
+    return RiskLine(str(item.extra["risk"]), findings.index(item) + 1, item.rule_id, item.title)
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything a renderer shows about one run (or one set of traces)."""
 
@@ -379,6 +400,12 @@ class Report:
     def top_finding(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
+    @property
+    def risk(self) -> RiskLine | None:
+        """The most pressing risk to the run (memory running out) when it is not the verdict: the
+        verdict says why the run is slow, this says what may end it."""
+        return risk_line(self.findings)
+
     def to_dict(self) -> dict[str, Any]:
         ev = self.evidence
         summary = self.summary
@@ -389,6 +416,7 @@ class Report:
             "source": self.source,
             "summary": _summary_dict(summary),
             "verdict": _verdict(self.findings),
+            "risk": asdict(self.risk) if self.risk is not None else None,
             "findings": [finding.to_dict() for finding in self.findings],
             "diagnosis": self.diagnosis.to_dict(),
             "warnings": list(self.warnings),

@@ -134,3 +134,31 @@ def test_the_thread_table_names_python_threads_and_their_function():
     assert by_name["logger"].cpu_ns > 0
     (training,) = [item for item in table if item.training]
     assert training.native_id == threading.get_native_id()
+
+
+def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
+    """A logger joined in the script's teardown is gone from /proc when capture ends: the table
+    still lists it, with the totals its last snapshot (taken after an accounted step) read."""
+    monkeypatch.setattr(account_module, "SNAPSHOT_S", 0.0)  # a snapshot after every accounted step
+    stop = threading.Event()
+
+    def telemetry_loop():
+        while not stop.is_set():
+            _spin(0.001)
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=telemetry_loop, name="telemetry")
+    thread.start()
+    rec = StepRecorder()
+    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    try:
+        _train(rec, probe, 40)
+    finally:
+        stop.set()
+        thread.join()
+    result = probe.result(thread_table(probe.tid))
+    assert result is not None
+    by_name = {item.name: item for item in result.threads}
+    assert by_name["telemetry"].python and by_name["telemetry"].function.endswith("telemetry_loop")
+    assert by_name["telemetry"].cpu_ns > 5_000_000
+    assert len({item.native_id for item in result.threads}) == len(result.threads)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from diagnosis_records import ctx_of, make_record
+from stepscope.analysis.evidence import WorkerLoad
 from stepscope.analysis.bundle import ForeignLoad, MfuEstimate, job_evidence, rank_basis
 from stepscope.diagnosis.engine import diagnose_job, run_rules
 from stepscope.diagnosis.findings import Severity
@@ -175,3 +176,40 @@ def test_what_the_account_leaves_unexplained_lowers_every_other_finding_s_confid
         left = item.extra["unexplained_share"]
         assert left == pytest.approx(0.7 * 0.8, abs=0.02)
         assert item.rule_confidence == pytest.approx(base[item.rule_id] * (1 - left), abs=0.011)
+
+
+def test_the_wait_goes_to_the_group_without_which_the_rest_would_fit_in_the_cores():
+    """2 cores: the training thread leaves 1 for the rest. Own intra-op threads (0.8 of a core)
+    fit alone; with a neighbour (0.46) they do not: the neighbour's absence gives back the whole
+    wait, however small its share of the CPU. Loads that fit, or unknown cores: by CPU share."""
+    from stepscope.analysis.run.account import _takers
+
+    crowded = {item.who: item for item in _takers(0.2, 0.8, 0.0, 0.46, cores=2)}
+    assert crowded["other processes"].step_share == pytest.approx(0.2)
+    assert crowded["own threads"].step_share == pytest.approx(0.2)
+    assert crowded["own processes"].step_share == 0.0
+    # the excess (0.26) is smaller than a group's load: a group gives back at most the excess
+    partly = {item.who: item for item in _takers(0.2, 0.9, 0.0, 0.2, cores=2)}
+    assert partly["other processes"].step_share == pytest.approx(0.2)  # 0.1 excess < its 0.2: all of it
+    assert partly["own threads"].step_share == pytest.approx(0.2)
+    for cores in (4, None):  # fits in 3 cores / unknown: by CPU share
+        shared = {item.who: item for item in _takers(0.2, 0.8, 0.0, 0.2, cores=cores)}
+        assert shared["other processes"].step_share == pytest.approx(0.04)
+        assert shared["own threads"].step_share == pytest.approx(0.16)
+
+
+def test_the_input_finding_is_priced_without_the_wait_for_cores_a_neighbour_held():
+    """The step waits 50 % for data (loaded in the main process), but 60 % of that wait the thread
+    was runnable while a neighbour held the cores: faster loading gives back 20 % of the step, and
+    the neighbour's finding (the wait it caused) ranks first."""
+    record = make_record(step_s=0.01, shares={"data_wait": 0.5, "forward": 0.3, "backward": 0.15})
+    record = _account(record, on_cpu={"data_wait": 0.4}, runq={"data_wait": 0.6})
+    # the machine 90 % busy on 2 cores, the training process 0.9 of them: others held 0.9 cores
+    evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 0.9, "workers": (WorkerLoad(1, "main", 0.9),)})
+    account = evidence.account
+    assert account is not None and account.taker("other processes").step_share == pytest.approx(0.3, abs=0.01)
+    findings = run_rules(evidence).findings
+    assert findings[0].family == "foreign_load", [item.rule_id for item in findings]
+    loading = next(item for item in findings if item.family == "input_pipeline")
+    assert loading.impact == pytest.approx(0.2, abs=0.01)
+    assert any(item.metric == "data_wait_waiting_core_others" for item in loading.evidence)

@@ -9,10 +9,19 @@ known to block on — the DataLoader's workers in the data wait of a multi-proce
 communication, the device on a GPU run —, by another Python thread of the process that ran while
 the training thread was off CPU (the GIL), or left *unexplained*.
 
-Waiting for a core is charged to what ran instead, by CPU time over the same window: the process's
-other threads (intra-op, Python threads), the run's own other processes (DataLoader workers,
-children that came and went, the job's other ranks on this machine) and other processes (and the
+Waiting for a core is charged to what ran instead, over the same window: the process's other
+threads (intra-op, Python threads), the run's own other processes (DataLoader workers, children
+that came and went, the job's other ranks on this machine) and other processes (and the
 hypervisor's steal). Only the last is what a neighbour measurably took from the step.
+
+How it is charged (:func:`_takers`): the thread waits when what else wants the cores leaves it none,
+that is when the others' load exceeds the cores less the thread's own (the *excess*). Each group is
+charged the share of the excess that would go without it — the counterfactual a user acts on
+("stop the neighbour": what comes back) — so a group whose absence would leave the others fitting
+in the cores carries the whole wait, not merely its share of the CPU. These shares can add up to
+more than the wait (without either of two groups the rest would fit): each is the gain of removing
+that group alone. When the loads, as averages, do not exceed the cores (the waits come from
+bursts), the wait is charged by CPU share.
 """
 
 from __future__ import annotations
@@ -126,13 +135,14 @@ def _rows(account: ThreadAccount, steady: SteadyState) -> np.ndarray | None:
 
 def thread_account(record: RunRecord, steady: SteadyState | None, signals: MacroSignals | None,
                    foreign_cores: float | None, own_process_cores: float | None,
-                   on_gpu: bool) -> ThreadAccountView | None:
+                   on_gpu: bool, cores: int | None = None) -> ThreadAccountView | None:
     """The :class:`ThreadAccountView` of a record's steady window; None without enough accounted steps.
 
     Args:
         foreign_cores: cores other processes (and the hypervisor) held over the window.
         own_process_cores: cores of the run's other processes (workers, children, other ranks).
         on_gpu: the model runs on a GPU (off CPU in its phases is then waiting for the device).
+        cores: the cores the run could use (the wait is charged by the load beyond them).
     """
     account = record.facts.thread_account
     if account is None or steady is None:
@@ -168,7 +178,7 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
     on_cpu = sum(item.share * item.on_cpu for item in phases)
     waiting = sum(item.share * item.waiting_core for item in phases)
     other_threads = float(max(0.0, (process - cpu).sum()) / max(step_wall.sum(), 1.0))
-    takers = _takers(waiting, other_threads, own_process_cores, foreign_cores)
+    takers = _takers(waiting, other_threads, own_process_cores, foreign_cores, cores)
     steady_mean_ns = step_time * 1e9
     return ThreadAccountView(
         accounted_steps=len(rows), phases=tuple(phases), on_cpu=round(on_cpu, 4), waiting_core=round(waiting, 4),
@@ -201,19 +211,41 @@ def _python_threads(account: ThreadAccount, record: RunRecord) -> tuple[PythonTh
 
 
 def _takers(waiting: float, other_threads: float, own_processes: float | None,
-            foreign: float | None) -> tuple[CoreTaker, ...]:
-    """The run-queue wait (share of the step) charged to each group by its cores over the window.
+            foreign: float | None, cores: int | None = None) -> tuple[CoreTaker, ...]:
+    """The run-queue wait (share of the step) charged to each group: the share of the load beyond
+    ``cores - 1`` (the cores the training thread's own running leaves) that would go without the
+    group (:func:`_excess_without`), else — the averages fit in the cores, or the cores are unknown
+    — its share of the CPU.
 
     A group cannot have taken more of the step than it ran (its cores); without the sampler's view
     of the machine (``foreign`` None), what the process's own threads do not cover is charged to
     "not measured" rather than to them."""
     groups = [("own threads", other_threads), ("own processes", max(0.0, own_processes or 0.0)),
               ("other processes", max(0.0, foreign or 0.0))]
-    total = sum(cores for _, cores in groups)
-    takers = [CoreTaker(who, round(cores, 3), round(min(cores, waiting * cores / total), 4) if total > 0 else 0.0)
-              for who, cores in groups]
+    weights = _excess_without([load for _, load in groups], cores - 1 if cores else None)
+    if weights is None:
+        total = sum(load for _, load in groups)
+        weights = [load / total if total > 0 else 0.0 for _, load in groups]
+    takers = [CoreTaker(who, round(load, 3), round(min(load, waiting * weight), 4))
+              for (who, load), weight in zip(groups, weights)]
     if foreign is None:
         left = waiting - sum(item.step_share for item in takers)
         if left > 0.0005:
             takers.append(CoreTaker("not measured", 0.0, round(left, 4)))
     return tuple(takers)
+
+
+#: The groups' loads exceed the room by at least this many cores before the wait is charged by
+#: the excess (below it, the waits come from bursts the averages do not show).
+MIN_EXCESS = 0.05
+
+
+def _excess_without(loads: list[float], room: float | None) -> list[float] | None:
+    """For each load, the share of the excess ``max(0, sum(loads) - room)`` that goes when that load
+    is gone; None when the excess is below :data:`MIN_EXCESS` or ``room`` is unknown."""
+    if room is None:
+        return None
+    excess = sum(loads) - room
+    if excess < MIN_EXCESS:
+        return None
+    return [min(load, excess) / excess for load in loads]

@@ -215,15 +215,45 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
     summary += common.loading_code(ev, evidence)
+    impact, contended = _priced_without_core_wait(ev, wait, evidence)
+    if contended:
+        summary += (f" For {common.pct(contended)} of that wait the training thread was runnable but waiting for a "
+                    "core other processes held: faster loading does not give that back, so the cost is priced "
+                    f"on the rest ({common.pct(impact)} of the step).")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
     if util is None:
         prescriptions.append(Prescription(
             "If the data comes from a network or a cold disk: stage it locally, or raise prefetch_factor",
             "the same wait would follow from storage latency, which these measurements cannot rule out"))
-    return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, wait, confidence,
+    return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, impact, confidence,
                           evidence, prescriptions, summary,
                           severity=Severity.LOW if near else None, claims=("data_wait",),
                           conclusive={"cpu_bound": util is not None})
+
+
+#: Of the data wait, a wait for a core charged to other processes at least this large is taken out
+#: of the finding's price.
+CORE_WAIT_PRICED = 0.05
+
+
+def _priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evidence]) -> tuple[float, float]:
+    """The data wait less the part the training thread spent runnable but waiting for a core that
+    other processes held (the thread account's measure, charged as :mod:`~stepscope.analysis.run.account`
+    charges it): loading faster does not give back time a neighbour took. A wait for the run's own
+    workers or threads stays in the price — that is how loading costs. Returns (the price, the share
+    of the data wait taken out; 0 when nothing is)."""
+    account = ev.account
+    phase = account.phase("data_wait") if account is not None else None
+    others = account.taker("other processes") if account is not None else None
+    if phase is None or others is None or account is None or account.waiting_core <= 0:
+        return wait, 0.0
+    theirs = phase.waiting_core * min(1.0, others.step_share / account.waiting_core)
+    if theirs < CORE_WAIT_PRICED:
+        return wait, 0.0
+    evidence.append(Evidence("data_wait_waiting_core_others", round(theirs, 4), CORE_WAIT_PRICED, "account", "ratio",
+                             "of the data wait the training thread was runnable, waiting for a core other "
+                             "processes held"))
+    return wait * (1.0 - theirs), theirs
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:

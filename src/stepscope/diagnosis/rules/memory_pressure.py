@@ -110,7 +110,9 @@ def growing_memory(ev: RunEvidence) -> Finding | None:
                       "torch.cuda.memory._record_memory_history() on GPU")],
         "Resident memory keeps growing after warm-up, which is how a leak looks; the run dies when "
         "the machine runs out.", severity=Severity.HIGH if soon else (Severity.LOW if ev.steady is None else None),
-        impact_basis=basis, urgent=bool(soon))
+        impact_basis=basis, urgent=bool(soon),
+        risk=(f"memory runs out in ~{horizon / 60:.0f} min" if soon and horizon is not None
+              else f"memory grows {rate:.0f} MiB/s"))
 
 
 def near_capacity(ev: RunEvidence) -> Finding | None:
@@ -142,7 +144,8 @@ def near_capacity(ev: RunEvidence) -> Finding | None:
         [Evidence(metric, round(share, 4), NEAR_CAPACITY, source, "ratio", where)], prescriptions,
         "Close to the limit, a longer sequence or a larger batch fails with out-of-memory; "
         "allocators also start to retry and fragment.", severity=Severity.MEDIUM,
-        impact_basis="estimate: a risk weight for a run close to out-of-memory, not step time")
+        impact_basis="estimate: a risk weight for a run close to out-of-memory, not step time",
+        risk=f"{where} memory at {share:.0%} of capacity")
 
 
 FAMILY = FamilyEntry(

@@ -187,7 +187,9 @@ def _verdict(report: Report) -> str:
     blocks = "".join(_finding(finding, index + 1) for index, finding in enumerate(report.findings[:MAX_FINDINGS]))
     more = len(report.findings) - MAX_FINDINGS
     tail = f'<p class="sub">+{more} more in report.json</p>' if more > 0 else ""
-    return f'<section id="verdict"><h2>Verdict</h2>{blocks}{tail}</section>'
+    risk = report.risk
+    head = f'<p class="risk"><strong>Risk:</strong> {text(risk.text())}</p>' if risk is not None else ""
+    return f'<section id="verdict"><h2>Verdict</h2>{head}{blocks}{tail}</section>'
 
 
 def _finding(finding: Finding, number: int) -> str:

@@ -170,6 +170,9 @@ def verdict(report: Report) -> list[RenderableType]:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return [Text(message, style="bright_black")]
     parts: list[RenderableType] = [finding_block(report.findings[0], 1)]
+    risk = report.risk
+    if risk is not None:
+        parts.append(Text(f"Risk: {printable(risk.text())}", style="bold yellow"))
     for number, finding in enumerate(report.findings[1:1 + MORE_FINDINGS], start=2):
         parts.append(finding_block(finding, number, detail=False))
     hidden = len(report.findings) - 1 - MORE_FINDINGS
