@@ -113,29 +113,30 @@ def _member_of(members: IntArray, chosen: set[int]) -> np.ndarray:
     return np.isin(members, np.fromiter(chosen, dtype=np.int64, count=len(chosen))) if chosen else np.zeros(len(members), bool)
 
 
-def _nesting(ts: np.ndarray, end: np.ndarray) -> tuple[IntArray, IntArray] | None:
-    """Each member's depth and parent (member index, -1 at the top) when the members, sorted by
-    start, nest within ``end``: the events open when member ``i`` starts are the earlier ones
-    that end after its start (every one lasts: a later one ends after it too), so its depth is
-    ``i`` less the ends at or before its start, and its parent is the latest earlier member one
-    level up. None when that reading fails (it cannot when they nest)."""
+def _nesting(ts: np.ndarray, end: np.ndarray) -> tuple[IntArray, IntArray, IntArray] | None:
+    """Each member's depth and parent (member index, -1 at the top), and the members by depth
+    (stable), when the members, sorted by start, nest within ``end``: the events open when member
+    ``i`` starts are the earlier ones that end after its start (every one lasts: a later one ends
+    after it too), so its depth is ``i`` less the ends at or before its start, and its parent is
+    the latest earlier member one level up. None when that reading fails (it cannot when they nest)."""
     m = len(ts)
     index = np.arange(m, dtype=np.int64)
     depth = index - np.searchsorted(np.sort(end), ts, side="right")
-    key = depth * m + index
-    ranked = np.argsort(key)
-    j = np.searchsorted(key[ranked], (depth - 1) * m + index) - 1
-    nested = depth > 0
-    parent = np.where(nested, ranked[np.maximum(j, 0)], -1)
-    if (nested & ((j < 0) | (depth[np.maximum(parent, 0)] != depth - 1))).any():
+    by_depth = np.argsort(depth.astype(np.int32), kind="stable")  # by depth, then by index
+    key = (depth * m + index)[by_depth]  # ascending
+    j = np.searchsorted(key, key - m) - 1  # the latest member one level up (sorted needles: fast)
+    nested = depth[by_depth] > 0
+    above = by_depth[np.maximum(j, 0)]
+    if (nested & ((j < 0) | (depth[above] != depth[by_depth] - 1))).any():
         return None
-    return depth, parent
+    parent = np.empty(m, dtype=np.int64)
+    parent[by_depth] = np.where(nested, above, -1)
+    return depth, parent, by_depth
 
 
-def _cut_ends(end: np.ndarray, depth: IntArray, parent: IntArray) -> np.ndarray:
+def _cut_ends(end: np.ndarray, depth: IntArray, parent: IntArray, by_depth: IntArray) -> np.ndarray:
     """Each member's end cut at its parent's (cut) end, level by level from the top."""
     cut: np.ndarray = end.copy()
-    by_depth = np.argsort(depth, kind="stable")
     levels = np.searchsorted(depth[by_depth], np.arange(1, int(depth.max()) + 1 if len(depth) else 1))
     for lo, hi in zip(levels.tolist(), [*levels[1:].tolist(), len(depth)]):
         level = by_depth[lo:hi]
@@ -167,8 +168,8 @@ def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarra
         found = _nesting(ts, cut)
         if found is None:
             return None
-        depth, parent = found
-        again = _cut_ends(end, depth, parent)
+        depth, parent, by_depth = found
+        again = _cut_ends(end, depth, parent, by_depth)
         if np.array_equal(again, cut):
             break
         cut = again
@@ -182,10 +183,13 @@ def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarra
             graph.set_ts_many(graph.end_of[members[moved]], cut[moved])
     end = cut
     # the visits in walk order: (time key, enter after leave, the inner leave first)
-    leave_at = np.searchsorted(ts, end, side="left")
-    when = np.concatenate([2 * index + 1, 2 * leave_at])
-    inner_first = np.concatenate([np.zeros(m, dtype=np.int64), -depth])
-    visits = np.lexsort((inner_first, when))
+    by_end = np.argsort(end)
+    leave_at = np.empty(m, dtype=np.int64)
+    leave_at[by_end] = np.searchsorted(ts, end[by_end], side="left")  # sorted needles: fast
+    # one key: enters and leaves never share a time key; leaves at one differ in depth
+    levels = int(depth.max()) + 1 if m else 1
+    when = np.concatenate([(2 * index + 1) * levels, 2 * leave_at * levels + (levels - 1 - depth)])
+    visits = np.argsort(when)
     member = np.where(visits < m, visits, visits - m)
     enters = visits < m
     start_node, end_node = graph.start_of[members], graph.end_of[members]
