@@ -357,50 +357,77 @@ def trial_limit(planned_s: float, left_s: float, timeout_s: float) -> float:
     return max(0.1, min(timeout_s, left_s + max(0.0, OVERRUN_SHARE * planned_s - GRACE_S)))
 
 
+def round_names(names: Sequence[str], walls: dict[str, list[float]], estimate_s: float, left_s: float) -> list[str]:
+    """The settings of the next round: the baseline and as many of the candidates in ``names``, in
+    order, as fit in ``left_s`` together, each at :func:`planned_length` — a round without the
+    baseline compares nothing; empty when the baseline and one candidate do not fit."""
+    kept = [BASELINE]
+    total = planned_length(BASELINE, walls, estimate_s)
+    for name in names:
+        if name == BASELINE:
+            continue
+        total += planned_length(name, walls, estimate_s)
+        if total > left_s:
+            break
+        kept.append(name)
+    return kept if len(kept) > 1 else []
+
+
 def run_budgeted(target_argv: Sequence[str], candidates: Sequence[Candidate], out_dir: Path, *, steps: int,
                  repeats: int, budget_s: float, estimate_s: float, started: float, results: list[TrialResult],
                  schedule: list[dict[str, Any]], progress: Callable[[str], None] = lambda line: None,
                  timeout_s: float | None = None, cwd: str | None = None) -> None:
-    """Every trial of :func:`stepscope.whatif.trial_order` that fits the budget, measured, appended
-    to ``results`` (a list the caller keeps: after a Ctrl-C it holds the trials measured so far).
+    """The trials of ``repeats`` interleaved rounds (the baseline and each candidate once per round,
+    rotated from round to round) that fit the budget, measured, appended to ``results`` (a list the
+    caller keeps: after a Ctrl-C it holds the trials measured so far).
 
-    A trial is planned at :func:`planned_length` and started only when that fits in what is left of
-    the budget (``started + budget_s``, :func:`time.monotonic`); a trial that does not fit is
-    skipped, a shorter one later in the order may still run. Its deadline is :func:`trial_limit`."""
+    Every trial is planned at :func:`planned_length` and started only when that fits in what is
+    left of the budget (``started + budget_s``, :func:`time.monotonic`); its deadline is
+    :func:`trial_limit`. From the second round on, a round keeps the baseline and only the
+    candidates that fit with it (:func:`round_names`, the last dropped first), so that the budget
+    is not spent on trials that no baseline trial of their round can be compared with."""
     import time
 
-    from stepscope.whatif import measure, run_trial, trial_order
+    from stepscope.whatif import measure, run_trial
 
     settings = {BASELINE: {}, **{candidate.name: candidate.settings for candidate in candidates}}
     names = list(settings)
     slug = {name: "baseline" if name == BASELINE else f"c{index}" for index, name in enumerate(names)}
-    order = trial_order(names, repeats)
+    total = len(names) * repeats
     walls: dict[str, list[float]] = {}
-    skipped = 0
-    for number, (repeat, name) in enumerate(order, 1):
-        now = time.monotonic()
-        left = started + budget_s - now
-        planned = planned_length(name, walls, estimate_s)
-        if planned > left:
-            skipped += 1
-            continue
-        limit = trial_limit(planned, left, timeout_s if timeout_s is not None else trial_deadline(planned))
-        run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
-        log = out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log"
-        code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps, log=log, timeout_s=limit,
-                                cwd=cwd)
-        result = replace(measure(run_dir, name, repeat, code, error), log=str(log))
-        wall = time.monotonic() - now
-        walls.setdefault(name, []).append(wall)
-        results.append(result)
-        schedule.append({"setting": name, "round": repeat + 1, "start_s": round(now - started, 3),
-                         "planned_s": round(planned, 3), "wall_s": round(wall, 3)})
-        figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
-                  else f"failed: {result.error} (log: {log})")
-        progress(f"trial {number}/{len(order)}: {name} (round {repeat + 1}, {wall:.0f} s, planned {planned:.0f} s)"
-                 f" … {figure}")
-    if skipped:
-        progress(f"{skipped} of {len(order)} trials not started: they did not fit in what was left of the budget")
+    number = 0
+    active = names
+    for repeat in range(repeats):
+        if repeat:
+            active = round_names(active, walls, estimate_s, started + budget_s - time.monotonic())
+            if not active:
+                break
+        shift = repeat % len(active)
+        for name in (*active[shift:], *active[:shift]):
+            number += 1
+            now = time.monotonic()
+            left = started + budget_s - now
+            planned = planned_length(name, walls, estimate_s)
+            if planned > left:
+                continue
+            limit = trial_limit(planned, left, timeout_s if timeout_s is not None else trial_deadline(planned))
+            run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
+            log = out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log"
+            code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps, log=log,
+                                    timeout_s=limit, cwd=cwd)
+            result = replace(measure(run_dir, name, repeat, code, error), log=str(log))
+            wall = time.monotonic() - now
+            walls.setdefault(name, []).append(wall)
+            results.append(result)
+            schedule.append({"setting": name, "round": repeat + 1, "start_s": round(now - started, 3),
+                             "planned_s": round(planned, 3), "wall_s": round(wall, 3)})
+            figure = (f"{result.step_time_s * 1e3:.1f} ms/step" if result.step_time_s is not None
+                      else f"failed: {result.error} (log: {log})")
+            progress(f"trial {len(schedule)}/{total}: {name} (round {repeat + 1}, {wall:.0f} s, planned "
+                     f"{planned:.0f} s) … {figure}")
+    if len(schedule) < total:
+        progress(f"{total - len(schedule)} of {total} trials not started: they did not fit in what was left of "
+                 "the budget")
 
 
 def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path, *, steps: int, budget_s: float,
@@ -408,9 +435,8 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
            timeout_s: float | None = None, cwd: str | None = None) -> Verification:
     """Run the trials (as many as the budget allows) and compare them.
 
-    Every trial has a deadline (``timeout_s``, by default :func:`trial_deadline`), never past the
-    end of the budget; a trial is not started with less than half its expected length left. A
-    trial that fails (exit status, signal, timed out, no steps) is listed in ``failures`` and left
+    Every trial has a deadline (``timeout_s``, by default :func:`trial_deadline` of its planned
+    length), and :func:`trial_limit` past the end of the budget at most. A trial that fails (exit status, signal, timed out, no steps) is listed in ``failures`` and left
     out of every comparison. Ctrl-C, or a :class:`stepscope.children.Stopped` signal, stops the
     trial under way with its process group: what was measured is kept. The trials are planned with
     their measured times (:func:`run_budgeted`): none starts that cannot end within the budget."""
@@ -459,7 +485,7 @@ def _best(comparisons: Iterable[Comparison]) -> Comparison | None:
 
 
 __all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "findings_of", "setup_of_document", "default_budget", "gain_of", "plan", "planned_length", "prescription_settings",
-           "run_budgeted", "trial_deadline", "trial_limit", "verify"]
+           "round_names", "run_budgeted", "trial_deadline", "trial_limit", "verify"]
 
 
 # -- persistence and the report --------------------------------------------------------------------

@@ -207,3 +207,16 @@ def test_verify_plans_with_measured_trial_times_and_never_exceeds_its_budget_by_
         assert item["start_s"] + item["planned_s"] <= budget, result.schedule
     again = verify.load(verify.save(result, tmp_path).parent)
     assert again is not None and again.schedule == result.schedule
+
+
+def test_a_later_round_keeps_the_baseline_and_the_candidates_that_fit_with_it():
+    names = [BASELINE, "a", "b", "c"]
+    walls = {BASELINE: [10.0], "a": [12.0], "b": [30.0], "c": [5.0]}
+    # 10 + 12 fit in 25 s, + 30 does not: the round is the baseline and "a" (not "c" after "b")
+    assert verify.round_names(names, walls, 1.0, 25.0) == [BASELINE, "a"]
+    assert verify.round_names(names, walls, 1.0, 60.0) == [BASELINE, "a", "b", "c"]
+    assert verify.round_names(names, walls, 1.0, 21.0) == []  # the baseline alone compares nothing
+    # a setting not measured yet is planned at the longest trial measured
+    assert verify.planned_length("d", walls, 1.0) == 30.0 and verify.planned_length("d", {}, 7.0) == 7.0
+    assert verify.trial_limit(10.0, 12.0, 100.0) == 14.0  # half the planned length less the 3 s grace
+    assert verify.trial_limit(4.0, 12.0, 100.0) == 12.0 and verify.trial_limit(10.0, 12.0, 5.0) == 5.0
