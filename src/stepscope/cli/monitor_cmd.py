@@ -77,17 +77,11 @@ def _once(monitor: LiveMonitor, args: argparse.Namespace) -> int:
 
 
 def _live(monitor: LiveMonitor, args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
-    from rich.text import Text
+    from stepscope.report.render.monitor_text import LiveScreen
 
-    from stepscope.report.render.monitor_text import screen
-
-    console = Console()
     previous_handlers = _interrupt_on_termination()
     try:
-        with _Keys() as keys, Live(Text("sampling..."), console=console, screen=console.is_terminal,
-                                   auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+        with _Keys() as keys, LiveScreen(Output(stream=sys.stdout)) as live:
             monitor.step()
             next_tick = time.monotonic() + args.interval
             while True:
@@ -101,7 +95,7 @@ def _live(monitor: LiveMonitor, args: argparse.Namespace) -> int:
                 if frame is not None:
                     view = monitor_view(frame, pid=args.pid, hostname=monitor.meta["hostname"],
                                         interval_s=args.interval, live=True)
-                    live.update(screen(view), refresh=True)
+                    live.show(view)
                 if monitor.pid is not None and not monitor.target_alive:
                     break
     except KeyboardInterrupt:

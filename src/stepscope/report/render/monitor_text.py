@@ -10,6 +10,7 @@ import math
 from typing import Literal
 
 from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -35,6 +36,26 @@ def render(view: MonitorView, out: Output) -> list[str]:
 def render_ended(view: MonitorEnded, out: Output) -> list[str]:
     Console(file=out.stream).print(f"process {view.pid} has ended")
     return []
+
+
+class LiveScreen:
+    """The live view: ``sampling...`` until the first frame, then each :meth:`show`n frame in place
+    (the whole screen on a terminal, given back as it was on exit)."""
+
+    def __init__(self, out: Output) -> None:
+        console = Console(file=out.stream)
+        self._live = Live(Text("sampling..."), console=console, screen=console.is_terminal, auto_refresh=False,
+                          redirect_stdout=False, redirect_stderr=False)
+
+    def __enter__(self) -> LiveScreen:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(None, None, None)
+
+    def show(self, view: MonitorView) -> None:
+        self._live.update(screen(view), refresh=True)
 
 
 def title(view: MonitorView) -> str:
