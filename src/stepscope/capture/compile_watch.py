@@ -540,7 +540,16 @@ def describe_guard(kind: str, source: str, leaf: Any, value: Any, detail: str = 
     parts = [str(part).split("#")[0].strip() for part in leaf.verbose_code_parts()]
     code = parts[0] if parts else kind
     code = re.sub(r"L\[['\"]([^'\"]+)['\"]\]", r"\1", code)
+    code = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", code)
+    if name and kind in _VALUE_GUARDS:  # "scale: scale == 2, now 3", "self.d.training: … == True, now False"
+        shown = repr(value)
+        return f"{name}: {code}, now {shown if len(shown) <= 40 else shown[:39] + '…'}"[:MAX_TEXT]
     return (f"{name}: {kind.lower()} ({code})" if name else f"{kind.lower()} ({code})")[:MAX_TEXT]
+
+
+#: Guards on a value (not a tensor): their failure is shown with the value now.
+_VALUE_GUARDS = frozenset({"EQUALS_MATCH", "TRUE_MATCH", "FALSE_MATCH", "NONE_MATCH", "NOT_NONE", "LENGTH_CHECK",
+                           "DICT_LENGTH", "TUPLE_ITERATOR_LEN"})
 
 
 def _tensor_changes(match: re.Match[str], value: Any) -> list[str]:
