@@ -129,13 +129,14 @@ TWO_WORKERS = Candidate("dataloader.num_workers=2", {"dataloader.num_workers": 2
 
 
 def test_when_every_trial_fails_nothing_is_verified_and_the_line_says_how_and_where(tmp_path):
+    from stepscope.report.model import verification_view
     from stepscope.report.render.lines import verification_line
 
     (tmp_path / "train.py").write_text(FAILING_SCRIPT)
     # a trial of ~4 s in a budget of 20 s: one candidate against the baseline, twice each
     result = verify.verify(["--", "train.py"], [TWO_WORKERS], tmp_path / "verify", steps=5, budget_s=20.0,
                            trial_s=4.0, cwd=str(tmp_path))
-    line = verification_line(result.to_dict())
+    line = verification_line(verification_view(result.to_dict()))
     assert "beyond noise" not in line and not line.startswith("Verified"), line
     assert line.startswith("Not verified: all 4 trials failed, nothing was measured: exit 1: RuntimeError: "
                            "dataset path not set (baseline round 1, dataloader.num_workers=2 round 1, "), line
@@ -162,7 +163,8 @@ def test_a_hung_trial_is_stopped_with_its_process_group_at_the_end_of_the_budget
     # the hung setting's next trial is planned at its measured length, which no longer fits: not started
     # (the other setting's trials run when the hung one's length still fits in what is left)
     (note,) = result.notes
-    assert note.endswith("of 4 trials not run: the budget of 4 s was spent (raise --verify-budget)"), note
+    assert note.endswith("of 4 trials not run: at their measured length they did not fit in what was left of the "
+                         "budget of 4 s (raise --verify-budget)"), note
     assert [(item["setting"], item["round"]) for item in result.schedule].count((BASELINE, 2)) == 0
     time.sleep(0.2)
     for line in (tmp_path / "pids.txt").read_text().splitlines():

@@ -202,6 +202,38 @@ def machine_view(signals: MacroSignals | None) -> MachineView | None:
 
 
 @dataclass(frozen=True)
+class VerificationView:
+    """``run --verify``'s trials as the summary's line shows them, judged here: whether a comparison
+    could be made (a measured baseline and at least one measured candidate) and, if not, why."""
+
+    verified: bool
+    #: why nothing was verified: "no_trial", "no_baseline" or "no_candidate" (None when verified)
+    unmeasured: str | None
+    failed: str | None  # the failures' summary
+    elapsed_s: float
+    steps: int | None  # steps per trial
+    measured: int  # trials measured (failed ones are no measurement)
+    per_setting_low: int  # fewest and most measured trials of one setting
+    per_setting_high: int
+    best: str | None
+    notes: tuple[str, ...]
+
+
+def verification_view(verification: dict[str, Any]) -> VerificationView:
+    """The :class:`VerificationView` of ``run --verify``'s result (``report.json``'s ``verification``)."""
+    rows = verification.get("trials", ())
+    measured = [int(row.get("runs", 0)) - int(row.get("failed", 0)) for row in rows]
+    baseline = bool(measured) and measured[0] > 0 and rows[0].get("verdict") not in ("failed", "not run")
+    verified = baseline and sum(measured[1:]) > 0
+    unmeasured = None if verified else "no_trial" if not sum(measured) else "no_baseline" if not baseline \
+        else "no_candidate"
+    return VerificationView(verified, unmeasured, verification.get("failed"), verification.get("elapsed_s", 0),
+                            verification.get("steps"), sum(measured), min(measured, default=0),
+                            max(measured, default=0), verification.get("best"),
+                            tuple(str(item) for item in verification.get("notes", ())))
+
+
+@dataclass(frozen=True)
 class StepSeries:
     """One rank's steps, for charts and timelines (nanoseconds on the run's monotonic clock)."""
 
@@ -395,6 +427,11 @@ class Report:
     perfetto: PerfettoView | None = field(default=None, compare=False)
     flame: FlameView | None = field(default=None, compare=False)
     verification: dict[str, Any] | None = None
+
+    @property
+    def verification_view(self) -> VerificationView | None:
+        """``run --verify``'s line, judged (None without trials)."""
+        return verification_view(self.verification) if self.verification is not None else None
 
     @property
     def top_finding(self) -> Finding | None:

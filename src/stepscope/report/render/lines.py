@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscope.report.model import VerificationView
 from stepscope.text import printable
 from stepscope.units import format_duration_ns, format_ratio
 
@@ -88,34 +89,33 @@ def withdrawn_line(prescription: Any) -> str:
     return f"withdrawn after trials: {prescription.action} — {what}, within noise or a loss"
 
 
-def verification_line(verification: dict[str, Any]) -> str:
+#: Why nothing was verified, by the view's ``unmeasured``.
+_UNMEASURED = {"no_trial": "no trial ran", "no_baseline": "no baseline trial was measured",
+               "no_candidate": "no candidate trial was measured"}
+
+
+def verification_line(view: VerificationView) -> str:
     """``run --verify``: ``Verified: 15 trials of 40 steps in 84 s (3 per setting, interleaved);
     best: dataloader.num_workers=2 torch.num_threads=1``. Only measured trials count: when no
     comparison could be made (every trial, or every baseline trial, failed) it says so —
     ``Not verified: all 4 trials failed, nothing was measured: exit 1: …; logs in …``."""
-    rows = verification.get("trials", ())
-    measured = [int(row.get("runs", 0)) - int(row.get("failed", 0)) for row in rows]
-    baseline_measured = bool(measured) and measured[0] > 0 and rows[0].get("verdict") not in ("failed", "not run")
-    failed = verification.get("failed")
-    elapsed = f"{verification.get('elapsed_s', 0):.0f} s"
-    if not baseline_measured or sum(measured[1:]) == 0:
-        if not sum(measured):
-            why = failed or "no trial ran"
+    failed = view.failed
+    elapsed = f"{view.elapsed_s:.0f} s"
+    if not view.verified:
+        if view.unmeasured == "no_trial":
+            why = failed or _UNMEASURED["no_trial"]
         else:
-            why = "no baseline trial was measured" if not baseline_measured else "no candidate trial was measured"
-            why += f"; {failed}" if failed else ""
+            why = _UNMEASURED[view.unmeasured or "no_trial"] + (f"; {failed}" if failed else "")
         head = f"Not verified: {why} ({elapsed})"
     else:
-        low, high = min(measured), max(measured)
+        low, high = view.per_setting_low, view.per_setting_high
         per = f"{low}" if low == high else f"{low}–{high}"
-        head = (f"Verified: {sum(measured)} trials of {verification.get('steps')} steps in {elapsed} "
+        head = (f"Verified: {view.measured} trials of {view.steps} steps in {elapsed} "
                 f"({per} per setting, interleaved, same seeds)")
-        best = verification.get("best")
-        head += f"; best measured: {best}" if best else "; no change beat the baseline beyond noise"
+        head += f"; best measured: {view.best}" if view.best else "; no change beat the baseline beyond noise"
         if failed:
             head += f"; {failed}"
-    notes = [str(item) for item in verification.get("notes", ())]
-    return head + ("" if not notes else " — " + "; ".join(notes))
+    return head + ("" if not view.notes else " — " + "; ".join(view.notes))
 
 
 def compile_line(summary: Any) -> str:

@@ -316,8 +316,8 @@ def ending(report: Report) -> str:
 def renderables(report: Report, run_dir: str | None = None) -> list[RenderableType]:
     """The summary, top to bottom."""
     parts: list[RenderableType] = [header(report), Text(""), *verdict(report)]
-    if report.verification is not None:
-        parts.append(Text(printable(verification_line(report.verification)), style="bright_black"))
+    if (verification := report.verification_view) is not None:
+        parts.append(Text(printable(verification_line(verification)), style="bright_black"))
     parts.append(Text(""))
     if report.summary is not None:
         parts.append(run_rows(report.summary))
