@@ -468,8 +468,8 @@ def verify(target_argv: Sequence[str], found: Sequence[Candidate], out_dir: Path
             how = "Ctrl-C" if stopped == "SIGINT" else stopped
             notes.append(f"trials stopped by {how} after {len(trials)}: what was measured is kept")
         if not interrupted and len(trials) < planned:
-            notes.append(f"{planned - len(trials)} of {planned} trials not run: the budget of {budget_s:.0f} s "
-                         "was spent (raise --verify-budget)")
+            notes.append(f"{planned - len(trials)} of {planned} trials not run: at their measured length they did "
+                         f"not fit in what was left of the budget of {budget_s:.0f} s (raise --verify-budget)")
     comparisons = compare(trials, chosen) if chosen else ()
     best = _best(comparisons)
     failures = tuple({"setting": trial.candidate, "round": trial.repeat + 1, "error": trial.error,
