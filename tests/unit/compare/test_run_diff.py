@@ -96,13 +96,13 @@ def test_repeats_on_each_side_compare_over_runs():
 
 
 def test_a_busy_machine_judges_against_the_floor_measured_under_load():
-    """Load on one side widens the floor to ×3: a doubling is not called, a 17× change is."""
-    a, b = _record(100, 3e6, 3e6, 1), _record(100, 3e6, 9e6, 2)  # step ×2
+    """Load on one side widens the floor to ×5: a tripling is not called, a 17× change is."""
+    a, b = _record(100, 3e6, 3e6, 1), _record(100, 3e6, 15e6, 2)  # step ×3
     diff = diff_runs(a, b, label_a="A", label_b="B", busy_b=0.4)
-    assert diff.row("step_time").diff.verdict == WITHIN_NOISE and diff.floor == 2.0
-    assert any("machine was busy" in note and "×3.0" in note for note in diff.notes)
+    assert diff.row("step_time").diff.verdict == WITHIN_NOISE and diff.floor == 4.0
+    assert any("machine was busy" in note and "×5.0" in note for note in diff.notes)
     assert "measured under load" in diff.floor_source
-    straggler = _record(100, 0.1e6, 1.6e6, 3)  # 29.3 → 1.71 ms in the report: here 6 → 0.35 ms, ÷17
+    straggler = _record(100, 0.05e6, 0.29e6, 3)  # 29.3 → 1.71 ms in the report: here 6.0 → 0.35 ms, ÷17
     fixed = diff_runs(a, straggler, label_a="A", label_b="B", busy_a=0.31)
     assert fixed.row("step_time").diff.verdict == FASTER and headline(fixed).startswith("B is faster")
     quiet = diff_runs(a, b, label_a="A", label_b="B", busy_b=0.05)  # below the busy share: the default ×1.4

@@ -15,8 +15,8 @@ values without an interval, ``mfu`` and the compile totals (``compile_total_s``,
 
 A busy machine: when the sampler saw other processes use more than :data:`BUSY_SHARE` of the
 cores during either run, the rows are judged against the floor measured under load
-(:data:`~stepscope.analysis.compare_stats.LOADED_FLOOR`, a factor of 3, with a note): on identical
-runs of the zoo such load alone moved the step time by up to ×2.87, so a doubling is not called,
+(:data:`~stepscope.analysis.compare_stats.LOADED_FLOOR`, a factor of 5, with a note): on identical
+runs of the zoo such load alone moved the step time by up to ×3.6, so a doubling is not called,
 and a many-fold change still is.
 
 Where the step time's change comes from (:mod:`stepscope.analysis.run.long_steps`): the median
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.compare_stats import (FASTER, LOADED_FLOOR, MIN_SHARE, MIN_STEPS, NO_BOUND, NOISE_FLOOR, SLOWER,
+from stepscope.analysis.compare_stats import (FASTER, LOADED_FLOOR, LOADED_NOISE, MIN_SHARE, MIN_STEPS, NO_BOUND, NOISE_FLOOR, SLOWER,
                                               WITHIN_NOISE, Difference, beyond_floor, compare_medians, compare_steps)
 from stepscope.analysis.run.gc_pauses import summarize_gc_pauses
 from stepscope.analysis.run.long_steps import TAIL_SHARE, LongSteps, long_steps, split_change
@@ -461,15 +461,15 @@ def diff_runs(a: RunRecord, b: RunRecord, *, label_a: str, label_b: str,
         loads = ", ".join(f"{share:.0%} of the cores during {side}" for side, share in busy.items())
         if floor_given:
             notes.append(f"the machine was busy: other processes used {loads}; on identical runs load alone "
-                         f"moved the step time by up to ×{1 + LOADED_FLOOR:.1f} (BENCHMARKS.md), beyond the "
+                         f"moved the step time by up to ×{LOADED_NOISE:.1f} (BENCHMARKS.md), beyond the "
                          "floor given with --noise-floor")
         else:
             floor = max(LOADED_FLOOR, NOISE_FLOOR if floor is None else floor)
             floor_source = (f"×{1 + floor:.2f}, measured under load (identical runs beside other processes "
-                            "differed by up to ×2.87)")
+                            f"differed by up to ×{LOADED_NOISE:.1f})")
             notes.append(f"the machine was busy: other processes used {loads}; load alone moved identical runs "
-                         f"by up to ×2.87 (BENCHMARKS.md), so only a change beyond ×{1 + floor:.1f} is called "
-                         "real. Re-run both on a quiet machine to see smaller ones")
+                         f"by up to ×{LOADED_NOISE:.1f} (BENCHMARKS.md), so only a change beyond ×{1 + floor:.1f} is "
+                         "called real. Re-run both on a quiet machine to see smaller ones")
     rows = step_rows(a, b, mfu_a=mfu_a, mfu_b=mfu_b, floor=floor)
     steady_a, steady_b = (int(_mask(_steady(record)).sum()) for record in (a, b))
     if not len(a.steps) or not len(b.steps):
