@@ -60,7 +60,7 @@ def _random_graph(rng: np.random.Generator, n: int, edges: int) -> Graph:
     u = rng.integers(0, n - 1, edges)
     v = np.minimum(u + rng.integers(1, 4, edges), n - 1)  # mostly chains, some merges and forks
     graph.u, graph.v = u.astype(np.int64), v.astype(np.int64)
-    graph.weight = rng.integers(0, 50, edges).astype(np.float64)  # whole µs, many ties
+    graph.weight = rng.integers(0, 4, edges).astype(np.float64)  # whole µs, many ties
     return graph
 
 
@@ -85,3 +85,17 @@ def test_fractional_weights_take_the_programme_edge_by_edge(monkeypatch):
     graph.weight = graph.weight + 0.1
     monkeypatch.setattr(longest, "_chains_first", lambda *args: pytest.fail("chains with fractional weights"))
     assert longest.longest_path_forward(graph) is not None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_networkx_order_by_chains_is_the_programme_edge_by_edge(seed, monkeypatch):
+    """HTA's mode (and a graph with an edge going back in time): the generations' order, then the
+    programme on the renumbered nodes, against networkx's programme node by node."""
+    rng = np.random.default_rng(seed)
+    graph = _random_graph(rng, int(rng.integers(2, 300)), int(rng.integers(1, 500)))
+    shuffled = rng.permutation(len(graph)).astype(np.int64)  # edges no longer go forward
+    graph.u, graph.v = shuffled[graph.u], shuffled[graph.v]
+    by_chains = longest.longest_path(graph, exact=True)
+    monkeypatch.setattr(longest, "_exact_in_any_order", lambda weights: False)
+    assert by_chains == longest.longest_path(graph, exact=True)
+    assert by_chains is not None

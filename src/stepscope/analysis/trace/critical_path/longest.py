@@ -157,7 +157,12 @@ def longest_path(graph: Graph, exact: bool = True) -> Found | None:
     and the ties are networkx's (``topological_sort`` by generations, the first-added best
     predecessor, the first best end in that order), so the path is HTA's, not only its length.
     A negative weight counts as 0 (HTA: "nanosecond precision"). ``exact=False`` (default mode)
-    takes :func:`longest_path_forward` when it applies."""
+    takes :func:`longest_path_forward` when it applies.
+
+    The generations are found edge by edge; with whole-µs weights the programme then runs on the
+    nodes renumbered in that order (every edge forward: the chains of
+    :func:`longest_path_forward`; a node's distance and best edge do not depend on the order, and
+    the first best end in the order is the lowest number), otherwise edge by edge as networkx."""
     n = len(graph)
     if n == 0:
         return None
@@ -165,35 +170,51 @@ def longest_path(graph: Graph, exact: bool = True) -> Found | None:
         found = longest_path_forward(graph)
         if found is not None:
             return found
-    succ: list[list[int]] = [[] for _ in range(n)]
+    order = _generations(n, graph.u, graph.v)
+    if order is None:
+        return None
+    weights = np.maximum(graph.weight, 0.0)
+    if _exact_in_any_order(weights):
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        us, vs = rank[graph.u], rank[graph.v]
+        dist, via, chains = _chains_first(n, us, vs, weights, np.argsort(vs, kind="stable"))
+        end = int(np.argmax(dist))
+        nodes, edges, length = _walk_back_chains(end, us, via, chains, float(dist[end]))
+        return order[nodes].tolist(), edges, length
     pred: list[list[tuple[int, float, int]]] = [[] for _ in range(n)]
-    indegree = [0] * n
-    weights = np.maximum(graph.weight, 0.0).tolist()
-    for edge, (u, v, weight) in enumerate(zip(graph.u.tolist(), graph.v.tolist(), weights)):
-        succ[u].append(v)
+    for edge, (u, v, weight) in enumerate(zip(graph.u.tolist(), graph.v.tolist(), weights.tolist())):
         pred[v].append((u, weight, edge))
-        indegree[v] += 1
-    generation = [i for i in range(n) if indegree[i] == 0]
+    dist_of = [0.0] * n
+    best_edge = [-1] * n
+    for v in order.tolist():
+        best, by = 0.0, -1
+        for u, weight, edge in pred[v]:
+            candidate = dist_of[u] + weight
+            if by < 0 or candidate > best:
+                best, by = candidate, edge
+        dist_of[v], best_edge[v] = best, by
+    last = max(order.tolist(), key=lambda node: dist_of[node])
+    return _walk_back(last, graph.u, np.asarray(best_edge, dtype=np.int64), dist_of[last])
+
+
+def _generations(n: int, us: IntArray, vs: IntArray) -> IntArray | None:
+    """networkx's ``topological_sort``: the nodes without incoming edges, then generation by
+    generation each node once its last incoming edge is met (a node's successors in the order
+    their edges were added). None on a cycle."""
+    indegree = np.bincount(vs, minlength=n).tolist()
+    by_source = np.argsort(us, kind="stable")
+    targets = vs[by_source].tolist()
+    bounds = np.searchsorted(us[by_source], np.arange(n + 1)).tolist()
+    generation = [i for i, d in enumerate(indegree) if d == 0]
     order: list[int] = []
     while generation:
         order.extend(generation)
         following = []
         for u in generation:
-            for w in succ[u]:
+            for w in targets[bounds[u]:bounds[u + 1]]:
                 indegree[w] -= 1
                 if indegree[w] == 0:
                     following.append(w)
         generation = following
-    if len(order) < n:
-        return None
-    dist = [0.0] * n
-    via = [-1] * n
-    for v in order:
-        best, by = 0.0, -1
-        for u, weight, edge in pred[v]:
-            candidate = dist[u] + weight
-            if by < 0 or candidate > best:
-                best, by = candidate, edge
-        dist[v], via[v] = best, by
-    end = max(order, key=lambda node: dist[node])
-    return _walk_back(end, graph.u, np.asarray(via, dtype=np.int64), dist[end])
+    return np.asarray(order, dtype=np.int64) if len(order) == n else None
