@@ -519,6 +519,7 @@ _TENSOR_MATCH = re.compile(r"check_tensor\((?P<source>[^,]+), \w+, DispatchKeySe
 def source_name(source: str) -> str:
     """``L['self']._modules['encoder']`` -> ``self.encoder``; ``L['src']`` -> ``src``."""
     text = re.sub(r"^L\[['\"]([^'\"]+)['\"]\]", r"\1", source.strip())
+    text = re.sub(r"\.__dict__\[['\"]_(?:modules|parameters|buffers)['\"]\]\[['\"]([^'\"]+)['\"]\]", r".\1", text)
     text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", text)
     return re.sub(r"^G\[['\"]([^'\"]+)['\"]\]", r"\1", text)
 
@@ -540,10 +541,11 @@ def describe_guard(kind: str, source: str, leaf: Any, value: Any, detail: str = 
     parts = [str(part).split("#")[0].strip() for part in leaf.verbose_code_parts()]
     code = parts[0] if parts else kind
     code = re.sub(r"L\[['\"]([^'\"]+)['\"]\]", r"\1", code)
+    code = re.sub(r"\.__dict__\[['\"]_(?:modules|parameters|buffers)['\"]\]\[['\"]([^'\"]+)['\"]\]", r".\1", code)
     code = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", code)
-    if name and kind in _VALUE_GUARDS:  # "scale: scale == 2, now 3", "self.d.training: … == True, now False"
-        shown = repr(value)
-        return f"{name}: {code}, now {shown if len(shown) <= 40 else shown[:39] + '…'}"[:MAX_TEXT]
+    if name and kind in _VALUE_GUARDS:  # "scale == 2, now 3", "self.drop.training == True, now False"
+        shown = "a tensor" if hasattr(value, "shape") and hasattr(value, "dtype") else repr(value)
+        return f"{code}, now {shown if len(shown) <= 40 else shown[:39] + '…'}"[:MAX_TEXT]
     return (f"{name}: {kind.lower()} ({code})" if name else f"{kind.lower()} ({code})")[:MAX_TEXT]
 
 

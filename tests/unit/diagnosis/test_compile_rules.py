@@ -204,6 +204,7 @@ def test_every_failed_guard_is_listed_by_count_not_only_dynamos_first():
     shown = [item.value for item in finding.evidence if item.metric == "failed_guard"]
     assert "global state: grad_mode" in shown and "mask: size (dim 0) 12 -> 9" in shown
     assert "global state: grad_mode (2×)" in finding.summary
+    assert "2 of the recompilations came with a switch between training and evaluation" in finding.summary
 
 
 def test_the_compile_caches_are_said_cold_or_warm_with_what_a_warm_run_pays():

@@ -124,7 +124,7 @@ def recompiling(ev: RunEvidence) -> Finding | None:
             + (f"The failed guards name {frame.changing}." if frame.changing else
                f"The failed guards: {'; '.join(frame.triggers[:2])}.")
             + (f" Every guard that failed, by recompilations: {guards_text(frame)}." if frame.guard_counts else "")
-            + _cache_text(summary))
+            + _mode_text(frame) + _cache_text(summary))
     return common.finding("compile.recompiling", "compile", title, share, 0.85, evidence, _shape_prescriptions(frame),
                           text, claims=("compile",), impact_basis=RUN_BASIS)
 
@@ -275,6 +275,16 @@ def trace_regions(ev: RunEvidence) -> Finding | None:
 def guards_text(frame: FrameCompiles) -> str:
     """``global state: grad_mode (3×); src: size (dim 0) 16 -> 12 (2×)``."""
     return "; ".join(f"{guard} ({count}×)" for guard, count in frame.guard_counts[:6])
+
+
+def _mode_text(frame: FrameCompiles) -> str:
+    """What the grad-mode and training-flag guards say: evaluation compiles its own variants."""
+    mode = max((count for guard, count in frame.guard_counts if "grad_mode" in guard or ".training" in guard),
+               default=0)
+    if not mode:
+        return ""
+    return (f" {mode} of the recompilations came with a switch between training and evaluation (grad mode, "
+            "module.training): each mode compiles its own variants once, and they count toward the recompile limit.")
 
 
 def _cache_evidence(summary: CompileSummary) -> list[Evidence]:
