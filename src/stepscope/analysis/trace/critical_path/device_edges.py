@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.trace.critical_path.graph import Graph
+from stepscope.analysis.trace.critical_path.graph import NO_EVENT, Graph
 from stepscope.analysis.trace.critical_path.launches import Launches, launches_of
-from stepscope.analysis.trace.critical_path.model import (BLOCKING_CALLS, KERNEL_GAP, KERNEL_GAP_LIMIT_US, LAUNCH, OPERATOR, SYNC,
+from stepscope.analysis.trace.critical_path.model import (BLOCKING_CALLS, CODE, KERNEL_GAP, KERNEL_GAP_LIMIT_US, LAUNCH, OPERATOR, SYNC,
                                                           WAIT, IntArray)
 from stepscope.analysis.trace.critical_path.rows import Rows
 
@@ -109,20 +109,30 @@ def _kernel_edges(rows: Rows, graph: Graph, launches: Launches, state: _Streams,
 
 
 def _synchronous_edges(graph: Graph, synchronous: tuple[IntArray, IntArray], notes: list[str]) -> None:
-    """Default mode: a copy or submission that returned only after its row ran goes through the row
-    (a timed sync to the call's end; the call's start to the row's start, as a wait)."""
+    """Default mode: a copy or submission that returned only after its row ran goes through the row:
+    per call, a timed sync from the row's end to the call's end, then (unless an edge joins them
+    already, e.g. a launch edge) a wait from the call's start to the row's start."""
     calls, launched = synchronous
     if not len(calls):
         return
-    drawn = set(graph.keys().tolist())
+    source, target = graph.end_of[launched], graph.end_of[calls]
+    begin, first = graph.start_of[calls], graph.start_of[launched]
+    synced = (source >= 0) & (target >= 0)
     n = len(graph)
-    for call, row in zip(calls.tolist(), launched.tolist()):
-        source, target = graph.node(row, False), graph.node(call, False)
-        if source >= 0 and target >= 0:
-            graph.add(source, target, SYNC, timed=True)
-        begin, first = graph.node(call, True), graph.node(row, True)
-        if begin >= 0 and first >= 0 and begin * n + first not in drawn:
-            graph.add(begin, first, WAIT, event=call)  # the call waited for its work to start
+    wanted = (begin >= 0) & (first >= 0)
+    mark = np.zeros(n, dtype=bool)
+    mark[begin[wanted]] = True
+    u, v = graph.columns()[:2]
+    near = mark[u]  # the edges already drawn from these calls' starts
+    drawn = np.isin(begin * n + first, u[near] * n + v[near])
+    waits = wanted & ~drawn
+    # per call, its sync then its wait, in the calls' order
+    both = np.stack([synced, waits], axis=1).reshape(-1)
+    src = np.stack([source, begin], axis=1).reshape(-1)[both]
+    dst = np.stack([target, first], axis=1).reshape(-1)[both]
+    kind = np.tile(np.array([CODE[SYNC], CODE[WAIT]], dtype=np.int64), len(calls))[both]
+    event = np.stack([np.full(len(calls), NO_EVENT, dtype=np.int64), calls.astype(np.int64)], axis=1).reshape(-1)[both]
+    graph.add_many(src, dst, kind, event=event, timed=kind == CODE[SYNC])
     notes.append("some launch calls returned only after their work ran (a synchronous submission or "
                  "copy): the path goes through the device's work, not the call")
 

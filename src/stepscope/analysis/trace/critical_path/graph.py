@@ -82,18 +82,17 @@ class Graph:
         return self._n - 1
 
     def add_many(self, u: IntArray, v: IntArray, kind: IntArray | int, zero: np.ndarray | bool = False,
-                 event: IntArray | int = NO_EVENT, timed: bool = False) -> IntArray:
+                 event: IntArray | int = NO_EVENT, timed: np.ndarray | bool = False) -> IntArray:
         """Edges as columns (``kind``: codes); their weights from the nodes' times now, as
-        :meth:`add` would weigh each. Returns the edges' numbers in insertion order."""
+        :meth:`add` would weigh each (``timed``: per edge or all). Returns the edges' numbers in
+        insertion order."""
         self._flush()
         u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
         kinds = np.broadcast_to(np.asarray(kind, dtype=np.int64), u.shape).copy()
         span = self.ts[v] - self.ts[u]
-        if timed:
-            weight = np.where(self.ts[u] >= self.begin[v], np.maximum(span, 0.0), 0.0)
-        else:
-            weightless = np.isin(kinds, _WEIGHTLESS) | np.asarray(zero, dtype=bool)
-            weight = np.where(weightless, 0.0, span)
+        timed_weight = np.where(self.ts[u] >= self.begin[v], np.maximum(span, 0.0), 0.0)
+        weightless = np.isin(kinds, _WEIGHTLESS) | np.asarray(zero, dtype=bool)
+        weight = np.where(np.asarray(timed, dtype=bool), timed_weight, np.where(weightless, 0.0, span))
         events = np.broadcast_to(np.asarray(event, dtype=np.int64), u.shape).copy()
         first = self._n
         self._batches.append((u, v, kinds, weight, events))

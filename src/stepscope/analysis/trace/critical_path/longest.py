@@ -57,19 +57,21 @@ def _each_edge(n: int, us: IntArray, vs: IntArray, weights: np.ndarray, order: I
 
 
 class _Chains(NamedTuple):
-    """The chains of nodes with one incoming edge: each node's previous node on its chain (itself
-    at a chain's first node), that first node, and the edges from it."""
+    """Runs of consecutive nodes each reached only from the one before (most of a thread's walk):
+    each node's run's first node, each node's only source (-1: none or several)."""
 
+    run_head: IntArray
     previous: IntArray
-    anchor: IntArray
-    steps: IntArray
+    single: np.ndarray
 
 
 def _chains_first(n: int, us: IntArray, vs: IntArray, weights: np.ndarray,
                   order: IntArray) -> tuple[np.ndarray, IntArray, _Chains]:
     """The same programme, exact sums: a node with one incoming edge is reached by it, so along a
-    chain of such nodes the distance is the chain's first node's plus the weights since (pointer
-    jumping, in numpy); only the nodes reached by several edges are decided edge by edge."""
+    chain of such nodes the distance is the chain's first node's plus the weights since. Within a
+    run of consecutive nodes that is a cumulative sum; between runs, pointer jumping over the runs'
+    first nodes; only the nodes reached by several edges are decided edge by edge."""
+    node = np.arange(n, dtype=np.int64)
     indegree = np.bincount(vs, minlength=n)
     single = indegree == 1
     first_in = np.full(n, -1, dtype=np.int64)  # each node's first incoming edge
@@ -77,65 +79,71 @@ def _chains_first(n: int, us: IntArray, vs: IntArray, weights: np.ndarray,
     starts = np.flatnonzero(np.concatenate(([True], sorted_v[1:] != sorted_v[:-1]))) if len(order) else order
     first_in[sorted_v[starts]] = order[starts]
     via = first_in.copy()
-    anchor = np.arange(n, dtype=np.int64)
-    offset = np.zeros(n)
-    chained = np.flatnonzero(single)
-    anchor[chained] = us[first_in[chained]]
-    offset[chained] = weights[first_in[chained]]
-    previous = anchor.copy()
-    steps = single.astype(np.int64)
-    while True:  # jump: each node's anchor is the first node of its chain, its offset the weights since
-        further = anchor[anchor]
-        if np.array_equal(further, anchor):
+    previous = np.where(single, us[np.maximum(first_in, 0)], -1)
+    step = np.where(single, weights[np.maximum(first_in, 0)], 0.0)
+    continues = single & (previous == node - 1)
+    run_head = np.maximum.accumulate(np.where(continues, 0, node))
+    sums = np.cumsum(np.where(continues, step, 0.0))
+    within = sums - sums[run_head]  # from the run's first node (whole µs: exact)
+    heads = np.flatnonzero(~continues)
+    slot = np.zeros(n, dtype=np.int64)
+    slot[heads] = np.arange(len(heads), dtype=np.int64)
+    # a run's first node reached by one edge continues its source's chain
+    joins = single[heads]
+    source = np.maximum(previous[heads], 0)
+    up = np.where(joins, slot[run_head[source]], np.arange(len(heads), dtype=np.int64))
+    offset = np.where(joins, within[source] + step[heads], 0.0)
+    while True:  # jump: each run's chain's first node, and the weights since
+        further = up[up]
+        if np.array_equal(further, up):
             break
-        offset += offset[anchor]
-        steps += steps[anchor]
-        anchor = further
+        offset += offset[up]
+        up = further
+    of_run = slot[run_head]
+    anchor = heads[up[of_run]]
+    offset = offset[of_run] + within
     merging = np.flatnonzero(indegree > 1)
-    dist = np.zeros(n)
+    dist = np.zeros(n)  # at each chain's first node: 0 without incoming edges, else decided below
     if len(merging):
         into = np.isin(sorted_v, merging)
         edges, sources, targets = order[into], us[order][into], sorted_v[into]
         span = offset[sources] + weights[edges]  # from the source's anchor
-        anchors = anchor[sources]
-        best = dict.fromkeys(merging.tolist(), -1.0)
-        head = dist.tolist()
-        choice = via.tolist()
-        for edge, a, extra, v in zip(edges.tolist(), anchors.tolist(), span.tolist(), targets.tolist()):
-            candidate = head[a] + extra
-            if candidate > best[v]:
-                best[v] = candidate
-                head[v] = candidate
-                choice[v] = edge
-        dist = np.asarray(head)
-        via = np.asarray(choice, dtype=np.int64)
+        decided: dict[int, float] = {}  # merging node -> its distance (anchors without: 0)
+        chosen: dict[int, int] = {}
+        for edge, a, extra, v in zip(edges.tolist(), anchor[sources].tolist(), span.tolist(), targets.tolist()):
+            candidate = decided.get(a, 0.0) + extra
+            if candidate > decided.get(v, -1.0):
+                decided[v] = candidate
+                chosen[v] = edge
+        at = np.fromiter(decided, dtype=np.int64, count=len(decided))
+        dist[at] = np.fromiter(decided.values(), dtype=np.float64, count=len(decided))
+        via[at] = np.fromiter((chosen[v] for v in decided), dtype=np.int64, count=len(decided))
     dist = dist[anchor] + offset
-    return dist, via, _Chains(previous, anchor, steps)
+    return dist, via, _Chains(run_head, previous, single)
 
 
 def _walk_back_chains(end: int, sources: IntArray, via: IntArray, chains: _Chains, length: float) -> Found:
-    """:func:`_walk_back` by chains: from a node back along its chain to the chain's first node
-    (its k-th previous node by binary lifting, for every k at once), then by that node's best edge
-    to the next chain."""
-    starts, lengths = [], []
-    node = end
-    while True:
-        starts.append(node)
-        lengths.append(int(chains.steps[node]) + 1)
-        edge = int(via[chains.anchor[node]])
-        if edge < 0:
-            break
-        node = int(sources[edge])
-    at = np.repeat(np.asarray(starts, dtype=np.int64), lengths)
-    k = np.arange(len(at), dtype=np.int64) - np.repeat(np.cumsum([0, *lengths[:-1]]), lengths)
-    jump = chains.previous
-    bit = 0
-    while (k >> bit).any():
-        moving = ((k >> bit) & 1).astype(bool)
-        at[moving] = jump[at[moving]]
-        jump = jump[jump]
-        bit += 1
-    nodes = at[::-1]
+    """:func:`_walk_back` by runs: from a node back through its run's consecutive nodes to the
+    run's first node, then by that node's only (or best) incoming edge to the next run."""
+    run_head = chains.run_head  # non-decreasing: each run's first node once
+    heads = run_head[np.flatnonzero(np.concatenate(([True], run_head[1:] != run_head[:-1])))]
+    slot = np.zeros(len(via), dtype=np.int64)
+    slot[heads] = np.arange(len(heads), dtype=np.int64)
+    edge = via[heads]
+    next_node = np.where(edge >= 0, sources[np.maximum(edge, 0)], -1)  # where the path goes before each run
+    next_slot = np.where(edge >= 0, slot[chains.run_head[np.maximum(next_node, 0)]], -1).tolist()
+    next_nodes = next_node.tolist()
+    k = int(slot[chains.run_head[end]])
+    highs, runs = [end], []
+    while k >= 0:
+        runs.append(k)
+        highs.append(next_nodes[k])
+        k = next_slot[k]
+    high = np.asarray(highs[:-1], dtype=np.int64)
+    lengths = high - heads[np.asarray(runs, dtype=np.int64)] + 1
+    firsts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    back = np.repeat(high, lengths) - (np.arange(int(lengths.sum()), dtype=np.int64) - firsts)
+    nodes = back[::-1]
     return nodes.tolist(), via[nodes[1:]].tolist(), length
 
 
