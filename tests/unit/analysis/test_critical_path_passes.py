@@ -55,8 +55,7 @@ def test_the_out_of_order_trace_is_walked_by_arrays(monkeypatch):
 
 
 def _random_graph(rng: np.random.Generator, n: int, edges: int) -> Graph:
-    graph = Graph(np.arange(n, dtype=np.float64), np.arange(n, dtype=np.int64), np.ones(n, dtype=bool),
-                  np.zeros(n), n)
+    graph = Graph(np.arange(n, dtype=np.float64), np.arange(n, dtype=np.int64), np.ones(n, dtype=bool), np.zeros(n))
     u = rng.integers(0, n - 1, edges)
     v = np.minimum(u + rng.integers(1, 4, edges), n - 1)  # mostly chains, some merges and forks
     graph.u, graph.v = u.astype(np.int64), v.astype(np.int64)

@@ -24,8 +24,8 @@ def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: l
     ordered = in_window[np.lexsort((in_window, sort_by))]
     state = _Streams()
     columns = zip(ordered.tolist(), (rows.cat[ordered] == sync_cat).tolist(), rows.name[ordered].tolist(),
-                  rows.ic[ordered].tolist(), rows.stream[ordered].tolist(), graph.start_of[ordered].tolist(),
-                  graph.end_of[ordered].tolist())
+                  rows.ic[ordered].tolist(), rows.stream[ordered].tolist(), graph.start_of(ordered).tolist(),
+                  graph.end_of(ordered).tolist())
     for p, sync_row, name, runtime, stream, start_node, end_node in columns:
         if sync_row:
             _sync_edges(rows, graph, launches, names, state, p, name, runtime, stream, hta)
@@ -115,8 +115,8 @@ def _synchronous_edges(graph: Graph, synchronous: tuple[IntArray, IntArray], not
     calls, launched = synchronous
     if not len(calls):
         return
-    source, target = graph.end_of[launched], graph.end_of[calls]
-    begin, first = graph.start_of[calls], graph.start_of[launched]
+    source, target = graph.end_of(launched), graph.end_of(calls)
+    begin, first = graph.start_of(calls), graph.start_of(launched)
     synced = (source >= 0) & (target >= 0)
     n = len(graph)
     wanted = (begin >= 0) & (first >= 0)
@@ -141,7 +141,7 @@ def _inferred_syncs(rows: Rows, window: IntArray, graph: Graph, notes: list[str]
     """Without ``cuda_sync`` rows (traces before PyTorch 2.1), a blocking call (a synchronize, a
     ``cudaMemcpy``…) is taken to have waited for the GPU row that ended last within it."""
     gpu = window[(rows.stream[window] >= 0)]
-    gpu = gpu[graph.end_of[gpu] >= 0]
+    gpu = gpu[graph.end_of(gpu) >= 0]
     calls = window[(rows.stream[window] == -1) & rows.name_in(BLOCKING_CALLS, window)]
     if not len(gpu) or not len(calls):
         return

@@ -25,7 +25,7 @@ FloatArray = np.ndarray
 class Graph:
     """Nodes are (event position, is_start), numbered in time order; edges in insertion order."""
 
-    def __init__(self, ts: FloatArray, pos: IntArray, start: np.ndarray, begin: FloatArray, n_rows: int):
+    def __init__(self, ts: FloatArray, pos: IntArray, start: np.ndarray, begin: FloatArray):
         self.ts = ts  # each node's time (HTA's rounded µs); the walk cuts an ill-nested event's end
         self.pos = pos  # the event position (of the kept rows) of each node
         self.start = start  # whether the node is its event's start
@@ -34,12 +34,13 @@ class Graph:
         self.node_ts: list[float] = ts.tolist()
         self.node_pos: list[int] = pos.tolist()
         self.node_start: list[bool] = start.tolist()
-        # each row's start and end node (-1: none)
+        # the rows with nodes, sorted, and each one's start and end node (a window's worth, not
+        # a column over the whole trace's rows)
         nodes = np.arange(len(pos), dtype=np.int64)
-        self.start_of = np.full(n_rows, -1, dtype=np.int64)
-        self.end_of = np.full(n_rows, -1, dtype=np.int64)
-        self.start_of[pos[start]] = nodes[start]
-        self.end_of[pos[~start]] = nodes[~start]
+        by_row = np.argsort(pos[start], kind="stable")
+        self._rows = pos[start][by_row]
+        self._starts = nodes[start][by_row]
+        self._ends = nodes[~start][np.argsort(pos[~start], kind="stable")]
         self._batches: list[tuple[IntArray, IntArray, IntArray, FloatArray, IntArray]] = []
         self._single: tuple[list[int], list[int], list[int], list[float], list[int]] = ([], [], [], [], [])
         self.u = self.v = self.kind = self.event = np.zeros(0, dtype=np.int64)
@@ -49,9 +50,26 @@ class Graph:
     def __len__(self) -> int:
         return len(self.node_ts)
 
+    def start_of(self, pos: IntArray) -> IntArray:
+        """The start node of each row, -1 for a row without nodes."""
+        return self._lookup(pos, self._starts)
+
+    def end_of(self, pos: IntArray) -> IntArray:
+        """The end node of each row, -1 for a row without nodes."""
+        return self._lookup(pos, self._ends)
+
+    def _lookup(self, pos: IntArray, nodes: IntArray) -> IntArray:
+        pos = np.asarray(pos, dtype=np.int64)
+        if not len(self._rows):
+            return np.full(pos.shape, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._rows, pos), len(self._rows) - 1)
+        return np.where(self._rows[at] == pos, nodes[at], -1)
+
     def node(self, pos: int, start: bool) -> int:
         """The node of an event's start or end, -1 when the event has none."""
-        return int((self.start_of if start else self.end_of)[pos]) if pos >= 0 else -1
+        if pos < 0:
+            return -1
+        return int((self.start_of if start else self.end_of)(np.array([pos]))[0])
 
     def set_ts(self, node: int, ts: float) -> None:
         self.ts[node] = ts
@@ -166,5 +184,4 @@ def graph_nodes(rows: Rows, window: IntArray, hta: bool, data_loading: tuple[str
         flag = np.where(is_start, np.where(finish == begin, 0, 3), np.where(rows.stream[who] >= 0, 1, 2))
         order = np.lexsort((np.where(is_start, who, -who), np.where(is_start, -finish, -begin), flag, ts))
     who = who[order]
-    return Graph(ts[order].astype(np.float64), who.astype(np.int64), is_start[order], rows.ts[who].astype(np.float64),
-                 len(rows.ts))
+    return Graph(ts[order].astype(np.float64), who.astype(np.int64), is_start[order], rows.ts[who].astype(np.float64))

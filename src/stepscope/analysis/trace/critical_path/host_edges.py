@@ -179,8 +179,8 @@ def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarra
     if clipped.any():
         notes.append("a CPU event outlives its parent (an out-of-order stack): it is cut at the parent's end")
         if not hta:
-            moved = clipped & (graph.end_of[members] >= 0)
-            graph.set_ts_many(graph.end_of[members[moved]], cut[moved])
+            moved = clipped & (graph.end_of(members) >= 0)
+            graph.set_ts_many(graph.end_of(members[moved]), cut[moved])
     end = cut
     # the visits in walk order: (time key, enter after leave, the inner leave first)
     by_end = np.argsort(end)
@@ -192,7 +192,7 @@ def _walk_nested(graph: Graph, members: IntArray, ts: np.ndarray, end: np.ndarra
     visits = np.argsort(when)
     member = np.where(visits < m, visits, visits - m)
     enters = visits < m
-    start_node, end_node = graph.start_of[members], graph.end_of[members]
+    start_node, end_node = graph.start_of(members), graph.end_of(members)
     has_node = start_node[member] >= 0  # an event has both nodes or neither
     member, enters = member[has_node], enters[has_node]
     node = np.where(enters, start_node[member], end_node[member])
@@ -285,7 +285,7 @@ def _walk(graph: Graph, members: IntArray, starts: list[float], ends: list[float
     tops: list[tuple[int, int]] = []
     gaps: list[tuple[int, int, int]] = []
     positions = members.tolist()
-    start_of, end_of = graph.start_of[members].tolist(), graph.end_of[members].tolist()
+    start_of, end_of = graph.start_of(members).tolist(), graph.end_of(members).tolist()
     lock, blocking, deferring = flags.lock.tolist(), flags.blocking.tolist(), flags.deferring.tolist()
     node_start = graph.node_start
 
