@@ -24,7 +24,8 @@ table, each keeping its best CPU time (the process's, so a shared machine's othe
 median duration, default mode, and its summary), first call on the trace (the whole trace's
 launch bookkeeping included) and again (cached); one step alone in each mode
 (``critical_path(events)``, ``critical_path(events, hta=True)``). Each pair's outputs are compared
-(equal or the run fails)::
+(equal or the run fails). Then the peak RSS of analyze's path, each implementation in its own
+process (``ru_maxrss`` after loading the trace and its timeline, and at the end)::
 
     python benchmarks/bench_critical_path.py --before --repeat 5 [--trace REL ...]
 """
@@ -128,6 +129,35 @@ def _before_child(trace: str, repeat: int, out: str) -> None:
         sys.exit(1)
 
 
+_MEMORY = """
+import gc, json, resource, sys
+gc.disable()
+sys.path.insert(0, sys.argv[3])
+from stepscope.traces.links import links_of
+from stepscope.traces.load import load_trace
+from stepscope.traces.timeline import timeline_of
+events = load_trace(sys.argv[2]).events
+timeline_of(links_of(events))
+loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if sys.argv[1] == "before":
+    import critical_path_before as module
+else:
+    from stepscope.analysis.trace import critical_path as module
+module.path_summary(events, steps=1)
+print(json.dumps({"loaded_mb": round(loaded), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+"""
+
+
+def _memory(path: Path) -> dict:
+    """Peak RSS of analyze's path (after the trace and its timeline), each implementation in its own process."""
+    out = {}
+    for label in ("before", "now"):
+        run = run_child(_MEMORY, [label, str(path), str(HERE)], {"PYTHONPATH": str(SRC)})
+        lines = [line for line in run["tail"].splitlines() if line.startswith("{")]
+        out[label] = json.loads(lines[-1]) if lines else {"failed": run["exit"]}
+    return out
+
+
 def before(args: argparse.Namespace) -> None:
     traces = args.trace or [*DEFAULT_TRACES, "hta/mtia_trace_single_rank/mtia_rank_0.json.gz",
                             "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"]
@@ -142,6 +172,7 @@ def before(args: argparse.Namespace) -> None:
                             {"PYTHONPATH": str(SRC)})
             text = Path(out.name).read_text()
         row = json.loads(text) if text else {"failed": run["exit"], "tail": run["tail"][-2000:]}
+        row["memory"] = _memory(path)
         print(json.dumps({"trace": rel, "json_mb": round(json_mb(path), 1), **row}))
 
 

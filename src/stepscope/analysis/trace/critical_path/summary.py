@@ -182,7 +182,7 @@ class PathSummary:
 
 
 #: Steps whose critical path ``analyze`` computes by default: the one of median duration. The path
-#: costs ~0.2 s per step of ~15,000 host events (BENCHMARKS.md); ``--path-steps`` asks for more.
+#: costs 15-70 ms of CPU per step of ~15,000 host events (BENCHMARKS.md); ``--path-steps`` asks for more.
 DEFAULT_PATH_STEPS = 1
 
 
