@@ -1,4 +1,8 @@
-"""The critical path of a traced step: which chain of CPU work, launches, kernels, synchronisations,
+"""The previous implementation of ``stepscope.analysis.trace.critical_path`` (one module, before it
+became a package of numpy passes), kept only as the baseline that ``bench_critical_path.py --before``
+times the package against, output for output. Its cache on the event table has its own key.
+
+The critical path of a traced step: which chain of CPU work, launches, kernels, synchronisations,
 data loading and collectives, shortened, would shorten the step.
 
 Contract: :func:`critical_path` builds, for one window of one rank (a ``ProfilerStep``, an
