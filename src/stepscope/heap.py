@@ -11,8 +11,6 @@ on other C libraries it does nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import sys
 from typing import Any
@@ -22,10 +20,17 @@ from typing import Any
 def _malloc_trim() -> Any:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    import ctypes  # here: only a trace's analysis trims
+
+    try:  # glibc's soname first: ctypes.util.find_library runs `ldconfig -p` in a child (~10 ms a process)
+        libc = ctypes.CDLL("libc.so.6")
     except OSError:
-        return None
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so")
+        except OSError:
+            return None
     return getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
 
 

@@ -55,7 +55,10 @@ def _load() -> ctypes.CDLL | None:
     global _libc
     if _libc is None and sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            try:  # glibc's soname first: ctypes.util.find_library runs `ldconfig -p` in a child (~10 ms)
+                libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            except OSError:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so", use_errno=True)
             libc.timer_create.argtypes = [ctypes.c_int, ctypes.POINTER(_SigEvent), ctypes.POINTER(ctypes.c_void_p)]
             libc.timer_settime.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_ITimerSpec),
                                            ctypes.c_void_p]

@@ -30,7 +30,20 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return platform.machine()  # not platform.processor(): on Linux a `uname -p` child giving the machine or nothing
+
+
+def platform_string() -> str:
+    """``platform.platform()`` without the ``uname -p`` child process it starts on Linux to read the
+    processor (10-100 ms before the script could start). There the processor adds nothing to the
+    string when it equals the machine or is unknown (``platform`` drops both), which is what Linux's
+    ``uname -p`` prints; elsewhere ``platform.platform()`` itself."""
+    join = getattr(platform, "_platform", None)
+    if not sys.platform.startswith("linux") or join is None:
+        return platform.platform()
+    system = os.uname()
+    libc, version = platform.libc_ver()
+    return str(join(system.sysname, system.release, system.machine, "with", libc + version))
 
 
 def distributed_env() -> dict[str, int]:
@@ -57,7 +70,7 @@ def static_meta() -> dict[str, Any]:
     return {
         "stepscope_version": __version__,
         "python_version": platform.python_version(),
-        "platform": platform.platform(),
+        "platform": platform_string(),
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count_logical": os.cpu_count() or 0,
