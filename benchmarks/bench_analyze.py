@@ -1,23 +1,29 @@
-"""Benchmark: ``stepscope analyze`` vs Holistic Trace Analysis on the same traces.
+"""Benchmark: ``stepscope analyze TRACE`` as a user types it, against Holistic Trace Analysis.
 
-Both sides load the trace and run the analyses they share (temporal breakdown, idle-time
-breakdown, kernel-type breakdown, communication/computation overlap, CUDA launch statistics);
-stepscope also computes its other views (plugin Overview, operators, kernels, memory). Every
-(trace, tool) pair runs in a fresh child process started by this small driver, so wall time and
+stepscope runs as the command a user types: the console script (``stepscope analyze TRACE``,
+default options, text output to a file), the whole process — interpreter start, imports, load,
+every view, the critical path, the diagnosis and the rendering. HTA (``--hta-work temporal``, the
+default) loads the trace and computes its temporal breakdown, the view both tools share; with
+``--hta-work full`` it also computes its idle-time, kernel, overlap and launch-statistics
+breakdowns. Every (trace, tool) pair runs in a fresh child of this small driver, so wall time and
 peak RSS (``os.wait4`` ``ru_maxrss``, which includes pool workers) belong to that run alone.
 
-Usage (HTA is the optional ``bench`` extra: ``pip install -e .[bench]``)::
+Usage (each HTA release in its own virtual environment: both install a package ``hta``)::
 
-    python benchmarks/bench_analyze.py --traces ../shared/traces \
-        --synthetic-mb 500 [--repeat 3] [--skip-hta] [--out benchmark.json]
+    python3 -m venv hta05 && hta05/bin/pip install holistictraceanalysis==0.5.0
+    python3 -m venv hta06 && hta06/bin/pip install traceinsight==0.6.1
+    python benchmarks/bench_analyze.py --traces ../shared/traces --repeat 3 \
+        --hta 0.5.0=hta05/bin/python --hta 0.6.1=hta06/bin/python \
+        [--synthetic-mb 500] [--skip-hta] [--out benchmark.json]
 
-With ``--repeat N`` the two tools alternate N times per trace and each keeps its fastest run (the
-machine is shared: the minimum is the least disturbed run); the last table gives the ratios.
+With ``--repeat N`` the tools alternate N times per trace (interleaved, so all see the same load)
+and the table gives each one's median wall time (and its largest peak RSS); the ratios are the
+medians' ratios.
 
 ``--synthetic-mb N`` writes (once, into ``--work-dir``) a trace of at least N MB of JSON made by
 replicating the steps of ``--seed-trace`` (default: the trace_diff/control sample): each copy
 shifts timestamps by the original span and offsets correlation and External ids, so links and
-steps stay consistent.
+steps stay consistent. ``--delete-synthetic`` removes it after the run (a 10 GB trace).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import compileall
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,32 +52,22 @@ DEFAULT_TRACES = (  # every reference trace of at least 15 MB of JSON
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
 )
 
-STEPSCOPE_CHILD = """
-import sys, time
-t0 = time.perf_counter()
-from stepscope.analysis.trace.trace_evidence import analyze_traces
-analysis = analyze_traces(sys.argv[1])
-evidence = analysis.evidence()
-print("views", len(analysis.ranks), evidence.idle.share, time.perf_counter() - t0)
-"""
-
 HTA_CHILD = """
 import sys, time, logging
 logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
-import json
-with open(sys.argv[1], "rb") as fh:
-    head = fh.read(2)
-rank = int(sys.argv[2])
+rank, work = int(sys.argv[2]), sys.argv[3]
 ta = TraceAnalysis(trace_files={rank: sys.argv[1]}, trace_dir="/")
-for name, call in (
-    ("temporal", lambda: ta.get_temporal_breakdown(visualize=False)),
-    ("idle", lambda: ta.get_idle_time_breakdown(ranks=[rank], visualize=False)),
-    ("kernels", lambda: ta.get_gpu_kernel_breakdown(visualize=False)),
-    ("overlap", lambda: ta.get_comm_comp_overlap(visualize=False)),
-    ("launch", lambda: ta.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)),
-):
+calls = [("temporal", lambda: ta.get_temporal_breakdown(visualize=False))]
+if work == "full":
+    calls += [
+        ("idle", lambda: ta.get_idle_time_breakdown(ranks=[rank], visualize=False)),
+        ("kernels", lambda: ta.get_gpu_kernel_breakdown(visualize=False)),
+        ("overlap", lambda: ta.get_comm_comp_overlap(visualize=False)),
+        ("launch", lambda: ta.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)),
+    ]
+for name, call in calls:
     try:
         call()
     except Exception as exc:  # HTA raises on traces without GPU rows
@@ -79,16 +76,33 @@ print("done", time.perf_counter() - t0)
 """
 
 
-def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str = sys.executable) -> dict:
+def stepscope_command() -> list[str]:
+    """The console script next to this interpreter (what ``pip install`` puts on PATH), else
+    ``python -m stepscope`` with the checkout's ``src`` on the path."""
+    script = Path(sys.executable).parent / "stepscope"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "stepscope"]
+
+
+def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str | None = None) -> dict:
     env = dict(os.environ)
     env.update(env_extra)
+    sink = open(stdout_path, "wb") if stdout_path else subprocess.PIPE  # noqa: SIM115 - closed below
     start = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE if stdout_path else subprocess.STDOUT)
+    finally:
+        if stdout_path:
+            sink.close()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    stream = proc.stderr if stdout_path else proc.stdout
+    output = stream.read().decode(errors="replace") if stream else ""
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
             "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+
+
+def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str = sys.executable) -> dict:
+    return run_command([python, "-c", code, *args], env_extra)
 
 
 def is_gzip(path: Path) -> bool:
@@ -170,16 +184,24 @@ def make_synthetic(seed: Path, target_mb: float, out: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", default=str(HERE.parent.parent / "shared" / "traces"))
-    parser.add_argument("--only", action="append", default=[], help="relative trace path(s) (default: the largest samples)")
-    parser.add_argument("--synthetic-mb", type=float, default=0.0)
+    parser.add_argument("--only", action="append", default=[],
+                        help="relative trace path(s) (default: every reference trace of at least 15 MB of JSON; "
+                             "'none': only the synthetic trace)")
+    parser.add_argument("--synthetic-mb", type=float, action="append", default=[],
+                        help="also a synthetic trace of at least this many MB of JSON (repeatable)")
     parser.add_argument("--seed-trace", default="hta/trace_diff/control/control.json.gz")
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "stepscope-bench"))
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--delete-synthetic", action="store_true", help="remove the synthetic traces afterwards")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--skip-hta-above-mb", type=float, default=float("inf"),
+                        help="run HTA only on traces up to this size (it needs ~5x the JSON in memory)")
     parser.add_argument("--hta", action="append", default=[], metavar="LABEL=PYTHON",
                         help="an interpreter with an HTA release installed (repeatable), e.g. "
-                             "hta-0.5.0=/venvs/hta05/bin/python traceinsight-0.6.1=/venvs/hta06/bin/python; "
-                             "default: 'hta' in this interpreter")
+                             "0.5.0=hta05/bin/python 0.6.1=hta06/bin/python; default: 'hta' in this interpreter")
+    parser.add_argument("--hta-work", choices=("temporal", "full"), default="temporal",
+                        help="HTA's side: its temporal breakdown (default), or also its idle, kernel, overlap "
+                             "and launch breakdowns")
     parser.add_argument("--out", default=None)
     parser.add_argument("--make-synthetic", nargs=3, metavar=("SEED", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -188,56 +210,75 @@ def main() -> None:
         return
     root = Path(args.traces)
     cases = [(rel, root / rel) for rel in (args.only or DEFAULT_TRACES) if (root / rel).is_file()]
-    if args.synthetic_mb:
+    made = []
+    for mb in args.synthetic_mb:
         os.makedirs(args.work_dir, exist_ok=True)
-        target = Path(args.work_dir) / f"synthetic_{int(args.synthetic_mb)}mb.json"
-        if not (target.exists() and target.stat().st_size >= args.synthetic_mb * 1e6):
+        target = Path(args.work_dir) / f"synthetic_{int(mb)}mb.json"
+        if not (target.exists() and target.stat().st_size >= mb * 1e6):
             # in a child: a child process inherits the parent's RSS high-water mark into ru_maxrss,
             # so the driver must never grow (see the measurement pitfall in the trace notes)
-            subprocess.run(
-                [sys.executable, __file__, "--make-synthetic", str(root / args.seed_trace), str(args.synthetic_mb), str(target)],
-                check=True,
-            )
-        cases.append((f"synthetic {int(args.synthetic_mb)} MB", target))
+            started = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--make-synthetic", str(root / args.seed_trace), str(mb),
+                            str(target)], check=True)
+            print(f"wrote {target.name} ({target.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s",
+                  flush=True)
+            made.append(target)
+        cases.append((f"synthetic {int(mb)} MB", target))
     # byte-compiled first, as an installed package is (HTA's are, by pip): a checkout run with
     # PYTHONDONTWRITEBYTECODE=1 would otherwise compile ~90 modules in every child (~0.2 s)
-    compileall.compile_dir(str(SRC / "stepscope"), quiet=1)
+    import stepscope
+
+    compileall.compile_dir(str(Path(stepscope.__file__).parent), quiet=1)
     env = {"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     hta_env = {"OMP_NUM_THREADS": "1"}
+    output = os.path.join(args.work_dir, "analyze-output.txt")
+    os.makedirs(args.work_dir, exist_ok=True)
     rows = []
-    print(f"{'trace':<60} {'MB':>6} {'tool':<9} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8}")
-    for rel, path in cases:
-        size_mb = json_mb(path)
-        rank = trace_rank(path)
-        tools = [("stepscope", STEPSCOPE_CHILD, [str(path)], sys.executable)]
-        if not args.skip_hta:
-            for item in args.hta or [f"hta={sys.executable}"]:
-                label, _, python = item.partition("=")
-                tools.append((label, HTA_CHILD, [str(path), str(rank)], python))
-        runs_by_tool: dict[str, list[dict]] = {tool[0]: [] for tool in tools}
-        for _ in range(args.repeat):  # alternate the tools so both see the same load
-            for tool, code, child_args, python in tools:
-                runs_by_tool[tool].append(run_child(code, child_args, env if tool == "stepscope" else hta_env, python))
-        for tool, *_ in tools:
-            runs = runs_by_tool[tool]
-            best = {"wall_s": min(r["wall_s"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs),
-                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-                    "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
-            rows.append({"trace": rel, "file_mb": size_mb, "tool": tool, **best})
-            print(f"{rel[-60:]:<60} {size_mb:6.1f} {tool:<9} {best['wall_s']:8.2f} {best['cpu_s']:8.2f} {best['peak_rss_mb']:8.0f}"
-                  + ("" if best["exit"] == 0 else f"  exit {best['exit']}: {best['tail']!r}"), flush=True)
+    print(f"{'trace':<60} {'MB':>7} {'tool':<9} {'median s':>9} {'runs s':>20} {'CPU s':>7} {'RSS MB':>7}", flush=True)
+    try:
+        for rel, path in cases:
+            size_mb = json_mb(path) if not rel.startswith("synthetic") else path.stat().st_size / 1e6
+            rank = trace_rank(path)
+            tools: list[tuple[str, list[str], dict[str, str], str | None]] = [
+                ("stepscope", [*stepscope_command(), "analyze", str(path)], env, output)]
+            if not args.skip_hta and size_mb <= args.skip_hta_above_mb:
+                for item in args.hta or [f"hta={sys.executable}"]:
+                    label, _, python = item.partition("=")
+                    tools.append((label, [python, "-c", HTA_CHILD, str(path), str(rank), args.hta_work], hta_env, None))
+            runs_by_tool: dict[str, list[dict]] = {tool[0]: [] for tool in tools}
+            for index in range(args.repeat):  # interleaved, the order alternating: all see the same load
+                for tool, command, tool_env, sink in (tools if index % 2 == 0 else tools[::-1]):
+                    runs_by_tool[tool].append(run_command(command, tool_env, sink))
+            for tool, *_ in tools:
+                runs = runs_by_tool[tool]
+                walls = [r["wall_s"] for r in runs]
+                row = {"trace": rel, "file_mb": size_mb, "tool": tool, "wall_s": statistics.median(walls),
+                       "walls": walls, "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                       "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                       "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
+                rows.append(row)
+                shown = " ".join(f"{w:.2f}" for w in walls)
+                print(f"{rel[-60:]:<60} {size_mb:7.1f} {tool:<9} {row['wall_s']:9.2f} {shown:>20} {row['cpu_s']:7.2f} "
+                      f"{row['peak_rss_mb']:7.0f}" + ("" if row["exit"] == 0 else f"  exit {row['exit']}: {row['tail']!r}"),
+                      flush=True)
+    finally:
+        if args.delete_synthetic:
+            for path in made:
+                path.unlink(missing_ok=True)
+        if os.path.exists(output):
+            os.unlink(output)
     summary = ratios(rows)
     if summary:
-        print(f"\n{'trace':<60} {'against':<20} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
+        print(f"\n{'trace':<60} {'against':<10} {'speed-up':>9} {'CPU ratio':>10} {'RSS ratio':>10}")
         for rel, other, speedup, cpu, rss in summary:
-            print(f"{rel[-60:]:<60} {other:<20} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
+            print(f"{rel[-60:]:<60} {other:<10} {speedup:8.1f}x {cpu:9.1f}x {rss:10.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": rows, "ratios": summary}, indent=1))
 
 
 def ratios(rows: list[dict]) -> list[tuple[str, str, float, float, float]]:
-    """Per trace and per HTA release: its wall / stepscope wall, its CPU time / stepscope CPU time
-    (less disturbed by other work on a shared machine), stepscope RSS / its RSS."""
+    """Per trace and per HTA release: its median wall / stepscope's, its CPU time / stepscope's,
+    stepscope's peak RSS / its peak RSS."""
     by_trace: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_trace.setdefault(row["trace"], {})[row["tool"]] = row

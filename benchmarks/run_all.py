@@ -34,13 +34,16 @@ SHORT = {
     "bench_analyze.py": ["--traces", str(REFERENCE), "--only", RESNET],
     "bench_comm.py": ["--rounds", "4", "--steps", "30"],
     "bench_diff.py": ["--rounds", "1", "--steps", "20000"],
+    "bench_fixed_cost.py": ["--rounds", "1", "--scripts", "tiny"],
+    "bench_jobs.py": ["--small", "16,64", "--large", "2"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 
 
 def _analyze_ratios(out: Path) -> list[str]:
     """stepscope's wall time and peak RSS against HTA's, per trace, from bench_analyze's --out file."""
-    rows = json.loads(out.read_text())
+    data = json.loads(out.read_text())
+    rows = data["runs"] if isinstance(data, dict) else data
     lines = []
     for trace in dict.fromkeys(row["trace"] for row in rows):
         tools = {row["tool"]: row for row in rows if row["trace"] == trace}
