@@ -109,6 +109,9 @@ class Outcome:
 
 
 class Campaign:
+    #: seconds to the first checkpoint of the record (STEPSCOPE_CHECKPOINT_S): well inside the steps
+    checkpoint_s = "0.5"
+
     def __init__(self, work: Path, seed: int, follow_every: int):
         self.work = work
         self.rng = random.Random(seed)
@@ -125,7 +128,7 @@ class Campaign:
     def env(self, token: str, progress: Path, **extra: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("FAULT_")}
         env.update(PYTHONPATH=os.pathsep.join(filter(None, (str(HOOK_DIR), str(SRC), env.get("PYTHONPATH")))),
-                   STEPSCOPE_INDEX=str(self.index), STEPSCOPE_CHECKPOINT_S="0.5", FAULT_TOKEN=token,
+                   STEPSCOPE_INDEX=str(self.index), STEPSCOPE_CHECKPOINT_S=self.checkpoint_s, FAULT_TOKEN=token,
                    FAULT_PROGRESS=str(progress), PYTHONUNBUFFERED="1", **extra)
         return env
 

@@ -22,7 +22,9 @@ import fault_campaign  # noqa: E402
 
 @pytest.fixture
 def campaign(tmp_path):
-    return fault_campaign.Campaign(tmp_path, seed=33, follow_every=1)
+    campaign = fault_campaign.Campaign(tmp_path, seed=33, follow_every=1)
+    campaign.checkpoint_s = "0.2"  # a checkpoint within the steps, however fast the machine runs them
+    return campaign
 
 
 def _temporaries(run_dir: Path) -> list[str]:
