@@ -121,7 +121,21 @@ def _verdict(a: Path, b: Path) -> dict[str, Any]:
     document = view.to_dict()
     busy = [share for share in document["busy"].values() if share is not None]
     floor = 1 + document["floor"] if document.get("floor") is not None else 1.4
-    return {"verdict": row.verdict, "change": row.change, "busy": max(busy, default=0.0), "floor": floor}
+    return {"verdict": row.verdict, "change": row.change, "busy": max(busy, default=0.0), "floor": floor,
+            "low": row.figure.low, "high": row.figure.high}
+
+
+def _called(item: dict[str, Any], floor: float) -> bool:
+    """Whether the step time is called different at the floor ``floor`` (a factor): the interval
+    excludes 0 and B/A is beyond it (compare_stats.interval_verdict)."""
+    from stepscope.analysis.compare_stats import beyond_floor
+
+    if item["change"] is None or item["low"] is None or item["high"] is None:
+        return False
+    return not (item["low"] <= 0 <= item["high"]) and beyond_floor(item["change"], floor - 1)
+
+
+FLOORS = (1.4, 2.0, 3.0, 5.0)
 
 
 def analyse(out: Path) -> None:
@@ -150,6 +164,12 @@ def analyse(out: Path) -> None:
               f"(median ×{float(np.median(factors)):.2f}); floors used {', '.join(floors)}; other processes' "
               f"share of the cores (the busier side) median {float(np.median(busy)):.0%}, "
               f"{min(busy):.0%}–{max(busy):.0%}")
+    print("\n  at other floors (every identical pair above; a floor is a factor):")
+    for floor in FLOORS:
+        cells = []
+        for condition, items in alarms.items():
+            cells.append(f"{condition} {sum(_called(item, floor) for item in items)}/{len(items)}")
+        print(f"    ×{floor:<4g} " + ", ".join(cells))
     # power: x1 (A) against xs (B) of the same round
     truth: dict[float, list[float]] = defaultdict(list)
     power: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
@@ -180,6 +200,10 @@ def analyse(out: Path) -> None:
             called = sum(item["verdict"] == "faster" for item in items)
             factors = ", ".join(f"÷{1 / (1 + item['change']):.1f}" for item in items if item["change"] is not None)
             print(f"  {label:16s} {called}/{len(items)}  (A/B {factors})")
+    if many:
+        print("  at other floors: " + "; ".join(
+            f"×{floor:g}: " + ", ".join(f"{label} {sum(_called(item, floor) for item in items)}/{len(items)}"
+                                        for label, items in many.items()) for floor in FLOORS))
     print("\npower (A = ×1 batch, B = ×s batch of the same round: step time called slower):")
     print("  batch ×s   true B/A (median of quiet pairs)   " + "   ".join(f"{c:>16s}" for c in
                                                                           (*conditions, "one side loaded")))
@@ -191,6 +215,14 @@ def analyse(out: Path) -> None:
             called = sum(item["verdict"] == "slower" for item in items)
             cells.append(f"{called}/{len(items)}".rjust(16))
         print(f"  ×{scale:<7g}  {true:>34s}   " + "   ".join(cells))
+    print("  at other floors (called slower, all three conditions together):")
+    for floor in FLOORS:
+        cells = []
+        for scale in SCALES[1:]:
+            items = [item for (condition, value), group in power.items() if value == scale for item in group]
+            called = sum(_called(item, floor) and (item["change"] or 0) > 0 for item in items)
+            cells.append(f"×{scale:g} {called}/{len(items)}")
+        print(f"    ×{floor:<4g} " + ", ".join(cells))
 
 
 def main() -> None:
