@@ -32,6 +32,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from stepscope.capture.recorder import FASTREC, NEVER, PHASE_NAMES
@@ -49,9 +50,20 @@ FIRST = 2
 MAX_ROWS = 20_000
 
 #: The process's thread table is snapshotted at most this often (seconds), after an accounted
-#: step: a thread that ends before capture does (a logger joined in the script's teardown) keeps
+#: step when the next is not accounted (its time is no accounted step's): a thread that ends before capture does (a logger joined in the script's teardown) keeps
 #: its last totals in the table.
 SNAPSHOT_S = 1.0
+#: ...and at most once in this many accounted steps (a run slowed down, under a profiler or
+#: valgrind, reads it no more often per step than a run at full speed).
+SNAPSHOT_STEPS = 16
+
+#: The process's busiest other non-Python threads (intra-op, interop) whose run-queue wait is read
+#: at the start and the end of each accounted step: when one of them waits for a core, a parallel
+#: operator waits for it at its barrier -- on CPU in the training thread, which spins there -- so
+#: the training thread's own counter does not show that contention.
+PEERS = 2
+#: A thread with less CPU than this over the run so far is no peer worth reading.
+PEER_MIN_CPU_NS = 10_000_000
 
 #: recorder phase index -> record phase index (the record's order is PHASES)
 _TO_RECORD = tuple(PHASES.index(name) for name in PHASE_NAMES)
@@ -111,6 +123,10 @@ class ThreadAccountProbe:
         self._rng = random.Random(self.tid)  # its own generator: the script's random state is untouched
         self._seen: dict[int, ThreadInfo] = {}  # the thread table's last snapshot of each thread
         self._snapshot_ns = 0
+        self._snapshot_rows = 0  # accounted steps at the last snapshot
+        self.peer_runq = array("q")  # per accounted step: the longest wait for a core of the peers
+        self._peers: dict[int, int] = {}  # tid -> open schedstat fd
+        self._peer_start: list[int] = []
         self._next = FIRST  # the next step to account
         try:
             self.fd = os.open(f"/proc/self/task/{self.tid}/schedstat", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -140,6 +156,7 @@ class ThreadAccountProbe:
             if upcoming >= self._next and len(self.rows) < MAX_ROWS * _WIDTH:
                 self._attach(upcoming)
                 return upcoming
+            self._snapshot()  # between two steps neither of which is accounted
             return max(index + 1, self._next - 1)
         except Exception as exc:  # noqa: BLE001 - capture must never break the run
             self._fail(exc)
@@ -148,6 +165,7 @@ class ThreadAccountProbe:
     def _attach(self, step: int) -> None:
         self._row = [step] + [0] * (_FIELDS * len(PHASES))
         self._phase = self.rec.current_phase()
+        self._peer_start = self._peer_waits()
         self._last = self._read()
         self.chained = self.rec.listener
         self.rec.listener = self
@@ -157,12 +175,46 @@ class ThreadAccountProbe:
         self._close_segment()
         self.rec.listener = self.chained
         self._attached = False
+        ends = self._peer_waits()
         if self._row and self._row[0] == index:  # the step accounted is the one just committed
             self.rows.extend(self._row)
+            self.peer_runq.append(max((end - start for start, end in zip(self._peer_start, ends)
+                                       if start >= 0 and end >= start), default=0))
+
+    def _snapshot(self) -> None:
+        """The thread table, at most every :data:`SNAPSHOT_S`, and the peers chosen from it."""
         now = time.monotonic_ns()
-        if now - self._snapshot_ns >= SNAPSHOT_S * 1e9:
-            self._snapshot_ns = now
+        accounted = len(self.peer_runq)
+        if now - self._snapshot_ns >= SNAPSHOT_S * 1e9 and (
+                self._snapshot_ns == 0 or accounted - self._snapshot_rows >= SNAPSHOT_STEPS):
+            self._snapshot_ns, self._snapshot_rows = now, accounted
             self._seen.update((item.native_id, item) for item in thread_table(self.tid))
+            self._choose_peers()
+
+    def _peer_waits(self) -> list[int]:
+        """The peers' run-queue counters now (-1 for one that ended), read keeping the GIL."""
+        waits = []
+        for fd in self._peers.values():
+            try:
+                waits.append(sched_sample(fd)[2])
+            except OSError:
+                waits.append(-1)
+        return waits
+
+    def _choose_peers(self) -> None:
+        """The :data:`PEERS` busiest live non-Python threads besides the training one, by CPU so far."""
+        live = {int(entry) for entry in os.listdir("/proc/self/task") if entry.isdigit()}
+        busiest = sorted((item for item in self._seen.values()
+                          if item.native_id in live and not item.python and not item.training
+                          and item.cpu_ns >= PEER_MIN_CPU_NS), key=lambda item: -item.cpu_ns)[:PEERS]
+        wanted = {item.native_id for item in busiest}
+        for tid in [tid for tid in self._peers if tid not in wanted]:
+            _close(self._peers.pop(tid))
+        for tid in wanted - set(self._peers):
+            try:
+                self._peers[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue  # ended meanwhile
 
     def close(self) -> None:
         """Capture ends: hand the listener back; an unfinished step is dropped."""
@@ -170,11 +222,11 @@ class ThreadAccountProbe:
             self.rec.listener = self.chained
             self._attached = False
         if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+            _close(self.fd)
             self.fd = -1
+        for fd in self._peers.values():
+            _close(fd)
+        self._peers.clear()
 
     def _fail(self, exc: BaseException) -> None:
         self.enabled = False
@@ -220,6 +272,11 @@ class ThreadAccountProbe:
         """The accounted steps and ``threads`` (the table at the end of capture), with the threads
         that ended before it as their last snapshot showed them."""
         live = {item.native_id for item in threads}
+        # a Python thread just joined can still be in /proc, no longer in threading: its name and
+        # function are the snapshot's, its totals the latest
+        threads = tuple(replace(item, name=seen.name, function=seen.function, python=True)
+                        if not item.python and (seen := self._seen.get(item.native_id)) is not None and seen.python
+                        else item for item in threads)
         threads = (*threads, *(item for tid, item in sorted(self._seen.items()) if tid not in live))
         if not self.rows and not threads:
             return None
@@ -229,9 +286,18 @@ class ThreadAccountProbe:
         def field(offset: int) -> tuple[tuple[int, ...], ...]:
             return tuple(tuple(row[1 + _FIELDS * phase + offset] for phase in range(phases)) for row in rows)
 
+        peers = tuple(self.peer_runq) if len(self.peer_runq) == len(rows) else ()
         return ThreadAccount(
             every=EVERY, every_early=EVERY_EARLY, tid=self.tid, steps=tuple(row[0] for row in rows),
-            wall_ns=field(0), cpu_ns=field(1), runq_ns=field(2), process_cpu_ns=field(3), threads=threads)
+            wall_ns=field(0), cpu_ns=field(1), runq_ns=field(2), process_cpu_ns=field(3), threads=threads,
+            peer_runq_ns=peers)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _function_of(thread: threading.Thread) -> str:

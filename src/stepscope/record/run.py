@@ -386,7 +386,10 @@ class ThreadAccount:
     One row per accounted step (``steps``: committed step indexes); each of ``wall_ns``, ``cpu_ns``
     (the thread on a CPU), ``runq_ns`` (runnable, waiting for a core) and ``process_cpu_ns`` (every
     thread of the process, the training one included) holds one value per phase of :data:`PHASES`.
-    Off CPU (blocked) is ``wall - cpu - runq``.
+    Off CPU (blocked) is ``wall - cpu - runq``. ``peer_runq_ns``, one value per accounted step (empty
+    in records before it): the longest wait for a core over the step of the process's busiest other
+    non-Python threads (intra-op) — a parallel operator waits for such a thread at its barrier, on
+    CPU in the training thread.
     """
 
     every: int
@@ -398,9 +401,12 @@ class ThreadAccount:
     runq_ns: tuple[tuple[int, ...], ...] = ()
     process_cpu_ns: tuple[tuple[int, ...], ...] = ()
     threads: tuple[ThreadInfo, ...] = ()
+    peer_runq_ns: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         rows = len(self.steps)
+        if self.peer_runq_ns and len(self.peer_runq_ns) != rows:
+            raise ValueError(f"ThreadAccount.peer_runq_ns: expected {rows} values")
         for name in ("wall_ns", "cpu_ns", "runq_ns", "process_cpu_ns"):
             table = getattr(self, name)
             if len(table) != rows or any(len(row) != len(PHASES) for row in table):

@@ -278,7 +278,8 @@ def _thread_account(data: Any) -> ThreadAccount | None:
               for name in ("wall_ns", "cpu_ns", "runq_ns", "process_cpu_ns")}
     threads = tuple(ThreadInfo(**_known(ThreadInfo, dict(item))) for item in data.get("threads", ()) or ())
     return ThreadAccount(**{**checked, **tables, "steps": tuple(int(step) for step in checked.get("steps", ())),
-                            "threads": threads})
+                            "threads": threads,
+                            "peer_runq_ns": tuple(int(value) for value in checked.get("peer_runq_ns", ()) or ())})
 
 
 def _compile(data: Any) -> CompileFacts | None:

@@ -140,6 +140,7 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
     """A logger joined in the script's teardown is gone from /proc when capture ends: the table
     still lists it, with the totals its last snapshot (taken after an accounted step) read."""
     monkeypatch.setattr(account_module, "SNAPSHOT_S", 0.0)  # a snapshot after every accounted step
+    monkeypatch.setattr(account_module, "SNAPSHOT_STEPS", 0)
     stop = threading.Event()
 
     def telemetry_loop():
@@ -150,14 +151,16 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
     thread = threading.Thread(target=telemetry_loop, name="telemetry")
     thread.start()
     rec = StepRecorder()
-    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    warnings = WarningSink(emit=False)
+    probe = ThreadAccountProbe(rec, warnings)
     try:
-        _train(rec, probe, 40)
+        _train(rec, probe, 60)
     finally:
         stop.set()
         thread.join()
     result = probe.result(thread_table(probe.tid))
-    assert result is not None
+    assert result is not None and probe.enabled, warnings.messages
+    assert len(result.peer_runq_ns) == len(result.steps)  # the intra-op peers' wait, one per accounted step
     by_name = {item.name: item for item in result.threads}
     assert by_name["telemetry"].python and by_name["telemetry"].function.endswith("telemetry_loop")
     assert by_name["telemetry"].cpu_ns > 5_000_000

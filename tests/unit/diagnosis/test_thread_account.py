@@ -213,3 +213,33 @@ def test_the_input_finding_is_priced_without_the_wait_for_cores_a_neighbour_held
     loading = next(item for item in findings if item.family == "input_pipeline")
     assert loading.impact == pytest.approx(0.2, abs=0.01)
     assert any(item.metric == "data_wait_waiting_core_others" for item in loading.evidence)
+
+
+def test_a_python_thread_that_takes_the_intra_op_threads_core_is_named_with_the_wait_it_caused():
+    """On CPU all along, the training thread spins at the barriers of its parallel operators while
+    its intra-op thread waits for the core a busy Python thread holds: the peers' wait (30 % of the
+    step) is charged to the process's own threads — the Python thread's part is the excess it alone
+    pushes over the cores — and the finding names the thread and says it took the cores."""
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_low_mfu_extra())
+    record = _account(record, {})
+    account = record.facts.thread_account
+    duration = record.steps.duration_ns
+    intra_op = ThreadInfo(native_id=3, name="python", function="", python=False,
+                          cpu_ns=int(0.9 * duration.sum()))
+    account = replace(account, peer_runq_ns=tuple(int(0.3 * duration[step]) for step in account.steps),
+                      threads=(_python_thread(record, 0.3, name="telemetry", function="train.telemetry_loop"),
+                               intra_op))
+    # the process's other threads ran 1.2 cores beside the training thread (intra-op 0.9 + telemetry 0.3)
+    process = tuple(tuple(int(cpu + 1.2 * wall) for cpu, wall in zip(cpu_row, wall_row))
+                    for cpu_row, wall_row in zip(account.cpu_ns, account.wall_ns))
+    record = replace(record, facts=replace(record.facts, thread_account=replace(account, process_cpu_ns=process)))
+    evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 1.0, "workers": (WorkerLoad(1, "main", 2.0),)})
+    view = evidence.account
+    assert view is not None and view.peer_waiting == pytest.approx(0.3, abs=0.01)
+    assert view.taker("own threads").step_share == pytest.approx(0.3, abs=0.01)
+    top = run_rules(evidence).findings[0]
+    assert top.family == "gil_contention", [item.rule_id for item in run_rules(evidence).findings]
+    assert top.title.startswith("Another Python thread took the cores the step needed")
+    assert "`telemetry`" in top.title and "train.telemetry_loop" in top.prescriptions[0].action
+    # without it, the intra-op thread (0.9) fits in the core the training thread leaves: the whole wait
+    assert top.impact == pytest.approx(0.3, abs=0.02)

@@ -9,6 +9,12 @@ known to block on — the DataLoader's workers in the data wait of a multi-proce
 communication, the device on a GPU run —, by another Python thread of the process that ran while
 the training thread was off CPU (the GIL), or left *unexplained*.
 
+The process's busiest other non-Python threads (intra-op) are read too, at each accounted step's
+start and end: when one of them waits for a core, a parallel operator waits for it at its barrier,
+on CPU in the training thread (which spins there), so the training thread's own counter does not
+show that contention. Their longest wait (``peer_waiting``, at most the model's on-CPU time) is
+charged to the takers with the training thread's own.
+
 Waiting for a core is charged to what ran instead, over the same window: the process's other
 threads (intra-op, Python threads), the run's own other processes (DataLoader workers, children
 that came and went, the job's other ranks on this machine) and other processes (and the
@@ -94,6 +100,26 @@ class ThreadAccountView:
     takers: tuple[CoreTaker, ...]
     #: accounted steps' mean duration over all steady steps' mean: near 1 when they represent the run
     representative: float
+    #: the longest wait for a core of the process's busiest other non-Python threads (intra-op), a
+    #: share of the step, at most the model phases' on-CPU share: a parallel operator's barrier
+    #: waits for such a thread on CPU in the training thread. Charged to the takers with
+    #: ``waiting_core``. 0 where not measured (records before it, no such thread).
+    peer_waiting: float = 0.0
+    #: the cores the training thread's own running leaves to the rest (cores - 1); None when unknown
+    room: float | None = None
+
+    def charged(self, load: float, among: CoreTaker | None = None) -> float:
+        """The wait for a core (the training thread's and its peers', a share of the step) that a
+        load of ``load`` cores inside the group ``among`` would carry, by the rule the takers are
+        charged by: the part of the excess over :attr:`room` that goes without it, else its CPU share."""
+        total_wait = sum(item.step_share for item in self.takers if item.who != "not measured")
+        if among is None or among.cores <= 0 or load <= 0:
+            return 0.0
+        loads = sum(item.cores for item in self.takers)
+        excess = loads - self.room if self.room is not None else 0.0
+        if self.room is not None and excess >= MIN_EXCESS:
+            return min(among.step_share, (self.waiting_core + self.peer_waiting) * min(load, excess) / excess)
+        return min(among.step_share, total_wait * load / loads if loads > 0 else 0.0)
 
     def phase(self, name: str) -> PhaseAccount | None:
         return next((item for item in self.phases if item.phase == name), None)
@@ -178,13 +204,27 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
     on_cpu = sum(item.share * item.on_cpu for item in phases)
     waiting = sum(item.share * item.waiting_core for item in phases)
     other_threads = float(max(0.0, (process - cpu).sum()) / max(step_wall.sum(), 1.0))
-    takers = _takers(waiting, other_threads, own_process_cores, foreign_cores, cores)
+    peers = _peer_waiting(account, rows, step_wall, phases)
+    takers = _takers(waiting + peers, other_threads, own_process_cores, foreign_cores, cores)
     steady_mean_ns = step_time * 1e9
     return ThreadAccountView(
         accounted_steps=len(rows), phases=tuple(phases), on_cpu=round(on_cpu, 4), waiting_core=round(waiting, 4),
         off_cpu=round(max(0.0, sum(item.share for item in phases) - on_cpu - waiting), 4), spread=round(spread, 4),
         other_thread_cores=round(other_threads, 3), python_threads=python_threads, takers=takers,
-        representative=round(float(step_wall.mean() / steady_mean_ns), 3) if steady_mean_ns > 0 else 1.0)
+        representative=round(float(step_wall.mean() / steady_mean_ns), 3) if steady_mean_ns > 0 else 1.0,
+        peer_waiting=round(peers, 4), room=float(cores - 1) if cores else None)
+
+
+def _peer_waiting(account: ThreadAccount, rows: np.ndarray, step_wall: np.ndarray,
+                  phases: list[PhaseAccount]) -> float:
+    """The intra-op threads' longest wait for a core as a share of the accounted steps, capped by
+    the share the training thread spent on CPU in the model's phases (where it waits for them)."""
+    if not account.peer_runq_ns:
+        return 0.0
+    waits = np.asarray(account.peer_runq_ns, dtype=np.float64)[rows]
+    share = float(np.clip(waits, 0.0, None).sum() / max(step_wall.sum(), 1.0))
+    model_on_cpu = sum(item.share * item.on_cpu for item in phases if item.phase in MODEL_PHASES)
+    return min(share, model_on_cpu)
 
 
 def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[PythonThread, ...]) -> str:

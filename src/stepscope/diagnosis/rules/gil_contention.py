@@ -26,8 +26,9 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     off = account.share_off("gil")
     own = account.taker("own threads")
     python_cores = sum(item.cores for item in account.python_threads)
-    # the wait for a core the process's threads caused, the Python threads' part of it
-    waiting = (own.step_share * min(1.0, python_cores / own.cores)) if own is not None and own.cores > 0 else 0.0
+    # the wait for a core the process's threads caused (the training thread's and, at a parallel
+    # operator's barrier, its intra-op threads'), the Python threads' part of it
+    waiting = account.charged(python_cores, own)
     cost = off + waiting
     if cost < GIL_NOTED:
         return None
@@ -43,7 +44,9 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         evidence.insert(1, Evidence("own_thread_core_wait_share", round(waiting, 4), None, "account", "ratio",
                                     "waiting for a core the process's Python threads held"))
     title = (f"Another Python thread held the GIL: the training thread waited {common.pct(cost)} of the step "
-             f"({who})")
+             f"({who})" if off >= waiting else
+             f"Another Python thread took the cores the step needed: the training thread waited {common.pct(cost)} "
+             f"of the step ({who})")
     summary = ("The training thread was off CPU in the model's phases — not loading, not communicating — while "
                f"{who} used {top.cores:.2f} of a core: a pure-Python thread takes the GIL for a switch interval "
                f"({common.ms(0.005)}) every time the training thread releases it. "

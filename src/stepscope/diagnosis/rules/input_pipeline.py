@@ -247,7 +247,7 @@ def _priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evide
     others = account.taker("other processes") if account is not None else None
     if phase is None or others is None or account is None or account.waiting_core <= 0:
         return wait, 0.0
-    theirs = phase.waiting_core * min(1.0, others.step_share / account.waiting_core)
+    theirs = phase.waiting_core * min(1.0, others.step_share / (account.waiting_core + account.peer_waiting))
     if theirs < CORE_WAIT_PRICED:
         return wait, 0.0
     evidence.append(Evidence("data_wait_waiting_core_others", round(theirs, 4), CORE_WAIT_PRICED, "account", "ratio",
