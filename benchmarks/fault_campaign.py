@@ -132,7 +132,8 @@ class Campaign:
                    FAULT_PROGRESS=str(progress), PYTHONUNBUFFERED="1", **extra)
         return env
 
-    def start(self, run_dir: Path, steps: int = STEPS, force: bool = False, **extra: str) -> tuple[subprocess.Popen, Path, str]:
+    def start(self, run_dir: Path, steps: int = STEPS, force: bool = False,
+              **extra: str) -> tuple[subprocess.Popen, Path, str]:
         self.count += 1
         token = uuid.uuid4().hex
         progress = self.work / f"progress.{self.count}"
@@ -473,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-site-kills", action="store_true", help="skip the kills inside writes")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--work", type=Path, help="working directory (default: a new temporary one)")
-    parser.add_argument("--src", type=Path, default=SRC, help="the stepscope source tree to run (default: this checkout's)")
+    parser.add_argument("--src", type=Path, default=SRC,
+                        help="the stepscope source tree to run (default: this checkout's)")
     args = parser.parse_args(argv)
     SRC = args.src.resolve()
     work = args.work or Path(tempfile.mkdtemp(prefix="fault-campaign-"))

@@ -10,8 +10,8 @@ stepscope is changed: the hook wraps, at the call, what stepscope writes with.
   condition (``database or disk is full``, ``disk I/O error``) is raised by the insert.
 - ``FAULT_KILL=SITE:WHEN[@N]`` with ``FAULT_KILL_SCOPE=tree|script``: SIGKILL at the N-th write to
   SITE — ``mid``: half of the bytes written; ``full``: every byte written and synced, before the
-  file is renamed into place (samples: once the N-th gzip member is whole; index: ``mid`` inside the open transaction, ``full`` right after its
-  COMMIT). ``tree`` kills the training process, its sampler and its DataLoader workers; ``script``
+  file is renamed into place (samples: once the N-th gzip member is whole; index: ``mid`` inside
+  the open transaction, ``full`` right after its COMMIT). ``tree`` kills the training process, its sampler and its DataLoader workers; ``script``
   the training process only.
 - ``FAULT_LOG=FILE``: appends ``<monotonic s> <pid> <site> <begin|end>`` for each write (timelines).
 

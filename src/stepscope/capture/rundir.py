@@ -367,7 +367,8 @@ def _own_stale_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set
     if lock.previous.get("job") != job:
         return set()
     names = {f"record.rank{rank}.json.gz", f"record.rank{rank}.partial.json.gz", f"samples.rank{rank}.jsonl.gz",
-             f"roles.rank{rank}.jsonl", f"report.rank{rank}.json"} | ({"report.json", "report.html"} if rank == 0 else set())
+             f"roles.rank{rank}.jsonl", f"report.rank{rank}.json"}
+    names |= {"report.json", "report.html"} if rank == 0 else set()
     return {name for name in names if os.path.lexists(path / name)}
 
 
