@@ -243,3 +243,17 @@ def test_a_python_thread_that_takes_the_intra_op_threads_core_is_named_with_the_
     assert "`telemetry`" in top.title and "train.telemetry_loop" in top.prescriptions[0].action
     # without it, the intra-op thread (0.9) fits in the core the training thread leaves: the whole wait
     assert top.impact == pytest.approx(0.3, abs=0.02)
+
+
+def test_unexplained_time_off_cpu_names_the_line_the_stack_samples_put_it_in():
+    from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, PhaseCode
+
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_low_mfu_extra())
+    record = _account(record, {"forward": 0.1, "backward": 0.9, "optimizer": 0.9})
+    location = CodeLocation("/src/model.py", 40, "forward", False, 90, 0.85, 0.4, 0.3)
+    code = CodeAttribution(100.0, "thread", 39, 100, (PhaseCode("forward", "main", 100, 0.5, (location,)),), None)
+    top = run_rules(replace(ctx_of(record), code=code)).findings[0]
+    assert top.family == "unexplained"
+    assert top.prescriptions[0].action.startswith("Look at what model.py:40 forward() waits for")
+    assert "model.py:40 forward() 85% of forward" in top.summary
+    assert "py-spy dump" in top.prescriptions[1].action

@@ -12,6 +12,7 @@ low efficiency when the thread was not computing).
 from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.account import ThreadAccountView
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
@@ -38,12 +39,42 @@ def unexplained(ev: RunEvidence) -> Finding | None:
                "waiting for a core, nor for the DataLoader, a peer, the device or another Python thread that "
                "stepscope saw: a lock, a sleep, a blocking read or a native library's wait. No family explains it, "
                "so none is named.")
+    top, blocked_in = _where_it_blocks(ev, account, evidence)
+    if blocked_in:
+        summary += (" The stack samples (wall clock: a sample lands where the thread waits) put the model's "
+                    f"phases' time in {blocked_in}.")
     prescriptions = [Prescription(
         f"See what the training thread blocks on while it runs: py-spy dump --native --pid {pid or '<pid>'} "
         "(a few times), or stepscope run --trace for an operator timeline",
         "the off-CPU time is measured; its cause is not")]
+    if blocked_in:
+        prescriptions.insert(0, Prescription(
+            f"Look at what {top} waits for (a lock, a sleep, a blocking read, a native call)",
+            f"the stack samples put the model's phases' time there: {blocked_in}"))
     return common.finding("thread_account.unexplained", "unexplained", title, off, 0.5, evidence, prescriptions,
                           summary, severity=Severity.MEDIUM if off < 0.5 else Severity.HIGH, claims=("compute", "other"))
+
+
+#: A code location owning at least this share of a model phase (stack samples) is named.
+NAMED_FROM = 0.2
+
+
+def _where_it_blocks(ev: RunEvidence, account: ThreadAccountView, evidence: list[Evidence]) -> tuple[str, str]:
+    """The user code that owns the model phase with the most unexplained off-CPU time, from the
+    wall-clock stack samples: its top line's label and ``"model.py:40 forward() 85% of forward"``;
+    empty without samples."""
+    phases = sorted((item for item in account.phases
+                     if item.off_cause == "unexplained" and item.phase in ("forward", "backward", "optimizer")),
+                    key=lambda item: -item.share * item.off_cpu)
+    for phase in phases[:1]:
+        named = [item for item in common.code_locations(ev, phase.phase) if item.share_of_phase >= NAMED_FROM]
+        for location in named[:3]:
+            evidence.append(Evidence("code_location", location.label, None, "stacks", "code",
+                                     f"{common.pct(location.share_of_phase)} of {phase.phase}"))
+        if named:
+            return named[0].label, ", ".join(f"{item.label} {common.pct(item.share_of_phase)} of {phase.phase}"
+                                             for item in named[:2])
+    return "", ""
 
 
 FAMILY = FamilyEntry(
