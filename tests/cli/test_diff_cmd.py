@@ -151,3 +151,15 @@ def test_runs_lists_and_plots_the_index(runs, capsys, tmp_path):
     assert main(["runs", "--plot", "step_time_s", "--html", str(tmp_path / "p.html")]) == 0
     assert "step_time_s over 3 run(s)" in capsys.readouterr().out
     assert (tmp_path / "p.html").read_text().count("<circle") == 3
+
+
+@pytest.mark.parametrize("fmt, golden", [("text", "trace_compare.txt"), ("json", "trace_compare.json")])
+def test_the_trace_diff_prints_what_it_printed_before_the_view(fmt, golden):
+    """The trace diff through the pipeline's view and the render table prints, byte for byte, what
+    the diff printed before (tests/data/golden_diff: made with the code before the redesign)."""
+    from support import REPO_ROOT, run_cli
+
+    result = run_cli(["diff", TRACE, "tests/data/traces/reference/hta/trace_compare/test/test.json.gz",
+                      "--format", fmt], REPO_ROOT, env={"STEPSCOPE_INDEX": "off"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (REPO_ROOT / "tests/data/golden_diff" / golden).read_text(encoding="utf-8")
