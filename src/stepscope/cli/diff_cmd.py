@@ -45,8 +45,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--noise-floor", type=float, metavar="PCT",
                         help="smallest difference called real, in %% as a factor: 40 means B/A beyond 1.4 or "
                              "below 1/1.4 (default: measured by repeats or by "
-                             "earlier identical runs in the run index, else 40 (a factor of 1.4): the run-to-run noise "
-                             "measured on identical zoo runs)")
+                             "earlier identical quiet runs in the run index, else 40 (a factor of 1.4): the run-to-run "
+                             "noise measured on identical zoo runs; 400 (a factor of 5) when other processes used more "
+                             "than 10%% of the cores during either run: the noise measured under load)")
     parser.add_argument("--device", choices=("all", "cpu", "gpu"), default="all",
                         help="traces: compare CPU operators, GPU kernels or both (default)")
     parser.add_argument("--rank", type=int, help="traces: the rank's file of each side (default: the first)")
