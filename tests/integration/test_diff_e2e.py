@@ -231,6 +231,7 @@ def test_a_mean_moved_by_a_few_checkpoint_steps_is_said_to_come_from_them(tmp_pa
     # 200 steps, one checkpoint in 40 (the warm-up may hold one): the costliest cause of B's long steps
     first = long_b["causes"][0]
     assert first["cause"].startswith("work outside the model") and first["steps"] >= 4, long_b
+    assert "at train.py:" in first["cause"], long_b  # the line the stack samples were in
     assert first["excess_s"] > 1.2, long_b
     assert shape["source"] in ("long steps", ""), shape  # never "the typical step" for a checkpoint
     assert shape["tail_change"] > 0.5 * data["rows"][0]["change"], shape

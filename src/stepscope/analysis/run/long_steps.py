@@ -13,7 +13,8 @@ different fixes, so ``diff`` says which:
   compile phase, and the compilations dynamo reported in it: a *recompilation* when a guard
   failed), garbage-collector pauses timed inside it, or else the phase whose excess over its own
   median is largest (work outside forward/backward/optimizer is where checkpoints, evaluation loops
-  and logging run; extra forward time is an evaluation pass);
+  and logging run; extra forward time is an evaluation pass), with the line of the user's code the
+  stack samples of that step and phase were in most often (``at train.py:88``) when there are any;
 - :func:`split_change` splits the mean's relative change into the long steps' part (the change of
   their excess per steady step, relative to A's mean) and the rest (the typical step).
 """
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.analysis.run.stalls import STALL_FACTOR, STALL_MIN_EXCESS_S
-from stepscope.record.run import PHASES, RunRecord
+from stepscope.record.run import PHASES, RunRecord, StackSamples
 
 #: A long step is named by a cause when that cause holds at least this share of its excess.
 CAUSE_SHARE = 0.5
@@ -79,11 +80,12 @@ def long_steps(record: RunRecord, mask: np.ndarray) -> LongSteps | None:
     phase_medians = {phase: float(np.median(steps.phase(phase)[index])) / 1e9 for phase in PHASES}
     gc = _gc_per_step(record)
     compiles = _compile_starts(record)
+    lines = _sampled_lines(record.stack_samples, chosen)
     counts: Counter[str] = Counter()
     costs: dict[str, float] = {}
     excess = duration[long] - median
     for position, extra in zip(chosen, excess):
-        cause = _cause(record, int(position), median, phase_medians, gc, compiles)
+        cause = _cause(record, int(position), median, phase_medians, gc, compiles, lines)
         counts[cause] += 1
         costs[cause] = costs.get(cause, 0.0) + float(extra)
     causes = tuple(sorted(((cause, counts[cause], costs[cause]) for cause in counts), key=lambda item: -item[2]))
@@ -109,8 +111,34 @@ def _compile_starts(record: RunRecord) -> list[tuple[int, bool]]:
     return [(item.start_ns, bool(item.trigger)) for item in facts.compilations if item.start_ns >= 0]
 
 
+def _sampled_lines(samples: StackSamples, chosen: np.ndarray) -> dict[tuple[int, int], str]:
+    """``(step, phase index) -> "file.py:line"``: where the training thread's stack samples inside
+    each chosen step and phase were most often (the innermost frame of the user's code)."""
+    if not len(samples.ts_ns) or not len(chosen):
+        return {}
+    from collections import defaultdict
+    from pathlib import PurePath
+
+    from stepscope.analysis.run.code_locations import stack_locations
+
+    inside = np.isin(samples.step, chosen) & (samples.role == 0) & (samples.stack >= 0)
+    if not inside.any():
+        return {}
+    locations, _ = stack_locations(samples)
+    seen: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
+    for step, phase, stack in zip(samples.step[inside], samples.phase[inside], samples.stack[inside]):
+        frame_id = int(locations[int(stack)]) if int(stack) < len(locations) else -1
+        if frame_id >= 0:
+            seen[(int(step), int(phase))][frame_id] += 1
+    out = {}
+    for key, counts in seen.items():
+        frame = samples.frames[counts.most_common(1)[0][0]]
+        out[key] = f"{PurePath(frame.file).name}:{frame.line}"
+    return out
+
+
 def _cause(record: RunRecord, position: int, median_s: float, phase_medians: dict[str, float],
-           gc: np.ndarray | None, compiles: list[tuple[int, bool]]) -> str:
+           gc: np.ndarray | None, compiles: list[tuple[int, bool]], lines: dict[tuple[int, int], str]) -> str:
     steps = record.steps
     excess = float(steps.duration_ns[position]) / 1e9 - median_s
     start, end = int(steps.start_ns[position]), int(steps.start_ns[position] + steps.duration_ns[position])
@@ -123,7 +151,10 @@ def _cause(record: RunRecord, position: int, median_s: float, phase_medians: dic
     over = {phase: float(steps.phase(phase)[position]) / 1e9 - phase_medians[phase]
             for phase in PHASES if phase != "compile"}
     phase = max(over, key=lambda name: over[name])
-    return PHASE_CAUSE.get(phase, phase) if over[phase] > 0 else "no single phase (the whole step was slower)"
+    if over[phase] <= 0:
+        return "no single phase (the whole step was slower)"
+    where = lines.get((position, PHASES.index(phase)))
+    return f"{PHASE_CAUSE.get(phase, phase)} at {where}" if where else PHASE_CAUSE.get(phase, phase)
 
 
 def split_change(mean_a: float | None, long_a: LongSteps | None, long_b: LongSteps | None) -> float | None:
