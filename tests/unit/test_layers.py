@@ -45,11 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"diagnosis", "analysis", "record", "traces"},  # the views
     "report.render": {"report"},  # the renderers (see RENDERER_MAY)
     "pipeline": {"report", "report.render", "verify", "whatif", "data", "zoo", "capture", *_CORE},
-    "compare": {"pipeline", "report", "report.render", *_CORE},  # run and trace comparison (diff)
     "api": {"pipeline", "capture", "profilers", "report", "report.render", *_CORE},
     "integrations": {"api", "pipeline", "capture", "profilers", "report", "report.render", *_CORE},
     "__init__": {"api", "record"},
-    "cli": {"pipeline", "api", "compare", "verify", "whatif", "data", "zoo", "capture", "profilers", "report",
+    "cli": {"pipeline", "api", "verify", "whatif", "data", "zoo", "capture", "profilers", "report",
             "report.render", *_CORE},
     "__main__": {"cli"},
 }
