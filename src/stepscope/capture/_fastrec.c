@@ -2092,9 +2092,24 @@ sched_sample(PyObject *Py_UNUSED(module), PyObject *arg)
     return Py_BuildValue("LLLL", wall, cpu, runq, process);
 }
 
+/* sched_runq(fd): one reading of another thread's run-queue wait (the account's intra-op peers),
+ * keeping the GIL -- no clocks around it: a peer's counter is read at a step's start and end only. */
+static PyObject *
+sched_runq(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    int fd = (int)PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    long long runq = read_runq(fd);
+    if (runq < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLongLong(runq);
+}
+
 static PyMethodDef fastrec_functions[] = {
     {"sched_sample", sched_sample, METH_O,
      "sched_sample(fd) -> (monotonic ns, thread CPU ns, run-queue wait ns, process CPU ns), keeping the GIL"},
+    {"sched_runq", sched_runq, METH_O, "sched_runq(fd) -> run-queue wait ns of an open schedstat file, keeping the GIL"},
     {NULL, NULL, 0, NULL},
 };
 

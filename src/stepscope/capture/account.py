@@ -98,6 +98,16 @@ sched_sample: Callable[[int], tuple[int, int, int, int]] = (
     FASTREC.sched_sample if FASTREC is not None and hasattr(FASTREC, "sched_sample") else _python_sample)
 
 
+def _python_runq(fd: int) -> int:
+    """:func:`sched_runq` where the C extension is not built (``os.pread`` releases the GIL)."""
+    return read_schedstat(fd)[1]
+
+
+#: one reading of an open ``schedstat``'s run-queue wait (a peer thread's), keeping the GIL
+sched_runq: Callable[[int], int] = (
+    FASTREC.sched_runq if FASTREC is not None and hasattr(FASTREC, "sched_runq") else _python_runq)
+
+
 class ThreadAccountProbe:
     """Listens to the recorder's boundaries on sampled steps (see the module docstring).
 
@@ -196,7 +206,7 @@ class ThreadAccountProbe:
         waits = []
         for fd in self._peers.values():
             try:
-                waits.append(sched_sample(fd)[2])
+                waits.append(sched_runq(fd))
             except OSError:
                 waits.append(-1)
         return waits
