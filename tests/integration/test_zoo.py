@@ -118,7 +118,8 @@ def test_planted_family_is_the_top_finding(zoo_run, name):
     if name == "jsonl-text":  # its corpus has broken lines: SkipBadSamples' counts reach the report
         assert report["summary"]["skipped_samples"]["total"] > 0
     if top["family"] == "foreign_load" and scenario.planted_family != "foreign_load":
-        assert top["title"].startswith("Other processes used"), describe(findings, report)  # the disturbance is said
+        # the disturbance is said, by the cores they held or by the wait they measurably caused
+        assert top["title"].startswith(("Other processes used", "Other processes took")), describe(findings, report)
         print(f"the machine was crowded by other processes: {describe(findings, report)}")
         return
     assert top["family"] == scenario.planted_family, describe(findings, report)

@@ -55,7 +55,7 @@ MAX_ROWS = 20_000
 SNAPSHOT_S = 1.0
 #: ...and at most once in this many accounted steps (a run slowed down, under a profiler or
 #: valgrind, reads it no more often per step than a run at full speed).
-SNAPSHOT_STEPS = 16
+SNAPSHOT_STEPS = 32
 
 #: The process's busiest other non-Python threads (intra-op, interop) whose run-queue wait is read
 #: at the start and the end of each accounted step: when one of them waits for a core, a parallel
