@@ -122,12 +122,17 @@ def test_a_neighbour_s_cost_is_the_wait_for_a_core_it_caused(tmp_path):
             process.kill()
             process.wait()
     assert busy.returncode == 0, busy.stderr
+    # a second quiet run after it: the quiet step is the faster of the two (one disturbed quiet
+    # baseline once made the busy run look faster)
+    again = run_cli(["run", "-o", "quiet2", "compute.py"], tmp_path)
+    assert again.returncode == 0, again.stderr
     quiet_report, busy_report = _report(tmp_path, "quiet"), _report(tmp_path, "busy")
     assert "foreign_load" not in _families(quiet_report)
     top = busy_report["findings"][0]
     assert top["family"] == "foreign_load", [item["title"] for item in busy_report["findings"]]
     # the cost is measured (the wait for a core), and of the order of the slowdown it caused
-    slowdown = 1 - quiet_report["summary"]["steady_state"]["median_s"] / busy_report["summary"]["steady_state"]["median_s"]
+    quiet_s = min(_report(tmp_path, name)["summary"]["steady_state"]["median_s"] for name in ("quiet", "quiet2"))
+    slowdown = 1 - quiet_s / busy_report["summary"]["steady_state"]["median_s"]
     assert top["impact_basis"] == "measured" and top["impact"] > 0.2
     assert top["impact"] == pytest.approx(slowdown, abs=0.25)
 
