@@ -112,14 +112,10 @@ class ThreadAccountView:
         """The wait for a core (the training thread's and its peers', a share of the step) that a
         load of ``load`` cores inside the group ``among`` would carry, by the rule the takers are
         charged by: the part of the excess over :attr:`room` that goes without it, else its CPU share."""
-        total_wait = sum(item.step_share for item in self.takers if item.who != "not measured")
         if among is None or among.cores <= 0 or load <= 0:
             return 0.0
-        loads = sum(item.cores for item in self.takers)
-        excess = loads - self.room if self.room is not None else 0.0
-        if self.room is not None and excess >= MIN_EXCESS:
-            return min(among.step_share, (self.waiting_core + self.peer_waiting) * min(load, excess) / excess)
-        return min(among.step_share, total_wait * load / loads if loads > 0 else 0.0)
+        weight = _weight(load, sum(item.cores for item in self.takers), self.room)
+        return min(among.step_share, (self.waiting_core + self.peer_waiting) * weight)
 
     def phase(self, name: str) -> PhaseAccount | None:
         return next((item for item in self.phases if item.phase == name), None)
@@ -254,7 +250,7 @@ def _takers(waiting: float, other_threads: float, own_processes: float | None,
             foreign: float | None, cores: int | None = None) -> tuple[CoreTaker, ...]:
     """The run-queue wait (share of the step) charged to each group: the share of the load beyond
     ``cores - 1`` (the cores the training thread's own running leaves) that would go without the
-    group (:func:`_excess_without`), else — the averages fit in the cores, or the cores are unknown
+    group (:func:`_weight`), else — the averages fit in the cores, or the cores are unknown
     — its share of the CPU.
 
     A group cannot have taken more of the step than it ran (its cores); without the sampler's view
@@ -262,10 +258,8 @@ def _takers(waiting: float, other_threads: float, own_processes: float | None,
     "not measured" rather than to them."""
     groups = [("own threads", other_threads), ("own processes", max(0.0, own_processes or 0.0)),
               ("other processes", max(0.0, foreign or 0.0))]
-    weights = _excess_without([load for _, load in groups], cores - 1 if cores else None)
-    if weights is None:
-        total = sum(load for _, load in groups)
-        weights = [load / total if total > 0 else 0.0 for _, load in groups]
+    total = sum(load for _, load in groups)
+    weights = [_weight(load, total, cores - 1 if cores else None) for _, load in groups]
     takers = [CoreTaker(who, round(load, 3), round(min(load, waiting * weight), 4))
               for (who, load), weight in zip(groups, weights)]
     if foreign is None:
@@ -280,12 +274,11 @@ def _takers(waiting: float, other_threads: float, own_processes: float | None,
 MIN_EXCESS = 0.05
 
 
-def _excess_without(loads: list[float], room: float | None) -> list[float] | None:
-    """For each load, the share of the excess ``max(0, sum(loads) - room)`` that goes when that load
-    is gone; None when the excess is below :data:`MIN_EXCESS` or ``room`` is unknown."""
-    if room is None:
-        return None
-    excess = sum(loads) - room
-    if excess < MIN_EXCESS:
-        return None
-    return [min(load, excess) / excess for load in loads]
+def _weight(load: float, total: float, room: float | None) -> float:
+    """The share of the wait a load carries: the part of the excess ``total - room`` that goes
+    when it is gone; its CPU share when the excess is below :data:`MIN_EXCESS` or ``room`` is
+    unknown (the waits are bursts the averages do not show)."""
+    excess = total - room if room is not None else 0.0
+    if room is not None and excess >= MIN_EXCESS:
+        return min(load, excess) / excess
+    return load / total if total > 0 else 0.0
