@@ -176,6 +176,13 @@ class CaptureSession:
         self.meta["start_wall_ns"] = time.time_ns()
         self.meta["start_ns"] = time.perf_counter_ns()
         self._start_sidecar()
+        if self.gc_pauses is not None:  # a Ctrl-C landing in the GC callback must still reach the script:
+            from stepscope.capture.gc_pauses import callback_codes  # guarded before the callback is in
+            from stepscope.capture.interrupts import SigintGuard, defer_in
+
+            defer_in(*callback_codes())
+            self._sigint = SigintGuard()
+            _quietly(self.warnings, "sigint", self._sigint.install)
         for part in (self.gc_pauses, self.stacks):  # code attribution
             if part is not None:
                 _quietly(self.warnings, "stacks", part.start)
@@ -188,13 +195,6 @@ class CaptureSession:
         self.children = ChildProcesses(self.recorder.in_data_wait)
         _quietly(self.warnings, "child-processes", self.children.install)
         _quietly(self.warnings, "os-exit", self._watch_os_exit)
-        if self.gc_pauses is not None:  # a Ctrl-C landing in the GC callback must still reach the script
-            from stepscope.capture.gc_pauses import callback_codes
-            from stepscope.capture.interrupts import SigintGuard, defer_in
-
-            defer_in(*callback_codes())
-            self._sigint = SigintGuard()
-            _quietly(self.warnings, "sigint", self._sigint.install)
         self._started = True
         self._start_checkpoints()
         global ACTIVE
@@ -326,7 +326,9 @@ class CaptureSession:
             if self.record is not None:
                 return self.record
             self._restore_os_exit()
-            if self._sigint is not None:
+            if self._sigint is not None:  # the GC callback leaves first: a Ctrl-C never lands in it unguarded
+                if self.gc_pauses is not None:
+                    _quietly(self.warnings, "stacks", self.gc_pauses.stop)
                 _quietly(self.warnings, "sigint", self._sigint.uninstall)
             self._stop_checkpoints()
             self.record = self._finish(exit_code, exception, interrupted_by)

@@ -84,3 +84,32 @@ def test_ctrl_c_before_the_script_is_one_line_and_a_sigint_death():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGINT
     assert result.stderr == "stepscope: interrupted (Ctrl-C)\n"
+
+
+def test_the_session_guards_sigint_before_its_gc_callback_is_in_and_until_it_is_out(tmp_path, monkeypatch):
+    """A Ctrl-C at the session's start (imports collect often) must never land in an unguarded callback."""
+    from stepscope.capture.gc_pauses import GcPauseRecorder
+    from stepscope.capture.session import CaptureSession
+
+    seen = []
+    start, stop = GcPauseRecorder.start, GcPauseRecorder.stop
+
+    def guarded() -> bool:
+        return signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+
+    def spying_start(self):
+        seen.append(("start", guarded()))
+        return start(self)
+
+    def spying_stop(self):
+        seen.append(("stop", guarded()))
+        return stop(self)
+
+    monkeypatch.setattr(GcPauseRecorder, "start", spying_start)
+    monkeypatch.setattr(GcPauseRecorder, "stop", spying_stop)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    session = CaptureSession(tmp_path / "run", sample_interval_s=None, count_flops=False, emit_warnings=False,
+                             stacks_hz=97).start()
+    session.stop()
+    assert seen[0] == ("start", True) and seen[1] == ("stop", True)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
