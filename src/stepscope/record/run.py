@@ -377,6 +377,11 @@ class ThreadInfo:
     runq_ns: int = 0  # runnable, waiting for a core
     python: bool = False
     training: bool = False  # the thread that ran the steps
+    #: a thread that ended before capture did: when it was last seen (``perf_counter_ns``), so its
+    #: rate is its CPU over the time it was seen; 0: alive when capture ended
+    until_ns: int = 0
+    #: a thread started during capture: when it started (``perf_counter_ns``); 0: before capture
+    since_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,6 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
     """A logger joined in the script's teardown is gone from /proc when capture ends: the table
     still lists it, with the totals its last snapshot (taken after an accounted step) read."""
     monkeypatch.setattr(account_module, "SNAPSHOT_S", 0.0)  # a snapshot after every accounted step
-    monkeypatch.setattr(account_module, "SNAPSHOT_STEPS", 0)
     stop = threading.Event()
 
     def telemetry_loop():
@@ -165,3 +164,48 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
     assert by_name["telemetry"].python and by_name["telemetry"].function.endswith("telemetry_loop")
     assert by_name["telemetry"].cpu_ns > 5_000_000
     assert len({item.native_id for item in result.threads}) == len(result.threads)
+
+
+def test_a_thread_joined_in_a_short_run_is_read_as_it_ends():
+    """A 0.3 s run has one snapshot, at its start: the thread's totals come from the reading taken
+    in the thread as it ended, equal to its own CPU clock there."""
+    stop = threading.Event()
+    spent = []
+
+    def telemetry_loop():
+        while not stop.is_set():
+            _spin(0.003)
+            time.sleep(0.003)
+        spent.append(time.thread_time_ns())
+
+    rec = StepRecorder()
+    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    started = time.perf_counter_ns()
+    thread = threading.Thread(target=telemetry_loop, name="telemetry")
+    thread.start()
+    try:
+        _train(rec, probe, 40)  # ~8 ms a step
+    finally:
+        stop.set()
+        thread.join()
+    ended = time.perf_counter_ns()
+    result = probe.result(thread_table(probe.tid))
+    probe.close()
+    assert result is not None
+    (telemetry,) = [item for item in result.threads if item.name == "telemetry"]
+    assert telemetry.python and telemetry.function.endswith("telemetry_loop")
+    assert started < telemetry.since_ns < telemetry.until_ns <= ended
+    assert spent[0] <= telemetry.cpu_ns < spent[0] + 2_000_000
+    rate = telemetry.cpu_ns / (telemetry.until_ns - telemetry.since_ns)
+    assert 0.25 < rate < 0.75, rate
+
+
+def test_the_end_reader_leaves_threads_started_after_capture_alone():
+    rec = StepRecorder()
+    probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+    probe.close()
+    assert account_module._current_profile_hook() is None
+    thread = threading.Thread(target=_spin, args=(0.01,), name="late")
+    thread.start()
+    thread.join()
+    assert all(item.name != "late" for item in probe._seen.values())

@@ -257,3 +257,17 @@ def test_unexplained_time_off_cpu_names_the_line_the_stack_samples_put_it_in():
     assert top.prescriptions[0].action.startswith("Look at what model.py:40 forward() waits for")
     assert "model.py:40 forward() 85% of forward" in top.summary
     assert "py-spy dump" in top.prescriptions[1].action
+
+
+def test_a_thread_joined_before_capture_ended_is_rated_over_the_time_it_lived():
+    """It started 20 % into capture (after the imports) and ended at 60 %: its CPU over the whole
+    run would understate it 2.5 times; over the time it lived it is the GIL thread it was."""
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_low_mfu_extra())
+    duration = int(record.steps.duration_ns.sum())
+    joined = replace(_python_thread(record, 0.9 * 0.4), since_ns=10**9 + int(0.2 * duration),
+                     until_ns=10**9 + int(0.6 * duration))
+    record = _account(record, {"forward": 0.2, "backward": 0.2, "optimizer": 0.2}, threads=(joined,))
+    evidence = ctx_of(record)
+    (thread,) = evidence.account.python_threads
+    assert thread.cores == pytest.approx(0.9, abs=0.01)
+    assert run_rules(evidence).findings[0].family == "gil_contention"

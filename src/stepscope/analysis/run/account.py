@@ -38,7 +38,7 @@ import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.run.steady import SteadyState
-from stepscope.record.run import PHASES, RunRecord, ThreadAccount
+from stepscope.record.run import PHASES, RunRecord, ThreadAccount, ThreadInfo
 
 #: Accounted steady steps needed before the account is shown (fewer: too noisy to say anything).
 MIN_ACCOUNTED = 3
@@ -236,12 +236,19 @@ def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[Py
 
 
 def _python_threads(account: ThreadAccount, record: RunRecord) -> tuple[PythonThread, ...]:
-    """The process's other Python threads, busiest first, with their CPU over the run."""
+    """The process's other Python threads, busiest first, with their CPU over the time each lived
+    within capture (from its start, if it started during capture, to its end or its last reading,
+    if it ended before capture did)."""
     meta = record.meta
-    duration_s = max(1e-9, (meta.end_ns - meta.start_ns) / 1e9) if meta.end_ns > meta.start_ns else None
-    if duration_s is None:
+    if meta.end_ns <= meta.start_ns:
         return ()
-    threads = [PythonThread(item.name, item.function, round(item.cpu_ns / 1e9 / duration_s, 3))
+
+    def cores(item: ThreadInfo) -> float:
+        end = item.until_ns if meta.start_ns < item.until_ns < meta.end_ns else meta.end_ns
+        start = item.since_ns if meta.start_ns < item.since_ns < end else meta.start_ns
+        return round(item.cpu_ns / max(1.0, end - start), 3)
+
+    threads = [PythonThread(item.name, item.function, cores(item))
                for item in account.threads if item.python and not item.training]
     return tuple(sorted(threads, key=lambda item: -item.cores))
 

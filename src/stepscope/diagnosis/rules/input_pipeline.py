@@ -218,7 +218,8 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     impact, contended = _priced_without_core_wait(ev, wait, evidence)
     if contended:
         summary += (f" For {common.pct(contended)} of that wait the training thread was runnable but waiting for a "
-                    "core other processes held: faster loading does not give that back, so the cost is priced "
+                    "core other processes or the process's other Python threads held: faster loading does not give "
+                    "that back, so the cost is priced "
                     f"on the rest ({common.pct(impact)} of the step).")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
     if util is None:
@@ -231,29 +232,36 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                           conclusive={"cpu_bound": util is not None})
 
 
-#: Of the data wait, a wait for a core charged to other processes at least this large is taken out
-#: of the finding's price.
+#: Of the data wait, a wait for a core charged to other processes (or to the process's other Python
+#: threads) at least this large is taken out of the finding's price.
 CORE_WAIT_PRICED = 0.05
 
 
 def _priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evidence]) -> tuple[float, float]:
     """The data wait less the part the training thread spent runnable but waiting for a core that
-    other processes held (the thread account's measure, charged as :mod:`~stepscope.analysis.run.account`
-    charges it): loading faster does not give back time a neighbour took. A wait for the run's own
-    workers or threads stays in the price — that is how loading costs. Returns (the price, the share
-    of the data wait taken out; 0 when nothing is)."""
+    other processes, or the process's other Python threads, held (the thread account's measure,
+    charged as :mod:`~stepscope.analysis.run.account` charges it): loading faster does not give back
+    time a neighbour or a busy Python thread took. A wait for the run's own workers or intra-op
+    threads stays in the price — that is how loading costs. Returns (the price, the share of the
+    data wait taken out; 0 when nothing is)."""
     account = ev.account
     phase = account.phase("data_wait") if account is not None else None
-    others = account.taker("other processes") if account is not None else None
-    if phase is None or others is None or account is None or account.waiting_core <= 0:
+    if phase is None or account is None or account.waiting_core <= 0:
         return wait, 0.0
-    theirs = phase.waiting_core * min(1.0, others.step_share / (account.waiting_core + account.peer_waiting))
-    if theirs < CORE_WAIT_PRICED:
-        return wait, 0.0
-    evidence.append(Evidence("data_wait_waiting_core_others", round(theirs, 4), CORE_WAIT_PRICED, "account", "ratio",
-                             "of the data wait the training thread was runnable, waiting for a core other "
-                             "processes held"))
-    return wait * (1.0 - theirs), theirs
+    total = account.waiting_core + account.peer_waiting
+    others = account.taker("other processes")
+    python = account.charged(sum(item.cores for item in account.python_threads), account.taker("own threads"))
+    parts = [("data_wait_waiting_core_others", others.step_share if others is not None else 0.0, "other processes"),
+             ("data_wait_waiting_core_python_threads", python, "the process's other Python threads")]
+    taken = 0.0
+    for name, share, who in parts:
+        part = phase.waiting_core * min(1.0, share / total)
+        if part >= CORE_WAIT_PRICED:
+            evidence.append(Evidence(name, round(part, 4), CORE_WAIT_PRICED, "account", "ratio",
+                                     f"of the data wait the training thread was runnable, waiting for a core {who} held"))
+            taken += part
+    taken = min(taken, phase.waiting_core)
+    return (wait * (1.0 - taken), taken) if taken > 0 else (wait, 0.0)
 
 
 def _from_trace(ev: RunEvidence) -> Finding | None:
