@@ -356,7 +356,11 @@ def test_a_directory_in_use_or_holding_another_run_is_refused_unless_forced(tmp_
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGQUIT", "SIGUSR1"])
 def test_other_fatal_signals_save_the_record_and_die_by_them(tmp_path, name):
     write_script(tmp_path, "sig.py", TRAIN_FLAT + f"import os, signal\nos.kill(os.getpid(), signal.{name})\n")
-    no_core = {"preexec_fn": lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0))}
+    def no_core_default_action() -> None:  # and the signal's default action, whatever this process inherited (nohup)
+        __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0))
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+    no_core = {"preexec_fn": no_core_default_action}
     bare = run_python(["sig.py"], tmp_path, **no_core)
     wrapped = run_cli(["run", "--no-monitor", "-o", "out", "sig.py"], tmp_path, **no_core)
     assert bare.returncode == wrapped.returncode == -getattr(signal, name), wrapped.stderr

@@ -200,10 +200,11 @@ class ThreadAccountProbe:
         now = time.perf_counter_ns()
         if self._snapshot_ns == 0 or now - self._snapshot_ns >= SNAPSHOT_S * 1e9:
             self._snapshot_ns = now
-            seen = self._seen
+            seen, ends = self._seen, self._ends
             for item in thread_table(self.tid):
                 known = seen.get(item.native_id)
-                if known is None or known.until_ns <= now:  # not a reading taken as the thread ended
+                if known is None or (known.until_ns <= now and not (ends is not None and item.native_id in ends.ended)):
+                    # never over a reading taken as the thread ended
                     seen[item.native_id] = replace(item, until_ns=now)
             self._choose_peers()
 
@@ -295,6 +296,10 @@ class ThreadAccountProbe:
         threads = tuple(replace(item, name=seen.name, function=seen.function, python=True)
                         if not item.python and (seen := self._seen.get(item.native_id)) is not None and seen.python
                         else item for item in threads)
+        # a thread read as it ended may still be listed (its exit not reaped yet): its end reading
+        ended = self._ends.ended if self._ends is not None else set()
+        threads = tuple(self._seen[item.native_id] if item.native_id in ended and item.native_id in self._seen
+                        else item for item in threads)
         threads = (*threads, *(item for tid, item in sorted(self._seen.items()) if tid not in live))
         started = self._ends.started if self._ends is not None else {}
         threads = tuple(replace(item, since_ns=started[item.native_id])
@@ -327,6 +332,7 @@ class _EndReader:
     def __init__(self, seen: dict[int, ThreadInfo]):
         self.seen = seen
         self.started: dict[int, int] = {}  # tid -> when the thread started
+        self.ended: set[int] = set()  # threads read as they ended
         self.live = True
         self.local = threading.local()
 
@@ -370,6 +376,7 @@ class _ThreadEnd:
                 native_id=self.tid, name=self.name, function=self.function, cpu_ns=int(fields[0]),
                 runq_ns=int(fields[1]), python=True, until_ns=time.perf_counter_ns(),
                 since_ns=self.reader.started.get(self.tid, 0))
+            self.reader.ended.add(self.tid)
         except Exception:  # noqa: BLE001 - an exception here would be printed to the user's stderr
             pass
 

@@ -168,19 +168,20 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
 
 def test_a_thread_joined_in_a_short_run_is_read_as_it_ends():
     """A 0.3 s run has one snapshot, at its start: the thread's totals come from the reading taken
-    in the thread as it ended, equal to its own CPU clock there."""
+    in the thread as it ended, equal to its own CPU clock there, and its life is the span the
+    thread itself saw (whatever a loaded machine does to its rate)."""
     stop = threading.Event()
-    spent = []
+    life = []
 
     def telemetry_loop():
+        life.append(time.perf_counter_ns())
         while not stop.is_set():
             _spin(0.003)
             time.sleep(0.003)
-        spent.append(time.thread_time_ns())
+        life.extend((time.thread_time_ns(), time.perf_counter_ns()))
 
     rec = StepRecorder()
     probe = ThreadAccountProbe(rec, WarningSink(emit=False))
-    started = time.perf_counter_ns()
     thread = threading.Thread(target=telemetry_loop, name="telemetry")
     thread.start()
     try:
@@ -188,16 +189,15 @@ def test_a_thread_joined_in_a_short_run_is_read_as_it_ends():
     finally:
         stop.set()
         thread.join()
-    ended = time.perf_counter_ns()
     result = probe.result(thread_table(probe.tid))
     probe.close()
     assert result is not None
+    born, spent, last = life
     (telemetry,) = [item for item in result.threads if item.name == "telemetry"]
     assert telemetry.python and telemetry.function.endswith("telemetry_loop")
-    assert started < telemetry.since_ns < telemetry.until_ns <= ended
-    assert spent[0] <= telemetry.cpu_ns < spent[0] + 2_000_000
-    rate = telemetry.cpu_ns / (telemetry.until_ns - telemetry.since_ns)
-    assert 0.25 < rate < 0.75, rate
+    assert telemetry.since_ns <= born and last <= telemetry.until_ns  # its start hook ran first, its end reading last
+    assert (born - telemetry.since_ns) + (telemetry.until_ns - last) < 5_000_000
+    assert spent <= telemetry.cpu_ns < spent + 2_000_000
 
 
 def test_the_end_reader_leaves_threads_started_after_capture_alone():
