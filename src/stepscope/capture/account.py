@@ -201,10 +201,9 @@ class ThreadAccountProbe:
         if self._snapshot_ns == 0 or now - self._snapshot_ns >= SNAPSHOT_S * 1e9:
             self._snapshot_ns = now
             seen, ends = self._seen, self._ends
+            ended = ends.ended if ends is not None else set()
             for item in thread_table(self.tid):
-                known = seen.get(item.native_id)
-                if known is None or (known.until_ns <= now and not (ends is not None and item.native_id in ends.ended)):
-                    # never over a reading taken as the thread ended
+                if item.native_id not in ended:  # never over a reading taken as the thread ended
                     seen[item.native_id] = replace(item, until_ns=now)
             self._choose_peers()
 
@@ -287,20 +286,23 @@ class ThreadAccountProbe:
         self._last = now
 
     # -- the result ---------------------------------------------------------------------------
+    def _final(self, item: ThreadInfo) -> ThreadInfo:
+        """A thread still listed when capture ends, as the account keeps it."""
+        seen = self._seen.get(item.native_id)
+        if seen is None:
+            return item
+        if self._ends is not None and item.native_id in self._ends.ended:
+            return seen  # read as it ended, not reaped yet: its end reading
+        if not item.python and seen.python:  # just joined, no longer in threading: the snapshot's
+            return replace(item, name=seen.name, function=seen.function, python=True)  # name, totals the latest
+        return item
+
     def result(self, threads: tuple[ThreadInfo, ...] = ()) -> ThreadAccount | None:
         """The accounted steps and ``threads`` (the table at the end of capture), with the threads
         that ended before it as their last snapshot showed them."""
         live = {item.native_id for item in threads}
-        # a Python thread just joined can still be in /proc, no longer in threading: its name and
-        # function are the snapshot's, its totals the latest
-        threads = tuple(replace(item, name=seen.name, function=seen.function, python=True)
-                        if not item.python and (seen := self._seen.get(item.native_id)) is not None and seen.python
-                        else item for item in threads)
-        # a thread read as it ended may still be listed (its exit not reaped yet): its end reading
-        ended = self._ends.ended if self._ends is not None else set()
-        threads = tuple(self._seen[item.native_id] if item.native_id in ended and item.native_id in self._seen
-                        else item for item in threads)
-        threads = (*threads, *(item for tid, item in sorted(self._seen.items()) if tid not in live))
+        threads = (*(self._final(item) for item in threads),
+                   *(item for tid, item in sorted(self._seen.items()) if tid not in live))
         started = self._ends.started if self._ends is not None else {}
         threads = tuple(replace(item, since_ns=started[item.native_id])
                         if not item.since_ns and item.native_id in started else item for item in threads)

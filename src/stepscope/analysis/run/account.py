@@ -136,6 +136,17 @@ class ThreadAccountView:
         return next((item for item in self.takers if item.who == who), None)
 
     @property
+    def python_cores(self) -> float:
+        """The cores the process's other Python threads used, together."""
+        return sum(item.cores for item in self.python_threads)
+
+    @property
+    def python_core_wait(self) -> float:
+        """The wait for a core (a share of the step) the process's other Python threads caused:
+        their part of the own threads' charge (:meth:`charged`)."""
+        return self.charged(self.python_cores, self.taker("own threads"))
+
+    @property
     def model_on_cpu(self) -> float | None:
         """Share of the model's phases (not of the step) the training thread spent on a CPU; None
         without them."""

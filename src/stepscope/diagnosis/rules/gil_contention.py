@@ -24,11 +24,9 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     if account is None or not account.python_threads:
         return None
     off = account.share_off("gil")
-    own = account.taker("own threads")
-    python_cores = sum(item.cores for item in account.python_threads)
     # the wait for a core the process's threads caused (the training thread's and, at a parallel
     # operator's barrier, its intra-op threads'), the Python threads' part of it
-    waiting = account.charged(python_cores, own)
+    waiting = account.python_core_wait
     cost = off + waiting
     if cost < GIL_NOTED:
         return None

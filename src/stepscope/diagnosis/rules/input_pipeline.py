@@ -250,9 +250,8 @@ def _priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evide
         return wait, 0.0
     total = account.waiting_core + account.peer_waiting
     others = account.taker("other processes")
-    python = account.charged(sum(item.cores for item in account.python_threads), account.taker("own threads"))
     parts = [("data_wait_waiting_core_others", others.step_share if others is not None else 0.0, "other processes"),
-             ("data_wait_waiting_core_python_threads", python, "the process's other Python threads")]
+             ("data_wait_waiting_core_python_threads", account.python_core_wait, "the process's other Python threads")]
     taken = 0.0
     for name, share, who in parts:
         part = phase.waiting_core * min(1.0, share / total)
