@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 
@@ -13,6 +14,28 @@ from support import CONSOLE_SCRIPT
 # Runs made by tests (and their subprocesses, which inherit this) go to a throw-away run index,
 # never to the user's history.
 os.environ["STEPSCOPE_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="stepscope-index-"), "runs.sqlite")
+
+# The tests send Ctrl-C to the scripts they start, which inherit an ignored SIGINT: a shell without
+# job control starts a background job (`make test &`) with SIGINT ignored, and python then installs
+# no handler of its own (seen: eleven interrupt tests failed in a suite started that way). A
+# handler here is reset to the default action in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: The signals the tests send to the scripts they start: children inherit an ignored one.
+_SENT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Each test leaves the worker's handlers as it found them: a handler left ignored by code run
+    in-process would make every later test's child ignore the Ctrl-C it is sent."""
+    before = {signum: signal.getsignal(signum) for signum in _SENT}
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) != handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture

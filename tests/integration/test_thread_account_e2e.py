@@ -108,15 +108,16 @@ def test_a_python_thread_holding_the_gil_is_named_with_its_function(tmp_path):
     assert "Thread on CPU" in summary and "waiting for a core" in summary
 
 
-@pytest.mark.serial  # a quiet machine, then one busy neighbour
-def test_a_neighbour_s_cost_is_the_wait_for_a_core_it_caused(tmp_path):
-    write_script(tmp_path, "compute.py", COMPUTE_LOOP)
-    quiet = run_cli(["run", "-o", "quiet", "compute.py"], tmp_path)
+def _quiet_busy_quiet(tmp_path, tag: str) -> tuple[dict, dict, float]:
+    """Runs quiet, beside two busy loops, quiet again: (quiet report, busy report, the busy run's
+    slowdown against the faster quiet run, 1 - quiet / busy step median)."""
+    names = [f"quiet{tag}", f"busy{tag}", f"quiet2{tag}"]
+    quiet = run_cli(["run", "-o", names[0], "compute.py"], tmp_path)
     assert quiet.returncode == 0, quiet.stderr
     # two busy loops on a 2-core machine: the training thread shares the cores 3 ways
     neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        busy = run_cli(["run", "-o", "busy", "compute.py"], tmp_path)
+        busy = run_cli(["run", "-o", names[1], "compute.py"], tmp_path)
     finally:
         for process in neighbours:
             process.kill()
@@ -124,16 +125,29 @@ def test_a_neighbour_s_cost_is_the_wait_for_a_core_it_caused(tmp_path):
     assert busy.returncode == 0, busy.stderr
     # a second quiet run after it: the quiet step is the faster of the two (one disturbed quiet
     # baseline once made the busy run look faster)
-    again = run_cli(["run", "-o", "quiet2", "compute.py"], tmp_path)
+    again = run_cli(["run", "-o", names[2], "compute.py"], tmp_path)
     assert again.returncode == 0, again.stderr
-    quiet_report, busy_report = _report(tmp_path, "quiet"), _report(tmp_path, "busy")
+    median = {name: _report(tmp_path, name)["summary"]["steady_state"]["median_s"] for name in names}
+    slowdown = 1 - min(median[names[0]], median[names[2]]) / median[names[1]]
+    return _report(tmp_path, names[0]), _report(tmp_path, names[1]), slowdown
+
+
+@pytest.mark.serial  # a quiet machine, then one busy neighbour
+def test_a_neighbour_s_cost_is_the_wait_for_a_core_it_caused(tmp_path):
+    write_script(tmp_path, "compute.py", COMPUTE_LOOP)
+    quiet_report, busy_report, slowdown = _quiet_busy_quiet(tmp_path, "")
     assert "foreign_load" not in _families(quiet_report)
     top = busy_report["findings"][0]
     assert top["family"] == "foreign_load", [item["title"] for item in busy_report["findings"]]
     # the cost is measured (the wait for a core), and of the order of the slowdown it caused
-    quiet_s = min(_report(tmp_path, name)["summary"]["steady_state"]["median_s"] for name in ("quiet", "quiet2"))
-    slowdown = 1 - quiet_s / busy_report["summary"]["steady_state"]["median_s"]
     assert top["impact_basis"] == "measured" and top["impact"] > 0.2
+    if abs(top["impact"] - slowdown) > 0.25:
+        # the slowdown is three single runs' wall clocks on a shared machine (once 0.09 beside a
+        # measured 0.385 in a full suite, right in every rerun): the triple is measured once more,
+        # and the measured cost must then match its slowdown
+        _, busy_report, slowdown = _quiet_busy_quiet(tmp_path, "_again")
+        top = busy_report["findings"][0]
+        assert top["family"] == "foreign_load", [item["title"] for item in busy_report["findings"]]
     assert top["impact"] == pytest.approx(slowdown, abs=0.25)
 
 
