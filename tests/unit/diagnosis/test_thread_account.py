@@ -14,6 +14,7 @@ from stepscope.analysis.evidence import WorkerLoad
 from stepscope.analysis.bundle import ForeignLoad, MfuEstimate, job_evidence, rank_basis
 from stepscope.diagnosis.engine import diagnose_job, run_rules
 from stepscope.diagnosis.findings import Severity
+from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.pipeline.views import account_summary
 from stepscope.record.run import PHASES, StepTable, ThreadAccount, ThreadInfo
 
@@ -271,3 +272,34 @@ def test_a_thread_joined_before_capture_ended_is_rated_over_the_time_it_lived():
     (thread,) = evidence.account.python_threads
     assert thread.cores == pytest.approx(0.9, abs=0.01)
     assert run_rules(evidence).findings[0].family == "gil_contention"
+
+
+def _tiny_ops_extra(ops: int = 3000) -> dict:
+    return {"flops": {"step_index": 3, "flops": 2e6, "ops": ops}, "cpu_matmul_peak_flops": PEAK}
+
+
+def test_tiny_operators_are_priced_by_the_time_on_cpu_beyond_their_math_and_outrank_a_cheaper_gil_thread():
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_tiny_ops_extra())
+    # the model's phases 70 % on CPU, the rest off CPU while a Python thread ran (the GIL)
+    record = _account(record, {"forward": 0.7, "backward": 0.7, "optimizer": 0.7},
+                      threads=(_python_thread(record, 0.3),))
+    diagnosis = run_rules(ctx_of(record))
+    families = [item.family for item in diagnosis.findings]
+    assert families[:2] == ["launch_overhead", "gil_contention"], families
+    launch = diagnosis.findings[0]
+    # 0.95 of the step in the model × 0.7 on CPU, less the FLOPs' time at the peak (MFU ≤ 0.3 %)
+    assert launch.impact_basis == "measured" and launch.impact == pytest.approx(0.95 * 0.7, abs=0.01)
+    assert any(item.metric == "model_on_cpu_beyond_math" for item in launch.evidence)
+    assert "launch_overhead" not in {item.family for item, _ in diagnosis.superseded}
+
+
+def test_tiny_operators_without_an_account_are_an_estimate_and_say_so():
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_tiny_ops_extra())
+    launch = next(item for item in run_rules(ctx_of(record)).findings if item.family == "launch_overhead")
+    assert launch.impact_basis.startswith("estimate") and launch.impact == pytest.approx(0.9, abs=0.01)
+
+
+def test_tiny_operators_that_spend_little_time_on_cpu_beyond_their_math_are_no_finding():
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_tiny_ops_extra())
+    record = _account(record, {"forward": 0.1, "backward": 0.1, "optimizer": 0.1})  # off CPU: not the operators
+    assert tiny_ops_dominate(ctx_of(record)) is None

@@ -10,12 +10,17 @@ Evidence, either:
   shorter than their launch (``small_kernel_share``), or a large exclusive Python share of host
   time once data loading and the "other" phase (logging, checkpoints) are taken out.
 
-Fires at XProf's "HIGH kernel launch" level (15 %).
+Fires at XProf's "HIGH kernel launch" level (15 %). Its cost, on a CPU run whose training thread
+was accounted (:mod:`stepscope.analysis.run.account`), is measured: the time the thread spent on a
+CPU in the model's phases less the time their FLOPs take at this CPU's measured matmul peak (the
+MFU's upper bound) — what tiny operators spend not computing. Otherwise the operator count × 3 µs
+above is the cost, an estimate, and says so (``impact_basis``).
 """
 
 from __future__ import annotations
 
 from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, RunEvidence
+from stepscope.analysis.run.account import MODEL_PHASES
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
@@ -71,10 +76,35 @@ def overhead_estimate(ev: RunEvidence) -> tuple[float | None, list[Evidence]]:
     return (max(estimates) if estimates else None), evidence
 
 
+def measured_overhead(ev: RunEvidence) -> float | None:
+    """Share of the step the training thread spent on a CPU in the model's phases beyond the time
+    their FLOPs take at the measured CPU peak (the MFU's upper bound); None without an account, an
+    MFU or on a GPU (where the host's time overlaps the device's)."""
+    account, estimate = ev.account, ev.mfu
+    if account is None or estimate is None or estimate.on_gpu:
+        return None
+    on_cpu = sum(item.share * item.on_cpu for item in account.phases if item.phase in MODEL_PHASES)
+    return max(0.0, on_cpu - estimate.high)
+
+
 def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
     share, evidence = overhead_estimate(ev)
     if share is None or share < LAUNCH_HIGH:
         return None
+    measured = measured_overhead(ev) if ev.trace is None else None
+    basis = "measured"
+    if measured is not None:
+        # the operators' time on CPU beyond their math, measured: the operator count × 3 µs gates
+        # (tiny operators, many of them) but misprices this CPU's host cost per operator and the
+        # Python module calls around them
+        if measured < LAUNCH_HIGH:
+            return None
+        evidence.append(Evidence("model_on_cpu_beyond_math", round(measured, 4), LAUNCH_HIGH, "account", "ratio",
+                                 "training thread on CPU in forward, backward and optimizer less FLOPs at the "
+                                 "measured peak"))
+        share = measured
+    elif ev.trace is None:
+        basis = "estimate: operators × 3 µs of host cost each"
     ops = ev.op_overhead.ops_per_step if ev.op_overhead is not None else None
     title = (f"Framework overhead dominates: ~{common.pct(share)} of the step goes to launching "
              + (f"{int(ops)} tiny operators" if ops else "tiny operators") + " rather than computing")
@@ -98,7 +128,8 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
             "Capture the step with CUDA graphs (torch.compile(mode='reduce-overhead'))",
             "replays all launches of a step with one CPU call"))
     return common.finding("launch_overhead.tiny_ops", "launch_overhead", title, share, 0.75, evidence,
-                          prescriptions, summary, claims=("compute", "other") if ev.steady is not None else ("step",))
+                          prescriptions, summary, claims=("compute", "other") if ev.steady is not None else ("step",),
+                          impact_basis=basis)
 
 
 FAMILY = FamilyEntry(
