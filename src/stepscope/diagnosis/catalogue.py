@@ -25,7 +25,7 @@ def family_table(registry: Sequence[FamilyEntry] = REGISTRY) -> str:
         supersedes = ", ".join(f"`{name}`" for name in sorted(entry.supersedes)) or "—"
         rules = ", ".join(f"`{rule.__name__}`" for rule in entry.rules) or "(the verdict)"
         notes = (" (CPU-based: less certain on a crowded machine)" if entry.cpu_based else "") + \
-            (" (explains other ranks: first in a job)" if entry.explains_other_ranks else "")
+            (" (explains other ranks: in a job, ahead of the slow rank's own finding that causes it)" if entry.explains_other_ranks else "")
         lines.append(f"| `{entry.family}` | {entry.diagnoses}{notes} | {entry.evidence} | {supersedes} | {rules} |")
     return "\n".join(lines)
 

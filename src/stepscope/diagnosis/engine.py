@@ -30,8 +30,8 @@ imports another rule. :func:`run_rules` runs every rule of the registry
 
 :func:`diagnose_job` is the one entry the pipeline calls: every rank's rules, then the job step
 (:func:`merge_findings`) for several ranks — one finding per rule naming the ranks it fired on,
-the families that explain other ranks' symptoms (:data:`JOB_FIRST`: a straggler, communication)
-first, and the slow rank's own finding that causes a straggler marked as its cause.
+ranked by cost, the families that explain other ranks' symptoms (:data:`JOB_FIRST`: a straggler,
+communication) ahead of the slow rank's own finding that causes them, marked as its cause.
 
 The precedence tables are the registry's: each family's entry says which families it supersedes,
 whether its evidence is CPU time, and whether it explains other ranks.
@@ -391,8 +391,8 @@ def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]],
 def merge_findings(per_rank: list[tuple[int, Diagnosis]],
                    job_first: tuple[str, ...] = JOB_FIRST) -> tuple[Finding, ...]:
     """One finding per rule for the job, naming its ranks (``ranks``; ``rank``: the costliest),
-    with the costliest rank's numbers; the families of :data:`JOB_FIRST` first (from medium severity
-    up); a rule healthy on
+    with the costliest rank's numbers, most costly first; a family of :data:`JOB_FIRST` (from medium
+    severity up) before the slow rank's own finding that causes it; a rule healthy on
     some ranks only is left out (the others' findings speak for the job)."""
     groups: dict[str, list[tuple[int, Finding]]] = {}
     for rank, diagnosis in per_rank:
@@ -409,9 +409,19 @@ def merge_findings(per_rank: list[tuple[int, Diagnosis]],
             title = f"{title} — rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
         merged.append(replace(worst, title=title, ranks=ranks, rank=worst.rank if worst.rank is not None else worst_rank))
     ranked = rank_findings(_link_causes(merged))
-    # a job-first family explains the other ranks' symptoms only with a cost of its own: a LOW one
-    # (a wait in collectives that is the other ranks' loading) names the cause and stays in its place
-    return tuple(sorted(ranked, key=lambda item: item.family not in job_first or item.severity < Severity.MEDIUM))
+    # cost decides, as on one rank: a straggler's chore that costs the job less than what every rank
+    # loses to its own loading is not the first thing to fix. A job-first family (from medium
+    # severity) goes ahead of the slow rank's own finding that causes it: one problem, the job's view
+    # of it first (a LOW one — a wait in collectives that is the other ranks' loading — stays put)
+    out = list(ranked)
+    for item in ranked:
+        if item.family not in job_first or item.severity < Severity.MEDIUM:
+            continue
+        causes = [out.index(other) for other in out if other.cause_of == item.rule_id]
+        if causes and min(causes) < out.index(item):
+            out.remove(item)
+            out.insert(min(causes), item)
+    return tuple(out)
 
 
 def _link_causes(merged: list[Finding]) -> list[Finding]:

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from stepscope.analysis.evidence import StepShares, SyncsAndCopies
 
 from diagnosis_records import ctx_of, make_record
+from stepscope.diagnosis.engine import Diagnosis, merge_findings
+from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules.communication import exposed_collectives
 from stepscope.diagnosis.rules.host_device_sync import sync_and_copies
 from stepscope.diagnosis.rules.straggler import slow_rank
+from stepscope.record.run import StepTable
 
 
 @pytest.mark.parametrize("trace, fires", [
@@ -68,3 +74,42 @@ def test_backward_skew_is_not_a_straggler():
     ranks = tuple(make_record(rank=index, shares={"forward": 0.3, "backward": 0.3 + 0.3 * (index == 1)})
                   for index in range(3))
     assert slow_rank(ctx_of(ranks[0], ranks=ranks)) is None
+
+
+def _found(rule_id: str, family: str, impact: float, rank: int | None = None, causes: tuple[str, ...] = ()):
+    return common.finding(rule_id, family, rule_id, impact, 0.9, [], [], rank=rank, cause_families=causes)
+
+
+def test_a_job_s_findings_rank_by_cost_with_a_straggler_before_its_own_cause():
+    straggler = _found("straggler.slow_rank", "straggler", 0.25, rank=1, causes=("outside_model",))
+    loading = _found("input_pipeline.loader_cpu_bound", "input_pipeline", 0.64)
+    chore = _found("outside_model.other_dominates", "outside_model", 0.29)
+    merged = merge_findings([(0, Diagnosis((loading, straggler))), (1, Diagnosis((loading, chore, straggler)))])
+    # every rank loses more to its loading than the job loses to rank 1's chore: loading first; the
+    # chore is why rank 1 straggles, and the straggler (the job's view of it) comes before it
+    assert [item.rule_id for item in merged] == [
+        "input_pipeline.loader_cpu_bound", "straggler.slow_rank", "outside_model.other_dominates"]
+    assert merged[2].cause_of == "straggler.slow_rank" and merged[0].ranks == (0, 1)
+
+
+def _waiting_in_collectives(record, seconds: float):
+    """``record`` with ``seconds`` of every step spent waiting in collectives (added to the step)."""
+    columns = record.steps.columns()
+    columns["communication_ns"] = np.full(len(record.steps), int(seconds * 1e9))
+    columns["duration_ns"] = columns["duration_ns"] + columns["communication_ns"]
+    columns["start_ns"] = 10**9 + np.concatenate(([0], np.cumsum(columns["duration_ns"])[:-1]))
+    return replace(record, steps=StepTable.from_columns(columns))
+
+
+def test_a_straggler_costs_the_job_what_the_others_wait_beyond_its_own_wait():
+    # rank 1 loads 2.5 ms a step longer; rank 0 waits 1.5 ms for it in collectives, rank 1 0.2 ms
+    ranks = tuple(_waiting_in_collectives(make_record(rank=index, shares={
+        "data_wait": 0.05 + 0.25 * index, "forward": 0.3, "backward": 0.3}), 0.0015 if index == 0 else 0.0002)
+        for index in range(2))
+    evidence = ctx_of(ranks[0], ranks=ranks)
+    finding = slow_rank(evidence)
+    assert finding is not None and finding.rank == 1
+    step = max(item.steady.step_time_mean_s for item in evidence.ranks)
+    lost = next(item.value for item in finding.evidence if item.metric == "lost_s_per_step")
+    assert lost == pytest.approx(0.0025, abs=1e-4)
+    assert finding.impact == pytest.approx((0.0015 - 0.0002) / step, abs=0.002)  # not lost / step

@@ -8,7 +8,9 @@ with its measured share of that rank's step). Backward time is deliberately not 
 ranks, which hides a backward straggler (TraceML issue #252). The skew score of a phase is
 ``(slowest − median of the others) / median of the others``; TraceML warns at 0.10 and calls 0.20
 critical. The finding is the same on every rank of the job (the waiting ranks too), so a rank that
-waits for another is never reported as compute- or communication-bound (``SUPERSEDES``).
+waits for another is never reported as compute- or communication-bound (``SUPERSEDES``). Its cost,
+when the collectives were timed, is the others' wait in them beyond the slow rank's own (at most
+its excess): a chore the slow rank's loader fetches ahead behind costs the job less than its length.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     if wait_s is not None and wait_s - slow_wait < MIN_WAIT_EXPLAINED * lost_s:
         return None
     impact = lost_s / step
+    if wait_s is not None:
+        # what the job measurably loses is what the others wait beyond the slow rank's own wait: its
+        # excess less what it saved meanwhile (its loader's workers fetch ahead behind a chore)
+        impact = min(lost_s, max(0.0, wait_s - slow_wait)) / step
     cause = _cause(slow, phase, lost_s)
     others_s = own_s_of_others = float(np.median([item.own_work_s((phase,)) for item in waiting]))
     del own_s_of_others
