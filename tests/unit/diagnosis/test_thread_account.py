@@ -303,3 +303,13 @@ def test_tiny_operators_that_spend_little_time_on_cpu_beyond_their_math_are_no_f
     record = make_record(step_s=0.01, shares=COMPUTE, extra=_tiny_ops_extra())
     record = _account(record, {"forward": 0.1, "backward": 0.1, "optimizer": 0.1})  # off CPU: not the operators
     assert tiny_ops_dominate(ctx_of(record)) is None
+
+
+def test_time_off_cpu_beyond_what_the_python_thread_ran_is_not_the_gil_s():
+    # the model's phases 80 % off CPU (a sleep in the step), the other Python thread on a CPU for
+    # only 10 % of the run: it held the GIL at most that long
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_low_mfu_extra())
+    record = _account(record, {"forward": 0.2, "backward": 0.2, "optimizer": 0.2},
+                      threads=(_python_thread(record, 0.1),))
+    found = next(item for item in run_rules(ctx_of(record)).findings if item.family == "gil_contention")
+    assert found.impact == pytest.approx(0.1, abs=0.01)

@@ -4,8 +4,9 @@ Evidence: the thread account (:mod:`stepscope.analysis.run.account`), measured o
 applied to every steady step's phase times. :func:`gil_held` fires when the training thread was off
 CPU in the model's phases (or between them) while another Python thread of the process computed:
 the GIL's signature (a thread waiting for the GIL sleeps on a condition variable, off CPU, at an
-ordinary bytecode). Its cost is that off-CPU time plus the wait for a core the process's Python
-threads caused, both measured; the fix is the other thread's, named with its function.
+ordinary bytecode). Its cost is that off-CPU time — at most the share of the step the other Python
+threads ran, since only a running thread holds the GIL — plus the wait for a core the process's
+Python threads caused, both measured; the fix is the other thread's, named with its function.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     account = ev.account
     if account is None or not account.python_threads:
         return None
-    off = account.share_off("gil")
+    # a wait for the GIL needs another Python thread on a CPU holding it: at most the share of the
+    # step those threads ran (their cores) — the rest of the time off CPU was the thread blocked on
+    # its own (a sleep, a read: a slow rank's chore), not the GIL's
+    off = min(account.share_off("gil"), account.python_cores)
     # the wait for a core the process's threads caused (the training thread's and, at a parallel
     # operator's barrier, its intra-op threads'), the Python threads' part of it
     waiting = account.python_core_wait
