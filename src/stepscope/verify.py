@@ -37,6 +37,7 @@ from typing import Any
 from stepscope.capture.overrides import SETTING_KEYS, describe, parse_settings, parse_value
 from stepscope.diagnosis.findings import Finding, Prescription
 from stepscope.errors import UsageError
+from stepscope.record import layout
 from stepscope.whatif import BASELINE, Candidate, CodeChange, Comparison, TrialResult, compare
 
 #: Findings whose prescriptions are tried (the top of the verdict).
@@ -489,7 +490,7 @@ __all__ = ["Setup", "Verification", "apply", "candidates", "code_changes", "find
 
 
 # -- persistence and the report --------------------------------------------------------------------
-VERIFICATION_FILE = "verification.json"
+VERIFICATION_FILE = layout.VERIFICATION_FILE
 
 
 def save(verification: Verification, run_dir: Path) -> Path:

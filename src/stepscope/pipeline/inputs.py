@@ -231,9 +231,11 @@ def _finish(inputs: JobInputs, with_windows: bool, job: bool = True) -> JobInput
         declared = max((record.meta.world_size for record in inputs.records), default=1)
         names = {child.name for child in run_dir.iterdir()}  # one listing, not three stats per declared rank
         missing += [missing_rank(run_dir, rank, names) for rank in range(declared) if rank not in present]
-    from stepscope import verify
+    verification = None
+    if run_dir is not None and (run_dir / layout.VERIFICATION_FILE).is_file():  # the trials' module only for them
+        from stepscope import verify
 
-    verification = verify.load(run_dir) if run_dir is not None and run_dir.is_dir() else None
+        verification = verify.load(run_dir)
     return replace(inputs, windows=windows, notes=tuple(notes), verification=verification,
                    missing=tuple(sorted(missing, key=lambda item: item.rank)))
 

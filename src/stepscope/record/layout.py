@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 
 REPORT_FILE = "report.json"
+#: The trials of `run --verify` (:mod:`stepscope.verify`), beside the record.
+VERIFICATION_FILE = "verification.json"
 TRACES_DIR = "traces"
 _RECORD_RE = re.compile(r"^record\.rank(\d+)\.json\.gz$")
 _PARTIAL_RE = re.compile(r"^record\.rank(\d+)\.partial\.json\.gz$")
