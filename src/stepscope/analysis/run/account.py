@@ -147,12 +147,27 @@ class ThreadAccountView:
         return self.charged(self.python_cores, self.taker("own threads"))
 
     @property
+    def gil_wait(self) -> float:
+        """Share of the step the training thread was off CPU waiting for the GIL: its time off CPU
+        while another Python thread of the process computed, at most the share of the step those
+        threads ran (only a running thread holds the GIL; the rest was the thread blocked on its own)."""
+        return min(self.share_off("gil"), self.python_cores)
+
+    @property
+    def model_on_cpu_share(self) -> float:
+        """Share of the step the training thread spent on a CPU in the model's phases."""
+        return _model_on_cpu(self.phases)
+
+    @property
     def model_on_cpu(self) -> float | None:
         """Share of the model's phases (not of the step) the training thread spent on a CPU; None
         without them."""
-        phases = [item for item in self.phases if item.phase in MODEL_PHASES]
-        total = sum(item.share for item in phases)
-        return sum(item.share * item.on_cpu for item in phases) / total if total > 0 else None
+        total = sum(item.share for item in self.phases if item.phase in MODEL_PHASES)
+        return self.model_on_cpu_share / total if total > 0 else None
+
+
+def _model_on_cpu(phases: tuple[PhaseAccount, ...] | list[PhaseAccount]) -> float:
+    return sum(item.share * item.on_cpu for item in phases if item.phase in MODEL_PHASES)
 
 
 def _rows(account: ThreadAccount, steady: SteadyState) -> np.ndarray | None:
@@ -230,8 +245,7 @@ def _peer_waiting(account: ThreadAccount, rows: np.ndarray, step_wall: np.ndarra
         return 0.0
     waits = np.asarray(account.peer_runq_ns, dtype=np.float64)[rows]
     share = float(np.clip(waits, 0.0, None).sum() / max(step_wall.sum(), 1.0))
-    model_on_cpu = sum(item.share * item.on_cpu for item in phases if item.phase in MODEL_PHASES)
-    return min(share, model_on_cpu)
+    return min(share, _model_on_cpu(phases))
 
 
 def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[PythonThread, ...]) -> str:

@@ -24,10 +24,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     account = ev.account
     if account is None or not account.python_threads:
         return None
-    # a wait for the GIL needs another Python thread on a CPU holding it: at most the share of the
-    # step those threads ran (their cores) — the rest of the time off CPU was the thread blocked on
-    # its own (a sleep, a read: a slow rank's chore), not the GIL's
-    off = min(account.share_off("gil"), account.python_cores)
+    off = account.gil_wait  # at most what the other Python threads ran: a slow rank's sleep is not the GIL's
     # the wait for a core the process's threads caused (the training thread's and, at a parallel
     # operator's barrier, its intra-op threads'), the Python threads' part of it
     waiting = account.python_core_wait

@@ -20,7 +20,6 @@ above is the cost, an estimate, and says so (``impact_basis``).
 from __future__ import annotations
 
 from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, RunEvidence
-from stepscope.analysis.run.account import MODEL_PHASES
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
@@ -83,8 +82,7 @@ def measured_overhead(ev: RunEvidence) -> float | None:
     account, estimate = ev.account, ev.mfu
     if account is None or estimate is None or estimate.on_gpu:
         return None
-    on_cpu = sum(item.share * item.on_cpu for item in account.phases if item.phase in MODEL_PHASES)
-    return max(0.0, on_cpu - estimate.high)
+    return max(0.0, account.model_on_cpu_share - estimate.high)
 
 
 def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
