@@ -8,6 +8,8 @@ is meant to show."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -75,3 +77,13 @@ def test_analyze_of_a_reference_trace(trace, capsys, tmp_path):
     assert main(["analyze", str(path), "--no-progress", "--jobs", "1", "--html", "-o", str(page)]) in (0, 3)
     check(f"trace-{_slug(trace)}.html", _stable(page.read_text(encoding="utf-8"), DATA, tmp_path))
     capsys.readouterr()
+
+
+def test_reporting_a_run_without_trials_does_not_load_the_trials_modules():
+    """`stepscope.verify` and `stepscope.whatif` (18.5 ms of import) are for runs with trials only."""
+    code = ("import sys\nfrom stepscope.pipeline.diagnose import diagnose\nfrom stepscope.pipeline.inputs import load_run\n"
+            f"report = diagnose(load_run({str(DATA / 'runs' / 'straggler-two-ranks')!r}))\n"
+            "print(report.findings[0].family, sorted(m for m in ('stepscope.verify', 'stepscope.whatif') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["straggler", "[]"]
