@@ -97,3 +97,18 @@ def test_all_cores_loading_prescribes_cheaper_samples_not_workers():
 def test_bare_trace_uses_the_dataloader_share(share, fires):
     finding = loader_cpu_bound(ctx_of(None, trace=dict(shares=StepShares(dataloader=share))))
     assert (finding is not None) == fires
+
+
+def test_a_record_claiming_an_absurd_core_count_gets_a_plan_at_once():
+    """A corrupt or hostile record's cpu count (2**70) bounds the worker search at MAX_PLANNED_CORES
+    instead of hanging `stepscope report` (found by the record fuzz test)."""
+    import time
+
+    from stepscope.diagnosis.rules.input_pipeline import MAX_PLANNED_CORES, LoadingModel, plan_workers
+
+    model = LoadingModel(per_batch_s=0.04, wait_s=0.03, compute_s=0.01, load_cpu_s=0.03, cores=float(2**70),
+                         compute_cores=1.0, compute_cores_measured=True, threads=1, workers=0)
+    started = time.perf_counter()
+    plan = plan_workers(model)
+    assert time.perf_counter() - started < 5.0
+    assert 1 <= plan.workers <= MAX_PLANNED_CORES

@@ -153,11 +153,17 @@ def predict_step(ev: RunEvidence, workers: int, threads: int, constants: ModelCo
     return None if model is None else predict(model, workers, threads, constants)
 
 
+#: The most cores the worker search considers (one worker count per core is tried).
+MAX_PLANNED_CORES = 1024
+
+
 def plan_workers(model: LoadingModel) -> WorkerPlan:
     """The best worker count — alone, or with one intra-op thread in the main process when only the
     pair helps (each thread then stays on its core) — and its expected effect, per batch."""
     best: WorkerPlan | None = None
-    ceiling = max(math.ceil(model.cores), model.workers + 1)
+    # the cores come from the record: a hostile or corrupt one may claim 2**70 (the search would
+    # never end); no machine the planner advises has more than MAX_PLANNED_CORES
+    ceiling = max(math.ceil(min(model.cores, MAX_PLANNED_CORES)), model.workers + 1)
     thread_options = sorted({model.threads, 1}, reverse=True)
     for workers in range(max(model.workers + 1, 1), ceiling + 1):
         for threads in thread_options:
