@@ -28,6 +28,7 @@ Besides the FLOP total, the step yields :class:`~stepscope.record.run.ComputeFac
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +196,23 @@ class OpCounter:
 
         from torch.utils.flop_counter import flop_registry
 
+        def count(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if counter.in_data_wait():
+                counter.data_count += 1
+                return out
+            counter.count += 1
+            name = func.__name__.split(".")[0]
+            if name in _MATMUL_OPS:
+                counter._note_matmul(name, args)
+            flop_count = flop_registry.get(func._overloadpacket)
+            if flop_count is not None:
+                flops = int(flop_count(*args, **kwargs, out_val=out))
+                counter.flops += flops
+                counter.flops_by_op[name] = counter.flops_by_op.get(name, 0) + flops
+            return out
+
         class _Mode(TorchDispatchMode):
             @classmethod
             def ignore_compile_internals(cls) -> bool:
@@ -202,22 +220,19 @@ class OpCounter:
                 # (measured: 4 graphs compiled instead of 8 for the rest of a run)
                 return True
 
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch keeps dynamo out of a mode's __torch_dispatch__ with torch._disable_dynamo,
+                # whose first call imports torch._dynamo: 1.8 s inside the counted step of every
+                # run of a script that never compiles (measured on a 2-core box). Until the script
+                # imports dynamo no frame can be compiled; the first operator after it does puts
+                # the wrapped counter in place (below)
+                return "torch._dynamo" in sys.modules
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                out = func(*args, **kwargs)
-                if counter.in_data_wait():
-                    counter.data_count += 1
-                    return out
-                counter.count += 1
-                name = func.__name__.split(".")[0]
-                if name in _MATMUL_OPS:
-                    counter._note_matmul(name, args)
-                flop_count = flop_registry.get(func._overloadpacket)
-                if flop_count is not None:
-                    flops = int(flop_count(*args, **kwargs, out_val=out))
-                    counter.flops += flops
-                    counter.flops_by_op[name] = counter.flops_by_op.get(name, 0) + flops
-                return out
+                if "torch._dynamo" in sys.modules:
+                    type(self).__torch_dispatch__ = torch._disable_dynamo(count, recursive=True)
+                return count(self, func, types, args, kwargs)
 
         self._torch = torch
         if self.function_mode:  # a torch function mode changes what dynamo guards on: not beside torch.compile

@@ -61,3 +61,41 @@ def test_probe_closed_mid_step_discards_the_count():
     probe.close()
     assert probe.result is None
     torch.ones(2).add(1)  # no mode left active
+
+
+COUNT_WITHOUT_AND_THEN_WITH_COMPILE = """
+import sys, torch
+from stepscope.capture.flops import OpCounter
+
+model = torch.nn.Linear(8, 4)
+x = torch.randn(2, 8)
+with OpCounter() as counter:
+    eager = model(x)
+print("count", counter.count, "dynamo", "torch._dynamo" in sys.modules)
+with OpCounter(function_mode=False) as counter:
+    compiled = torch.compile(model, backend="eager")  # dynamo is first imported inside the count
+    for _ in range(3):
+        out = compiled(x)
+from torch._dynamo.utils import counters
+print("compiled", counter.count > 0, counters["stats"]["unique_graphs"], len(counters["graph_break"]),
+      torch.equal(out, eager))
+"""
+
+
+def test_counting_a_step_does_not_import_dynamo_and_a_compile_started_inside_it_still_compiles():
+    """torch wraps a dispatch mode in torch._disable_dynamo, whose first call imports torch._dynamo
+    (1.8 s on a 2-core box, inside the counted step of every run); a script that never compiles
+    must not pay it, and one that starts compiling inside the count compiles as without it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, "-c", COUNT_WITHOUT_AND_THEN_WITH_COMPILE], env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[2:] == ["dynamo", "False"] and int(lines[0].split()[1]) >= 2, lines
+    assert lines[1] == "compiled True 1 0 True", lines
