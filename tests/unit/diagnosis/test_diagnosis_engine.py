@@ -148,3 +148,27 @@ def test_a_minor_cause_does_not_hide_a_larger_symptom():
     settled = run_rules(build_evidence(record), rules=(major_wait, low_mfu))
     assert [item.family for item in settled.findings] == ["input_pipeline"]
     assert [(item.family, by) for item, by in settled.superseded] == [("compute", "input_pipeline.loader_cpu_bound")]
+
+
+def test_a_top_finding_that_explains_little_of_the_step_says_so_with_a_low_confidence():
+    """On the blind evaluation a top finding of 9-13 % of the step was never the factor whose removal
+    gained most: its confidence is capped and it says what it explains; a costlier top finding and
+    the findings below it keep theirs."""
+    from stepscope.diagnosis.engine import EXPLAINS_LITTLE_CONFIDENCE
+    from stepscope.report.render.lines import confidence_line
+
+    def wait(share):
+        def rule(ev):
+            return Finding("a.x", "input_pipeline", "wait", severity_for(share), share, 0.9, claims=("data_wait",))
+        return rule
+
+    def sync(ev):
+        return Finding("c.x", "host_device_sync", "sync", severity_for(0.05), 0.05, 0.9, claims=("compute",))
+
+    small = run_rules(ctx_of(make_record(shares=INPUT)), rules=(wait(0.13), sync), verdict=False).findings
+    assert [item.rule_id for item in small] == ["a.x", "c.x"]
+    assert small[0].confidence == EXPLAINS_LITTLE_CONFIDENCE and small[0].extra["explains_little"]
+    assert small[0].rule_confidence == 0.9 and small[1].confidence == 0.96
+    assert "explains 13.0% of the step" in confidence_line(small[0]) and "explains" not in confidence_line(small[1])
+    large = run_rules(ctx_of(make_record(shares=INPUT)), rules=(wait(0.3), sync), verdict=False).findings
+    assert large[0].confidence == 0.96 and "explains_little" not in large[0].extra

@@ -34,8 +34,8 @@ from stepscope._version import __version__
 from stepscope.report.model import PHASES, Finding, Report, RunSummary, StepSeries, TraceRankView, TraceViews
 from stepscope.report.render.output import Output
 from stepscope.report.render import html_charts as charts
-from stepscope.report.render.lines import (account_line, compile_line, gain_line, loader_line, overridden_line,
-                                           skipped_line, withdrawn_line)
+from stepscope.report.render.lines import (account_line, compile_line, confidence_line, gain_line, loader_line,
+                                           overridden_line, skipped_line, withdrawn_line)
 from stepscope.safe_write import atomic_write
 from stepscope.units import format_bytes, format_duration, format_duration_ns, format_ratio, format_value
 
@@ -213,7 +213,7 @@ def _finding(finding: Finding, number: int) -> str:
     summary = f"<div>{text(finding.summary, 2000)}</div>" if finding.summary else ""
     return (f'<div class="finding {level}"><div class="title"><span class="badge {level}">{level.upper()}</span>'
             f"{number}. {text(finding.title)}</div>"
-            f'<div class="cost">{cost} · {text(finding.family)} · confidence {format_ratio(finding.confidence)}'
+            f'<div class="cost">{cost} · {text(finding.family)} · {text(confidence_line(finding))}'
             f"{where}</div>{summary}"
             + (f'<ul class="evidence">{evidence}</ul>' if evidence else "")
             + (f'<ul class="prescription">{prescriptions}</ul>' if prescriptions else "") + "</div>")

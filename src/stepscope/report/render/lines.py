@@ -57,6 +57,17 @@ def skipped_line(summary: Any) -> str:
     return " · ".join(parts)
 
 
+def confidence_line(finding: Any) -> str:
+    """``confidence 96%``; for a finding that explains little of the step (its confidence capped by
+    the diagnosis), ``confidence 17% (it explains 13% of the step; no measured cause explains the
+    model's part)``."""
+    text = f"confidence {format_ratio(finding.confidence)}"
+    if finding.extra.get("explains_little"):
+        text += (f" (it explains {format_ratio(finding.impact)} of the step; no measured cause explains the rest:"
+                 " check it before acting)")
+    return text
+
+
 def gain_line(prescription: Any) -> str:
     """What a prescription is worth, as measured or estimated: ``measured to save 31% of the step
     (22–38%, 3 trials)``, ``expected to save 12–36% of the step (estimate, ±12 points: not

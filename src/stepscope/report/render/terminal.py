@@ -28,8 +28,8 @@ from rich.text import Text
 
 from stepscope.report.model import PHASES, Finding, JobSummary, Report, RunSummary
 from stepscope.report.render.output import Output
-from stepscope.report.render.lines import (account_line, compile_line, gain_line, loader_line, overridden_line,
-                                           skipped_line, verification_line, withdrawn_line)
+from stepscope.report.render.lines import (account_line, compile_line, confidence_line, gain_line, loader_line,
+                                           overridden_line, skipped_line, verification_line, withdrawn_line)
 from stepscope.report.render.machine import machine_rows
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio, format_value
@@ -109,7 +109,7 @@ def head_line(finding: Finding, number: int, cost: bool = False) -> Text:
 def cost_line(finding: Finding) -> str:
     where = f" · rank {finding.rank}" if finding.rank is not None and finding.family != "straggler" else ""
     path = f" · owns {format_ratio(finding.path_share)} of the critical path" if finding.path_share is not None else ""
-    return f"{cost_text(finding)}{path} · {finding.family} · confidence {format_ratio(finding.confidence)}{where}"
+    return f"{cost_text(finding)}{path} · {finding.family} · {confidence_line(finding)}{where}"
 
 
 def action_line(prescription: Any, first: bool) -> Text:
