@@ -54,6 +54,10 @@ class MacroSignals:
     # CPU of the loading processes (main when num_workers=0, else workers; share of one core)
     # while the main process waited for data: separates CPU-bound from storage/latency-bound input
     data_wait_cpu_util: float | None = None
+    # share of the DataLoader workers' samples inside the window in which the worker was running or
+    # runnable (scheduler state R): with little CPU, a low share means blocked (reads, a slow
+    # source, an empty index queue), not starved of cores; None under LOADER_STATE_MIN samples
+    loader_runnable_share: float | None = None
     thread_count_max: int | None = None
     # storage
     disk_read_bytes_per_s: float | None = None

@@ -306,3 +306,20 @@ def test_data_wait_cpu_util_needs_steps_that_wait():
                    **cpu_columns(np.tile([0.5, 0.5], (29, 1))))
     assert sig.data_wait_cpu_util(samples, _two_step_run(0.1), np.ones(29, dtype=bool)) is None
     assert sig.data_wait_cpu_util(samples, None, np.ones(29, dtype=bool)) is None
+
+
+def test_loader_runnable_share_counts_the_workers_running_or_runnable_samples_only():
+    """Workers found in state R (running or waiting for a core) 3 times in 10 and sleeping otherwise;
+    the main process (always R) and exited (Z) rows are not the loaders'; too few samples say nothing."""
+    processes = [ProcessInfo(0, 10, role="main"), ProcessInfo(1, 11, role="dataloader_worker"),
+                 ProcessInfo(2, 12, role="dataloader_worker")]
+    worker = [(s, 1, 0, 100, 0, 0, 0, 1, "R" if s % 10 < 3 else "S") for s in range(20)]
+    other = [(s, 2, 0, 100, 0, 0, 0, 1, "D" if s < 19 else "Z") for s in range(20)]
+    samples = make(20, processes=processes, proc_rows=rows_for(0, range(20), 5) + worker + other)
+    assert sig.loader_runnable_share(samples, instants(20)) == pytest.approx(6 / 39)
+    assert sig.compute_signals(samples).loader_runnable_share == pytest.approx(6 / 39)
+    few = np.zeros(20, dtype=bool)
+    few[:3] = True
+    assert sig.loader_runnable_share(samples, few) is None
+    assert sig.loader_runnable_share(make(20, processes=processes[:1], proc_rows=rows_for(0, range(20), 5)),
+                                     instants(20)) is None

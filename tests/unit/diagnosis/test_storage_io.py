@@ -90,3 +90,21 @@ def test_a_saturated_machine_with_only_page_cache_warming_is_not_called_storage_
     assert loader_waits_on_io(ctx_of(record, signals)) is None
     families = [item.family for item in run_rules(ctx_of(record, signals)).findings]
     assert "input_pipeline" in families and "storage_io" not in families
+
+
+@pytest.mark.parametrize("runnable, conclusive", [(0.2, True), (0.9, False), (None, False)])
+def test_workers_blocked_rather_than_runnable_make_an_idle_loader_conclusive_on_busy_cores(runnable, conclusive):
+    """All cores busy (the model's threads): workers using little CPU may be starved — unless their
+    scheduler states show them blocked (reading, sleeping on a source), not runnable."""
+    from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
+
+    record = make_record(shares=INPUT, num_workers=2)
+    signals = dict(cpu_count=2, worker_cpu_util_mean=0.15, cpu_util_mean=0.99, loader_runnable_share=runnable)
+    finding = loader_waits_on_io(ctx_of(record, signals))
+    assert (finding is not None) == conclusive
+    if conclusive:
+        assert "blocked, not starved" in " ".join(item.scope for item in finding.evidence)
+        assert "while the loaders are idle" in finding.title
+    else:
+        assert "not conclusive" in loader_cpu_bound(ctx_of(record, signals)).title + \
+            loader_cpu_bound(ctx_of(record, signals)).summary

@@ -117,6 +117,7 @@ def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWi
                                                   samples.meta.interval_s),
         gpu_memory_used_share_max=gpu_memory_used_share_max(samples, instants),
         data_wait_cpu_util=data_wait_cpu_util(samples, steps, mask),
+        loader_runnable_share=loader_runnable_share(samples, instants),
         memory_total_bytes=samples.meta.mem_total_bytes or None,
         foreign_processes=foreign_processes(samples.foreign, start, end),
         unseen_tree_cores=None if (unseen := counter_rate(samples["tree_unseen_cpu_ticks"], seconds, mask)) is None
@@ -337,6 +338,27 @@ def data_wait_cpu_util(samples: Samples, steps: Any, mask: np.ndarray) -> float 
     utils = process_cpu_utils(samples, waiting)
     workers = [utils[info.id] for info in samples.processes_with_role("dataloader_worker") if info.id in utils]
     return float(np.mean(workers)) if workers else None
+
+
+#: Worker samples below which the loaders' scheduler states say nothing.
+LOADER_STATE_MIN = 8
+
+
+def loader_runnable_share(samples: Samples, instants: np.ndarray) -> float | None:
+    """Share of the DataLoader workers' samples (at instants inside the window) that found the worker
+    running or runnable (state ``R``) rather than blocked (``S``, ``D``): a starved loader is
+    runnable and waits for a core; a loader that waits on reads or a slow source is not."""
+    ids = [info.id for info in samples.processes_with_role("dataloader_worker")]
+    proc = samples.proc
+    if not ids or not len(proc["id"]):
+        return None
+    rows = proc["sample"]
+    keep = np.isin(proc["id"], ids) & instants[np.clip(rows, 0, len(instants) - 1)]
+    states = proc["state"][keep]
+    states = states[states != "Z"]
+    if len(states) < LOADER_STATE_MIN:
+        return None
+    return float(np.mean(states == "R"))
 
 
 def max_concurrent(samples: Samples, role: str, instants: np.ndarray) -> int:

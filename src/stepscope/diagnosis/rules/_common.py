@@ -126,10 +126,16 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
     :func:`stepscope.analysis.bundle.loader_cpu`), or None when not conclusive.
 
     When every core is busy (:data:`CPU_SATURATED`), a loader using little CPU may be starved by
-    other threads rather than idle: the measurement is then not conclusive.
+    other threads rather than idle: the measurement is then not conclusive — unless the workers'
+    scheduler states show them blocked rather than runnable (``loader_runnable_share`` below
+    :data:`LOADER_CPU_BUSY`): a starved process is runnable, waiting for a core.
     """
     util, source = ev.loader_cpu.util, ev.loader_cpu.source
     if util is not None and util < LOADER_CPU_BUSY and cpu_saturated(ev):
+        runnable = ev.signals.loader_runnable_share if ev.signals is not None else None
+        if runnable is not None and runnable < LOADER_CPU_BUSY:
+            return util, (f"{source}; all cores were busy, but the workers were runnable in only "
+                          f"{pct(runnable)} of the samples: blocked, not starved (sampler)")
         return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
     return util, source
 
