@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: every check on CUDA
     python benchmarks/gpu_check.py --device cpu    # the same workloads on the CPU (the test suite runs this)
+    python benchmarks/gpu_check.py --keep DIR      # keep the scripts and run directories in DIR
 
 Each check runs a small training script (written to a temporary directory) under `stepscope run`
 as a user would, then reads the run directory back:
@@ -209,9 +210,10 @@ def check_mfu_dtype(runner: Runner) -> str:
             raise Skip(f"CPU MFU withheld on a crowded machine ({note}); dtypes seen: {ran}")
         assert mfu is not None, f"no MFU: {note}"
         assert mfu["dtype"] == dtype and 0 < mfu["value"] <= 1, mfu
-        if runner.cuda:
-            name = report["run"]["devices"][0]["name"]
-            assert name in mfu["peak_source"], f"peak of {mfu['peak_source']!r}, device {name!r}"
+        if runner.cuda:  # the record lists the CPU first, then the CUDA devices
+            names = [item["name"] for item in report["run"]["devices"] if item.get("kind") == "cuda"]
+            assert names, f"no CUDA device in the record: {report['run']['devices']}"
+            assert names[0] in mfu["peak_source"], f"peak of {mfu['peak_source']!r}, device {names[0]!r}"
         seen.append(f"{dtype}: MFU {mfu['value']:.1%} of {mfu['peak_source']}")
     return "; ".join(seen)
 
@@ -222,13 +224,34 @@ def check_sync_and_pinned_memory(runner: Runner) -> str:
     _, report, _ = runner.run("sync.py", runner.device, options=("--trace",))
     trace = report["trace"]
     assert trace is not None, "the --trace window was not analyzed"
-    assert (trace["sync_count_per_step"] or 0) >= 1, f"no syncs found per step: {trace['sync_count_per_step']}"
+    syncs = trace_field(trace, SYNCS_PER_STEP) or 0
+    assert syncs >= 1, f"no syncs found per step: {syncs}"
     findings = [item for item in report["findings"] if item["family"] == "host_device_sync"]
     assert findings, "no host_device_sync finding: " + "; ".join(item["title"] for item in report["findings"])
     settings = {p["setting"] for item in findings for p in item["prescriptions"]}
-    if (trace["memcpy_share"] or 0) >= 0.05:
-        assert "pin_memory" in settings, f"memcpy {trace['memcpy_share']:.1%} without a pin_memory prescription"
-    return f"{findings[0]['title']} (syncs per step {trace['sync_count_per_step']:.1f})"
+    memcpy = trace_field(trace, MEMCPY_SHARE) or 0
+    if memcpy >= 0.05:
+        assert "pin_memory" in settings, f"memcpy {memcpy:.1%} without a pin_memory prescription"
+    return f"{findings[0]['title']} (syncs per step {syncs:.1f}, memcpy {memcpy:.1%} of the step)"
+
+
+#: Paths into report.json's ``trace`` section that the CUDA checks read; the CPU run checks that
+#: they exist (values may be null there), so a renamed key fails here too, not only on a GPU.
+SYNCS_PER_STEP = "syncs.syncs_per_step"
+MEMCPY_SHARE = "shares.memcpy"
+KERNELS_PER_STEP = "launches.kernels_per_step"
+
+
+def trace_field(trace: dict, path: str):
+    """``trace[a][b]`` for ``path`` "a.b"; None where a group is null; AssertionError where a key is
+    missing (the report's schema changed under this script)."""
+    value = trace
+    for key in path.split("."):
+        if value is None:
+            return None
+        assert key in value, f"report.json's trace has no {path!r} (keys here: {sorted(value)})"
+        value = value[key]
+    return value
 
 
 def check_trace_window(runner: Runner) -> str:
@@ -238,9 +261,10 @@ def check_trace_window(runner: Runner) -> str:
     assert report["summary"]["steps"]["excluded"], "the window's steps were not left out"
     trace = report["trace"]
     assert trace is not None and trace["steps"] >= 1, "the window's trace did not feed the diagnosis"
+    values = {path: trace_field(trace, path) for path in (SYNCS_PER_STEP, MEMCPY_SHARE, KERNELS_PER_STEP)}
     if runner.cuda:
         assert trace["device"], "no GPU kernels in the trace window"
-        assert (trace["kernel_count_per_step"] or 0) > 0, "no kernels per step"
+        assert (values[KERNELS_PER_STEP] or 0) > 0, f"no kernels per step: {values}"
     return f"{traces[0].name}: {trace['steps']} steps, device {trace['device'] or 'none (CPU)'}"
 
 
@@ -270,10 +294,14 @@ CHECKS: tuple[tuple[str, Callable[[Runner], str]], ...] = (
 )
 
 
-def run_checks(device: str, only: list[str] | None = None) -> list[CheckResult]:
+def run_checks(device: str, only: list[str] | None = None, keep: Path | None = None) -> list[CheckResult]:
     results = []
-    with tempfile.TemporaryDirectory(prefix="stepscope-gpu-check-") as work:
-        runner = Runner(Path(work), device)
+    with tempfile.TemporaryDirectory(prefix="stepscope-gpu-check-") as scratch:
+        work = Path(scratch)
+        if keep is not None:  # the scripts and every run directory stay there
+            work = keep
+            work.mkdir(parents=True, exist_ok=True)
+        runner = Runner(work, device)
         for name, check in CHECKS:
             if only and name not in only:
                 continue
@@ -303,11 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
     parser.add_argument("--only", nargs="*", help="run only these checks")
     parser.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    parser.add_argument("--keep", type=Path, default=None, help="write the scripts and run directories here")
     args = parser.parse_args(argv)
     device = args.device or default_device()
     print(f"stepscope GPU check on {device}", flush=True)
     begin = time.perf_counter()
-    results = run_checks(device, args.only)
+    results = run_checks(device, args.only, args.keep)
     failed = [item.name for item in results if item.status == "FAIL"]
     passed = sum(item.status == "PASS" for item in results)
     skipped = sum(item.status == "SKIP" for item in results)

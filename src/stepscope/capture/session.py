@@ -159,7 +159,9 @@ class CaptureSession:
         self._torch_watcher: Any = None
         self._dynamo_watcher: Any = None
         self.compile_watch: Any = None  # stepscope.capture.compile_watch.CompileWatcher, once dynamo is imported
-        self._device_checked_at = 0
+        # the first check comes at the first commit: a script that moved its model to the GPU before
+        # its loop is timed on the device from its second step (found on an H200: 8 steps untimed)
+        self._device_checked_at = -DEVICE_CHECK_EVERY
         self.cpu_peaks: dict[str, CpuPeak | None] = {}  # matmul dtype -> this machine's peak
         #: Polled between the steps of finalisation: True when the process should end now
         #: (a second signal arrived); the optional steps after the record's save are then skipped.

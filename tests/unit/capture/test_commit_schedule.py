@@ -74,3 +74,25 @@ def test_device_timing_starts_once_the_script_initialises_cuda(tmp_path, monkeyp
         session.stop()
     assert asked == [True]  # never asked while CUDA was not initialised; once after
     assert flipped_at <= timed_from <= flipped_at + DEVICE_CHECK_EVERY + 1
+
+
+def test_a_script_that_initialised_cuda_before_its_loop_is_timed_on_the_device_from_its_second_step(
+        tmp_path, monkeypatch):
+    """The first check is at the first commit, not after DEVICE_CHECK_EVERY steps (on an H200 the
+    steps before the first periodic check had no device time)."""
+    from stepscope.capture import cuda_timing
+    from tests.unit.capture.test_cuda_timing import FakeDevice
+
+    device = FakeDevice()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(cuda_timing, "torch_cuda_backend", lambda: (device.make_event, device.synchronize))
+    session = CaptureSession(tmp_path / "run", sample_interval_s=None, count_flops=False, emit_warnings=False,
+                             stacks_hz=0).start()
+    try:
+        model = torch.nn.Linear(4, 1)
+        for (x,) in DataLoader(TensorDataset(torch.zeros(12 * 2, 4)), batch_size=2):
+            model(x).sum().backward()
+    finally:
+        record = session.stop()
+    timed = [index for index, value in enumerate(record.steps.device_ns) if value >= 0]
+    assert timed and timed[0] <= 1 and timed == list(range(timed[0], len(record.steps))), timed
