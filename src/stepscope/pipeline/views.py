@@ -16,7 +16,7 @@ import numpy as np
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.ranks import MissingRank, first_failure, rank_row, rank_spread
-from stepscope.analysis.run.steady import step_stats
+from stepscope.analysis.run.steady import model_split_by_device, step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
@@ -130,7 +130,7 @@ def step_series(evidence: RunEvidence, timelines: SystemTimelines | None) -> Ste
     record = evidence.record
     if record is None:
         return None
-    steps = record.steps
+    steps = model_split_by_device(record.steps)  # the summary's split of the model's time
     duration = steps.duration_ns.astype(np.float64)
     phases = {name: steps.phase(name) for name in PHASES}
     with np.errstate(invalid="ignore", divide="ignore"):
