@@ -88,8 +88,9 @@ class OpOverhead:
 class MfuEstimate:
     """Model FLOPs utilisation of the steady state, never above 1.
 
-    ``low``/``high`` bound it from the spread of the step times (p10–p90 of steady steps) and, on
-    CPU, of the measured peak. ``peak`` is the peak of ``dtype`` — the dtype that carried most of
+    ``low``/``high`` bound it from the spread of the step times (p10–p90 of steady steps: of their
+    device times on a GPU where CUDA events timed every steady step) and, on CPU, of the measured
+    peak. ``peak`` is the peak of ``dtype`` — the dtype that carried most of
     the counted step's FLOPs.
     """
 
@@ -537,6 +538,9 @@ def mfu_estimate(facts: CaptureFacts, steady: SteadyState | None, gpu: DeviceInf
         if peak is None:
             return None, f"no datasheet peak known for {gpu.name} in {dtype}"
         step = steady.step_time_s
+        if steady.device_step_p10_s is not None and steady.device_step_p90_s is not None:
+            # the host's step boundaries jitter with the launch queue; the device's bound the spread
+            fast, slow = steady.device_step_p10_s, steady.device_step_p90_s
         peak_low = peak_high = peak
         source = f"{gpu.name} datasheet {dtype}"
     else:

@@ -51,3 +51,25 @@ def test_steps_without_device_times_keep_the_host_split():
     assert (split.optimizer_ns[5:] < record.steps.optimizer_ns[5:]).all()
     cpu = make_record()
     assert model_split_by_device(cpu.steps) is cpu.steps
+
+
+def test_a_gpu_mfu_is_bounded_by_the_device_step_times_not_the_host_jitter():
+    """The host's step boundaries move with the launch queue (on the H200: host steps of 1.8 ms
+    beside 12.2 ms ones, the device 12.2 ms each): the host's p10 put the MFU's upper bound at 100 %."""
+    from stepscope.analysis.bundle import build_evidence
+    from tests.unit.diagnosis.diagnosis_records import gpu
+
+    record = _gpu_record(steps=40)
+    record = replace(record, meta=replace(record.meta, devices=gpu("NVIDIA H200")))
+    columns = record.steps.columns()
+    jitter = np.where(np.arange(40) % 3 == 0, 0.15, 1.45)  # a third of the host's steps are short
+    for name in ("duration", "forward", "backward", "optimizer", "other"):
+        columns[f"{name}_ns"] = np.rint(columns[f"{name}_ns"] * jitter).astype(np.int64)
+    record = replace(record, steps=StepTable.from_columns(columns))
+    from stepscope.record.run import ComputeFacts
+
+    compute = ComputeFacts(step_index=3, flops=int(5.5e12), ops=60, matmul_flops_by_dtype={"bf16": int(5.5e12)})
+    record = replace(record, facts=replace(record.facts, compute=compute))
+    mfu = build_evidence(record).mfu
+    assert mfu is not None and mfu.on_gpu and mfu.dtype == "bf16"
+    assert mfu.low <= mfu.value <= mfu.high < 1.5 * mfu.value, mfu

@@ -149,6 +149,11 @@ class SteadyState:
     fetch_wait_p90: float
     batches_per_step: float
     samples_per_step: int | None  # the mode of samples per step (the batch size actually used)
+    #: p10 and p90 of the steady steps' device time (CUDA events), when every steady step has one:
+    #: on a GPU the host's step boundaries jitter with the launch queue (on an H200, host steps of
+    #: 1.8 ms beside 12.2 ms ones while the device took 12.2 ms each), the device's do not
+    device_step_p10_s: float | None = None
+    device_step_p90_s: float | None = None
     #: phases capture could measure in this run; the others read "not measured", never 0 %: data
     #: wait needs a DataLoader (or a wrapped iterable), forward a module call, backward a
     #: backward(), optimizer a torch.optim step. "other" is always measured.
@@ -214,6 +219,8 @@ def steady_state(record: RunRecord) -> SteadyState | None:
     fetch = (steps.data_wait_ns[mask] - steps.loader_init_ns[mask]).astype(np.float64)
     per_step = fetch / np.maximum(durations, 1.0)
     batches = steps.batches[mask]
+    device = steps.device_ns[mask]
+    timed = len(device) > 0 and bool((device > 0).all())
     return SteadyState(
         step_count=len(steps),
         steady_count=int(mask.sum()),
@@ -233,6 +240,8 @@ def steady_state(record: RunRecord) -> SteadyState | None:
         fetch_wait_p90=float(np.percentile(per_step, 90)),
         batches_per_step=float(batches.mean()) if len(batches) and batches.mean() > 0 else 1.0,
         samples_per_step=_mode_samples(steps.samples[mask]),
+        device_step_p10_s=float(np.percentile(device, 10)) / 1e9 if timed else None,
+        device_step_p90_s=float(np.percentile(device, 90)) / 1e9 if timed else None,
         measured_phases=measured_phases(record),
     )
 
