@@ -60,7 +60,7 @@ def skipped_line(summary: Any) -> str:
 def confidence_line(finding: Any) -> str:
     """``confidence 96%``; for a finding that explains little of the step (its confidence capped by
     the diagnosis), ``confidence 17% (it explains 13% of the step; no measured cause explains the
-    model's part)``."""
+    rest: check it before acting)``."""
     text = f"confidence {format_ratio(finding.confidence)}"
     if finding.extra.get("explains_little"):
         text += (f" (it explains {format_ratio(finding.impact)} of the step; no measured cause explains the rest:"
