@@ -37,13 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals
-from stepscope.analysis.run.steady import SteadyState
+from stepscope.analysis.run.steady import MODEL_PHASES, SteadyState
 from stepscope.record.run import PHASES, RunRecord, ThreadAccount, ThreadInfo
 
 #: Accounted steady steps needed before the account is shown (fewer: too noisy to say anything).
 MIN_ACCOUNTED = 3
-#: The model's phases: off CPU there is neither loading nor communication.
-MODEL_PHASES = ("forward", "backward", "optimizer")
 #: A Python thread of the process using at least this much of a core while the training thread is
 #: off CPU in the model's phases is a GIL competitor worth naming.
 GIL_THREAD_CORES = 0.1

@@ -118,6 +118,9 @@ def _samples_per_s(steps: StepTable, total_s: float) -> float | None:
     return float(steps.samples[fetched].sum()) / total_s
 
 
+#: The phases in which the model itself runs (the step's compute).
+MODEL_PHASES = ("forward", "backward", "optimizer")
+
 #: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
 FAST_PERCENTILE = 10
 
@@ -166,16 +169,13 @@ class SteadyState:
     @property
     def compute_share(self) -> float:
         """forward + backward + optimizer: time the model itself runs."""
-        return sum(self.shares.get(name, 0.0) for name in ("forward", "backward", "optimizer"))
+        return sum(self.shares.get(name, 0.0) for name in MODEL_PHASES)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("mask")
         data["excluded"] = list(self.excluded)
         return data
-
-
-MODEL_PHASES = ("forward", "backward", "optimizer")
 
 
 def model_split_by_device(steps: StepTable) -> StepTable:

@@ -73,11 +73,9 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     slow_wait = slow.comm.exposed_s if slow.comm is not None else 0.0
     if wait_s is not None and wait_s - slow_wait < MIN_WAIT_EXPLAINED * lost_s:
         return None
-    impact = lost_s / step
-    if wait_s is not None:
-        # what the job measurably loses is what the others wait beyond the slow rank's own wait: its
-        # excess less what it saved meanwhile (its loader's workers fetch ahead behind a chore)
-        impact = min(lost_s, max(0.0, wait_s - slow_wait)) / step
+    # with the collectives timed, what the job measurably loses is what the others wait beyond the
+    # slow rank's own wait: its excess less what it saved meanwhile (its loader fetches ahead behind a chore)
+    impact = (lost_s if wait_s is None else min(lost_s, max(0.0, wait_s - slow_wait))) / step
     cause = _cause(slow, phase, lost_s)
     others_s = own_s_of_others = float(np.median([item.own_work_s((phase,)) for item in waiting]))
     del own_s_of_others
