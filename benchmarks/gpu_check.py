@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     parser.add_argument("--keep", type=Path, default=None, help="write the scripts and run directories here")
     args = parser.parse_args(argv)
+    if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
+        parser.error(f"--keep {args.keep}: not a directory; give a directory to keep the runs in")
     device = args.device or default_device()
     print(f"stepscope GPU check on {device}", flush=True)
     begin = time.perf_counter()

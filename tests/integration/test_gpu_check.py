@@ -20,3 +20,18 @@ def test_gpu_check_in_cpu_mode():
     assert len(lines) == 6 and not any(line.startswith("FAIL") for line in lines), lines
     passed = {line.split()[1] for line in lines if line.startswith("PASS")}
     assert {"trace-window", "input-bound-on-device"} <= passed, lines
+
+
+@pytest.mark.parametrize("script, args", [
+    ("gpu_check.py", ["--keep", "FILE"]),
+    ("bench_gpu_overhead.py", ["--keep", "FILE"]),
+    ("bench_gpu_overhead.py", ["--scripts", "tiny_ops,nope"]),
+    ("bench_gpu_overhead.py", ["--rounds", "0"]),
+])
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path, script, args):
+    (tmp_path / "FILE").write_text("x")
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / script), *[str(tmp_path / a) if a == "FILE" else a
+                                                                         for a in args]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith(f"{script}: error:")
