@@ -16,6 +16,9 @@ as a user would, then reads the run directory back:
 - ``sync-and-pinned-memory``: a step that calls ``.item()`` and copies pageable host tensors is
   diagnosed by the host-device sync rule from its ``--trace`` window, with the ``pin_memory``
   prescription;
+- ``pageable-copy-without-trace``: without a trace, the FLOP-counted step records the script's
+  copy of pageable host tensors to the device at its line (bytes, pinned or not, its time), and the
+  line named outside the model gets the pinned-memory prescription, not "move it out of the step";
 - ``trace-window``: ``--trace`` wrote one torch.profiler window, left its steps out of the statistics
   and fed its analysis (with kernels on a GPU) to the diagnosis;
 - ``input-bound-on-device``: the zoo's planted input bottleneck, moved to the device, is still the
@@ -89,6 +92,27 @@ for step in range(30):
 print("done", len(losses))
 """
 
+COPY = """
+import sys
+import torch
+
+device = sys.argv[1]
+cuda = device.startswith("cuda")
+target = device if cuda else "meta"                     # on the CPU, a copy that costs nothing
+size = 2048 if cuda else 256
+torch.manual_seed(0)
+model = torch.nn.Linear(size, size).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.001)
+host = [torch.randn(size, size) for _ in range(2)]      # pageable host memory
+for step in range(40):
+    batch = host[step % 2].to(target)                   # COPY LINE
+    inputs = batch if cuda else host[step % 2]
+    opt.zero_grad(set_to_none=True)
+    model(inputs).pow(2).mean().backward()
+    opt.step()
+print("done")
+"""
+
 INPUT = """
 import sys
 import numpy as np
@@ -135,7 +159,7 @@ class Runner:
         self.work = work
         self.device = device
         self.cuda = device.startswith("cuda")
-        for name, text in (("train.py", TRAIN), ("sync.py", SYNC), ("input.py", INPUT)):
+        for name, text in (("train.py", TRAIN), ("sync.py", SYNC), ("pageable.py", COPY), ("input.py", INPUT)):
             (work / name).write_text(textwrap.dedent(text), encoding="utf-8")
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = str(REPO_SRC) + os.pathsep + self.env.get("PYTHONPATH", "")
@@ -235,6 +259,28 @@ def check_sync_and_pinned_memory(runner: Runner) -> str:
     return f"{findings[0]['title']} (syncs per step {syncs:.1f}, memcpy {memcpy:.1%} of the step)"
 
 
+def check_pageable_copy_without_trace(runner: Runner) -> str:
+    _, report, loaded = runner.run("pageable.py", runner.device)
+    compute = loaded["record"].facts.compute
+    assert compute is not None, "the FLOP-counted step did not run"
+    line = next(number for number, text in enumerate(textwrap.dedent(COPY).splitlines(), 1) if "COPY LINE" in text)
+    size = 2048 if runner.cuda else 256
+    copies = [item for item in compute.copies if item.to_device and item.line == line]
+    assert copies, f"no copy to the device recorded at pageable.py:{line}: {compute.copies}"
+    copy = copies[0]
+    assert copy.file.endswith("pageable.py") and not copy.pinned and not copy.non_blocking, copy
+    assert copy.bytes == size * size * 4 and copy.count == 1 and copy.wall_ns > 0, copy
+    if not runner.cuda:
+        raise Skip(f"no CUDA device: the copy's record checked (cpu→meta at pageable.py:{line}, {copy.bytes} bytes); "
+                   "the verdict needs a copy that costs time")
+    named = [item for item in report["findings"] if item["family"] == "outside_model"
+             and f"pageable.py:{line}" in item["title"]]
+    assert named, "the copy's line is not named: " + "; ".join(item["title"] for item in report["findings"])
+    first = named[0]["prescriptions"][0]["action"]
+    assert "pin_memory()" in first and "non_blocking=True" in first, first
+    return f"{named[0]['title']} (copy {copy.wall_ns / 1e6:.2f} ms in the counted step)"
+
+
 #: Paths into report.json's ``trace`` section that the CUDA checks read; the CPU run checks that
 #: they exist (values may be null there), so a renamed key fails here too, not only on a GPU.
 SYNCS_PER_STEP = "syncs.syncs_per_step"
@@ -289,6 +335,7 @@ CHECKS: tuple[tuple[str, Callable[[Runner], str]], ...] = (
     ("nvml-sampling", check_nvml_sampling),
     ("mfu-dtype", check_mfu_dtype),
     ("sync-and-pinned-memory", check_sync_and_pinned_memory),
+    ("pageable-copy-without-trace", check_pageable_copy_without_trace),
     ("trace-window", check_trace_window),
     ("input-bound-on-device", check_input_bound_on_device),
 )

@@ -17,9 +17,11 @@ def test_gpu_check_in_cpu_mode():
                           timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert len(lines) == 6 and not any(line.startswith("FAIL") for line in lines), lines
+    assert len(lines) == 7 and not any(line.startswith("FAIL") for line in lines), lines
     passed = {line.split()[1] for line in lines if line.startswith("PASS")}
     assert {"trace-window", "input-bound-on-device"} <= passed, lines
+    copy = next(line for line in lines if line.split()[1] == "pageable-copy-without-trace")
+    assert "the copy's record checked (cpu→meta at pageable.py:" in copy, copy  # its CPU part ran
 
 
 @pytest.mark.parametrize("script, args", [

@@ -23,18 +23,25 @@ Besides the FLOP total, the step yields :class:`~stepscope.record.run.ComputeFac
 - ``matmul_flops_by_dtype``: the step's FLOPs split by the dtype of the matmul/convolution inputs
   as they reached the kernels (after autocast), so MFU uses the peak of the dtype that ran;
 - ``autocast``: the autocast state seen during the step (``"cpu:bf16"``, ``"cuda:fp16"``);
-- ``param_dtypes``: dtypes of the parameters handed to the optimizers (when known).
+- ``param_dtypes``: dtypes of the parameters handed to the optimizers (when known);
+- ``copies``: the copies between devices (``.to(device)``, ``.cuda()``, ``dst.copy_(src)``), per line
+  of the user's code: bytes, count, the time the calls took (a blocking copy returns when it is
+  done, after the device's queue ahead of it), whether the host memory was pinned and the copy
+  asked to be non-blocking — what tells an input copy that costs the step apart from other work
+  on its line.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
-from stepscope.record.run import ComputeFacts
+from stepscope.record.run import ComputeFacts, DeviceCopy
 
 #: Index of the step whose FLOPs are counted (0-based; the first steps are warm-up).
 FLOP_STEP = 4
@@ -46,6 +53,9 @@ _MATMUL_OPS = frozenset({
     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_flash_attention_forward", "_efficient_attention_forward", "addbmm", "_scaled_mm",
 })
+
+#: Aten operators that copy between devices (``tensor.to(device)``/``.cuda()`` and ``dst.copy_(src)``).
+_COPY_OPS = frozenset({"_to_copy", "copy_"})
 
 _DTYPE_NAMES = {
     "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
@@ -112,7 +122,7 @@ class FlopProbe:
             self.result = ComputeFacts(
                 step_index=index, flops=int(ops.flops), ops=ops.count, data_ops=ops.data_count,
                 matmul_flops_by_dtype=_split_by_dtype(ops.flops_by_op, ops.matmul_dtypes, int(ops.flops)),
-                autocast=ops.autocast, param_dtypes=_safe(self.param_dtypes),
+                autocast=ops.autocast, param_dtypes=_safe(self.param_dtypes), copies=ops.device_copies(),
             )
         except Exception as exc:  # noqa: BLE001
             self.warn.once("flops", f"FLOP counting failed ({type(exc).__name__}: {exc}); no MFU")
@@ -176,6 +186,10 @@ class OpCounter:
         self.autocast: str | None = None
         self.in_data_wait = in_data_wait
         self.function_mode = function_mode
+        #: (file, line, function, source, target, pinned, non_blocking, in data wait) -> (count, bytes, ns)
+        self.copies: dict[tuple[str, int, str, str, str, bool, bool, bool], tuple[int, int, int]] = {}
+        self._library: tuple[str, ...] = ()
+        self._user: tuple[str, ...] = ()
         self._mode: Any = None
         self._function_mode: Any = None
 
@@ -198,12 +212,17 @@ class OpCounter:
 
         def count(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
+            name = func.__name__.split(".")[0]
+            if name in _COPY_OPS:  # timed: a blocking copy returns when it is done
+                started = time.perf_counter_ns()
+                out = func(*args, **kwargs)
+                counter._note_copy(name, args, kwargs, time.perf_counter_ns() - started)
+            else:
+                out = func(*args, **kwargs)
             if counter.in_data_wait():
                 counter.data_count += 1
                 return out
             counter.count += 1
-            name = func.__name__.split(".")[0]
             if name in _MATMUL_OPS:
                 counter._note_matmul(name, args)
             flop_count = flop_registry.get(func._overloadpacket)
@@ -235,12 +254,46 @@ class OpCounter:
                 return count(self, func, types, args, kwargs)
 
         self._torch = torch
+        from stepscope.capture.stacks import library_paths, user_paths
+
+        self._library, self._user = library_paths(), user_paths()
         if self.function_mode:  # a torch function mode changes what dynamo guards on: not beside torch.compile
             self._function_mode = _AutocastProbe()
             self._function_mode.__enter__()
         self._mode = _Mode()
         self._mode.__enter__()
         return self
+
+    def _note_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], wall_ns: int) -> None:
+        """A copy between devices: its bytes, the time the call took, whether the host side was
+        pinned, and the user's line."""
+        torch = self._torch
+        if name == "_to_copy":
+            source, target = args[0] if args else None, kwargs.get("device")
+            non_blocking = bool(kwargs.get("non_blocking", False))
+        else:  # copy_(dst, src, non_blocking=False)
+            if len(args) < 2 or not isinstance(args[0], torch.Tensor):
+                return
+            source, target = args[1], args[0].device
+            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        if not isinstance(source, torch.Tensor) or target is None:
+            return
+        target = torch.device(target)
+        if target.type == source.device.type:
+            return
+        host = source if source.device.type == "cpu" else None
+        pinned = bool(host.is_pinned()) if host is not None else False
+        where = _user_frame(self._library, self._user)
+        key = (*where, source.device.type, target.type, pinned, non_blocking, bool(self.in_data_wait()))
+        count, size, spent = self.copies.get(key, (0, 0, 0))
+        self.copies[key] = (count + 1, size + source.numel() * source.element_size(), spent + wall_ns)
+
+    def device_copies(self) -> tuple[DeviceCopy, ...]:
+        """The copies seen, one per line and kind, most bytes first."""
+        rows = [DeviceCopy(file, line, function, source, target, count, size, pinned, non_blocking, in_data, spent)
+                for (file, line, function, source, target, pinned, non_blocking, in_data), (count, size, spent)
+                in self.copies.items()]
+        return tuple(sorted(rows, key=lambda item: (-item.bytes, item.file, item.line)))
 
     def _note_matmul(self, name: str, args: tuple[Any, ...]) -> None:
         torch = self._torch
@@ -255,6 +308,20 @@ class OpCounter:
             self._function_mode.__exit__(*exc)
         self._mode = None
         self._function_mode = None
+
+
+def _user_frame(library: tuple[str, ...], user: tuple[str, ...]) -> tuple[str, int, str]:
+    """``(file, line, function)`` of the innermost frame of the user's code calling now, as the
+    stack samples fold it (``code_locations``): the first frame outward whose file is under no
+    library path (or under a user path) and is not synthetic; ``("", 0, "")`` when there is none."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        path = code.co_filename
+        if not path.startswith("<") and (not path.startswith(library) or path.startswith(user)):
+            return path, frame.f_lineno, code.co_name
+        frame = frame.f_back
+    return "", 0, ""
 
 
 def _autocast_state(torch: Any) -> str | None:

@@ -240,6 +240,37 @@ class CpuPeak:
 
 
 @dataclass(frozen=True)
+class DeviceCopy:
+    """Copies between devices that one line of the script made in the FLOP-counted step.
+
+    ``source``/``target`` are device types (``"cpu"``, ``"cuda"``); ``pinned`` tells whether the
+    host side was page-locked (a copy from pageable memory is synchronous and goes through a staging
+    buffer on the CPU); ``non_blocking`` is what the call asked for. ``file``/``line``/``function``
+    are the innermost frame of the user's code that made the copy (as the stack samples fold it),
+    ``file`` empty when none was found. ``in_data_wait``: made inside ``next(loader)``. The counted
+    step is slowed by the counting, the copies are not: ``wall_ns`` is timed around the copy alone.
+    """
+
+    file: str
+    line: int
+    function: str
+    source: str
+    target: str
+    count: int
+    bytes: int
+    pinned: bool
+    non_blocking: bool
+    in_data_wait: bool = False
+    #: the time the copy calls took on the training thread (a blocking copy returns when it is done)
+    wall_ns: int = 0
+
+    @property
+    def to_device(self) -> bool:
+        """A host-to-device copy."""
+        return self.source == "cpu" and self.target != "cpu"
+
+
+@dataclass(frozen=True)
 class ComputeFacts:
     """What the FLOP-counted step ran (``FlopCounterMode`` and a dispatch counter over one step).
 
@@ -257,6 +288,8 @@ class ComputeFacts:
     matmul_flops_by_dtype: dict[str, int] = field(default_factory=dict)
     autocast: str | None = None
     param_dtypes: tuple[str, ...] = ()
+    #: the copies between devices the step made, per line (largest first)
+    copies: tuple[DeviceCopy, ...] = ()
 
     @property
     def compute_dtype(self) -> str | None:

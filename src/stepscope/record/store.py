@@ -34,6 +34,7 @@ from stepscope.record.run import (
     Compilation,
     CompileFacts,
     ComputeFacts,
+    DeviceCopy,
     CpuPeak,
     DeviceInfo,
     GraphBreak,
@@ -248,6 +249,7 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
             "matmul_flops_by_dtype": {str(key): int(value)
                                       for key, value in dict(compute.get("matmul_flops_by_dtype") or {}).items()},
             "param_dtypes": tuple(str(item) for item in compute.get("param_dtypes", ())),
+            "copies": tuple(DeviceCopy(**_known(DeviceCopy, item)) for item in compute.get("copies", ()) or ()),
         }),
         cpu_peak=None if peak is None else CpuPeak(**_known(CpuPeak, peak)),
         cpu_peak_bf16=None if peak_bf16 is None else CpuPeak(**_known(CpuPeak, peak_bf16)),

@@ -55,6 +55,32 @@ def test_ops_inside_data_loading_are_counted_apart():
     assert 1 <= probe.result.ops < probe.result.data_ops
 
 
+def _copy_to_meta(batch, **kwargs):
+    return batch.to("meta", **kwargs)  # the copy's line
+
+
+def test_copies_between_devices_are_recorded_at_the_users_line_with_bytes_and_pinning():
+    probe = FlopProbe(WarningSink(emit=False), step=1)
+    host = torch.randn(64, 32)  # pageable: 8 KiB
+    for index in range(3):
+        on_device = _copy_to_meta(host)
+        _copy_to_meta(host[:8], non_blocking=True)
+        torch.empty(4, device="meta").copy_(torch.ones(4))  # dst.copy_(src) across devices
+        host.to(torch.float16)  # a cast on the host: no copy between devices
+        host.to("cpu")  # already there: no copy at all
+        on_device.add(1)
+        probe.on_commit(index)
+    copies = probe.result.copies
+    here = __file__
+    line = _copy_to_meta.__code__.co_firstlineno + 1
+    assert [(item.file, item.line, item.function) for item in copies[:2]] == [(here, line, "_copy_to_meta")] * 2
+    blocking, asked = copies[0], copies[1]
+    assert (blocking.bytes, blocking.count, blocking.pinned, blocking.non_blocking) == (64 * 32 * 4, 1, False, False)
+    assert (asked.bytes, asked.non_blocking) == (8 * 32 * 4, True)
+    assert blocking.source == "cpu" and blocking.target == "meta" and blocking.to_device
+    assert [(item.bytes, item.function) for item in copies[2:]] == [(16, "test_copies_between_devices_are_recorded_at_the_users_line_with_bytes_and_pinning")]
+
+
 def test_probe_closed_mid_step_discards_the_count():
     probe = FlopProbe(WarningSink(emit=False), step=1)
     probe.on_commit(0)

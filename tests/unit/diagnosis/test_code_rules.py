@@ -11,6 +11,7 @@ from stepscope.diagnosis.engine import run_rules
 from stepscope.diagnosis.rules.garbage_collection import collector_pauses
 from stepscope.diagnosis.rules.input_pipeline import loader_cpu_bound
 from stepscope.diagnosis.rules.outside_model import other_dominates
+from stepscope.record.run import ComputeFacts, DeviceCopy
 
 OTHER = {"data_wait": 0.02, "forward": 0.1, "backward": 0.08, "optimizer": 0.02}  # other 78 %
 
@@ -52,6 +53,39 @@ def test_other_dominates_names_the_code():
     assert finding.family == "outside_model"
     assert "train.py:22 step_metrics()" in finding.title
     assert finding.prescriptions[0].action.startswith("Move train.py:22 step_metrics()")
+
+
+def _with_copy(ev, **fields):
+    copy = DeviceCopy(**{"file": "/src/train.py", "line": 22, "function": "<module>", "source": "cpu",
+                         "target": "cuda", "count": 2, "bytes": 8 << 20, "pinned": False, "non_blocking": False,
+                         "wall_ns": 10**9, **fields})
+    compute = ComputeFacts(step_index=4, flops=10, ops=10, copies=(copy,))
+    return replace(ev, facts=replace(ev.facts, compute=compute))
+
+
+def test_an_input_copy_from_pageable_memory_is_named_and_pinned_not_moved_out_of_the_step():
+    ev = replace(ctx_of(make_record(shares=OTHER)), code=code("other", "/src/train.py", 22, "<module>"))
+    finding = other_dominates(_with_copy(ev))
+    assert "copying 8.00 MiB a step from pageable host memory to cuda" in finding.title
+    first = finding.prescriptions[0]
+    assert "pin_memory=True" in first.action and "non_blocking=True" in first.action
+    assert first.setting == "pin_memory" and first.suggested is True  # the run's DataLoader
+    assert not any("out of the training step" in item.action or "Log scalars" in item.action
+                   for item in finding.prescriptions)
+    assert ("device_copy_bytes", 8 << 20) in [(item.metric, item.value) for item in finding.evidence]
+    no_loader = replace(_with_copy(ev), main_loader=None)
+    assert "tensor.pin_memory()" in other_dominates(no_loader).prescriptions[0].action
+    pinned = other_dominates(_with_copy(ev, pinned=True))
+    assert "pinned host memory" in pinned.title and pinned.prescriptions[0].action.startswith("tensor.to(device, non_blocking=True)")
+
+
+def test_a_copy_elsewhere_or_cheap_beside_its_line_leaves_the_finding_as_it_was():
+    ev = replace(ctx_of(make_record(shares=OTHER)), code=code("other", "/src/train.py", 22, "<module>"))
+    step_ns = ev.steady.step_time_mean_s * 1e9
+    cheap = _with_copy(ev, wall_ns=int(0.3 * 0.7 * step_ns))  # the line (70 % of the step) spends 30 % copying
+    for moved in (_with_copy(ev, line=21), _with_copy(ev, source="cuda", target="cpu"), cheap):
+        finding = other_dominates(moved)
+        assert finding.prescriptions[0].action.startswith("Move train.py:22 <module>()")
 
 
 def test_other_without_stack_samples_says_how_to_get_them():

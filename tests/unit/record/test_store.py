@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 
 import numpy as np
 import orjson
@@ -12,7 +13,7 @@ from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.store import load_record, record_to_document, save_record
 from records import make_record
-from stepscope.record.run import SCHEMA_VERSION
+from stepscope.record.run import SCHEMA_VERSION, DeviceCopy
 
 
 def test_round_trip(tmp_path):
@@ -26,6 +27,15 @@ def test_round_trip(tmp_path):
     assert loaded.facts == record.facts
     for name, column in record.steps.columns().items():
         assert np.array_equal(getattr(loaded.steps, name), column), name
+
+
+def test_device_copies_survive_the_round_trip(tmp_path):
+    copy = DeviceCopy("/w/train.py", 14, "<module>", "cpu", "cuda", 2, 8 << 20, False, False)
+    record = make_record()
+    record = replace(record, facts=replace(record.facts, compute=replace(record.facts.compute, copies=(copy,))))
+    save_record(record, layout.record_path(tmp_path, 0))
+    loaded = load_record(tmp_path).facts.compute
+    assert loaded.copies == (copy,) and loaded.copies[0].to_device
 
 
 def test_hundred_thousand_steps_stay_compact_and_fast(tmp_path):

@@ -4,12 +4,14 @@ more than one family (so two rules never disagree about the same number)."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.analysis.run.code_locations import CodeLocation
 from stepscope.analysis.run.account import ThreadAccountView
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
+from stepscope.record.run import DeviceCopy
 
 #: XProf's "MODERATELY input-bound" level (kModeratelyInfeedBoundThresholdInPercent = 5), which is
 #: also the TensorBoard plugin's DataLoader recommendation threshold (> 5 % of the step).
@@ -163,6 +165,30 @@ def code_locations(ev: RunEvidence, phase: str, role: str = "main") -> tuple[Cod
         return ()
     part = ev.code.workers if role == "worker" else ev.code.phase(phase)
     return part.locations if part is not None else ()
+
+
+def device_copy_at(ev: RunEvidence, location: CodeLocation) -> DeviceCopy | None:
+    """The largest host-to-device copy that the FLOP-counted step saw at ``location``'s line
+    (``record.facts.compute.copies``), or None."""
+    compute = ev.facts.compute
+    if compute is None:
+        return None
+    name = os.path.basename(location.file)
+    for copy in compute.copies:  # largest first
+        if copy.to_device and copy.line == location.line and copy.file and os.path.basename(copy.file) == name:
+            return copy
+    return None
+
+
+def pin_memory_prescription(ev: RunEvidence, why: str) -> Prescription:
+    """``pin_memory=True`` and a non-blocking copy: the DataLoader's setting, or pinned host tensors
+    in a run known to have no DataLoader."""
+    loader = ev.main_loader
+    if loader is None and ev.record is not None:  # a run without a DataLoader (a trace cannot tell)
+        return Prescription("Allocate the host tensors pinned (tensor.pin_memory(), once, outside the step) and "
+                            "copy with tensor.to(device, non_blocking=True)", why)
+    return Prescription("DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)", why,
+                        "pin_memory", loader.pin_memory if loader is not None else None, True)
 
 
 def code_summary(ev: RunEvidence, phase: str, role: str = "main") -> str:

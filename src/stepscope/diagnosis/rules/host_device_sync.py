@@ -64,11 +64,8 @@ def sync_and_copies(ev: RunEvidence) -> Finding | None:
         ".cpu()/.numpy()/print of device tensors and data-dependent Python control flow in the step",
         f"{count:.0f} syncs per step" if count else "synchronisations inside the step") if syncing else None
     loader = ev.main_loader
-    pin = Prescription(
-        "DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)",
-        "copies from pageable memory are synchronous", "pin_memory",
-        loader.pin_memory if loader is not None else None, True,
-    ) if copying and (pageable or (loader is not None and not loader.pin_memory)) else None
+    pin = common.pin_memory_prescription(ev, "copies from pageable memory are synchronous") \
+        if copying and (pageable or (loader is not None and not loader.pin_memory)) else None
     move_less = Prescription("Move less data: transfer uint8 and normalise on the device; keep tensors on the "
                              "device between steps", "memcpy share of the step") if copying else None
     # pageable copies make the sync: pinning removes it, so it goes first
