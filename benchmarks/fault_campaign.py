@@ -13,6 +13,9 @@ worker processes, the sampler, a torch.profiler window, ``--html``, the run inde
   half of the bytes written (``mid``) or all of them, synced, just before the rename or after the
   index's commit (``full``), through ``benchmarks/fault_hook/sitecustomize.py``.
 - **ENOSPC and EIO at each write site**: the write fails half-way as a full or failing disk does.
+- **A real full disk**: the run directory on a tmpfs of 8 to 192 KiB, so the writes that no longer
+  fit fail in the order the run makes them, torch's own trace export included (needs root to mount;
+  skipped, saying so, without it).
 
 After each kill: no process of the run is left (the sampler and the DataLoader workers of a
 killed training process must end on their own within 15 s); the run directory is absent, or
@@ -32,6 +35,7 @@ its check, a process left behind).
 
     python benchmarks/fault_campaign.py                 # the full campaign (about 45 min on 2 busy cores)
     python benchmarks/fault_campaign.py --kills 20 --follow-every 5 --no-sites   # a quick look
+    python benchmarks/fault_campaign.py --kills 0 --no-sites                     # the full disks alone
 """
 
 from __future__ import annotations
@@ -87,6 +91,9 @@ print(f"trained {steps} steps, last loss {loss.item():.4f}")
 PHASES = ("startup", "first_step", "steady", "profiler_window", "late_steps", "finish")
 SITES = ("checkpoint", "samples", "trace", "record", "report", "index", "html")
 ERRNOS = ("ENOSPC", "EIO")
+#: Sizes of the real file systems (tmpfs, KiB) a run fills: from nothing fitting but the lock to
+#: everything but the profiler's trace (~140 KiB here).
+FULL_DISK_KB = (8, 16, 24, 32, 48, 64, 96, 128, 192)
 STRERROR = {"ENOSPC": ("No space left on device", "database or disk is full"),
             "EIO": ("Input/output error", "disk I/O error")}
 
@@ -231,6 +238,49 @@ class Campaign:
             result.problems.append(f"the warning does not name what was not written: {said[0]}")
         result.detail = said[0] if said else ""
         return self.check(result, process, run_dir, token, began, wrote_index=site != "index")
+
+    def full_disk(self, size_kb: int) -> Outcome | None:
+        """A run into a real file system of ``size_kb`` KiB (a tmpfs) that fills during the run:
+        whichever writes no longer fit fail as a full disk fails them, in the order the run makes
+        them. None where a tmpfs cannot be mounted here (it needs root)."""
+        mount = self.work / f"full{self.count + 1}"
+        mount.mkdir()
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mount)],
+                                 capture_output=True)
+        if mounted.returncode != 0:
+            mount.rmdir()
+            return None
+        result = Outcome("full disk", f"{size_kb} KiB", killed=False)
+        try:
+            run_dir = mount / "run"
+            began = time.monotonic()
+            process, _, token = self.start(run_dir)
+            code, out, err = self.finish(process)
+            if code != self.baseline["code"] or out != self.baseline["stdout"]:
+                result.problems.append(f"the script's own run changed: exit {code}, stdout {out[-200:]!r}")
+            said = [line for line in err.splitlines()
+                    if line.startswith("stepscope") and "No space left on device" in line]
+            unnamed = [line for line in said if str(run_dir) not in line and "samples" not in line]
+            if unnamed:
+                result.problems.append(f"a line does not name what was not written: {unnamed[0]}")
+            misread = [line for line in err.splitlines() if line.startswith("stepscope") and "No such file" in line]
+            if misread:  # the disk was full: a missing file is the wrong cause
+                result.problems.append(f"a line gives the wrong cause: {misread[0]}")
+            if not run_dir.is_dir():
+                result.problems.append("no run directory")
+                return self.check(result, process, run_dir, token, began, wrote_index=False)
+            left = [path.name for path in (*run_dir.iterdir(), *(run_dir / "traces").glob("*"))
+                    if path.name.endswith(".tmp")]
+            if left:
+                result.problems.append(f"temporaries left on the full disk: {left}")
+            written = sorted(name for name in os.listdir(run_dir) if _is_data(name) and name != "traces")
+            written += [f"traces/{path.name}" for path in (run_dir / "traces").glob("*.json")]
+            result = self.check(result, process, run_dir, token, began,
+                                wrote_index=(run_dir / "report.json").exists())
+            result.detail = f"{len(said)} line(s) name a write that failed; written: {', '.join(written) or 'nothing'}"
+            return result
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
     # -- checks --------------------------------------------------------------------------------
     def check(self, result: Outcome, process: subprocess.Popen, run_dir: Path, token: str, began: float,
@@ -472,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow-every", type=int, default=4, help="a following run after every N-th instant")
     parser.add_argument("--no-sites", action="store_true", help="skip the kills inside writes and the failed writes")
     parser.add_argument("--no-site-kills", action="store_true", help="skip the kills inside writes")
+    parser.add_argument("--no-full-disk", action="store_true", help="skip the runs into a small tmpfs")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--work", type=Path, help="working directory (default: a new temporary one)")
     parser.add_argument("--src", type=Path, default=SRC,
@@ -504,6 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         for site in SITES:
             for name in ERRNOS:
                 keep(campaign.fail_write(site, name))
+    for size_kb in FULL_DISK_KB if not args.no_full_disk else ():
+        outcome = campaign.full_disk(size_kb)
+        if outcome is None:
+            print("full disk: no tmpfs could be mounted here (it needs root): skipped", flush=True)
+            break
+        keep(outcome)
     rows = summarize(results)
     print(table(rows))
     print(f"{len(results)} faults in {time.monotonic() - started:.0f} s; work directory {work}")

@@ -72,3 +72,17 @@ def test_an_io_error_while_exporting_says_one_line_and_leaves_no_half_file(campa
     else:
         assert not (run_dir / "report.html").exists()
     assert result.outcome == "clean"
+
+
+def test_a_disk_that_fills_during_the_run_keeps_the_record_and_leaves_no_temporary(campaign):
+    """A real full disk (a 64 KiB tmpfs): torch's trace export (~140 KiB) fails half-way. Its
+    half-written temporary used to stay and hold the space, so the record — written after it — was
+    lost too; the trace's line said "No such file or directory"."""
+    campaign.follow_every = 0
+    campaign.measure_script()
+    result = campaign.full_disk(64)
+    if result is None:
+        pytest.skip("no tmpfs can be mounted here (it needs root)")
+    assert not result.problems, result  # same exit status and stdout, no temporaries, index intact
+    assert "record.rank0.json.gz" in result.detail and "traces/" not in result.detail, result.detail
+    assert result.outcome in ("clean", "readable-partial") and result.orphans == 0

@@ -178,10 +178,10 @@ class LoaderRegistry:
                     self._roles = create_exclusive(self.roles_file, append=True)
                 self._roles.write(lines.encode("utf-8"))
                 self._roles.flush()
-            except OSError:
-                self.roles_file = None  # warned once by the caller; no further attempts
+            except OSError as exc:
+                path, self.roles_file = self.roles_file, None  # warned once by the caller; no further attempts
                 self.close()
-                raise
+                raise OSError(exc.errno, exc.strerror, str(path)) from None  # the file, not a bare errno
 
     def close(self) -> None:
         roles, self._roles = self._roles, None
@@ -372,9 +372,16 @@ class TorchHooks:
                 info["in_process"] = not getattr(iterator, "_num_workers", 0)
                 iterator._stepscope_loader = info
                 rec.loader_init(elapsed)
-                registry.note_workers(info, iterator)
             except Exception as exc:  # noqa: BLE001
                 hooks.warn.once("loader-iter", f"DataLoader start-up not recorded ({exc})")
+                return iterator
+            try:
+                registry.note_workers(info, iterator)
+            except OSError as exc:
+                hooks.warn.once("loader-roles", f"could not write {exc.filename} ({exc.strerror}): the sampler "
+                                                "sees the DataLoader workers as other child processes")
+            except Exception as exc:  # noqa: BLE001
+                hooks.warn.once("loader-iter", f"DataLoader workers not recorded ({exc})")
             return iterator
 
         fetch_begin, fetch_end = rec.fetch_begin, rec.fetch_end

@@ -10,6 +10,7 @@ statistics (``record.profiler_windows``). Failures become one warning.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,13 @@ def _export_whole(profiler: Any, path: Path) -> None:
     from stepscope.safe_write import sync_directory
 
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    # torch writes its own temporary beside the name it is given and renames it when whole; a write
+    # that fails (a full disk) is one line on stderr, the export returns, and its temporary stays
+    staging = tmp.with_name(tmp.name + ".tmp")
     try:
         profiler.export_chrome_trace(str(tmp))
+        if not tmp.exists():
+            raise _failed_write(path)
         descriptor = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             os.fsync(descriptor)
@@ -123,11 +129,28 @@ def _export_whole(profiler: Any, path: Path) -> None:
             os.close(descriptor)
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for leftover in (tmp, staging):  # a half-written trace holds the space the record needs
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
         if isinstance(exc, OSError) and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror, str(path)) from None  # the name not written, not the temporary
         raise
     sync_directory(path.parent)
+
+
+#: Free bytes under which a write torch could not finish is put down to a full disk.
+FULL_DISK_BYTES = 1 << 20
+
+
+def _failed_write(path: Path) -> OSError:
+    """The error of an export torch could not write: the disk is full (``ENOSPC``) when it has
+    almost no space left, else an I/O error."""
+    try:
+        stats = os.statvfs(path.parent)
+        full = stats.f_bavail * stats.f_frsize < FULL_DISK_BYTES
+    except OSError:
+        full = False
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, os.strerror(code) if full else "torch.profiler could not write it", str(path))

@@ -44,7 +44,7 @@ def publish_run(record: RunRecord, run_dir: str | Path, *, print_summary: bool =
             raise
         _warn(f"the ranks' records could not be merged ({type(exc).__name__}: {exc}); rank 0's report only")
         report = diagnose(JobInputs("run", (record,), run_dir=run_dir))
-    save_report(report, run_dir, record, merged=_merges(record, merge))
+    save_report(report, run_dir, record, merged=_merges(record, merge), summary_follows=print_summary)
     from stepscope.pipeline.history import index_after_run
 
     index_after_run(run_dir, report, record, tags)
@@ -57,15 +57,17 @@ def _merges(record: RunRecord, merge: bool | None) -> bool:
     return record.meta.rank == 0 if merge is None else merge
 
 
-def save_report(report: Report, run_dir: Path, record: RunRecord, merged: bool | None = None) -> None:
+def save_report(report: Report, run_dir: Path, record: RunRecord, merged: bool | None = None,
+                summary_follows: bool = False) -> None:
     """``report.json`` (a run, or the job's merged report; ``report.rank<R>.json`` for a rank's own
-    report); a write error is a warning."""
+    report); a write error is a warning (which says the summary is not saved when one follows)."""
     whole = record.meta.world_size <= 1 or _merges(record, merged)
     path = layout.report_path(run_dir) if whole else run_dir / f"report.rank{record.meta.rank}.json"
     try:
         render(report, "json", Output(path=path))
     except OSError as exc:
-        _warn(f"could not write {path} ({exc.strerror or exc}); the summary below is not saved")
+        _warn(f"could not write {path} ({exc.strerror or exc})"
+              + ("; the summary below is not saved" if summary_follows else "; the diagnosis is not saved"))
 
 
 def print_report(report: Report, shown_as: str, stream: IO[str] | None = None) -> None:
