@@ -5,13 +5,16 @@ Each subcommand lives in its own module exposing ``add_parser(subparsers)`` (whi
 commands that hand the tail of the command line to someone else (``stepscope run``).
 
 A :class:`~stepscope.errors.StepscopeError` becomes one line ``stepscope: error: …`` on stderr and
-exit code 2; any other exception is a bug and keeps its traceback.
+exit code 2; a disk that is full or failing under a command's own output (ENOSPC, EIO, EDQUOT,
+EFBIG, EROFS) one line and exit code 1; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -81,3 +84,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StepscopeError as exc:
         say(f"stepscope: error: {exc}")
         return EXIT_USAGE
+    except OSError as exc:
+        # a full or failing disk under what a command of stepscope's own writes (its output redirected
+        # to a file, say); `run`'s own writes are warnings already, the script's errors are the script's
+        if exc.errno not in _DISK_ERRNOS or args.command == "run":
+            raise
+        _stdout_gone()
+        try:
+            say(f"stepscope: error: cannot write {exc.filename or 'the output'}: {exc.strerror}")
+        except (OSError, ValueError):  # stderr on the same full disk
+            pass
+        return EXIT_FAILED_WRITE
+
+
+#: Write errors of the disk itself: one line, never a traceback.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+#: Exit status when a command's output could not be written (not the user's mistake: not 2).
+EXIT_FAILED_WRITE = 1
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null: what its buffer still holds cannot be written, and the interpreter
+    would say so again (\"Exception ignored\") when it flushes at exit."""
+    try:
+        descriptor = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(descriptor, sys.stdout.fileno())
+        os.close(descriptor)
+    except (OSError, ValueError, AttributeError):
+        pass

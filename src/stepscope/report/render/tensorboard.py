@@ -34,6 +34,7 @@ import numpy as np
 from stepscope.errors import UsageError
 from stepscope.report.model import PHASES, Report, StepSeries
 from stepscope.report.render.output import Output
+from stepscope.safe_write import atomic_write
 
 INSTALL_HINT = "--tensorboard needs the 'tensorboard' package: pip install tensorboard"
 
@@ -85,7 +86,7 @@ def write_tensorboard(report: Report, log_dir: str | Path) -> int:
     directory = Path(log_dir)
     directory.mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0.stepscope"
-    (directory / name).write_bytes(frame_records(events))
+    atomic_write(directory / name, frame_records(events))  # a full disk leaves no empty or half file
     return written
 
 
