@@ -86,3 +86,18 @@ def test_a_disk_that_fills_during_the_run_keeps_the_record_and_leaves_no_tempora
     assert not result.problems, result  # same exit status and stdout, no temporaries, index intact
     assert "record.rank0.json.gz" in result.detail and "traces/" not in result.detail, result.detail
     assert result.outcome in ("clean", "readable-partial") and result.orphans == 0
+
+
+def test_a_rank_killed_from_outside_leaves_the_job_s_merged_report_and_no_process(tmp_path):
+    """Rank 0 of a two-rank torchrun job SIGKILLed at step 6 (as the OOM killer does): rank 1 ends,
+    writes the job's merged report naming rank 0, its step and SIGKILL, and nothing of the
+    job is left (``benchmarks/fault_jobs.py`` draws many such kills)."""
+    import fault_jobs
+
+    campaign = fault_jobs.JobCampaign(tmp_path, seed=33)
+
+    result = campaign.kill_rank(0, 5)
+    assert not result.problems, result
+    assert result.outcome == "merged" and result.failure in ("rank 0 first, step 6, SIGKILL",
+                                                            "rank 0 first, step 7, SIGKILL")  # killed after step 6's work
+    assert result.orphans == 0 and result.index_ok
