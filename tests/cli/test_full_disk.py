@@ -38,8 +38,10 @@ def test_stdout_on_a_full_disk_is_one_line_and_exit_1(tmp_path, args):
     assert result.stderr == "stepscope: error: cannot write the output: No space left on device\n", result.stderr
 
 
-def test_a_tensorboard_directory_on_a_full_disk_names_the_file_and_leaves_none(tmp_path):
-    pytest.importorskip("tensorboard")
+@pytest.mark.parametrize("export", ["tensorboard", "perfetto", "html"])
+def test_an_export_on_a_full_disk_names_its_file_and_leaves_none(tmp_path, export):
+    if export == "tensorboard":
+        pytest.importorskip("tensorboard")
     if shutil.which("mount") is None:
         pytest.skip("no mount here")
     mount = tmp_path / "full"
@@ -48,13 +50,16 @@ def test_a_tensorboard_directory_on_a_full_disk_names_the_file_and_leaves_none(t
         pytest.skip("no tmpfs can be mounted here (it needs root)")
     try:
         (mount / "fill").write_bytes(b"\0" * 4096)
-        result = subprocess.run([sys.executable, "-m", "stepscope", "report", str(RUN), "--tensorboard",
-                                 str(mount / "tb")], cwd=tmp_path, env=cli_env({"STEPSCOPE_INDEX": "off"}),
-                                capture_output=True, text=True, timeout=120)
+        target = {"tensorboard": ["--tensorboard", str(mount / "tb")], "perfetto": ["--perfetto", str(mount / "p.json")],
+                  "html": ["--html", "-o", str(mount / "r.html")]}[export]
+        result = subprocess.run([sys.executable, "-m", "stepscope", "report", str(RUN), *target], cwd=tmp_path,
+                                env=cli_env({"STEPSCOPE_INDEX": "off"}), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "No space left on device" in lines[0], result.stderr
-        assert f"{mount}/tb/events.out.tfevents." in lines[0]  # the file, not "output"
-        assert list((mount / "tb").iterdir()) == []  # no empty events file
+        named = {"tensorboard": f"{mount}/tb/events.out.tfevents.", "perfetto": f"{mount}/p.json",
+                 "html": f"{mount}/r.html"}[export]
+        assert named in lines[0]  # the file, not "output" nor a temporary
+        assert sorted(path.name for path in mount.rglob("*") if path.is_file()) == ["fill"]  # no empty or half file
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
