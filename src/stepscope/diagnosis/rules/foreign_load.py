@@ -67,11 +67,13 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
         # measured: the training thread's wait for a core, charged to them by their CPU over the window
         evidence.insert(0, Evidence("foreign_step_cost", round(cost, 4), COST_NOTED, "account", "ratio",
                                     "training thread waiting for a core, charged to other processes by CPU"))
-        title = (f"Other processes took {common.pct(cost)} of the step: the training thread waited for a core "
+        peers = ev.account.peer_waiting if ev.account is not None else 0.0
+        threads = "the training thread and its intra-op threads" if peers >= 0.005 else "the training thread"
+        title = (f"Other processes took {common.pct(cost)} of the step: {threads} waited for cores "
                  f"they held ({foreign.cpu_share:.0%} of the {cores or '?'} cores" + (f": {who})" if who else ")"))
-        summary += (f" The training thread was runnable but waiting for a core {common.pct(cost)} of the step "
-                    "while they ran (the kernel's run-queue delay, measured on sampled steps); their intra-op "
-                    "and DataLoader losses come on top.")
+        summary += (f" {threads[0].upper() + threads[1:]} waited for a core while they ran (the kernel's run-queue "
+                    f"delay, measured on sampled steps): {common.pct(cost)} of the step is charged to them, the "
+                    "wait that would go without them; DataLoader workers' losses come on top.")
     else:
         title = (f"Other processes used {foreign.cpu_share:.0%} of the {cores or '?'} cores during the run"
                  + (f" ({who})" if who else ""))
