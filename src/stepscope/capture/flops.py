@@ -216,7 +216,10 @@ class OpCounter:
             if name in _COPY_OPS:  # timed: a blocking copy returns when it is done
                 started = time.perf_counter_ns()
                 out = func(*args, **kwargs)
-                counter._note_copy(name, args, kwargs, time.perf_counter_ns() - started)
+                try:
+                    counter._note_copy(name, args, kwargs, time.perf_counter_ns() - started)
+                except Exception:  # noqa: BLE001 - the script's copy happened; only its note is lost
+                    pass
             else:
                 out = func(*args, **kwargs)
             if counter.in_data_wait():
