@@ -7,7 +7,8 @@ ends by noting the time of its last, into the file ``$BENCH_MARKS`` names):
 - ``tiny``: a 3-step loop (a Linear, SGD), no DataLoader;
 - ``mnist``: pytorch/examples' MNIST net (two convolutions, dropout, Adadelta, ``log_softmax`` +
   ``nll_loss``) on MNIST-shaped random tensors through a ``DataLoader`` (batch 64, 2 worker
-  processes), 40 steps;
+  processes), 40 steps; it also notes when its first step starts, so the inside of the script is
+  split in two (first line to first step, the steps) and compared as well;
 - ``wlm``: ``tests/integration/loop_shapes/word_language_model.py`` (manual SGD, an LSTM, no
   DataLoader).
 
@@ -98,6 +99,7 @@ MNIST = textwrap.dedent("""
         model = Net()
         optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
         model.train()
+        _bench_f.write(f'loop {_bench_time.time()!r} {_bench_time.process_time()!r}\\n')  # the first step starts
         for images, target in loader:
             optimizer.zero_grad()
             loss = F.nll_loss(model(images), target)
@@ -282,6 +284,11 @@ def report(name: str, runs: dict[str, list[dict[str, float]]]) -> None:
           f"+{end_ours - end_bare:.3f} s")
     print(f"   FIXED COST (start-up + end, median of per-round sums): +{median(fixed):.3f} s; "
           f"whole run +{median(total):.3f} s (median of per-round differences)")
+    if all("loop" in r for r in (*bare, *ours)):  # the script marks its first step: the inside, split
+        for label, begin, end in (("first line to first step", "first", "loop"), ("the steps", "loop", "last")):
+            plain = median([r[end] - r[begin] for r in bare])
+            captured = median([r[end] - r[begin] for r in ours])
+            print(f"   inside, {label}: python {plain:.3f} s, stepscope {captured:.3f} s => {captured - plain:+.3f} s")
     print("   the end, part by part (hooked run, medians; wall / CPU of the process):")
     cpu_sum = 0.0
     for part in PARTS:
