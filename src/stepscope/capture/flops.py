@@ -41,7 +41,7 @@ from typing import Any
 
 from stepscope.capture.recorder import NEVER
 from stepscope.capture.warn import WarningSink
-from stepscope.record.run import ComputeFacts, DeviceCopy
+from stepscope.record.run import ComputeFacts, DeviceCopy, is_library_path
 
 #: Index of the step whose FLOPs are counted (0-based; the first steps are warm-up).
 FLOP_STEP = 4
@@ -315,14 +315,13 @@ class OpCounter:
 
 def _user_frame(library: tuple[str, ...], user: tuple[str, ...]) -> tuple[str, int, str]:
     """``(file, line, function)`` of the innermost frame of the user's code calling now, as the
-    stack samples fold it (``code_locations``): the first frame outward whose file is under no
-    library path (or under a user path) and is not synthetic; ``("", 0, "")`` when there is none."""
+    stack samples fold it (:func:`~stepscope.record.run.is_library_path`); ``("", 0, "")`` when
+    there is none."""
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
-        path = code.co_filename
-        if not path.startswith("<") and (not path.startswith(library) or path.startswith(user)):
-            return path, frame.f_lineno, code.co_name
+        if not is_library_path(code.co_filename, library, user):
+            return code.co_filename, frame.f_lineno, code.co_name
         frame = frame.f_back
     return "", 0, ""
 

@@ -52,9 +52,11 @@ def source_root(script: Path) -> Path:
 
 
 def _excluded() -> list[Path]:
+    """stepscope's package and the interpreter's prefixes, resolved and as written (a module's path
+    is matched as written before it is resolved)."""
     out = [Path(__file__).resolve().parents[1]]  # stepscope's own package
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
-        out.append(Path(prefix).resolve())
+        out += [Path(prefix).resolve(), Path(os.path.abspath(prefix))]
     return out
 
 
@@ -75,9 +77,7 @@ def source_hashes(target: str, mode: str, cwd: str) -> dict[str, str]:
     # a run has imported thousands of modules (torch alone ~1,900): those under an excluded folder or
     # an installed-packages folder, as written, are left out by their path's text before the costly
     # realpath (80 ms a run measured, most of it resolving torch's files one by one)
-    skipped = tuple(str(folder) + os.sep for folder in excluded) + \
-        tuple(os.path.abspath(prefix) + os.sep for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}
-              if not root.is_relative_to(Path(prefix).resolve()))
+    skipped = tuple(str(folder) + os.sep for folder in excluded)
     installed = tuple(f"{os.sep}{name}{os.sep}" for name in _INSTALLED)
     files = {script}
     for module in list(sys.modules.values()):

@@ -91,12 +91,7 @@ def account_summary(evidence: RunEvidence, top: Finding | None = None) -> Accoun
     account = evidence.account
     if account is None:
         return None
-    # each group's charge is what would go without it (with the intra-op threads' own wait): charges
-    # overlap, so the line splits the training thread's wait it annotates in their proportion
-    charged = sum(item.step_share for item in account.takers)
-    scale = min(1.0, account.waiting_core / charged) if charged > 0 else 0.0
-    waiting = tuple(sorted(((item.who, round(item.step_share * scale, 4)) for item in account.takers
-                            if item.step_share * scale >= 0.005), key=lambda pair: -pair[1]))
+    waiting = tuple(pair for pair in account.waiting_split() if pair[1] >= 0.005)
     off = ((label, round(account.share_off(cause), 4)) for cause, label in OFF_CAUSES.items())
     off_by = tuple(sorted((pair for pair in off if pair[1] >= 0.005), key=lambda pair: -pair[1]))
     material = account.waiting_core + sum(share for cause, share in off_by if cause != OFF_CAUSES["workers"])

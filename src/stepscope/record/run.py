@@ -14,6 +14,8 @@ which is ``CLOCK_MONOTONIC`` on Linux and therefore shared with the sidecar samp
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -502,6 +504,22 @@ class StackFrame:
 
 def _int_column(values: Any = ()) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+#: Frames that are no file of anyone's: frozen modules, ``exec`` strings, the REPL, built-ins.
+SYNTHETIC_PREFIXES = ("<frozen ", "<string>", "<stdin>", "<built-in")
+
+
+def is_library_path(path: str, library: tuple[str, ...], user: tuple[str, ...]) -> bool:
+    """Whether a frame's file is library code by :class:`StackSamples`' rule: synthetic, or under
+    a ``library`` prefix (or an installed-packages folder) and under no ``user`` prefix. The stack
+    samples fold by it, and capture names the user's line of a copy by it, so the two lines agree."""
+    if path.startswith(SYNTHETIC_PREFIXES):
+        return True
+    if user and path.startswith(user):
+        return False
+    return bool(library) and path.startswith(library) or \
+        f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,15 @@ class ThreadAccountView:
         weight = _weight(load, sum(item.cores for item in self.takers), self.room)
         return min(among.step_share, (self.waiting_core + self.peer_waiting) * weight)
 
+    def waiting_split(self) -> tuple[tuple[str, float], ...]:
+        """The training thread's own wait for a core (``waiting_core``) split among the takers,
+        largest first. Each taker's ``step_share`` is what would go without it, the intra-op
+        threads' wait included: the charges overlap, so the split is in their proportion."""
+        charged = sum(item.step_share for item in self.takers)
+        scale = min(1.0, self.waiting_core / charged) if charged > 0 else 0.0
+        return tuple(sorted(((item.who, round(item.step_share * scale, 4)) for item in self.takers),
+                            key=lambda pair: -pair[1]))
+
     def phase(self, name: str) -> PhaseAccount | None:
         return next((item for item in self.phases if item.phase == name), None)
 

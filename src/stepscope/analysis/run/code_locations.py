@@ -43,13 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.record.run import PHASES, STACK_ROLES, RunRecord, StackSamples
+from stepscope.record.run import PHASES, STACK_ROLES, RunRecord, StackSamples, is_library_path
 
 #: Locations listed per phase.
 TOP_LOCATIONS = 5
 #: Flame-view pseudo-phase for the worker processes' samples (taken during data waits).
 WORKERS = "workers"
-_SYNTHETIC_PREFIXES = ("<frozen ", "<string>", "<stdin>", "<built-in")
 _MAIN, _WORKER = STACK_ROLES.index("main"), STACK_ROLES.index("worker")
 _COMPREHENSIONS = (".<listcomp>", ".<dictcomp>", ".<setcomp>", ".<genexpr>", ".<lambda>")
 
@@ -124,20 +123,7 @@ class CodeAttribution:
 def library_frames(samples: StackSamples) -> np.ndarray:
     """Boolean per frame id: True where the frame is library code (see the module docstring)."""
     library, user = tuple(samples.library_paths), tuple(samples.user_paths)
-    flags = np.zeros(len(samples.frames), dtype=bool)
-    for index, frame in enumerate(samples.frames):
-        path = frame.file
-        if path.startswith(_SYNTHETIC_PREFIXES):
-            flags[index] = True
-        elif user and path.startswith(user):
-            flags[index] = False
-        else:
-            flags[index] = bool(library) and path.startswith(library) or _looks_like_library(path)
-    return flags
-
-
-def _looks_like_library(path: str) -> bool:
-    return f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+    return np.array([is_library_path(frame.file, library, user) for frame in samples.frames], dtype=bool)
 
 
 def function_name(qualname: str) -> str:
