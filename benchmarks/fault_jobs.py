@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kills < 1:
         parser.error("--kills must be at least 1")
+    if args.work is not None and args.work.exists() and not args.work.is_dir():
+        parser.error(f"--work {args.work}: not a directory; pass a directory (it is created when missing)")
     work = args.work or Path(tempfile.mkdtemp(prefix="fault-jobs-"))
     campaign = JobCampaign(work, args.seed)
     started = time.monotonic()

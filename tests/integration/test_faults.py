@@ -101,3 +101,16 @@ def test_a_rank_killed_from_outside_leaves_the_job_s_merged_report_and_no_proces
     assert result.outcome == "merged" and result.failure in ("rank 0 first, step 6, SIGKILL",
                                                             "rank 0 first, step 7, SIGKILL")  # killed after step 6's work
     assert result.orphans == 0 and result.index_ok
+
+
+@pytest.mark.parametrize("args", [["--kills", "0"], ["--work", "FILE"], ["--seed", "x"]])
+def test_the_job_campaign_s_bad_arguments_are_one_error_line_and_exit_2(tmp_path, args):
+    import subprocess
+
+    (tmp_path / "FILE").write_text("x")
+    args = [str(tmp_path / "FILE") if item == "FILE" else item for item in args]
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fault_jobs.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("fault_jobs.py: error:")
