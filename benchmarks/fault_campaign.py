@@ -94,6 +94,7 @@ ERRNOS = ("ENOSPC", "EIO")
 #: Sizes of the real file systems (tmpfs, KiB) a run fills: from nothing fitting but the lock to
 #: everything but the profiler's trace (~140 KiB here).
 FULL_DISK_KB = (8, 16, 24, 32, 48, 64, 96, 128, 192)
+PAGE = 4096  # tmpfs counts whole pages
 STRERROR = {"ENOSPC": ("No space left on device", "database or disk is full"),
             "EIO": ("Input/output error", "disk I/O error")}
 
@@ -238,6 +239,21 @@ class Campaign:
             result.problems.append(f"the warning does not name what was not written: {said[0]}")
         result.detail = said[0] if said else ""
         return self.check(result, process, run_dir, token, began, wrote_index=site != "index")
+
+    def disk_for_all_but_the_trace_kb(self) -> int:
+        """The size of a disk (KiB) on which a clean run's record, checkpoint, samples, roles, lock
+        and report.json fit with room to spare (16 KiB), but not the profiler's trace as well, on
+        this machine (the record and samples grow with its cores). Needs :meth:`measure_baseline`."""
+        run_dir = self.work / "baseline"
+        pages = {path.relative_to(run_dir).as_posix(): -(-path.stat().st_size // PAGE) * PAGE // 1024
+                 for path in run_dir.rglob("*") if path.is_file()}
+        trace_kb = sum(kb for name, kb in pages.items() if name.startswith("traces/"))
+        need_kb = sum(kb for name, kb in pages.items() if not name.startswith("traces/") and name != "report.html")
+        need_kb += pages["record.rank0.json.gz"]  # the checkpoint stays until the record is in place
+        size_kb = need_kb + 16
+        if size_kb >= need_kb + trace_kb:
+            raise SystemExit(f"the trace ({trace_kb} KiB) is too small to fill a {size_kb} KiB disk")
+        return size_kb
 
     def full_disk(self, size_kb: int) -> Outcome | None:
         """A run into a real file system of ``size_kb`` KiB (a tmpfs) that fills during the run:

@@ -75,12 +75,13 @@ def test_an_io_error_while_exporting_says_one_line_and_leaves_no_half_file(campa
 
 
 def test_a_disk_that_fills_during_the_run_keeps_the_record_and_leaves_no_temporary(campaign):
-    """A real full disk (a 64 KiB tmpfs): torch's trace export (~140 KiB) fails half-way. Its
+    """A real full disk (a tmpfs the record, samples and report.json fit on with 16 KiB to spare,
+    sized from a clean run on this machine): torch's trace export (~140 KiB) fails half-way. Its
     half-written temporary used to stay and hold the space, so the record — written after it — was
     lost too; the trace's line said "No such file or directory"."""
     campaign.follow_every = 0
-    campaign.measure_script()
-    result = campaign.full_disk(64)
+    campaign.measure_baseline()
+    result = campaign.full_disk(campaign.disk_for_all_but_the_trace_kb())
     if result is None:
         pytest.skip("no tmpfs can be mounted here (it needs root)")
     assert not result.problems, result  # same exit status and stdout, no temporaries, index intact
