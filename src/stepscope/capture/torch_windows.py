@@ -134,10 +134,23 @@ def _export_whole(profiler: Any, path: Path) -> None:
                 os.unlink(leftover)
             except OSError:
                 pass
+        _release_results(profiler)
         if isinstance(exc, OSError) and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror, str(path)) from None  # the name not written, not the temporary
         raise
     sync_directory(path.parent)
+
+
+def _release_results(profiler: Any) -> None:
+    """Drop the profiler's results after a failed export: they keep torch's temporary open, so
+    unlinked it would hold its space until the garbage collector frees the profiler (which a
+    reference cycle through the export's traceback can put off past the record's write)."""
+    inner = getattr(profiler, "profiler", None)
+    if inner is not None and getattr(inner, "kineto_results", None) is not None:
+        try:
+            inner.kineto_results = None
+        except Exception:  # noqa: BLE001 - another torch's profiler: the garbage collector frees it
+            pass
 
 
 #: Free bytes under which a write torch could not finish is put down to a full disk.
