@@ -214,7 +214,7 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
         findings = [item for item in findings if not (item.impact_measured and item.impact > 0)]
         verdict = False
     kept, superseded = _apply_precedence(findings, tables)
-    kept, absorbed = _partition_costs(rank_findings(kept), evidence)
+    kept, absorbed = _partition_costs(rank_findings(_paced_by_the_loader(kept, evidence)), evidence)
     superseded += absorbed
     kept = rank_findings(_unexplained_left(on_the_path(_crowded(kept, tables), evidence), evidence))
     # a risk (memory running out) is no cost of the step: it stands beside a healthy verdict
@@ -339,6 +339,67 @@ def _unexplained_left(findings: list[Finding], evidence: RunEvidence) -> list[Fi
     return [item if item.family == "unexplained" else
             replace(item, confidence=round(item.confidence * (1.0 - left), 2),
                     extra={**item.extra, "unexplained_share": round(left, 4)}) for item in findings]
+
+
+def loader_pace(evidence: RunEvidence) -> float | None:
+    """The share of the steady time in steps where the DataLoader's workers set the pace, when they
+    were measured idle (below :data:`~stepscope.diagnosis.rules._common.LOADER_CPU_BUSY` of a core:
+    waiting on storage, a remote read, a sleep) while the step waited for data at least
+    :data:`PACED_WAIT_FROM` of its time, the training thread blocked on their queue for at least
+    :data:`PACED_OFF_CPU` of that wait (its account); else None.
+
+    Idle workers produce a batch in a time the training thread's CPU does not change: in a step that
+    waited for one, work taken off the training thread becomes more waiting, not a shorter step
+    (the blind evaluation's slow reads beside tiny operators: the model's overhead was 40 % of the
+    step, removing it gained 10 % and 7 %, removing the slow reads 52 % and 21 %)."""
+    from stepscope.diagnosis.rules._common import LOADER_CPU_BUSY, loader_cpu_util
+
+    steady = evidence.steady
+    loader = evidence.main_loader
+    if evidence.record is None or steady is None or loader is None or loader.num_workers < 1:
+        return None
+    util, _ = loader_cpu_util(evidence)
+    if util is None or util >= LOADER_CPU_BUSY or steady.fetch_wait_share < PACED_WAIT_FROM:
+        return None
+    # the wait itself must be the workers': the training thread blocked on their queue, not on CPU
+    # or runnable inside next() (receiving batches while its own threads or a Python thread hold the
+    # cores: there the blind evaluation's GIL-holding threads gained 52-59 % when removed)
+    wait = evidence.account.phase("data_wait") if evidence.account is not None else None
+    if wait is None or wait.off_cause != "workers" or wait.off_cpu < PACED_OFF_CPU:
+        return None
+    return 1.0 - steady.unwaited_share
+
+
+#: Steady data wait (share of the step) from which idle workers are taken to set the pace.
+PACED_WAIT_FROM = 0.1
+#: Share of the data wait the training thread must spend blocked on the workers' queue.
+PACED_OFF_CPU = 0.8
+#: The parts of the step whose findings shorten the training thread's own work.
+OWN_WORK_CLAIMS = frozenset({"compute", "other"})
+
+
+def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
+    """Where idle workers set the pace (:func:`loader_pace`), a finding that shortens the training
+    thread's own work saves time only in the steps that did not wait for data: its impact is scaled
+    by their share of the time, and it says so (``paced_by_loader``)."""
+    paced = loader_pace(evidence)
+    if paced is None or paced <= 0:
+        return findings
+    out = []
+    for item in findings:
+        if item.impact <= 0 or not item.claims or not set(item.claims) <= OWN_WORK_CLAIMS:
+            out.append(item)
+            continue
+        impact = round(item.impact * (1.0 - paced), 4)
+        severity = item.severity if item.severity == Severity.INFO else max(
+            Severity.INFO, min(item.severity, severity_for_impact(impact)))
+        note = Evidence("paced_by_loader", round(paced, 4), PACED_WAIT_FROM, "steps", "ratio",
+                        "of the steady time is in steps that waited for data while the workers were idle: "
+                        "there, less work in the training thread is more waiting, not a shorter step")
+        out.append(replace(item, impact=impact, severity=severity, evidence=(*item.evidence, note),
+                           extra={**item.extra, "paced_by_loader": round(paced, 4),
+                                  "impact_unpaced": item.impact}))
+    return out
 
 
 #: Unexplained off-CPU time (share of the step) from which the other findings lose confidence.

@@ -123,6 +123,8 @@ MODEL_PHASES = ("forward", "backward", "optimizer")
 
 #: Percentile of steady step times taken as the undisturbed step (used against a best-case peak).
 FAST_PERCENTILE = 10
+#: A step that waited for data less than this share of its time did not wait for the loader.
+UNWAITED_BELOW = 0.05
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,9 @@ class SteadyState:
     #: wait needs a DataLoader (or a wrapped iterable), forward a module call, backward a
     #: backward(), optimizer a torch.optim step. "other" is always measured.
     measured_phases: tuple[str, ...] = PHASES
+    #: share of the steady time in steps that waited for data less than :data:`UNWAITED_BELOW` of
+    #: their own time: where the loader was not the pace (1.0 without a loader)
+    unwaited_share: float = 1.0
 
     @property
     def data_wait_share(self) -> float:
@@ -243,6 +248,7 @@ def steady_state(record: RunRecord) -> SteadyState | None:
         device_step_p10_s=float(np.percentile(device, 10)) / 1e9 if timed else None,
         device_step_p90_s=float(np.percentile(device, 90)) / 1e9 if timed else None,
         measured_phases=measured_phases(record),
+        unwaited_share=float(durations[per_step < UNWAITED_BELOW].sum() / total_ns) if total_ns > 0 else 1.0,
     )
 
 
