@@ -57,3 +57,22 @@ def test_on_a_virtual_machine_the_cores_the_hypervisor_kept_are_not_the_runs():
     assert oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), stolen)) is not None
     quiet_host = dict(stolen, steal_share=0.0)  # the same numbers without steal: half the machine idles
     assert oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=4), quiet_host)) is None
+
+
+def test_workers_starting_every_epoch_are_the_epoch_boundary_s_cost_not_the_crowd_s():
+    """Workers restarted every 2 steps (no persistent_workers): most of the data wait is their
+    start-up, which the epoch boundary finding claims and fixes; the crowd's cost is the rest."""
+    from stepscope.diagnosis.engine import run_rules
+
+    record = make_record(steps=40, shares={"data_wait": 0.2, "forward": 0.3, "backward": 0.15}, num_workers=2,
+                         loader_init={index: 0.05 for index in range(2, 40, 2)})
+    evidence = ctx_of(record, dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=2.4,
+                                   workers=workers(2, 0.9)))
+    crowd = oversubscribed_cpu(evidence)
+    steady = evidence.steady
+    assert steady.loader_init_share > 0.6 and steady.data_wait_share > 0.75
+    assert crowd is not None and steady.fetch_wait_share <= crowd.impact < 0.2  # not the 78 % start-up wait
+    assert any(item.metric == "worker_startup_share" for item in crowd.evidence)
+    top = run_rules(evidence).findings[0]
+    assert top.rule_id == "epoch_boundary.worker_startup", [(item.rule_id, item.impact) for item in
+                                                            run_rules(evidence).findings]
