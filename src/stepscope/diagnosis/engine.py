@@ -393,7 +393,7 @@ def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list
         impact = round(item.impact * (1.0 - paced), 4)
         severity = item.severity if item.severity == Severity.INFO else max(
             Severity.INFO, min(item.severity, severity_for_impact(impact)))
-        note = Evidence("paced_by_loader", round(paced, 4), PACED_WAIT_FROM, "steps", "ratio",
+        note = Evidence("paced_by_loader", round(paced, 4), None, "steps", "ratio",
                         "of the steady time is in steps that waited for data while the workers were idle: "
                         "there, less work in the training thread is more waiting, not a shorter step")
         out.append(replace(item, impact=impact, severity=severity, evidence=(*item.evidence, note),
