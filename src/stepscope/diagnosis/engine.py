@@ -378,6 +378,14 @@ PACED_OFF_CPU = 0.8
 OWN_WORK_CLAIMS = frozenset({"compute", "other"})
 
 
+def _lowered(item: Finding, impact: float) -> Severity:
+    """The severity of ``item`` once its impact is lowered to ``impact``: never above what that
+    impact warrants, never raised, and INFO (a note) stays INFO."""
+    if item.severity == Severity.INFO:
+        return item.severity
+    return max(Severity.INFO, min(item.severity, severity_for_impact(impact)))
+
+
 def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
     """Where idle workers set the pace (:func:`loader_pace`), a finding that shortens the training
     thread's own work saves time only in the steps that did not wait for data: its impact is scaled
@@ -391,12 +399,10 @@ def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list
             out.append(item)
             continue
         impact = round(item.impact * (1.0 - paced), 4)
-        severity = item.severity if item.severity == Severity.INFO else max(
-            Severity.INFO, min(item.severity, severity_for_impact(impact)))
         note = Evidence("paced_by_loader", round(paced, 4), None, "steps", "ratio",
                         "of the steady time is in steps that waited for data while the workers were idle: "
                         "there, less work in the training thread is more waiting, not a shorter step")
-        out.append(replace(item, impact=impact, severity=severity, evidence=(*item.evidence, note),
+        out.append(replace(item, impact=impact, severity=_lowered(item, impact), evidence=(*item.evidence, note),
                            extra={**item.extra, "paced_by_loader": round(paced, 4),
                                   "impact_unpaced": item.impact}))
     return out
@@ -442,9 +448,8 @@ def _partition_costs(findings: list[Finding],
             absorbed.append((item, owner))
             continue
         if impact < item.impact - 1e-9:
-            severity = item.severity if item.severity == Severity.INFO else max(
-                Severity.INFO, min(item.severity, severity_for_impact(impact)))
-            item = replace(item, impact=round(impact, 4), severity=severity, impact_before_overlap=item.impact)
+            item = replace(item, impact=round(impact, 4), severity=_lowered(item, impact),
+                           impact_before_overlap=item.impact)
         out.append(item)
     return out, absorbed
 

@@ -15,7 +15,6 @@ which is ``CLOCK_MONOTONIC`` on Linux and therefore shared with the sidecar samp
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field, fields
 from typing import Any
 
