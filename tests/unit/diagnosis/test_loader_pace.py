@@ -59,6 +59,9 @@ def test_steps_that_did_not_wait_keep_their_share_of_the_saving():
     assert loader_pace(evidence) == pytest.approx(1.0 - unwaited)
     (own,) = _paced_by_the_loader([_own_work(0.4)], evidence)
     assert own.impact == pytest.approx(0.4 * unwaited, abs=1e-4)
+    # a measured cost scaled by a model of the pace is an estimate, and says what it was checked on
+    assert not own.impact_measured and own.impact_basis.startswith("estimate: its measured cost × the ")
+    assert "did not wait for idle DataLoader workers" in own.impact_basis and "within 15 points" in own.impact_basis
 
 
 @pytest.mark.parametrize("workers, signals, off_cpu, cause", [
