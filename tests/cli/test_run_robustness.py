@@ -89,6 +89,7 @@ def test_script_that_chdirs_keeps_its_run_directory(tmp_path, out):
     assert len(load_record(run_dir).steps) == 3
     assert not (tmp_path / "elsewhere" / "out").exists()
     assert not (tmp_path / "elsewhere" / "stepscope-runs").exists()
+    assert not list(run_dir.glob("rank*.lock"))  # a finished run leaves no lock behind
 
 
 #: The scripts of the tests below update their weights by hand: what they test is the process (its

@@ -179,6 +179,7 @@ def test_python_collectives_and_async_work_are_communication(tmp_path):
     import numpy as np
 
     assert np.median(steps.communication_ns[2:]) > 10_000_000  # rank 1 sleeps 2 × 10 ms before its all_reduce
+    assert not list((tmp_path / "out").glob("rank*.lock"))  # a clean job leaves no lock behind
 
 
 def test_a_killed_rank_is_reported_missing_and_loses_nobody_else_s_data(tmp_path):
@@ -438,3 +439,4 @@ def test_a_job_whose_rank_dies_has_a_merged_report_naming_the_first_failure(tmp_
     assert {key: failure[key] for key in expected} == expected, failure
     assert f"The job failed: rank {dying} failed first, in step 4" in result.stderr, result.stderr[-4000:]
     assert result.stderr.count("The job failed:") == 1  # one rank merged
+    assert (tmp_path / "out" / f"rank{dying}.lock").exists()  # the failed rank's mark stays

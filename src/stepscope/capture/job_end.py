@@ -39,6 +39,31 @@ def failed(meta: Any) -> bool:
     return bool(meta.exit_code) or meta.exception is not None or meta.interrupted_by is not None
 
 
+def lock_still_needed(record: Any, run_dir: Path, merged: bool, job: Any) -> bool:
+    """Whether this rank's ``rank<R>.lock`` must stay once its report is written.
+
+    The lock marks a rank that ended without its record (the report says so from it) and carries a
+    merge's claim while a failed job's ranks finish. It goes when its record is saved and nothing
+    will read it: a run of one process; a rank of a job that did not fail and does not merge (the
+    merging rank sees it finished by its record); the merging rank once the job's report holds
+    every rank and no failure (no rank is left to read its claim)."""
+    if not layout.record_path(run_dir, record.meta.rank).exists():
+        return True
+    if record.meta.world_size <= 1:
+        return False
+    if failed(record.meta):
+        return True
+    if not merged:
+        return False
+    return job is None or job.failure is not None or bool(job.missing)
+
+
+def drop_lock(run_dir: Path, rank: int) -> None:
+    """Remove this rank's lock file (still held by this process until it exits: harmless)."""
+    with contextlib.suppress(OSError):
+        layout.lock_path(run_dir, rank).unlink()
+
+
 #: How long a rank of a failed job waits for the others to finish before leaving the merge to
 #: them: a rank killed outright may release its lock a moment after its peers saw its sockets close.
 FINISH_WAIT_S = 3.0
@@ -137,4 +162,4 @@ def _claim(run_dir: Path, rank: int) -> None:
     lock.write({**_lock_content(run_dir, rank), "merges": True})
 
 
-__all__ = ["decide_merge", "failed"]
+__all__ = ["decide_merge", "drop_lock", "failed", "lock_still_needed"]

@@ -92,7 +92,8 @@ class RunDirLock:
     """This rank's hold on its run directory: ``rank<R>.lock``, ``flock``'ed while the process lives.
 
     The file holds JSON ``{"job", "pid", "rank", "hostname", "start_wall_ns"}``; it stays after the
-    run as the directory's owner mark. DataLoader workers inherit the descriptor (harmless: the
+    run only where it still says something (:func:`stepscope.capture.job_end.lock_still_needed`):
+    a rank that ended without its record, a failed job. DataLoader workers inherit the descriptor (harmless: the
     lock is released when the last holder exits).
     """
 

@@ -232,6 +232,10 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
             from stepscope.cli.exports import export_after_run
 
             export_after_run(report_box[0], session.run_dir, html=options.html, tensorboard=options.tensorboard)
+        from stepscope.capture.job_end import drop_lock, lock_still_needed
+
+        if not lock_still_needed(record, session.run_dir, bool(whole), report_box[0].job):
+            drop_lock(session.run_dir, record.meta.rank)
         guard.report_written()
 
     def on_signal(signum: int) -> None:

@@ -9,7 +9,8 @@
         roles.rank<R>.jsonl        pids the training process reports (DataLoader workers), for the sampler
         traces/                    torch.profiler windows (Kineto JSON)
         report.json                the machine-readable summary and findings (rank 0 / merged)
-        rank<R>.lock               the owner of rank R's files: job, pid (flock'ed while it runs)
+        rank<R>.lock               the owner of rank R's files: job, pid (flock'ed while it runs; kept
+                                   after it only for a rank without its record or a failed job)
 
 Every file is created new (``O_EXCL | O_NOFOLLOW``) or replaced atomically through
 :mod:`stepscope.safe_write`; see :func:`stepscope.capture.rundir.claim_run_dir` for when a

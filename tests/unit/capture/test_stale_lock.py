@@ -79,3 +79,41 @@ def test_a_lock_held_by_a_live_process_of_another_run_still_refuses(tmp_path, pl
             rundir.claim_run_dir(tmp_path / "out", 1)
     finally:
         held.release()
+
+
+def _ended(tmp_path, rank: int = 0, world_size: int = 1, exit_code: int = 0, saved: bool = True):
+    from types import SimpleNamespace
+
+    from stepscope.record import layout
+
+    if saved:
+        layout.record_path(tmp_path, rank).write_bytes(b"")
+    meta = SimpleNamespace(rank=rank, world_size=world_size, exit_code=exit_code, exception=None, interrupted_by=None)
+    return SimpleNamespace(meta=meta)
+
+
+def test_a_finished_run_drops_its_lock_where_nothing_will_read_it(tmp_path):
+    from types import SimpleNamespace
+
+    from stepscope.capture.job_end import lock_still_needed
+
+    clean_job = SimpleNamespace(failure=None, missing=())
+    # one process, its record saved: gone, whatever the exit (the record says how it ended)
+    assert not lock_still_needed(_ended(tmp_path), tmp_path, True, None)
+    assert not lock_still_needed(_ended(tmp_path, exit_code=1), tmp_path, True, None)
+    # a job: a rank that did not fail and does not merge; the merger of a job with every rank and no failure
+    assert not lock_still_needed(_ended(tmp_path, 1, 2), tmp_path, False, None)
+    assert not lock_still_needed(_ended(tmp_path, 0, 2), tmp_path, True, clean_job)
+
+
+def test_a_lock_that_still_says_something_stays(tmp_path):
+    from types import SimpleNamespace
+
+    from stepscope.capture.job_end import lock_still_needed
+
+    # no record saved: the lock is what says the rank started and ended
+    assert lock_still_needed(_ended(tmp_path, saved=False), tmp_path, True, None)
+    # a rank that failed, and a merger whose job failed or lacks a rank: a late rank reads the claim
+    assert lock_still_needed(_ended(tmp_path, 1, 2, exit_code=1), tmp_path, False, None)
+    assert lock_still_needed(_ended(tmp_path, 0, 2), tmp_path, True, SimpleNamespace(failure=object(), missing=()))
+    assert lock_still_needed(_ended(tmp_path, 0, 2), tmp_path, True, SimpleNamespace(failure=None, missing=(1,)))
