@@ -250,6 +250,7 @@ class Campaign:
         trace_kb = sum(kb for name, kb in pages.items() if name.startswith("traces/"))
         need_kb = sum(kb for name, kb in pages.items() if not name.startswith("traces/") and name != "report.html")
         need_kb += pages["record.rank0.json.gz"]  # the checkpoint stays until the record is in place
+        need_kb += PAGE // 1024 * ("rank0.lock" not in pages)  # the lock: held while the run lives, then removed
         size_kb = need_kb + 16
         if size_kb >= need_kb + trace_kb:
             raise SystemExit(f"the trace ({trace_kb} KiB) is too small to fill a {size_kb} KiB disk")
