@@ -1,6 +1,6 @@
 """The package's layers, enforced: every package and top-level module has a layer, imports point
-downstream, renderers see only the views, the pipeline alone calls the engine and runs the rules, no
-rule imports another, no module circles.
+downstream, renderers see only the views (whose fields hold their own types), the pipeline alone
+calls the engine and runs the rules, no rule imports another, no module circles.
 
 The layers, in the order data flows (``shared/ARCHITECTURE.md``, the table in
 ``docs/development.md``): ``record`` ← ``traces`` ← ``analysis`` ← ``diagnosis`` ← ``report`` (the
@@ -22,6 +22,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# What the view-model may hold besides its own types (shared with test_view_purity.py): the view
+# modules (VIEWS), the outside types passed on as they are (PASSED_THROUGH, each with why; of
+# those, the PLAIN_RECORDS) and the fields kept for library users (LIBRARY_ONLY).
+from view_rules import LIBRARY_ONLY, PASSED_THROUGH, PLAIN_RECORDS, VIEWS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "stepscope"
 
@@ -61,12 +66,6 @@ ENGINE_CALLER = "pipeline/diagnose.py"
 RENDERER_MAY = ("stepscope.report.model", "stepscope.report.command_views", "stepscope.report.diff_view",
                 "stepscope.report.render", "stepscope.units", "stepscope.text", "stepscope._version",
                 "stepscope.errors", "stepscope.safe_write")
-#: The view modules a renderer reads: each name it takes from them must be defined there, not
-#: passed on from an analysis, diagnosis or record module.
-VIEWS = ("stepscope.report.model", "stepscope.report.command_views", "stepscope.report.diff_view")
-#: The one name the view-model passes on as it is: the diagnosis's findings, whose ``to_dict`` is
-#: report.json's schema (docs/report-json.md). Every other name a renderer takes is a view's own.
-PASSED_THROUGH = {"Finding"}
 #: Third-party packages the analysis core must not import (it runs without them).
 CORE = ("record", "traces", "analysis", "diagnosis")
 FORBIDDEN_IN_CORE = ("torch", "rich", "pandas")
@@ -264,6 +263,76 @@ def renderer_violations(package: Path) -> list[str]:
     return sorted(set(wrong))
 
 
+def _view_path(package: Path, view: str) -> Path:
+    return package.parent.joinpath(*view.split(".")).with_suffix(".py")
+
+
+def _outside_names(package: Path, path: Path) -> dict[str, str]:
+    """The names a view module imports from stepscope modules other than the views (under
+    ``TYPE_CHECKING`` too) -> the module each comes from."""
+    found = {}
+    for module, names in imports(path, package):
+        if module.split(".")[0] == "stepscope" and module not in VIEWS:
+            found.update({name: module for name in names})
+    return found
+
+
+def _dataclasses(path: Path) -> list[ast.ClassDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node for node in tree.body if isinstance(node, ast.ClassDef) and any(
+        "dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)]
+
+
+def foreign_view_fields(package: Path) -> list[str]:
+    """Fields of the views' dataclasses whose type names an analysis, diagnosis or record type:
+    each would hand a renderer an object whose methods and properties compute. Allowed: the types
+    passed on as they are (``PASSED_THROUGH``) and the fields kept for library users
+    (``LIBRARY_ONLY``, which no renderer reads: ``tests/unit/report/test_view_purity.py``)."""
+    wrong = []
+    for view in VIEWS:
+        path = _view_path(package, view)
+        outside = _outside_names(package, path)
+        for node in _dataclasses(path):
+            for item in node.body:
+                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                    continue
+                named = {name.id for name in ast.walk(item.annotation) if isinstance(name, ast.Name)}
+                held = sorted(name for name in named & set(outside) if name not in PASSED_THROUGH)
+                if held and f"{node.name}.{item.target.id}" not in LIBRARY_ONLY:
+                    wrong.append(f"{path.relative_to(package)}: {node.name}.{item.target.id} holds {', '.join(held)}")
+    return wrong
+
+
+#: What a passed-through plain record may define besides its fields (and dunder methods).
+PLAIN_RECORD_METHODS = {"to_dict"}
+
+
+def computing_records(package: Path) -> list[str]:
+    """The passed-through plain records (``PLAIN_RECORDS``) that define a method or a property
+    besides ``to_dict``, or derive from a class: a renderer reading one could compute. Each is found
+    in the module a view imports it from."""
+    wrong = []
+    origins = {name: module for view in VIEWS
+               for name, module in _outside_names(package, _view_path(package, view)).items()}
+    for name in sorted(PLAIN_RECORDS):
+        if name not in origins:
+            continue  # not held by the views (any more)
+        path = _view_path(package, origins[name])
+        if not path.exists():
+            path = path.with_suffix("") / "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        node = next((item for item in tree.body if isinstance(item, ast.ClassDef) and item.name == name), None)
+        if node is None:
+            wrong.append(f"{name}: not defined in {origins[name]} (import it from its own module)")
+            continue
+        if node.bases:
+            wrong.append(f"{name} derives from {', '.join(ast.unparse(base) for base in node.bases)}")
+        wrong += [f"{name}.{item.name} computes" for item in node.body
+                  if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name not in PLAIN_RECORD_METHODS
+                  and not (item.name.startswith("__") and item.name.endswith("__"))]
+    return wrong
+
+
 def rule_to_rule_imports(package: Path) -> list[str]:
     rules = package / "diagnosis" / "rules"
     modules = {path.stem for path in rules.glob("*.py") if not path.stem.startswith("_")}
@@ -355,6 +424,16 @@ def test_leaves_import_only_leaves():
 
 def test_renderers_import_only_the_views_units_and_text():
     wrong = renderer_violations(PACKAGE)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_view_fields_hold_view_types():
+    wrong = foreign_view_fields(PACKAGE)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_passed_through_records_are_plain():
+    wrong = computing_records(PACKAGE)
     assert not wrong, "\n".join(wrong)
 
 
@@ -488,6 +567,28 @@ def test_an_analysis_type_passed_on_through_the_view_model_is_caught(copy):
     assert added(renderer_violations, copy, "report/render/terminal.py",
                  "from stepscope.report.model import SteadyState") == [
         "report/render/terminal.py imports SteadyState through stepscope.report.model (defined elsewhere)"]
+
+
+def _edited(check, copy: Path, path: str, edit) -> list[str]:
+    """What ``check(copy)`` reports once ``path``'s text is ``edit(text)`` that it did not before."""
+    before = check(copy)
+    target = copy / path
+    target.write_text(edit(target.read_text(encoding="utf-8")), encoding="utf-8")
+    return [item for item in check(copy) if item not in before]
+
+
+def test_an_analysis_type_held_by_a_view_field_is_caught(copy):
+    """``tuple[StepStats, ...] | None``: the type is found anywhere in the annotation."""
+    planted = ("\nfrom stepscope.analysis.run.steady import StepStats\n\n\n@dataclass(frozen=True)\n"
+               "class Planted:\n    stats: tuple[StepStats, ...] | None\n")
+    assert _edited(foreign_view_fields, copy, "report/model.py", lambda text: text + planted) == [
+        "report/model.py: Planted.stats holds StepStats"]
+
+
+def test_a_property_on_a_passed_through_record_is_caught(copy):
+    planted = "class KernelRow:\n    @property\n    def share(self) -> float:\n        return 0.0\n\n"
+    assert _edited(computing_records, copy, "analysis/trace/kernels.py",
+                   lambda text: text.replace("class KernelRow:\n", planted, 1)) == ["KernelRow.share computes"]
 
 
 def test_importlib_of_the_analysis_in_a_renderer_is_caught(copy):

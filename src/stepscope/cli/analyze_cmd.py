@@ -165,7 +165,7 @@ def _write_path_overlay(report: Any, path: Path, rank: int | None) -> None:
 
     views = report.traces.ranks if report.traces is not None else ()
     view = next((v for v in views if rank is None or v.rank == rank), None)
-    if view is None or view.critical is None or not view.critical.spans:
+    if view is None or view.critical is None or not view.critical.stretches:
         print("stepscope: no critical path to mark (no operators or GPU rows): no Perfetto trace written",
               file=sys.stderr)
         return

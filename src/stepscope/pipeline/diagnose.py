@@ -13,7 +13,8 @@ Step by step, for a run (one rank or a job):
    step (one finding per rule naming its ranks, cross-rank causes first).
 4. The view-model: the summary of the focus rank (the lowest, or ``ReportOptions.focus``), the
    job's rank table, the machine's timelines, the step series, the window's trace views, and —
-   when an output asks for them — the Perfetto timeline and the folded stacks of a phase.
+   when an output asks for them — the Perfetto timeline and the folded stacks of a phase; and
+   report.json's sections that serialise the analyses (:mod:`stepscope.pipeline.report_json`).
 5. ``--verify``'s trials, when the run has them, replace estimated gains by measured ones.
 
 For traces (``stepscope analyze``) steps 1–2 are each rank's trace evidence alone.
@@ -30,6 +31,7 @@ from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
 from stepscope.errors import UsageError
 from stepscope.pipeline import views
 from stepscope.pipeline.inputs import JobInputs
+from stepscope.pipeline.report_json import json_sections
 from stepscope.record.run import PHASES, RunRecord
 from stepscope.report.model import FlameView, PerfettoView, RankReport, Report, StackLine
 
@@ -77,17 +79,20 @@ def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
     timelines = views.timelines_of(record)
     series = views.step_series(evidence, timelines)
     window = inputs.windows.get(focus)
+    summary = views.run_summary(evidence, records, findings)
+    rank_reports = tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank)) \
+        if several else ()
+    table = views.job_table(evidences, job.per_rank, inputs.missing, inputs.world_size) if several else None
     report = Report(
         source="run", focus_rank=focus, evidence=evidence, diagnosis=diagnosis, findings=findings,
-        summary=views.run_summary(evidence, records, findings), meta=record.meta,
-        warnings=_run_warnings(inputs, job, several),
-        ranks=tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank))
-        if several else (),
-        job=views.job_summary(evidences, job.per_rank, inputs.missing, inputs.world_size) if several else None,
+        summary=summary, meta=record.meta, warnings=_run_warnings(inputs, job, several), ranks=rank_reports,
+        job=views.job_summary(table) if table is not None else None,
         traces=views.trace_views(window, from_window=True) if window is not None else None,
-        timelines=timelines, steps=series, rank_steady=evidence.ranks,
+        timelines=views.machine_timelines(timelines), steps=series, rank_steady=views.rank_steps(evidence.ranks),
         perfetto=_perfetto(inputs, evidences) if options.perfetto else None,
         flame=_flame(record, options.flame) if options.flame is not None else None,
+        diagnosis_complete=diagnosis.complete,
+        sections=json_sections(evidence, diagnosis, summary, meta=record.meta, ranks=rank_reports, job=table),
     )
     if inputs.verification is not None:
         from stepscope import verify
@@ -110,10 +115,11 @@ def _trace_report(analysis: TraceAnalysis, options: ReportOptions) -> Report:
     several = len(ranks) > 1
     warnings = tuple(f"rank {rank}: {text}" if several else text
                      for rank, diagnosis in zip(ranks, job.per_rank) for text in _diagnosis_warnings(diagnosis))
+    rank_reports = tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank))
     return Report(source="trace", focus_rank=ranks[0] if ranks else 0, evidence=first_evidence, diagnosis=first,
-                  findings=job.findings, warnings=warnings,
-                  ranks=tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank)),
-                  traces=views.trace_views(analysis, from_window=False))
+                  findings=job.findings, warnings=warnings, ranks=rank_reports,
+                  traces=views.trace_views(analysis, from_window=False), diagnosis_complete=first.complete,
+                  sections=json_sections(first_evidence, first, None, ranks=rank_reports, traces=analysis))
 
 
 def _focus(asked: int | None, ranks: tuple[int, ...]) -> int:

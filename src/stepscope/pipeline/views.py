@@ -1,35 +1,49 @@
 """The sections of the :class:`~stepscope.report.model.Report` view-model, computed from analyses.
 
 Every number an output shows is computed here, once, and handed to the renderers as plain typed
-data: the run's summary (and whether its MFU is worth a line), the job's rank table, each trace
-rank's category shares, idle and launch statistics, the step series with per-step shares, the
-sampler intervals mapped onto steps, the merged Perfetto timeline with its clock alignment.
+data of the view's own types: the run's summary (and whether its MFU is worth a line), the job's
+rank table, each trace rank's category shares, idle and launch statistics and critical path, the
+step series with per-step shares, the machine's timelines and the sampler intervals mapped onto
+steps, the merged Perfetto timeline with its clock alignment. Only the values shown are carried
+over from the analyses (a loader's settings, not its worker pids); report.json's sections are
+:mod:`stepscope.pipeline.report_json`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.ranks import MissingRank, first_failure, rank_row, rank_spread
-from stepscope.analysis.run.steady import model_split_by_device, step_stats
+from stepscope.analysis.bundle import RankSteady, RunEvidence
+from stepscope.analysis.evidence import MacroSignals
+from stepscope.analysis.host_cpu import STEAL_SHOWN
+from stepscope.analysis.run.compile_summary import CompileSummary
+from stepscope.analysis.run.ranks import (JobFailure, MissingRank, RankRow, RankSpread, first_failure, rank_row,
+                                          rank_spread)
+from stepscope.analysis.run.signals import SATURATED
+from stepscope.analysis.run.steady import StepStats, model_split_by_device, step_stats
 from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import PHASES, RunRecord, StepTable
-from stepscope.report.model import (AccountSummary, JobSummary, LaunchSummary, PerfettoRank, PerfettoView, RunSummary, SkipSummary,
-                                    StepSeries, TABLE_ROWS, TraceRankView, TraceViews)
+from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunRecord, StepTable
+from stepscope.report.model import (AccountSummary, CompileLine, CriticalPathView, EagerFrame, GcLine, JobRankRow,
+                                    JobSpread, JobSummary, LaunchSummary, LoaderLine, MachineTimelines, MachineView,
+                                    MfuLine, MissingRankLine, OverriddenSetting, OverridesLine, PathSegmentRow,
+                                    PathStretch, PerfettoRank, PerfettoView, RankSteps, RunSummary, SkipSummary,
+                                    SkippedDataset, StepSeries, StepTimes, TABLE_ROWS, TraceRankView, TraceViews)
 from stepscope.units import SHARE_SHOWN_MIN
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
+    from stepscope.analysis.trace.critical_path import PathSummary
     from stepscope.analysis.trace.rank_analysis import RankAnalysis
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 
-_EMPTY_STATS = step_stats(StepTable.empty())
+#: The statistics of no steps (a run whose steady state could not be found).
+EMPTY_STATS = step_stats(StepTable.empty())
 #: MFU gets a line in the summary when the model's own phases take at least this share of the step
 #: (below it, an MFU measures the waiting, not the model) ...
 MFU_SHOWN_COMPUTE_SHARE = 0.25
@@ -37,6 +51,8 @@ MFU_SHOWN_COMPUTE_SHARE = 0.25
 MFU_SHOWN_MIN = SHARE_SHOWN_MIN
 #: Collector pauses get a line in the summary from this share of the step time.
 GC_SHOWN = 0.005
+#: A GPU's mean utilisation below this reads as starved (TraceML calls under 30 % "LOW", shared/reference).
+GPU_UTIL_LOW = 0.3
 
 
 # -- a run -----------------------------------------------------------------------------------------
@@ -49,6 +65,8 @@ def run_summary(evidence: RunEvidence, records: Sequence[RunRecord], findings: S
     steady = evidence.steady
     mfu = evidence.mfu
     compute_share = steady.compute_share if steady is not None else 0.0
+    gc = evidence.gc if evidence.gc is not None and (evidence.gc.share_of_step_time or 0.0) >= GC_SHOWN else None
+    stats = steady.steady if steady is not None else EMPTY_STATS
     return RunSummary(
         target=meta.target, argv=tuple(meta.argv), rank=meta.rank, world_size=meta.world_size, wall_s=meta.wall_s,
         exit_code=meta.exit_code, step_source=meta.step_source,
@@ -58,18 +76,81 @@ def run_summary(evidence: RunEvidence, records: Sequence[RunRecord], findings: S
         warmup_steps=steady.warmup_steps if steady is not None else 0,
         steady_steps=steady.steady_count if steady is not None else 0,
         excluded_steps=steady.excluded if steady is not None else (),
-        steady=steady.steady if steady is not None else _EMPTY_STATS,
-        warmup=steady.warmup if steady is not None else _EMPTY_STATS,
+        steady=step_times(stats), warmup_s=(steady.warmup if steady is not None else EMPTY_STATS).total_s,
         measured_phases=steady.measured_phases if steady is not None else (),
         samples_per_step=steady.samples_per_step if steady is not None else None,
         fetch_wait_share=steady.fetch_wait_share if steady is not None else None,
-        mfu=mfu, mfu_shown=mfu is not None and mfu.value >= MFU_SHOWN_MIN and compute_share >= MFU_SHOWN_COMPUTE_SHARE,
-        mfu_note=evidence.mfu_note, compile=evidence.compile,
-        gc=evidence.gc if evidence.gc is not None and (evidence.gc.share_of_step_time or 0.0) >= GC_SHOWN else None,
-        loaders=record.loaders, overrides=record.facts.overrides, skipped=skip_summary(records or (record,)),
-        machine=evidence.signals, machine_notes=machine_notes(evidence),
+        mfu=None if mfu is None else MfuLine(mfu.value, mfu.low, mfu.high, mfu.dtype, mfu.peak_source),
+        mfu_shown=mfu is not None and mfu.value >= MFU_SHOWN_MIN and compute_share >= MFU_SHOWN_COMPUTE_SHARE,
+        mfu_note=evidence.mfu_note, compile=compile_line(evidence.compile),
+        gc=None if gc is None else GcLine(gc.share_of_step_time, gc.pauses_per_step,
+                                          gc.largest.duration_s if gc.largest is not None else None),
+        loaders=tuple(loader_line(loader) for loader in record.loaders),
+        overrides=overrides_line(record.facts.overrides), skipped=skip_summary(records or (record,)),
+        machine=machine_view(evidence.signals), machine_notes=machine_notes(evidence),
         account=account_summary(evidence, findings[0] if findings else None),
+        interrupted_by=meta.interrupted_by, mode=meta.mode,
     )
+
+
+def step_times(stats: StepStats) -> StepTimes:
+    """What the summary shows of a set of steps' statistics."""
+    return StepTimes(stats.count, stats.mean_s, stats.median_s, stats.p90_s, stats.max_s, stats.steps_per_s,
+                     stats.samples_per_s, stats.phase_shares, stats.phase_mean_s)
+
+
+def rank_steps(ranks: Sequence[RankSteady]) -> tuple[RankSteps, ...]:
+    """The other ranks' steady steps, for the per-rank chart."""
+    return tuple(RankSteps(item.rank, item.steady.steady.mean_s, item.steady.steady.phase_mean_s,
+                           item.steady.steady.phase_shares) for item in ranks)
+
+
+def compile_line(summary: CompileSummary | None) -> CompileLine | None:
+    if summary is None:
+        return None
+    eager = tuple(EagerFrame(frame.function, frame.limit_hit_step, frame.limit) for frame in summary.limit_hits)
+    return CompileLine(len(summary.frames), summary.compilations, summary.recompiles, summary.compile_s,
+                       summary.compile_share, eager, summary.graph_break_count, summary.speedup)
+
+
+def loader_line(loader: LoaderInfo) -> LoaderLine:
+    return LoaderLine(loader.loader_id, loader.dataset_type, loader.batch_size, loader.num_workers,
+                      loader.prefetch_factor, loader.persistent_workers, loader.pin_memory, loader.drop_last,
+                      loader.batches, loader.wait_ns)
+
+
+def overrides_line(overrides: Overrides | None) -> OverridesLine | None:
+    if overrides is None:
+        return None
+    return OverridesLine(tuple(OverriddenSetting(item.key, item.value, item.applied, len(item.skipped))
+                               for item in overrides.settings), overrides.max_steps, overrides.stopped_at_max_steps)
+
+
+def machine_view(signals: MacroSignals | None) -> MachineView | None:
+    """What the summary shows of the sampler's signals, the levels judged (None without a sampler)."""
+    if signals is None:
+        return None
+    return MachineView(
+        sample_count=signals.sample_count, cpu_count=signals.cpu_count, cpu_util_mean=signals.cpu_util_mean,
+        busiest_core_util=signals.busiest_core_util,
+        busiest_core_saturated=signals.busiest_core_util is not None and signals.busiest_core_util > SATURATED,
+        idlest_core_util=signals.idlest_core_util, saturated_cores=signals.saturated_cores,
+        iowait_share=signals.iowait_share, steal_share=signals.steal_share,
+        steal_shown=signals.steal_share is not None and signals.steal_share >= STEAL_SHOWN,
+        runnable_threads_per_core=signals.runnable_threads_per_core, main_cpu_util=signals.main_cpu_util,
+        worker_count=signals.worker_count, worker_cpu_util_mean=signals.worker_cpu_util_mean,
+        workers_saturated=signals.worker_cpu_util_mean is not None and signals.worker_cpu_util_mean > SATURATED,
+        worker_saturation=signals.worker_saturation, thread_count_max=signals.thread_count_max,
+        disk_read_bytes_per_s=signals.disk_read_bytes_per_s,
+        disk_read_bytes_per_s_early=signals.disk_read_bytes_per_s_early,
+        disk_read_bytes_per_s_late=signals.disk_read_bytes_per_s_late,
+        page_cache_warming=bool(signals.page_cache_warming), net_bytes_per_s=signals.net_bytes_per_s,
+        memory_used_share_max=signals.memory_used_share_max, rss_growth_bytes_per_s=signals.rss_growth_bytes_per_s,
+        rss_growth_basis=signals.rss_growth_basis, swap_in_bytes_per_s=signals.swap_in_bytes_per_s,
+        swap_out_bytes_per_s=signals.swap_out_bytes_per_s, gpu_count=signals.gpu_count,
+        gpu_util_mean=signals.gpu_util_mean,
+        gpu_starved=signals.gpu_util_mean is not None and signals.gpu_util_mean < GPU_UTIL_LOW,
+        gpu_util_oscillation=signals.gpu_util_oscillation, gpu_memory_used_share_max=signals.gpu_memory_used_share_max)
 
 
 #: The account's line is shown when the training thread waited for a core or was off CPU outside
@@ -121,7 +202,8 @@ def skip_summary(records: Sequence[RunRecord]) -> SkipSummary | None:
         else:
             delivered += int(samples.sum())
     total = sum(item.total for item in datasets)
-    return SkipSummary(total, delivered, datasets, total / delivered if delivered else None)
+    return SkipSummary(total, delivered, tuple(SkippedDataset(item.dataset, item.total, item.by_process)
+                                               for item in datasets), total / delivered if delivered else None)
 
 
 def step_series(evidence: RunEvidence, timelines: SystemTimelines | None) -> StepSeries | None:
@@ -149,13 +231,50 @@ def timelines_of(record: RunRecord | None) -> SystemTimelines | None:
     return system_timelines(record.samples) if record is not None else None
 
 
-def job_summary(evidences: Sequence[RunEvidence], diagnoses: Sequence[Diagnosis], missing: Sequence[MissingRank],
-                world_size: int) -> JobSummary:
+def machine_timelines(timelines: SystemTimelines | None) -> MachineTimelines | None:
+    """The series the machine's charts draw (the all-core mean and whether workers ran, computed)."""
+    if timelines is None:
+        return None
+    return MachineTimelines(
+        t_ns=timelines.t_ns, core_busy=timelines.core_busy, cpu_busy_mean=timelines.cpu_busy_mean,
+        cpu_ids=timelines.cpu_ids, main_cpu=timelines.main_cpu, workers_cpu=timelines.workers_cpu,
+        has_workers=timelines.has_workers, disk_read=timelines.disk_read, disk_write=timelines.disk_write,
+        mem_used=timelines.mem_used, mem_total_bytes=timelines.mem_total_bytes, main_rss=timelines.main_rss,
+        has_gpu=timelines.has_gpu, gpu_util=timelines.gpu_util, gpu_mem_used=timelines.gpu_mem_used,
+        gpu_names=timelines.gpu_names, gpu_mem_total_bytes=timelines.gpu_mem_total_bytes)
+
+
+@dataclass(frozen=True)
+class JobTable:
+    """A job's ranks as the analysis sees them: the rank table's rows, their spread, the ranks
+    without a record, the rank that failed first (its view and report.json's ``job`` are made from it)."""
+
+    world_size: int
+    rows: tuple[RankRow, ...]
+    spread: RankSpread | None
+    missing: tuple[MissingRank, ...]
+    failure: JobFailure | None
+
+
+def job_table(evidences: Sequence[RunEvidence], diagnoses: Sequence[Diagnosis], missing: Sequence[MissingRank],
+              world_size: int) -> JobTable:
     rows = tuple(rank_row(evidence, diagnosis.findings[0].title if diagnosis.findings else None)
                  for evidence, diagnosis in zip(evidences, diagnoses))
     failure = first_failure([evidence.record for evidence in evidences if evidence.record is not None], list(missing))
-    return JobSummary(world_size, rows, rank_spread(list(rows)), tuple(missing),
-                      len({row.node for row in rows}) > 1, failure)
+    return JobTable(world_size, rows, rank_spread(list(rows)), tuple(missing), failure)
+
+
+def job_summary(table: JobTable) -> JobSummary:
+    """The job's rank table as the summary shows it."""
+    spread = table.spread
+    return JobSummary(
+        table.world_size,
+        tuple(JobRankRow(row.rank, row.node, row.step_time_s, row.data_wait_s, row.compute_s, row.communication_s,
+                         row.overlapped_s, row.cpu_util, row.rss_bytes) for row in table.rows),
+        None if spread is None else JobSpread(spread.step_time_min_s, spread.step_time_max_s,
+                                              spread.step_time_spread, spread.slowest_rank),
+        tuple(MissingRankLine(item.rank, item.reason) for item in table.missing),
+        len({row.node for row in table.rows}) > 1, table.failure.text if table.failure is not None else None)
 
 
 # -- traces ----------------------------------------------------------------------------------------
@@ -174,9 +293,6 @@ def trace_rank_view(item: RankAnalysis) -> TraceRankView:
     python = item.python
     launches = item.launches
     summary = launches.summary() if launches.count else None
-    critical = item.critical
-    path_shares = () if critical is None else tuple(
-        (kind, critical.label(kind), share) for kind, share in critical.shown_shares().items())
     return TraceRankView(
         rank=item.rank, path=item.path, rank_source=item.rank_source, device_name=item.device_name,
         categories=tuple((category, steps.mean_us.get(category), steps.share(category)) for category in CATEGORIES),
@@ -195,10 +311,27 @@ def trace_rank_view(item: RankAnalysis) -> TraceRankView:
         host=None if python is None else {part: python.share(part) for part in ("python", "aten", "runtime")},
         memory=item.memory.devices, allocators=item.memory.top_operators,
         operators=item.operators.rows, operators_by_shape=item.operators.grouped_by_shape,
-        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=item.critical,
-        path_shares=path_shares, path_shares_ranked=tuple(sorted(path_shares, key=lambda row: (row[2], row[0]),
-                                                                 reverse=True)),
+        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=critical_path_view(item.critical),
         operators_shown=_largest(item.operators.rows, "host_total_us"), kernels_shown=_largest(item.kernels.rows, "total_us"))
+
+
+def critical_path_view(path: PathSummary | None) -> CriticalPathView | None:
+    """The critical path as the views show it: its shares worth showing (in display order and
+    largest first), its longest segments and the drawn step's stretches, each bound kind labelled."""
+    if path is None:
+        return None
+    shares = tuple((kind, path.label(kind), share) for kind, share in path.shown_shares().items())
+    return CriticalPathView(
+        steps=len(path.steps), length_us=path.length_us, per_step_us=path.per_step_us,
+        labels={kind: path.label(kind) for kind in path.KINDS}, shares=shares,
+        shares_ranked=tuple(sorted(shares, key=lambda row: (row[2], row[0]), reverse=True)),
+        after_sync_us=path.after_sync_us, after_sync_share=path.after_sync_share, syncs=path.syncs,
+        notes=path.notes,
+        segments=tuple(PathSegmentRow(item.name, item.stream, path.label(item.bound), item.why,
+                                      item.per_step_us, item.share, item.count) for item in path.segments),
+        shown_step=path.shown_step,
+        stretches=tuple(PathStretch(span.name, span.bound, path.label(span.bound), span.ts_us, span.end_us, span.pid,
+                                    span.tid, span.stream) for span in path.spans))
 
 
 def _largest(rows: tuple[Any, ...], key: str) -> tuple[Any, ...]:
@@ -314,5 +447,6 @@ def _step_residual(events: list[dict[str, Any]], record: RunRecord, window_steps
     return int(round(median))
 
 
-__all__ = ["MFU_SHOWN_COMPUTE_SHARE", "job_summary", "perfetto_view",
-           "run_summary", "skip_summary", "step_series", "timelines_of", "trace_rank_view", "trace_views"]
+__all__ = ["EMPTY_STATS", "MFU_SHOWN_COMPUTE_SHARE", "JobTable", "critical_path_view", "job_summary", "job_table",
+           "machine_timelines", "machine_view", "perfetto_view", "rank_steps", "run_summary", "skip_summary", "step_series",
+           "timelines_of", "trace_rank_view", "trace_views"]

@@ -3,12 +3,23 @@
 :func:`stepscope.pipeline.diagnose` builds one :class:`Report` for ``stepscope run``, ``report``,
 ``analyze``, the library API and the integrations. Every section is plain typed data computed
 there — the run's summary, the job's rank table, the trace views with their shares and launch
-statistics, the machine's timelines, the step series for charts — so a renderer
+statistics, the critical path, the machine's timelines, the step series for charts — so a renderer
 (:mod:`stepscope.report.render`) only formats fields and never computes a number of its own.
+
+The view owns its types: each field a renderer reads is a dataclass of this module (holding only
+what is shown, e.g. :class:`StepTimes`, :class:`LoaderLine`, :class:`JobRankRow`), a builtin or a
+numpy array, never an analysis object whose methods or properties would compute in the renderer.
+Two kinds of outside types remain, each on purpose: those passed on as they are — the findings
+(report.json's schema) and the trace tables' rows (operators, kernels, devices, memory: plain
+records with no method but ``to_dict``, thousands of rows a copy would only slow down) — and the
+objects kept for library users (:attr:`Report.evidence`, :attr:`Report.diagnosis`,
+:attr:`Report.meta`, :attr:`TraceViews.analysis`, each :class:`RankReport`'s), which no renderer
+reads (``tests/unit/test_layers.py`` and ``tests/unit/report/test_view_purity.py`` check both).
 
 ``report.json`` and ``analyze --format json`` are :meth:`Report.to_dict`: one envelope
 (``summary``, ``findings``, ``diagnosis``, ``warnings``) plus the source's sections (schema in
-``docs/report-json.md``).
+``docs/report-json.md``), the sections that serialise analyses computed by the pipeline
+(:class:`JsonSections`).
 """
 
 from __future__ import annotations
@@ -18,22 +29,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from stepscope.analysis.bundle import MfuEstimate, RankSteady, RunEvidence
-from stepscope.analysis.evidence import MacroSignals, WorkerLoad
-from stepscope.analysis.host_cpu import STEAL_SHOWN
-from stepscope.analysis.run.compile_summary import CompileSummary
-from stepscope.analysis.run.gc_pauses import GcPauseSummary
-from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
-from stepscope.analysis.run.signals import SATURATED
-from stepscope.analysis.run.steady import StepStats
-from stepscope.analysis.run.timelines import SystemTimelines
+from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.engine import Diagnosis, risk_of
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES as RECORD_PHASES
-from stepscope.record.run import LoaderInfo, Overrides, RunMeta, SkippedSamples
+from stepscope.record.run import RunMeta
 
 if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
-    from stepscope.analysis.trace.critical_path import PathSummary
     from stepscope.analysis.trace.gpu_metrics import DeviceSummary
     from stepscope.analysis.trace.kernels import KernelRow
     from stepscope.analysis.trace.memory import AllocatingOperator, DeviceMemory
@@ -51,11 +53,23 @@ Source = Literal["run", "trace"]
 PHASES: tuple[str, ...] = RECORD_PHASES
 #: Rows of an operator or kernel table in a page (the largest when a trace has more).
 TABLE_ROWS = 2000
-#: A GPU's mean utilisation below this reads as starved (TraceML calls under 30 % "LOW", shared/reference).
-GPU_UTIL_LOW = 0.3
 
-__all__ = ["PHASES", "AccountSummary", "Finding", "FlameView", "JobSummary", "MachineView", "MacroSignals", "StackLine", "WorkerLoad", "LaunchSummary", "PerfettoRank", "PerfettoView", "RankReport", "Report",
-           "RunSummary", "SkipSummary", "StepSeries", "TraceRankView", "TraceViews"]
+__all__ = ["PHASES", "AccountSummary", "CompileLine", "CriticalPathView", "EagerFrame", "Finding", "FlameView",
+           "GcLine", "JobRankRow", "JobSpread", "JobSummary", "JsonSections", "LaunchSummary", "LoaderLine",
+           "MachineTimelines", "MachineView", "MfuLine", "MissingRankLine", "OverriddenSetting", "OverridesLine",
+           "PathSegmentRow", "PathStretch", "PerfettoRank", "PerfettoView", "RankReport", "RankSteps", "Report",
+           "RunSummary", "SkipSummary", "SkippedDataset", "StackLine", "StepSeries", "StepTimes", "TraceRankView",
+           "TraceViews"]
+
+
+@dataclass(frozen=True)
+class SkippedDataset:
+    """One ``SkipBadSamples`` dataset's skipped samples: in all, and per process (``by_process[0]``
+    the training process, ``by_process[1 + i]`` DataLoader worker ``i``)."""
+
+    dataset: str
+    total: int
+    by_process: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,7 @@ class SkipSummary:
 
     total: int
     delivered: int | None  # samples in the recorded steps' batches (None when not inferred)
-    datasets: tuple[SkippedSamples, ...]
+    datasets: tuple[SkippedDataset, ...]
     share: float | None  # skipped per delivered sample
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +108,110 @@ class AccountSummary:
 
 
 @dataclass(frozen=True)
+class StepTimes:
+    """What the summary shows of the steady steps: their count, step time and rates, and each
+    phase's share and mean (a share of 0.0 for a phase that did not run)."""
+
+    count: int
+    mean_s: float | None
+    median_s: float | None
+    p90_s: float | None
+    max_s: float | None
+    steps_per_s: float | None
+    samples_per_s: float | None
+    phase_shares: dict[str, float]  # phase -> share of the step (PHASES)
+    phase_mean_s: dict[str, float]  # phase -> mean seconds per step
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """Another rank's steady step, for the per-rank chart of a job."""
+
+    rank: int
+    mean_s: float | None
+    phase_mean_s: dict[str, float]
+    phase_shares: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MfuLine:
+    """The model FLOPs utilisation with its range, and the peak it is a share of."""
+
+    value: float
+    low: float
+    high: float
+    dtype: str
+    peak_source: str  # "NVIDIA H100 80GB HBM3 datasheet bf16", "measured fp32 matmul peak of this CPU"
+
+
+@dataclass(frozen=True)
+class EagerFrame:
+    """A compiled frame that hit the recompile limit and runs eager from then on."""
+
+    function: str
+    limit_hit_step: int | None  # the step it runs eager from (negative: before the steps)
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class CompileLine:
+    """torch.compile over the run, as the summary's line shows it."""
+
+    frames: int  # frames dynamo compiled
+    compilations: int
+    recompiles: int
+    compile_s: float
+    compile_share: float  # of the steps' time
+    eager_frames: tuple[EagerFrame, ...]
+    graph_break_count: int
+    speedup: float | None  # eager step time / compiled step time
+
+
+@dataclass(frozen=True)
+class GcLine:
+    """The garbage collector's pauses, when they take a share of the step worth a line."""
+
+    share_of_step_time: float | None
+    pauses_per_step: float | None
+    largest_s: float | None  # the longest pause
+
+
+@dataclass(frozen=True)
+class LoaderLine:
+    """One DataLoader: the settings the summary lists (those in effect) and what it delivered."""
+
+    loader_id: int
+    dataset_type: str  # the dataset's class, qualified
+    batch_size: int | None
+    num_workers: int
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory: bool
+    drop_last: bool
+    batches: int
+    wait_ns: int  # the training loop's wait for its batches
+
+
+@dataclass(frozen=True)
+class OverriddenSetting:
+    """One ``run --set KEY=VALUE`` and where it took effect."""
+
+    key: str
+    value: int | bool
+    applied: int  # loaders (or torch settings) that used it
+    notes: int  # places it could not be applied (the record says why)
+
+
+@dataclass(frozen=True)
+class OverridesLine:
+    """``run --set`` and ``--max-steps``, as the summary's line shows them."""
+
+    settings: tuple[OverriddenSetting, ...]
+    max_steps: int | None
+    stopped_at_max_steps: bool
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """What the summary says about the run the report describes (one rank: the lowest, or the one asked for)."""
 
@@ -110,29 +228,26 @@ class RunSummary:
     warmup_steps: int
     steady_steps: int
     excluded_steps: tuple[int, ...]
-    steady: StepStats
-    warmup: StepStats
+    steady: StepTimes
+    warmup_s: float  # the warm-up steps' time in all
     measured_phases: tuple[str, ...]
     samples_per_step: int | None
     fetch_wait_share: float | None
-    mfu: MfuEstimate | None
+    mfu: MfuLine | None
     #: MFU worth a line in the summary: the model computes a real part of the step (an input-bound
     #: run's MFU measures the wait, not the model) and it reads above 0.0 %
     mfu_shown: bool
     mfu_note: str | None
-    compile: CompileSummary | None
-    gc: GcPauseSummary | None
-    loaders: tuple[LoaderInfo, ...]
-    overrides: Overrides | None
+    compile: CompileLine | None
+    gc: GcLine | None  # None when the pauses take too small a share of the step to be worth a line
+    loaders: tuple[LoaderLine, ...]
+    overrides: OverridesLine | None
     skipped: SkipSummary | None
-    machine: MacroSignals | None
+    machine: MachineView | None  # what the sampler saw (None without a sampler)
     machine_notes: tuple[str, ...] = ()  # the sampler's notes worth a line (not NVML's absence on a CPU run)
     account: AccountSummary | None = None  # the training thread's account (None unmeasured)
-
-    @property
-    def machine_view(self) -> MachineView | None:
-        """What the summary shows of the sampler's signals (None without a sampler)."""
-        return machine_view(self.machine)
+    interrupted_by: str | None = None  # the signal that ended the run, when one did
+    mode: str = "script"  # how capture ran: "script", "module" or "api" (a library session: no exit status)
 
 
 @dataclass(frozen=True)
@@ -169,36 +284,9 @@ class MachineView:
     swap_out_bytes_per_s: float | None
     gpu_count: int | None
     gpu_util_mean: float | None
-    gpu_starved: bool  # mean utilisation below GPU_UTIL_LOW
+    gpu_starved: bool  # mean utilisation below GPU_UTIL_LOW (pipeline.views)
     gpu_util_oscillation: float | None
     gpu_memory_used_share_max: float | None
-
-
-def machine_view(signals: MacroSignals | None) -> MachineView | None:
-    """The :class:`MachineView` of the sampler's signals."""
-    if signals is None:
-        return None
-    return MachineView(
-        sample_count=signals.sample_count, cpu_count=signals.cpu_count, cpu_util_mean=signals.cpu_util_mean,
-        busiest_core_util=signals.busiest_core_util,
-        busiest_core_saturated=signals.busiest_core_util is not None and signals.busiest_core_util > SATURATED,
-        idlest_core_util=signals.idlest_core_util, saturated_cores=signals.saturated_cores,
-        iowait_share=signals.iowait_share, steal_share=signals.steal_share,
-        steal_shown=signals.steal_share is not None and signals.steal_share >= STEAL_SHOWN,
-        runnable_threads_per_core=signals.runnable_threads_per_core, main_cpu_util=signals.main_cpu_util,
-        worker_count=signals.worker_count, worker_cpu_util_mean=signals.worker_cpu_util_mean,
-        workers_saturated=signals.worker_cpu_util_mean is not None and signals.worker_cpu_util_mean > SATURATED,
-        worker_saturation=signals.worker_saturation, thread_count_max=signals.thread_count_max,
-        disk_read_bytes_per_s=signals.disk_read_bytes_per_s,
-        disk_read_bytes_per_s_early=signals.disk_read_bytes_per_s_early,
-        disk_read_bytes_per_s_late=signals.disk_read_bytes_per_s_late,
-        page_cache_warming=bool(signals.page_cache_warming), net_bytes_per_s=signals.net_bytes_per_s,
-        memory_used_share_max=signals.memory_used_share_max, rss_growth_bytes_per_s=signals.rss_growth_bytes_per_s,
-        rss_growth_basis=signals.rss_growth_basis, swap_in_bytes_per_s=signals.swap_in_bytes_per_s,
-        swap_out_bytes_per_s=signals.swap_out_bytes_per_s, gpu_count=signals.gpu_count,
-        gpu_util_mean=signals.gpu_util_mean,
-        gpu_starved=signals.gpu_util_mean is not None and signals.gpu_util_mean < GPU_UTIL_LOW,
-        gpu_util_oscillation=signals.gpu_util_oscillation, gpu_memory_used_share_max=signals.gpu_memory_used_share_max)
 
 
 @dataclass(frozen=True)
@@ -253,21 +341,75 @@ class StepSeries:
 
 
 @dataclass(frozen=True)
+class MachineTimelines:
+    """The sampler's series per interval, for the machine's charts and exported scalars (NaN: not
+    measured; every series ``len(t_ns)`` long, per core or per GPU as a column)."""
+
+    t_ns: np.ndarray  # interval end, on the run's monotonic clock
+    core_busy: np.ndarray  # (intervals, cores) busy share
+    cpu_busy_mean: np.ndarray  # busy share of all cores (NaN where no core was measured)
+    cpu_ids: tuple[int, ...]
+    main_cpu: np.ndarray  # cores (1.0 = one core)
+    workers_cpu: np.ndarray  # the DataLoader workers together, cores
+    has_workers: bool  # a DataLoader worker was alive at some interval
+    disk_read: np.ndarray  # bytes/s
+    disk_write: np.ndarray  # bytes/s
+    mem_used: np.ndarray  # bytes (machine)
+    mem_total_bytes: int
+    main_rss: np.ndarray  # bytes
+    has_gpu: bool  # a GPU's utilisation was measured
+    gpu_util: np.ndarray  # (intervals, gpus) share
+    gpu_mem_used: np.ndarray  # (intervals, gpus) bytes
+    gpu_names: tuple[str, ...]
+    gpu_mem_total_bytes: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return int(self.t_ns.shape[0])
+
+
+@dataclass(frozen=True)
+class JobRankRow:
+    """One rank of the job's table: its step and where the step went, per step."""
+
+    rank: int
+    node: int
+    step_time_s: float | None
+    data_wait_s: float | None
+    compute_s: float | None
+    communication_s: float | None  # waiting in collectives
+    overlapped_s: float | None  # communication hidden under backward
+    cpu_util: float | None
+    rss_bytes: int | None
+
+
+@dataclass(frozen=True)
+class JobSpread:
+    """How far apart the ranks' steps are, and the rank with the most work of its own."""
+
+    step_time_min_s: float
+    step_time_max_s: float
+    step_time_spread: float
+    slowest_rank: int
+
+
+@dataclass(frozen=True)
+class MissingRankLine:
+    """A rank of the job without a record, and why."""
+
+    rank: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """A multi-rank job: one row per rank with a record, the spread, the ranks without a record."""
 
     world_size: int
-    rows: tuple[RankRow, ...]
-    spread: RankSpread | None
-    missing: tuple[MissingRank, ...]
+    rows: tuple[JobRankRow, ...]
+    spread: JobSpread | None
+    missing: tuple[MissingRankLine, ...]
     several_nodes: bool
-    failure: JobFailure | None = None  # the rank that failed first, when one did
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "ranks": [row.to_dict() for row in self.rows],
-                "spread": self.spread.to_dict() if self.spread is not None else None,
-                "missing": [item.to_dict() for item in self.missing],
-                "failure": self.failure.to_dict() if self.failure is not None else None}
+    failure: str | None = None  # how the rank that failed first ended, when one did
 
 
 @dataclass(frozen=True)
@@ -279,6 +421,55 @@ class LaunchSummary:
     short_kernels: int  # kernels shorter than their launch call
     runtime_outliers: int  # launch calls > 50 µs
     delay_outliers: int  # launch delays > 100 µs
+
+
+@dataclass(frozen=True)
+class PathSegmentRow:
+    """One row of the critical path's top segments: an event (or a kind of gap) and its path time."""
+
+    name: str
+    stream: int  # -1: on the CPU
+    label: str  # what bounds it
+    why: str  # why it is on the path
+    per_step_us: float
+    share: float  # of the path
+    count: int
+
+
+@dataclass(frozen=True)
+class PathStretch:
+    """One stretch of the drawn step's critical path, on its thread or stream."""
+
+    name: str
+    bound: str  # what bounds it (a bound kind: the chart's colour)
+    label: str  # the bound kind's label
+    ts_us: float
+    end_us: float
+    pid: str
+    tid: str  # the thread, or the stream's tid on a device
+    stream: int  # -1: on the CPU
+
+
+@dataclass(frozen=True)
+class CriticalPathView:
+    """What bounds a traced rank's steps: their critical path, as the views show it."""
+
+    steps: int  # steps analysed
+    length_us: float  # the path over those steps
+    per_step_us: float
+    #: every bound kind -> its label, in display order
+    labels: dict[str, str]
+    #: the shares worth showing: (kind, label, share) in display order, and largest first
+    shares: tuple[tuple[str, str, float], ...]
+    shares_ranked: tuple[tuple[str, str, float], ...]
+    #: device idle while the path is on the host right after a sync: µs, and share of the path
+    after_sync_us: float
+    after_sync_share: float
+    syncs: tuple[str, ...]  # what the path waited on
+    notes: tuple[str, ...]
+    segments: tuple[PathSegmentRow, ...]  # longest first
+    shown_step: str  # the step drawn on the timeline (the longest path)
+    stretches: tuple[PathStretch, ...]  # that step's path
 
 
 @dataclass(frozen=True)
@@ -307,10 +498,7 @@ class TraceRankView:
     operators_by_shape: bool
     kernels: tuple[KernelRow, ...]
     notes: tuple[str, ...]
-    critical: PathSummary | None = None  # what bounds the steps: their critical path
-    #: the critical path's shares worth showing: (kind, label, share) in display order, and largest first
-    path_shares: tuple[tuple[str, str, float], ...] = ()
-    path_shares_ranked: tuple[tuple[str, str, float], ...] = ()
+    critical: CriticalPathView | None = None  # what bounds the steps: their critical path
     #: the rows a page's operator and kernel tables hold: all of them, or the TABLE_ROWS largest
     #: (host total, total) when there are more
     operators_shown: tuple[OperatorRow, ...] = ()
@@ -370,18 +558,31 @@ class StackLine:
 
 @dataclass(frozen=True)
 class RankReport:
-    """One rank of a multi-rank report: its evidence and its diagnosis."""
+    """One rank of a multi-rank report: its evidence and its diagnosis (for library users; no
+    renderer reads them, report.json's ``ranks`` is :attr:`JsonSections.ranks`)."""
 
     rank: int
     evidence: RunEvidence
     diagnosis: Diagnosis
 
-    def to_dict(self) -> dict[str, Any]:
-        steady = self.evidence.steady
-        return {"rank": self.rank, "steady_state": steady.steady.to_dict() if steady is not None else None,
-                "trace": self.evidence.trace.to_dict() if self.evidence.trace is not None else None,
-                "evidence": self.evidence.to_dict(), "diagnosis": self.diagnosis.to_dict(),
-                "findings": [item.to_dict() for item in self.diagnosis.findings]}
+
+@dataclass(frozen=True)
+class JsonSections:
+    """The sections of ``report.json`` that serialise analyses, the diagnosis and the record as
+    they are (schema in docs/report-json.md): plain data the pipeline computed, which
+    :meth:`Report.to_dict` places in the envelope. A report built by hand has none."""
+
+    summary: dict[str, Any] = field(default_factory=dict)  # the steps' counts and statistics, MFU, skips
+    diagnosis: dict[str, Any] = field(default_factory=dict)  # of the focus rank
+    run: dict[str, Any] | None = None  # the record's meta
+    loaders: list[dict[str, Any]] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    signals: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None  # the focus rank's trace evidence
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # every rank's evidence and diagnosis
+    trace_analysis: dict[str, Any] | None = None  # ``analyze``'s traces (not a run's own window)
+    job: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -411,8 +612,10 @@ class Report:
 
     source: Source
     focus_rank: int  # the rank the summary describes
-    evidence: RunEvidence  # of the focus rank (report.json's evidence, facts, signals, trace)
-    diagnosis: Diagnosis  # of the focus rank
+    #: the focus rank's evidence and diagnosis, and its record's meta: for library users (no
+    #: renderer reads them; report.json has them as :attr:`sections`)
+    evidence: RunEvidence
+    diagnosis: Diagnosis
     findings: tuple[Finding, ...]  # the job's (one rank: its own)
     summary: RunSummary | None = None  # a run's (None for traces)
     meta: RunMeta | None = None
@@ -420,13 +623,16 @@ class Report:
     ranks: tuple[RankReport, ...] = ()  # every rank of a job or of several traces
     job: JobSummary | None = None
     traces: TraceViews | None = None
-    timelines: SystemTimelines | None = None
+    timelines: MachineTimelines | None = None
     steps: StepSeries | None = None
-    #: the other ranks' steady states (multi-rank runs), for the per-rank chart
-    rank_steady: tuple[RankSteady, ...] = ()
+    #: the other ranks' steady steps (multi-rank runs), for the per-rank chart
+    rank_steady: tuple[RankSteps, ...] = ()
     perfetto: PerfettoView | None = field(default=None, compare=False)
     flame: FlameView | None = field(default=None, compare=False)
     verification: dict[str, Any] | None = None
+    #: every rule of the focus rank's diagnosis ran (False: one failed, and no verdict is given)
+    diagnosis_complete: bool = True
+    sections: JsonSections = field(default_factory=JsonSections, compare=False)
 
     @property
     def verification_view(self) -> VerificationView | None:
@@ -444,58 +650,28 @@ class Report:
         return risk_line(self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        ev = self.evidence
-        summary = self.summary
-        trace_analysis = self.traces.analysis if self.traces is not None and not self.traces.from_window else None
+        sections = self.sections
         return {
             "kind": REPORT_KIND,
             "schema_version": REPORT_SCHEMA_VERSION,
             "source": self.source,
-            "summary": _summary_dict(summary),
+            "summary": sections.summary,
             "verdict": _verdict(self.findings),
             "risk": asdict(self.risk) if self.risk is not None else None,
             "findings": [finding.to_dict() for finding in self.findings],
-            "diagnosis": self.diagnosis.to_dict(),
+            "diagnosis": sections.diagnosis,
             "warnings": list(self.warnings),
-            "run": None if self.meta is None else {**asdict(self.meta), "wall_s": self.meta.wall_s},
-            "loaders": [asdict(loader) for loader in ev.loaders],
-            "facts": asdict(ev.facts),
-            "evidence": ev.to_dict(),
-            "signals": ev.signals.to_dict() if ev.signals is not None else None,
-            "trace": ev.trace.to_dict() if ev.trace is not None else None,
-            "ranks": [item.to_dict() for item in self.ranks],
-            "trace_analysis": trace_analysis.to_dict() if trace_analysis is not None else None,
-            "job": self.job.to_dict() if self.job is not None else None,
+            "run": sections.run,
+            "loaders": sections.loaders,
+            "facts": sections.facts,
+            "evidence": sections.evidence,
+            "signals": sections.signals,
+            "trace": sections.trace,
+            "ranks": sections.ranks,
+            "trace_analysis": sections.trace_analysis,
+            "job": sections.job,
             "verification": self.verification,
         }
-
-
-_EMPTY_PHASES = {phase: 0.0 for phase in PHASES}
-
-
-def _summary_dict(summary: RunSummary | None) -> dict[str, Any]:
-    if summary is None:
-        empty = StepStats(0, 0.0, None, None, None, None, None, None, None, dict(_EMPTY_PHASES),
-                          dict(_EMPTY_PHASES), 0.0).to_dict()
-        return {"steps": {"total": 0, "warmup": 0, "steady": 0, "excluded": []}, "steady_state": empty,
-                "warmup": empty, "fetch_wait_share": None, "samples_per_step": None, "measured_phases": [],
-                "step_source": None, "inference": False, "training_in_children": False, "mfu": None,
-                "mfu_note": "no run record: MFU needs capture's FLOP count", "skipped_samples": None}
-    return {
-        "steps": {"total": summary.total_steps, "warmup": summary.warmup_steps, "steady": summary.steady_steps,
-                  "excluded": list(summary.excluded_steps)},
-        "steady_state": summary.steady.to_dict(),
-        "warmup": summary.warmup.to_dict(),
-        "fetch_wait_share": summary.fetch_wait_share,
-        "samples_per_step": summary.samples_per_step,
-        "measured_phases": list(summary.measured_phases),
-        "step_source": summary.step_source,
-        "inference": summary.inference,
-        "training_in_children": summary.training_in_children,
-        "mfu": asdict(summary.mfu) if summary.mfu is not None else None,
-        "mfu_note": summary.mfu_note,
-        "skipped_samples": summary.skipped.to_dict() if summary.skipped is not None else None,
-    }
 
 
 def _verdict(findings: tuple[Finding, ...]) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from records import make_record, report_of
 from stepscope.analysis.evidence import MacroSignals, WorkerLoad
+from stepscope.pipeline.views import machine_view
 from stepscope.report.render.machine import machine_rows
 
 TYPICAL = MacroSignals(
@@ -37,7 +38,7 @@ def render(signals: MacroSignals, gpu_run: bool = True) -> str:
     grid = Table.grid(padding=(0, 2))
     grid.add_column()
     grid.add_column()
-    for label, text in machine_rows(replace(SUMMARY, machine=signals, machine_notes=notes)):
+    for label, text in machine_rows(replace(SUMMARY, machine=machine_view(signals), machine_notes=notes)):
         grid.add_row(label, text)
     console = Console(file=StringIO(), width=100, color_system=None, _environ={})
     console.print(grid)

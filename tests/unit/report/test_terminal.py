@@ -126,34 +126,28 @@ def test_phase_bar_has_exact_width(shares):
 
 def sentinel_report():
     """A report whose every number is a distinct sentinel (see test_renderer_only_formats)."""
-    from stepscope.analysis.bundle import MfuEstimate, RunEvidence
-    from stepscope.analysis.run.steady import StepStats
+    from stepscope.analysis.bundle import RunEvidence
     from stepscope.diagnosis.engine import Diagnosis
-    from stepscope.record.run import LoaderInfo
-    from stepscope.report.model import Report, RunSummary
+    from stepscope.report.model import LoaderLine, MfuLine, Report, RunSummary, StepTimes
 
     shares = {"data_wait": 0.1234, "forward": 0.2341, "backward": 0.3412, "optimizer": 0.0456, "other": 0.2557}
-    steady = StepStats(count=4321, total_s=1.0, mean_s=0.0101, median_s=0.0111, p90_s=0.0222, max_s=0.0333,
-                       min_s=0.001, steps_per_s=12.34, samples_per_s=5678.0, phase_shares=shares,
-                       phase_mean_s={name: 0.0 for name in shares}, loader_init_share=0.0)
-    warmup = replace(steady, count=7, total_s=0.444, mean_s=0.0555)
-    loader = LoaderInfo(loader_id=3, cls="DataLoader", dataset_type="x.SentinelSet", iterable_dataset=False,
-                        batch_size=96, num_workers=5, pin_memory=False, prefetch_factor=None,
-                        persistent_workers=False, drop_last=False, batches=777, wait_ns=888_000_000)
+    steady = StepTimes(count=4321, mean_s=0.0101, median_s=0.0111, p90_s=0.0222, max_s=0.0333, steps_per_s=12.34,
+                       samples_per_s=5678.0, phase_shares=shares, phase_mean_s={name: 0.0 for name in shares})
+    loader = LoaderLine(loader_id=3, dataset_type="x.SentinelSet", batch_size=96, num_workers=5, prefetch_factor=None,
+                        persistent_workers=False, pin_memory=False, drop_last=False, batches=777, wait_ns=888_000_000)
     meta = RunMeta(target="sentinel_target.py", start_ns=0, end_ns=77_700_000_000, exit_code=42)
     finding = Finding("input_pipeline.loader_cpu_bound", "input_pipeline", "Sentinel title", Severity.HIGH,
                       impact=0.4567, confidence=0.83,
                       evidence=(Evidence("sentinel_metric", 0.6789, 0.0505, "steps", "ratio", ""),),
                       prescriptions=(Prescription("Sentinel action", "sentinel why", expected_gain=0.1357),))
-    mfu = MfuEstimate(value=0.1919, low=0.1717, high=0.2121, peak_flops=1e12, dtype="bf16",
-                      peak_source="sentinel peak", on_gpu=True, flops_per_step=1e9, step_time_s=0.0111)
+    mfu = MfuLine(value=0.1919, low=0.1717, high=0.2121, dtype="bf16", peak_source="sentinel peak")
     summary = RunSummary(
         target=meta.target, argv=(), rank=0, world_size=1, wall_s=meta.wall_s, exit_code=42, step_source="optimizer",
         inference=False, training_in_children=False, total_steps=4329, warmup_steps=7, steady_steps=4321,
-        excluded_steps=(), steady=steady, warmup=warmup, measured_phases=tuple(shares), samples_per_step=96,
+        excluded_steps=(), steady=steady, warmup_s=0.444, measured_phases=tuple(shares), samples_per_step=96,
         fetch_wait_share=0.1234, mfu=mfu, mfu_shown=True, mfu_note=None, compile=None, gc=None, loaders=(loader,),
         overrides=None, skipped=None, machine=None)
-    evidence = RunEvidence(record=RunRecord(meta=meta, steps=StepTable.empty(), loaders=(loader,)))
+    evidence = RunEvidence(record=RunRecord(meta=meta, steps=StepTable.empty()))
     return Report(source="run", focus_rank=0, evidence=evidence, diagnosis=Diagnosis((finding,)), findings=(finding,),
                   summary=summary, meta=meta)
 

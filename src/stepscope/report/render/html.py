@@ -181,7 +181,7 @@ def _verdict(report: Report) -> str:
     if not report.findings:
         message = ("no steps were captured: nothing to diagnose"
                    if report.summary is not None and report.summary.total_steps == 0 else "no bottleneck rule fired")
-        if not report.diagnosis.complete:
+        if not report.diagnosis_complete:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return f'<section id="verdict"><h2>Verdict</h2><p class="sub">{text(message)}</p></section>'
     blocks = "".join(_finding(finding, index + 1) for index, finding in enumerate(report.findings[:MAX_FINDINGS]))
@@ -298,11 +298,11 @@ def _ranks(report: Report) -> str:
     if len(others) < 2:
         return ""
     names = [f"rank {item.rank}" for item in others]
-    parts = [{name: item.steady.steady.phase_mean_s.get(name, 0.0) for name in PHASES} for item in others]
+    parts = [{name: item.phase_mean_s.get(name, 0.0) for name in PHASES} for item in others]
     chart = charts.stacked_columns(names, parts, charts.PHASE_COLORS, lambda s: format_duration(s), height=170,
                                    label="mean steady step per rank")
-    rows = "".join(f"<tr><td>rank {item.rank}</td><td class=\"num\">{format_duration(item.steady.steady.mean_s)}</td>"
-                   + "".join(f"<td class=\"num\">{format_ratio(item.steady.steady.phase_shares.get(name))}</td>"
+    rows = "".join(f"<tr><td>rank {item.rank}</td><td class=\"num\">{format_duration(item.mean_s)}</td>"
+                   + "".join(f"<td class=\"num\">{format_ratio(item.phase_shares.get(name))}</td>"
                              for name in PHASES) + "</tr>" for item in others)
     head = "".join(f'<th class="num">{charts.PHASE_LABELS[name]}</th>' for name in PHASES)
     return (f'<section id="ranks"><h2>Ranks</h2><p class="sub">Mean steady step of each rank, by phase.</p>'
@@ -427,25 +427,25 @@ def _critical_path(view: TraceRankView) -> str:
     path = view.critical
     if path is None or path.length_us <= 0:
         return ""
-    steps = len(path.steps)
-    shares = {kind: share for kind, _, share in view.path_shares}
-    legend = _legend({label: charts.PATH_COLORS[kind] for kind, label, _ in view.path_shares},
-                     {label: format_ratio(share) for _, label, share in view.path_shares})
+    steps = path.steps
+    shares = {kind: share for kind, _, share in path.shares}
+    legend = _legend({label: charts.PATH_COLORS[kind] for kind, label, _ in path.shares},
+                     {label: format_ratio(share) for _, label, share in path.shares})
     waits = "".join(f"<li>{text(item)}</li>" for item in path.syncs[:5])
     idle = (f'<p>device idle while the path is on the host right after a sync: {format_ratio(path.after_sync_share)}'
             "</p>" if path.after_sync_us > 0 else "")
     rows = "".join(
         f"<tr><td>{text(seg.name)}</td><td>{'CPU' if seg.stream < 0 else f'stream {seg.stream}'}</td>"
-        f"<td>{text(path.label(seg.bound))}</td><td class=\"num\">{_us(seg.per_step_us)}</td>"
+        f"<td>{text(seg.label)}</td><td class=\"num\">{_us(seg.per_step_us)}</td>"
         f"<td class=\"num\">{format_ratio(seg.share)}</td><td class=\"num\">{seg.count}</td>"
         f"<td>{text(seg.why)}</td></tr>" for seg in path.segments)
     spans = [(f"{span.pid}/{span.tid}" if span.stream < 0 else f"stream {span.stream}", span.bound, span.name,
-              span.ts_us, span.end_us) for span in path.spans]
-    timeline = charts.path_timeline(spans, _us, path.LABELS)
+              span.ts_us, span.end_us) for span in path.stretches]
+    timeline = charts.path_timeline(spans, _us, path.labels)
     notes = "".join(f'<p class="sub">note: {text(note)}</p>' for note in path.notes)
     return (f"<h3>What bounds the step: the critical path ({steps} step{'s' if steps != 1 else ''}, "
             f"{_us(path.per_step_us)} per step)</h3>{legend}"
-            + charts.share_bar(shares, charts.PATH_COLORS, path.LABELS)
+            + charts.share_bar(shares, charts.PATH_COLORS, path.labels)
             + (f"<p>The path waited:</p><ul>{waits}</ul>" if waits else "") + idle
             + '<table class="plain"><tr><th>segment</th><th>where</th><th>bound by</th><th class="num">per step</th>'
             f'<th class="num">share</th><th class="num">count</th><th>why on the path</th></tr>{rows}</table>'

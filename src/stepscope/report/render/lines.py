@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.report.model import VerificationView
+from stepscope.report.model import CompileLine, LoaderLine, OverridesLine, SkipSummary, VerificationView
 from stepscope.text import printable
 from stepscope.units import format_duration_ns, format_ratio
 
 
-def loader_line(loader: Any) -> str:
+def loader_line(loader: LoaderLine) -> str:
     """``#0 AugmentedDataset: batch_size=8 num_workers=0 · 40 batches, waited 661 ms``: the settings
     that are in effect (prefetching and persistence only with workers, pin_memory and drop_last
     only when on)."""
@@ -27,7 +27,7 @@ def loader_line(loader: Any) -> str:
             f"waited {format_duration_ns(loader.wait_ns)}")
 
 
-def overridden_line(overrides: Any) -> str:
+def overridden_line(overrides: OverridesLine) -> str:
     """`run --set`/`--max-steps`: ``dataloader.num_workers=4 (1 loader) · stopped after 30 steps``."""
     parts = []
     for item in overrides.settings:
@@ -36,15 +36,14 @@ def overridden_line(overrides: Any) -> str:
                  f" ({item.applied} loader{'s' if item.applied != 1 else ''})")
         if item.key.startswith("torch.") and not item.applied:
             where = " (not applied)"
-        parts.append(f"{item.key}={value}{where}" + (f" [{len(item.skipped)} note(s) in the record]"
-                                                     if item.skipped else ""))
+        parts.append(f"{item.key}={value}{where}" + (f" [{item.notes} note(s) in the record]" if item.notes else ""))
     if overrides.max_steps is not None:
         parts.append(f"stopped after {overrides.max_steps} steps (--max-steps)" if overrides.stopped_at_max_steps
                      else f"--max-steps {overrides.max_steps} (the script ended first)")
     return " · ".join(parts)
 
 
-def skipped_line(summary: Any) -> str:
+def skipped_line(summary: SkipSummary) -> str:
     """``SkipBadSamples``: ``25 failed to load, replaced by their neighbours (2.0% of 1,280 delivered) · corpus 25``."""
     head = f"{summary.total:,} failed to load, replaced by the next sample"
     if summary.share is not None:
@@ -129,15 +128,15 @@ def verification_line(view: VerificationView) -> str:
     return head + ("" if not view.notes else " — " + "; ".join(view.notes))
 
 
-def compile_line(summary: Any) -> str:
+def compile_line(summary: CompileLine) -> str:
     """torch.compile: ``9 compilations (8 recompiles) of 1 frame · 2.5 s compiling (38% of the steps) ·
     forward() runs eager since step 8 (recompile limit 8) · 2 graph breaks``."""
-    frames = len(summary.frames)
+    frames = summary.frames
     parts = [f"{summary.compilations} compilation{'s' if summary.compilations != 1 else ''}"
              + (f" ({summary.recompiles} recompile{'s' if summary.recompiles != 1 else ''})" if summary.recompiles else "")
              + f" of {frames} frame{'s' if frames != 1 else ''}",
              f"{summary.compile_s:.2f} s compiling ({format_ratio(summary.compile_share)} of the steps)"]
-    for frame in summary.limit_hits:
+    for frame in summary.eager_frames:
         since = f"since step {frame.limit_hit_step}" if frame.limit_hit_step is not None and frame.limit_hit_step >= 0 \
             else "from the start"
         parts.append(f"{frame.function}() runs eager {since} (recompile limit {frame.limit})")

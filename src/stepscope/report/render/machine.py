@@ -17,7 +17,7 @@ from stepscope.units import format_bytes, format_ratio
 
 def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:
     """The machine's rows of the summary (none without a sampler)."""
-    signals = summary.machine_view
+    signals = summary.machine
     if signals is None:
         return []
     rows: list[tuple[str, Text]] = []

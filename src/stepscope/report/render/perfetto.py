@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from stepscope.report.model import PHASES, PerfettoRank, PerfettoView, Report, StepSeries
+from stepscope.report.model import PHASES, CriticalPathView, PerfettoRank, PerfettoView, Report, StepSeries
 from stepscope.report.render.output import Output
 from stepscope.safe_write import atomic_write
 
@@ -135,11 +135,11 @@ def _counter_events(rank: PerfettoRank, origin: int) -> list[dict[str, Any]]:
 PATH_TID_BASE = TID_BASE + 1000
 
 
-def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
+def path_overlay(events: list[Any], path: CriticalPathView) -> list[dict[str, Any]]:
     """The events of a trace with one step's critical path added: for each thread or stream the
     path crosses, a ``[stepscope] critical path`` track beside it (same process) holding the
     path's stretches (name, what bounds it), and flow arrows from each stretch to the next.
-    ``path`` is a :class:`~stepscope.analysis.trace.critical_path.PathSummary`; the trace's own
+    ``path`` is a trace view's :class:`~stepscope.report.model.CriticalPathView`; the trace's own
     events are returned unchanged, first."""
 
     original: dict[str, Any] = {}
@@ -152,7 +152,7 @@ def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [e for e in events if type(e) is dict]
     lanes: dict[tuple[str, str], int] = {}
     stretches = []
-    for span in path.spans:
+    for span in path.stretches:
         lane = (span.pid, span.tid)
         if lane not in lanes:
             lanes[lane] = PATH_TID_BASE + len(lanes)
@@ -163,7 +163,7 @@ def path_overlay(events: list[Any], path: Any) -> list[dict[str, Any]]:
         pid = original.get(span.pid, span.pid)
         stretch = {"ph": "X", "cat": "stepscope.critical_path", "name": span.name, "pid": pid, "tid": lanes[lane],
                    "ts": span.ts_us, "dur": max(span.end_us - span.ts_us, 0.0),
-                   "args": {"bound by": path.label(span.bound), "step": path.shown_step}}
+                   "args": {"bound by": span.label, "step": path.shown_step}}
         out.append(stretch)
         stretches.append(stretch)
     stretches.sort(key=lambda item: item["ts"])

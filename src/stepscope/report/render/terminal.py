@@ -166,7 +166,7 @@ def verdict(report: Report) -> list[RenderableType]:
             message = NO_STEPS_MESSAGE
         if summary is not None and summary.training_in_children:
             message = "not diagnosed: the training ran in child processes (see the warning)"
-        if not report.diagnosis.complete:
+        if not report.diagnosis_complete:
             message = "diagnosis incomplete (see the warnings): no verdict"
         return [Text(message, style="bright_black")]
     parts: list[RenderableType] = [finding_block(report.findings[0], 1)]
@@ -227,7 +227,7 @@ def run_rows(summary: RunSummary) -> Table:
     warm = ""
     if summary.warmup_steps:
         warm = (f"; {summary.warmup_steps} warm-up step(s) shown apart, "
-                f"{format_duration(summary.warmup.total_s)}")
+                f"{format_duration(summary.warmup_s)}")
     if summary.total_steps:
         table.add_row("Run", Text(" · ".join(rate) + f"  ({kind}{steady.count} steady steps{how}{warm})"))
         table.add_row("Step time", Text(f"median {format_duration(steady.median_s)} · p90 "
@@ -244,7 +244,7 @@ def run_rows(summary: RunSummary) -> Table:
         table.add_row("Compile", Text(printable(compile_line(summary.compile))))
     gc = summary.gc
     if gc is not None and gc.share_of_step_time:
-        largest = f", largest {format_duration(gc.largest.duration_s)}" if gc.largest is not None else ""
+        largest = f", largest {format_duration(gc.largest_s)}" if gc.largest_s is not None else ""
         per_step = f" · {gc.pauses_per_step:.1f} per step" if gc.pauses_per_step else ""
         table.add_row("GC pauses", Text(f"{format_ratio(gc.share_of_step_time)} of step time{per_step}{largest}"))
     for loader in summary.loaders:
@@ -285,7 +285,7 @@ def rank_table(job: JobSummary) -> Group:
     for item in job.missing:
         parts.append(Text(printable(f"rank {item.rank} missing: {item.reason}"), style="yellow"))
     if job.failure is not None:
-        parts.append(Text(printable(f"The job failed: {job.failure.text}"), style="bold red"))
+        parts.append(Text(printable(f"The job failed: {job.failure}"), style="bold red"))
     return Group(*parts)
 
 
@@ -304,11 +304,11 @@ def ending(report: Report) -> str:
     """How the run ended, for the header: ``exit 0``, ``exit 143 (SIGTERM)``, or — without an exit
     status — what that means: the process was killed by a signal that cannot be caught (SIGKILL,
     the OOM killer), so its record is the last checkpoint. Nothing for a library session (no exit)."""
-    summary, meta = report.summary, report.meta
-    by = meta.interrupted_by if meta is not None else None
+    summary = report.summary
     if summary is not None and summary.exit_code is not None:
+        by = summary.interrupted_by
         return f" · exit {summary.exit_code}" + (f" ({printable(by)})" if by else "")
-    if meta is not None and meta.mode == "api":
+    if summary is not None and summary.mode == "api":
         return ""
     return " · killed: no exit status (SIGKILL?)"
 

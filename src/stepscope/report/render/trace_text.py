@@ -78,10 +78,10 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     path = rank.critical
     if path is None or path.length_us <= 0:
         return None
-    steps = len(path.steps)
+    steps = path.steps
     head = Text(f"What bounds the step: its critical path ({steps} step{'s' if steps != 1 else ''}, "
                 f"{_us(path.per_step_us)} per step)", style="italic")
-    lines = ["  " + " · ".join(f"{label} {format_ratio(share)}" for _, label, share in rank.path_shares_ranked)]
+    lines = ["  " + " · ".join(f"{label} {format_ratio(share)}" for _, label, share in path.shares_ranked)]
     if path.after_sync_us > 0:
         lines.append(f"  device idle while the path is on the host after a sync: {format_ratio(path.after_sync_share)}")
     for sync in path.syncs[:3]:
@@ -91,11 +91,11 @@ def _critical(rank: TraceRankView, top: int, cut: bool) -> RenderableType | None
     table = Table(title="Top critical-path segments", title_justify="left")
     for column, width in (("Time/step", 9), ("Share", 6), ("Count", 5), ("Where", 9)):
         table.add_column(column, justify="right", no_wrap=True, min_width=width)
-    table.add_column("Bound by", no_wrap=True, min_width=max(len(path.label(kind)) for kind in path.KINDS))
+    table.add_column("Bound by", no_wrap=True, min_width=max(len(label) for label in path.labels.values()))
     table.add_column("Segment", overflow="fold")  # a long kernel name folds: every column stays readable
     for segment in path.segments[:top]:
         table.add_row(_us(segment.per_step_us), format_ratio(segment.share), str(segment.count),
-                      "CPU" if segment.stream < 0 else f"stream {segment.stream}", path.label(segment.bound),
+                      "CPU" if segment.stream < 0 else f"stream {segment.stream}", segment.label,
                       _name(segment.name, cut))
     return Group(head, Text("\n".join(lines)), table)
 
