@@ -26,7 +26,10 @@ imports another rule. :func:`run_rules` runs every rule of the registry
    to say. Otherwise the verdict answers "why is it slow" and a risk stands beside it
    (:func:`risk_of`).
 6. **Calibration**: the confidence shown is how often a verdict of that rule-confidence was right
-   on generated workloads no rule was tuned on (:data:`CONFIDENCE_MAP`).
+   on generated workloads no rule was tuned on (:data:`CONFIDENCE_MAP`); a verdict that explains
+   little of the step (:func:`explains_little`), or whose measured cost barely exceeds the next
+   cause's (a near tie, :mod:`stepscope.diagnosis.near_tie`), shows at most how often such verdicts
+   were right there, and says why.
 
 :func:`diagnose_job` is the one entry the pipeline calls: every rank's rules, then the job step
 (:func:`merge_findings`) for several ranks — one finding per rule naming the ranks it fired on,
@@ -47,10 +50,11 @@ from typing import Any
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry, Rule, Verdict
 from stepscope.diagnosis.findings import Evidence, Finding, Severity, severity_for_impact
+from stepscope.diagnosis.near_tie import mark_near_tie
 from stepscope.diagnosis.rules import REGISTRY, RULES
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
-           "merge_findings", "rank_findings", "risk_of", "run_rules"]
+           "merge_findings", "rank_findings", "ranked_by_measured_cost", "risk_of", "run_rules"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +153,15 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=key)
 
 
+def ranked_by_measured_cost(item: Finding) -> bool:
+    """Whether ``item`` ranks in :func:`rank_findings`' first tier by its measured share of the step
+    (≥ :data:`MEASURED_FIRST`), not by a critical-path share, and is no risk: the findings among
+    which the order is the measured cost alone, so a near tie between two of them is a tie between
+    causes (:mod:`stepscope.diagnosis.near_tie`)."""
+    return (item.path_share is None and item.impact_basis.startswith("measured") and item.impact >= MEASURED_FIRST
+            and not item.extra.get("risk"))
+
+
 def risk_of(findings: tuple[Finding, ...] | list[Finding]) -> Finding | None:
     """The most pressing risk to the run (memory runs out within the hour first) when it is not the
     verdict itself: what the report shows beside the speed verdict."""
@@ -191,9 +204,11 @@ def on_the_path(findings: list[Finding], evidence: RunEvidence) -> list[Finding]
 
 
 def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verdict: bool = True,
-              registry: Sequence[FamilyEntry] | None = None) -> Diagnosis:
+              registry: Sequence[FamilyEntry] | None = None, near_tie: bool = True) -> Diagnosis:
     """Run every rule of the registry (default :data:`~stepscope.diagnosis.rules.REGISTRY`; or only
-    ``rules``), settle failures, precedence and overlapping costs (see the module docstring)."""
+    ``rules``), settle failures, precedence and overlapping costs (see the module docstring).
+    ``near_tie=False`` leaves the first finding unmarked as a near tie: a job marks its own verdict,
+    after merging the ranks' findings (:func:`diagnose_job`)."""
     tables = _tables(registry, rules)
     findings: list[Finding] = []
     failed: list[str] = []
@@ -226,7 +241,10 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
             # with nothing slow, what may end the run is the first thing to say
             risks = [item for item in kept if item.extra.get("risk") and item.severity >= HEALTHY_BELOW]
             kept = [*risks, healthy, *(item for item in kept if item not in risks)]
-    return Diagnosis(explains_little(tuple(calibrated(item) for item in kept)), tuple(superseded), tuple(failed))
+    shown = explains_little(tuple(calibrated(item) for item in kept))
+    if near_tie:
+        shown = mark_near_tie(shown, ranked_by_measured_cost)
+    return Diagnosis(shown, tuple(superseded), tuple(failed))
 
 
 #: The rules' own confidence -> how often a top finding of that confidence was right on workloads
@@ -481,13 +499,19 @@ class JobDiagnosis:
 
 def diagnose_job(evidences: Sequence[tuple[int, RunEvidence]],
                  registry: Sequence[FamilyEntry] | None = None) -> JobDiagnosis:
-    """The rules on every rank's evidence, then, for several ranks, :func:`merge_findings`."""
+    """The rules on every rank's evidence, then, for several ranks, :func:`merge_findings`. A rank's
+    near tie is marked on its own diagnosis only after the merge, which takes the ranks' findings
+    unmarked: a finding that tied on its rank need not be the job's verdict, nor tie there."""
     ranks = tuple(rank for rank, _ in evidences)
-    per_rank = tuple(run_rules(evidence, registry=registry) for _, evidence in evidences)
-    if len(per_rank) == 1:
+    several = len(evidences) > 1
+    per_rank = tuple(run_rules(evidence, registry=registry, near_tie=not several) for _, evidence in evidences)
+    if not several:
         return JobDiagnosis(ranks, per_rank, per_rank[0].findings)
     job_first = JOB_FIRST if registry is None else Tables.of(registry).job_first
-    return JobDiagnosis(ranks, per_rank, merge_findings(list(zip(ranks, per_rank)), job_first))
+    merged = merge_findings(list(zip(ranks, per_rank)), job_first)
+    marked = tuple(replace(diagnosis, findings=mark_near_tie(diagnosis.findings, ranked_by_measured_cost))
+                   for diagnosis in per_rank)
+    return JobDiagnosis(ranks, marked, merged)
 
 
 def merge_findings(per_rank: list[tuple[int, Diagnosis]],
@@ -495,7 +519,10 @@ def merge_findings(per_rank: list[tuple[int, Diagnosis]],
     """One finding per rule for the job, naming its ranks (``ranks``; ``rank``: the costliest),
     with the costliest rank's numbers, most costly first; a family of :data:`JOB_FIRST` (from medium
     severity up) before the slow rank's own finding that causes it; a rule healthy on
-    some ranks only is left out (the others' findings speak for the job)."""
+    some ranks only is left out (the others' findings speak for the job). The job's verdict is
+    capped as a rank's is (:func:`explains_little`; a near tie,
+    :func:`~stepscope.diagnosis.near_tie.mark_near_tie`), from the ranks' findings before their own
+    near ties were marked."""
     groups: dict[str, list[tuple[int, Finding]]] = {}
     for rank, diagnosis in per_rank:
         for finding in diagnosis.findings:
@@ -523,7 +550,7 @@ def merge_findings(per_rank: list[tuple[int, Diagnosis]],
         if causes and min(causes) < out.index(item):
             out.remove(item)
             out.insert(min(causes), item)
-    return explains_little(tuple(out))
+    return mark_near_tie(explains_little(tuple(out)), ranked_by_measured_cost)
 
 
 def _link_causes(merged: list[Finding]) -> list[Finding]:
