@@ -12,12 +12,14 @@
 3. *In-process blocks*: a ~3–5 ms/step MLP loop, alternating blocks bare and captured.
 4. *End to end*: the same loop as a script, ``python loop.py`` vs ``stepscope run loop.py``
    alternately in subprocesses (each run times its own steady-state loop, so start-up is not
-   counted); median ratio.
+   counted); median ratio. With ``--wait-sampler`` both sides run under ``stepscope run``, the
+   baseline with ``STEPSCOPE_WAIT_SAMPLER=0``: what the wait sampler's thread costs the step.
 
     python benchmarks/bench_capture.py [--rounds 7] [--steps 400]
     python benchmarks/bench_capture.py --hook-cost           # the first line alone
     python benchmarks/bench_capture.py --instructions        # callgrind, ~2 minutes
     python benchmarks/bench_capture.py --compiled aot_eager [--rounds 7]   # end to end, compiled model
+    python benchmarks/bench_capture.py --wait-sampler [--rounds 9]         # end to end, sampler on/off
 """
 
 from __future__ import annotations
@@ -206,10 +208,11 @@ IN_PROCESS = textwrap.dedent("""
 """)
 
 
-def run_once(script: Path, steps: int, wrapped: bool, workdir: Path, extra: tuple[str, ...] = ()) -> float:
+def run_once(script: Path, steps: int, wrapped: bool, workdir: Path, extra: tuple[str, ...] = (),
+             env_extra: dict[str, str] | None = None) -> float:
     prefix = [sys.executable, "-m", "stepscope", "run", "--no-summary", "--no-monitor", "--force",
               "-o", str(workdir / "run")] if wrapped else [sys.executable]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
     result = subprocess.run([*prefix, str(script), str(steps), *extra], capture_output=True, text=True, env=env,
                             check=True)
     return float(result.stdout.strip().splitlines()[-2])
@@ -248,6 +251,8 @@ def main() -> None:
     parser.add_argument("--hook-cost", action="store_true", help="only the first measurement (the hook cost per step)")
     parser.add_argument("--compiled", metavar="BACKEND", help="only the end-to-end comparison, on the loop's model "
                         "compiled with torch.compile(backend=BACKEND), e.g. aot_eager or inductor")
+    parser.add_argument("--wait-sampler", action="store_true", help="only the end-to-end comparison of stepscope "
+                        "run with its wait sampler against STEPSCOPE_WAIT_SAMPLER=0")
     args = parser.parse_args()
     if args.stacks_hz is None:
         from stepscope.capture.stacks import DEFAULT_RATE_HZ
@@ -255,8 +260,8 @@ def main() -> None:
         args.stacks_hz = DEFAULT_RATE_HZ
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        if args.compiled:
-            end_to_end(args, workdir, (args.compiled,))
+        if args.compiled or args.wait_sampler:
+            end_to_end(args, workdir, (args.compiled,) if args.compiled else ())
             return
         if args.instructions:
             bare_ir, captured_ir = instructions_per_step(1000, args.stacks_hz, workdir)
@@ -281,17 +286,26 @@ def main() -> None:
 def end_to_end(args: argparse.Namespace, workdir: Path, extra: tuple[str, ...]) -> None:
     script = workdir / "loop.py"
     script.write_text(LOOP)
+    sampler = args.wait_sampler
+    names = ("stepscope, wait sampler off", "stepscope") if sampler else ("bare", "stepscope")
+
+    def once(candidate: bool) -> float:
+        if sampler:
+            return run_once(script, args.steps, True, workdir, extra,
+                            None if candidate else {"STEPSCOPE_WAIT_SAMPLER": "0"})
+        return run_once(script, args.steps, candidate, workdir, extra)
+
     ratios, bare_times, wrapped_times = [], [], []
     for round_index in range(args.rounds):
         order = (False, True) if round_index % 2 == 0 else (True, False)
-        times = {mode: run_once(script, args.steps, mode, workdir, extra) for mode in order}
+        times = {mode: once(mode) for mode in order}
         bare_times.append(times[False])
         wrapped_times.append(times[True])
         ratios.append(times[True] / times[False])
-        print(f"round {round_index}: bare {times[False] * 1e3:.3f} ms/step, "
-              f"stepscope {times[True] * 1e3:.3f} ms/step, ratio {ratios[-1]:.4f}", flush=True)
-    print(f"median step: bare {statistics.median(bare_times) * 1e3:.3f} ms, "
-          f"stepscope {statistics.median(wrapped_times) * 1e3:.3f} ms")
+        print(f"round {round_index}: {names[0]} {times[False] * 1e3:.3f} ms/step, "
+              f"{names[1]} {times[True] * 1e3:.3f} ms/step, ratio {ratios[-1]:.4f}", flush=True)
+    print(f"median step: {names[0]} {statistics.median(bare_times) * 1e3:.3f} ms, "
+          f"{names[1]} {statistics.median(wrapped_times) * 1e3:.3f} ms")
     print(f"median overhead ratio: {statistics.median(ratios):.4f}")
 
 

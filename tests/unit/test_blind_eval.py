@@ -225,3 +225,15 @@ def test_dry_run_writes_the_scripts(tmp_path: Path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["w000", "w001", "w002"]
     for directory in tmp_path.iterdir():
         assert {path.name for path in directory.iterdir()} == {"train.py", "launch.py", "workload.json"}
+
+
+@pytest.mark.parametrize("content", [None, "not json", '{"kind": "something else"}'])
+def test_the_wait_split_check_refuses_a_file_that_is_no_evaluation_in_one_line(tmp_path, content):
+    path = tmp_path / "blind.json"
+    if content is not None:
+        path.write_text(content)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wait_split_check.py"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"wait_split_check: {path} is not a blind evaluation")

@@ -17,6 +17,9 @@
 #include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <pthread.h>
 
 #if defined(__linux__) && defined(CLOCK_MONOTONIC)
 #define NATIVE_CLOCK 1
@@ -2106,7 +2109,195 @@ sched_runq(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromLongLong(runq);
 }
 
+/* -- what the training thread waits on: a wall-clock sampler off the GIL -----------------------
+ *
+ * The account's counters say how long the training thread was off CPU in each phase, not why. A
+ * pthread of this module -- which never takes the GIL, so it neither adds a Python thread to the
+ * contention it measures nor sees the thread stopped for its own sake -- reads every interval the
+ * kernel function the thread sleeps in (/proc/self/task/<tid>/wchan, readable without ptrace
+ * rights; "0" while it runs or is runnable: the account's counters have that time). Each sample
+ * of a sleeping thread is kept with the recorder's open step and phase, read as they are at that
+ * moment: a futex (a lock: the GIL, a condition variable), a sleep, a poll or select, a pipe or
+ * socket read, the disk. One read of ~1 us per tick (the thread's stat file, ~3 us, would add only
+ * the running/runnable split the account already measures).
+ * wait_sampler_stop() hands back the samples: int64 (step << 8 | phase << 4 | class). */
+enum { W_LOCK, W_SLEEP, W_POLL, W_PIPE, W_DISK, W_OTHER, W_UNKNOWN, NWAITS };
+
+typedef struct {
+    pthread_t thread;
+    int running;
+    int stop;
+    Core *core;
+    int wchan_fd;
+    int64_t interval_ns;
+    int64_t *samples;
+    Py_ssize_t len, cap;
+    long long ticks, dropped;
+} WaitSampler;
+
+static WaitSampler WAITS = {.wchan_fd = -1};
+
+static int
+starts_with(const char *text, const char *prefix)
+{
+    return strncmp(text, prefix, strlen(prefix)) == 0;
+}
+
+static int
+wait_class(const char *wchan)
+{
+    static const char *const lock[] = {"futex", NULL};
+    static const char *const sleep[] = {"hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep", "nanosleep", NULL};
+    static const char *const poll[] = {"do_select", "core_sys_select", "do_sys_poll", "do_poll", "ep_poll",
+                                       "do_epoll_wait", "poll_schedule_timeout", NULL};
+    static const char *const pipe[] = {"pipe_read", "pipe_wait", "pipe_write", "anon_pipe_", "sk_wait_data", "wait_woken",
+                                       "unix_stream_read", "unix_stream_data_wait", "inet_csk_accept", "sock_", "tcp_",
+                                       NULL};
+    static const char *const disk[] = {"io_schedule", "folio_wait", "wait_on_page", "__lock_page", "__folio_lock",
+                                       "bit_wait_io", "blk_", "wait_on_buffer", "__wait_on_buffer", "jbd2", NULL};
+    static const char *const *const table[] = {lock, sleep, poll, pipe, disk};
+    if (wchan[0] == '\0' || (wchan[0] == '0' && wchan[1] == '\0'))
+        return W_UNKNOWN;
+    for (int kind = 0; kind < 5; kind++)
+        for (const char *const *name = table[kind]; *name != NULL; name++)
+            if (starts_with(wchan, *name))
+                return kind;
+    return W_OTHER;
+}
+
+static void *
+wait_loop(void *Py_UNUSED(arg))
+{
+    char buffer[128];
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (!__atomic_load_n(&WAITS.stop, __ATOMIC_ACQUIRE)) {
+        int64_t due = (int64_t)next.tv_sec * 1000000000LL + next.tv_nsec + WAITS.interval_ns;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t now_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+        if (due < now_ns)
+            due = now_ns + WAITS.interval_ns; /* late (a busy machine): no burst to catch up */
+        next.tv_sec = due / 1000000000LL;
+        next.tv_nsec = due % 1000000000LL;
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+        if (__atomic_load_n(&WAITS.stop, __ATOMIC_ACQUIRE))
+            break;
+        WAITS.ticks++;
+        ssize_t n = pread(WAITS.wchan_fd, buffer, 127, 0);
+        if (n <= 0)
+            continue;
+        buffer[n] = '\0';
+        int kind = wait_class(buffer);
+        if (kind == W_UNKNOWN)
+            continue; /* running or runnable */
+        int phase = __atomic_load_n(&WAITS.core->phase, __ATOMIC_RELAXED);
+        int64_t step = (int64_t)__atomic_load_n(&WAITS.core->count, __ATOMIC_RELAXED);
+        if (WAITS.len == WAITS.cap) {
+            WAITS.dropped++;
+            continue;
+        }
+        WAITS.samples[WAITS.len++] = (step << 8) | ((int64_t)(phase & 15) << 4) | kind;
+    }
+    return NULL;
+}
+
+static void
+wait_release(void)
+{
+    if (WAITS.wchan_fd >= 0)
+        close(WAITS.wchan_fd);
+    WAITS.wchan_fd = -1;
+    free(WAITS.samples);
+    WAITS.samples = NULL;
+    WAITS.len = WAITS.cap = 0;
+    Py_CLEAR(WAITS.core);
+}
+
+/* A forked child (a DataLoader worker) has no sampler thread: it must never join one. Its copies
+ * of the buffer and descriptors are left to it (the core's reference too: no GIL here). */
+static void
+wait_after_fork_child(void)
+{
+    WAITS.running = 0;
+    WAITS.core = NULL;
+    WAITS.samples = NULL;
+    WAITS.len = WAITS.cap = 0;
+    WAITS.wchan_fd = -1;
+}
+
+/* wait_sampler_start(core, tid, interval_ns, capacity) -> None */
+static PyObject *
+wait_sampler_start(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *core;
+    long tid;
+    long long interval, capacity;
+    if (!PyArg_ParseTuple(args, "OlLL", &core, &tid, &interval, &capacity))
+        return NULL;
+    if (CoreTypePtr == NULL || !PyObject_TypeCheck(core, CoreTypePtr)) {
+        PyErr_SetString(PyExc_TypeError, "wait_sampler_start: a recorder on the C core is needed");
+        return NULL;
+    }
+    if (WAITS.running) {
+        PyErr_SetString(PyExc_RuntimeError, "the wait sampler already runs");
+        return NULL;
+    }
+    if (interval <= 0 || capacity <= 0) {
+        PyErr_SetString(PyExc_ValueError, "wait_sampler_start: interval and capacity must be positive");
+        return NULL;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/wchan", tid);
+    WAITS.wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (WAITS.wchan_fd < 0)
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+    WAITS.samples = malloc((size_t)capacity * sizeof(int64_t));
+    if (WAITS.samples == NULL) {
+        wait_release();
+        return PyErr_NoMemory();
+    }
+    WAITS.cap = (Py_ssize_t)capacity;
+    WAITS.len = 0;
+    WAITS.ticks = WAITS.dropped = 0;
+    WAITS.interval_ns = interval;
+    WAITS.stop = 0;
+    WAITS.core = (Core *)Py_NewRef(core);
+    static int fork_handler = 0;
+    if (!fork_handler && pthread_atfork(NULL, NULL, wait_after_fork_child) == 0)
+        fork_handler = 1;
+    int error = pthread_create(&WAITS.thread, NULL, wait_loop, NULL);
+    if (error != 0) {
+        wait_release();
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    WAITS.running = 1;
+    Py_RETURN_NONE;
+}
+
+/* wait_sampler_stop() -> (samples: bytes of int64, ticks, dropped); (b"", 0, 0) when not running */
+static PyObject *
+wait_sampler_stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    if (!WAITS.running)
+        return Py_BuildValue("y#LL", "", (Py_ssize_t)0, 0LL, 0LL);
+    __atomic_store_n(&WAITS.stop, 1, __ATOMIC_RELEASE);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(WAITS.thread, NULL);
+    Py_END_ALLOW_THREADS
+    WAITS.running = 0;
+    PyObject *result = Py_BuildValue("y#LL", (const char *)WAITS.samples, WAITS.len * (Py_ssize_t)sizeof(int64_t),
+                                     WAITS.ticks, WAITS.dropped);
+    wait_release();
+    return result;
+}
+
 static PyMethodDef fastrec_functions[] = {
+    {"wait_sampler_start", wait_sampler_start, METH_VARARGS,
+     "wait_sampler_start(core, tid, interval_ns, capacity): sample what thread tid sleeps in, off the GIL"},
+    {"wait_sampler_stop", wait_sampler_stop, METH_NOARGS,
+     "wait_sampler_stop() -> (int64 samples step<<8|phase<<4|class as bytes, ticks, dropped)"},
     {"sched_sample", sched_sample, METH_O,
      "sched_sample(fd) -> (monotonic ns, thread CPU ns, run-queue wait ns, process CPU ns), keeping the GIL"},
     {"sched_runq", sched_runq, METH_O, "sched_runq(fd) -> run-queue wait ns of an open schedstat file, keeping the GIL"},

@@ -20,10 +20,22 @@ named with its function. A Python thread that ends before capture does (a logger
 loop) is read as it ends (:class:`_EndReader`), in the thread itself: its totals are exact however
 short the run.
 
+**What the thread waited in.** Off CPU says the thread slept, not on what. A sampler thread of the C
+extension (:func:`WaitSampler`), which never takes the GIL, reads the training thread's state every
+:data:`WAIT_INTERVAL_NS` on the wall clock and, while it sleeps, the kernel function it sleeps in
+(``/proc/self/task/<tid>/wchan``): a futex (a lock: the GIL, a condition variable), a sleep, a
+poll, a pipe or socket read, the disk. Each sample is kept with the recorder's open step and phase
+(``ThreadAccount.waits``, :data:`stepscope.record.run.WAIT_CLASSES`), so the analysis splits a
+phase's time off CPU by what the thread slept in. A Python sampler thread could not do this: it
+would add a Python thread to the GIL contention it measures, and it could only look at the
+training thread while holding the GIL itself, when that thread, if it ran Python, waits for it.
+
 Cost: a listener call and one reading (~5 µs, most of it the kernel formatting ``schedstat``) per
 phase boundary of a sampled step, nothing on the other steps (``benchmarks/bench_capture.py
---hook-cost``; BENCHMARKS.md). Without ``/proc`` (not Linux) or with ``STEPSCOPE_THREAD_ACCOUNT=0``
-the account is off.
+--hook-cost``; BENCHMARKS.md). The wait sampler costs its own thread one ``/proc`` read and a wake-up
+per tick (:data:`WAIT_INTERVAL_NS`) and nothing in the training thread. Without ``/proc``
+(not Linux) or with ``STEPSCOPE_THREAD_ACCOUNT=0`` the account is off; without the C extension, or
+with ``STEPSCOPE_WAIT_SAMPLER=0``, the waits are not sampled.
 """
 
 from __future__ import annotations
@@ -65,6 +77,13 @@ SNAPSHOT_S = 0.5
 PEERS = 2
 #: A thread with less CPU than this over the run so far is no peer worth reading.
 PEER_MIN_CPU_NS = 10_000_000
+
+#: The wait sampler's period on the wall clock (200 Hz: a phase 10 % of a 2.5 s steady window off
+#: CPU gets ~50 samples; each tick cost its thread ~27 µs of CPU on the 2-core development VM, 0.5 %
+#: of a core, most of it the timer's wake-up, BENCHMARKS.md "Wait sampler") and the samples it
+#: keeps at most (8 bytes each; only samples off CPU are kept: 40 minutes of a thread that never runs).
+WAIT_INTERVAL_NS = 5_000_000
+WAIT_CAPACITY = 500_000
 
 #: recorder phase index -> record phase index (the record's order is PHASES)
 _TO_RECORD = tuple(PHASES.index(name) for name in PHASE_NAMES)
@@ -148,6 +167,8 @@ class ThreadAccountProbe:
         if self.enabled:
             self._ends = _EndReader(self._seen)
             self._ends.install()
+        self.waits: tuple[tuple[int, int, int, int], ...] = ()
+        self._waits_on = self.enabled and _start_wait_sampler(self, recorder, warnings)
 
     # -- scheduling ----------------------------------------------------------------------------
     def _gap(self, index: int) -> int:
@@ -234,6 +255,19 @@ class ThreadAccountProbe:
 
     def close(self) -> None:
         """Capture ends: hand the listener back; an unfinished step is dropped."""
+        if self._waits_on:
+            self._waits_on = False
+            global _WAIT_OWNER
+            _WAIT_OWNER = None
+            try:
+                data, _, dropped = FASTREC.wait_sampler_stop()
+                self.waits = _wait_counts(data)
+            except Exception as exc:  # noqa: BLE001 - capture must never break the run
+                self.warn.once("wait-sampler", f"what the training thread waited in was not sampled ({exc})")
+            else:
+                if dropped:
+                    self.warn.once("wait-sampler", f"the wait sampler kept its first {WAIT_CAPACITY} samples off CPU "
+                                                   f"and dropped {dropped} later ones")
         if self._attached:
             self.rec.listener = self.chained
             self._attached = False
@@ -318,7 +352,43 @@ class ThreadAccountProbe:
         return ThreadAccount(
             every=EVERY, every_early=EVERY_EARLY, tid=self.tid, steps=tuple(row[0] for row in rows),
             wall_ns=field(0), cpu_ns=field(1), runq_ns=field(2), process_cpu_ns=field(3), threads=threads,
-            peer_runq_ns=peers)
+            peer_runq_ns=peers, waits=self.waits, wait_interval_ns=WAIT_INTERVAL_NS if self.waits else 0)
+
+
+#: The probe whose samples the C extension's one wait sampler collects (None: it is not running).
+_WAIT_OWNER: ThreadAccountProbe | None = None
+
+
+def _start_wait_sampler(probe: ThreadAccountProbe, recorder: Any, warnings: WarningSink) -> bool:
+    """Start the C extension's wait sampler on the probe's thread; False where it cannot run (no C
+    core under the recorder, ``STEPSCOPE_WAIT_SAMPLER=0``, no ``/proc``: one warning then). A probe
+    never closed (a session abandoned in the same process) loses the sampler to the new one."""
+    global _WAIT_OWNER
+    if os.environ.get("STEPSCOPE_WAIT_SAMPLER") == "0" or FASTREC is None or not hasattr(FASTREC, "wait_sampler_start"):
+        return False
+    if _WAIT_OWNER is not None:
+        _WAIT_OWNER._waits_on = False
+        _WAIT_OWNER = None
+        FASTREC.wait_sampler_stop()
+    try:
+        FASTREC.wait_sampler_start(recorder, probe.tid, WAIT_INTERVAL_NS, WAIT_CAPACITY)
+    except TypeError:
+        return False  # the recorder runs on the Python core
+    except Exception as exc:  # noqa: BLE001 - capture must never break the run
+        warnings.once("wait-sampler", f"what the training thread waited in is not sampled ({exc})")
+        return False
+    _WAIT_OWNER = probe
+    return True
+
+
+def _wait_counts(data: bytes) -> tuple[tuple[int, int, int, int], ...]:
+    """The sampler's samples (int64: step << 8 | recorder phase << 4 | class) as (step, record
+    phase, class, samples), by step, phase and class."""
+    counts: dict[tuple[int, int, int], int] = {}
+    for value in array("q", data):
+        key = (value >> 8, _TO_RECORD[(value >> 4) & 15], value & 15)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple((*key, count) for key, count in sorted(counts.items()))
 
 
 class _EndReader:

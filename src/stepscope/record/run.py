@@ -418,6 +418,13 @@ class ThreadInfo:
     since_ns: int = 0
 
 
+#: What a sleeping thread waits in, by the kernel function it sleeps in (``/proc/<pid>/task/<tid>/
+#: wchan``; the disk also by the thread's state D): a futex (a lock: the GIL, a condition variable),
+#: a sleep, a poll or select, a pipe or socket read, the disk, another function, or none readable.
+#: The order is the C sampler's (``stepscope/capture/_fastrec.c``, ``wait_class``).
+WAIT_CLASSES: tuple[str, ...] = ("lock", "sleep", "poll", "pipe", "disk", "other", "unknown")
+
+
 @dataclass(frozen=True)
 class ThreadAccount:
     """The training thread's time on sampled steps, per phase (see :mod:`stepscope.capture.account`).
@@ -441,11 +448,20 @@ class ThreadAccount:
     process_cpu_ns: tuple[tuple[int, ...], ...] = ()
     threads: tuple[ThreadInfo, ...] = ()
     peer_runq_ns: tuple[int, ...] = ()
+    #: what the training thread slept in, sampled on the wall clock every ``wait_interval_ns``
+    #: while it was off CPU (every step, not only the accounted ones): (step, phase index in
+    #: :data:`PHASES`, class index in :data:`WAIT_CLASSES`, samples). Empty in records before it
+    #: and where it was not measured (no C core, no ``/proc``).
+    waits: tuple[tuple[int, int, int, int], ...] = ()
+    wait_interval_ns: int = 0
 
     def __post_init__(self) -> None:
         rows = len(self.steps)
         if self.peer_runq_ns and len(self.peer_runq_ns) != rows:
             raise ValueError(f"ThreadAccount.peer_runq_ns: expected {rows} values")
+        for item in self.waits:
+            if len(item) != 4 or not 0 <= item[1] < len(PHASES) or not 0 <= item[2] < len(WAIT_CLASSES) or item[3] < 0:
+                raise ValueError(f"ThreadAccount.waits: {item!r} is not (step, phase, class, samples)")
         for name in ("wall_ns", "cpu_ns", "runq_ns", "process_cpu_ns"):
             table = getattr(self, name)
             if len(table) != rows or any(len(row) != len(PHASES) for row in table):

@@ -281,7 +281,9 @@ def _thread_account(data: Any) -> ThreadAccount | None:
     threads = tuple(ThreadInfo(**_known(ThreadInfo, dict(item))) for item in data.get("threads", ()) or ())
     return ThreadAccount(**{**checked, **tables, "steps": tuple(int(step) for step in checked.get("steps", ())),
                             "threads": threads,
-                            "peer_runq_ns": tuple(int(value) for value in checked.get("peer_runq_ns", ()) or ())})
+                            "peer_runq_ns": tuple(int(value) for value in checked.get("peer_runq_ns", ()) or ()),
+                            "waits": tuple((int(step), int(phase), int(kind), int(count))
+                                           for step, phase, kind, count in checked.get("waits", ()) or ())})
 
 
 def _compile(data: Any) -> CompileFacts | None:

@@ -16,7 +16,8 @@ from stepscope.diagnosis.engine import diagnose_job, run_rules
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.pipeline.views import account_summary
-from stepscope.record.run import PHASES, StepTable, ThreadAccount, ThreadInfo
+from stepscope.analysis.run.account import MIN_WAIT_SAMPLES
+from stepscope.record.run import PHASES, WAIT_CLASSES, StepTable, ThreadAccount, ThreadInfo
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
 PEAK = 1e11
@@ -313,3 +314,59 @@ def test_time_off_cpu_beyond_what_the_python_thread_ran_is_not_the_gil_s():
                       threads=(_python_thread(record, 0.1),))
     found = next(item for item in run_rules(ctx_of(record)).findings if item.family == "gil_contention")
     assert found.impact == pytest.approx(0.1, abs=0.01)
+
+
+def _slept(record, phase_kinds: dict[str, dict[str, int]]):
+    """The record with the wait sampler's samples: per steady step, ``phase -> {wait class: samples}``."""
+    waits = tuple((step, PHASES.index(phase), WAIT_CLASSES.index(kind), count)
+                  for step in range(len(record.steps)) for phase, kinds in phase_kinds.items()
+                  for kind, count in kinds.items())
+    account = replace(record.facts.thread_account, waits=waits, wait_interval_ns=5_000_000)
+    return replace(record, facts=replace(record.facts, thread_account=account))
+
+
+def _gil_thread_record(shares: dict[str, float] = COMPUTE, on_cpu: float = 0.2):
+    record = make_record(step_s=0.01, shares=shares, extra=_low_mfu_extra())
+    return _account(record, dict.fromkeys(shares, on_cpu), threads=(_python_thread(record, 0.9),))
+
+
+def test_a_step_asleep_in_a_sleep_beside_a_computing_thread_is_not_the_gil_s():
+    # the same account as the GIL's verdict above, but the sampler saw the thread asleep in a
+    # sleep, not on a lock: the other thread ran while the step slept, it did not hold it up
+    record = _slept(_gil_thread_record(), {phase: {"sleep": 3} for phase in COMPUTE})
+    view = ctx_of(record).account
+    assert view.phase("forward").off_split == (("unexplained", 1.0),)
+    assert view.gil_wait == 0.0
+    findings = run_rules(ctx_of(record)).findings
+    assert findings[0].family == "unexplained", [item.title for item in findings]
+    assert "gil_contention" not in {item.family for item in findings}
+
+
+def test_the_gil_s_cost_is_the_part_of_the_time_off_cpu_asleep_on_a_lock():
+    record = _slept(_gil_thread_record(), {phase: {"lock": 1, "sleep": 1} for phase in COMPUTE})
+    found = next(item for item in run_rules(ctx_of(record)).findings if item.family == "gil_contention")
+    assert found.impact == pytest.approx(0.95 * 0.8 / 2, abs=0.02)
+    assert any(item.metric == "gil_lock_samples" and "a lock" in item.scope for item in found.evidence)
+
+
+def test_too_few_samples_leave_the_inferred_cause():
+    record = _gil_thread_record()
+    steps = len(record.steps)
+    sparse = _slept(record, {"forward": {"sleep": 1}})
+    sparse = replace(sparse, facts=replace(sparse.facts, thread_account=replace(
+        sparse.facts.thread_account, waits=sparse.facts.thread_account.waits[: MIN_WAIT_SAMPLES // 2])))
+    assert steps > MIN_WAIT_SAMPLES // 2
+    view = ctx_of(sparse).account
+    assert view.phase("forward").off_split == () and view.phase("forward").off_cause == "gil"
+
+
+def test_a_single_process_loader_asleep_on_a_lock_waits_for_the_gil_and_in_a_read_for_its_source():
+    shares = {"data_wait": 0.5, **{name: share / 2 for name, share in COMPUTE.items()}}
+    record = _gil_thread_record(shares)
+    unmeasured = ctx_of(record).account.phase("data_wait")
+    assert unmeasured.off_cause == "io" and unmeasured.off_part("gil") == 0.0  # inferred: the source's
+    locked = ctx_of(_slept(record, {"data_wait": {"lock": 3, "pipe": 1}})).account.phase("data_wait")
+    assert locked.off_split == (("gil", 0.75), ("io", 0.25)) and locked.off_cause == "gil"
+    gil = next(item for item in run_rules(ctx_of(_slept(record, {"data_wait": {"lock": 3, "pipe": 1}}))).findings
+               if item.family == "gil_contention")
+    assert "data_wait" in gil.claims and "single-process loader" in gil.summary

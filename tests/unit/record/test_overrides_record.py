@@ -38,9 +38,10 @@ def test_absent_is_none_and_a_damaged_one_is_refused(tmp_path):
 
 
 def test_the_summary_line():
+    from stepscope.pipeline.views import overrides_line
     from stepscope.report.render.lines import overridden_line
 
-    assert overridden_line(OVERRIDES) == ("dataloader.num_workers=2 (1 loader) · dataloader.pin_memory=true "
+    assert overridden_line(overrides_line(OVERRIDES)) == ("dataloader.num_workers=2 (1 loader) · dataloader.pin_memory=true "
                                           "(0 loaders) [1 note(s) in the record] · stopped after 30 steps (--max-steps)")
     threads = Overrides(settings=(Override("torch.num_threads", 1, applied=1),), max_steps=50)
-    assert overridden_line(threads) == "torch.num_threads=1 · --max-steps 50 (the script ended first)"
+    assert overridden_line(overrides_line(threads)) == "torch.num_threads=1 · --max-steps 50 (the script ended first)"

@@ -7,7 +7,11 @@ for a core, off CPU) are measured on the accounted steps of the steady window an
 phase times of every steady step (the step columns). Off-CPU time is named by what the phase is
 known to block on — the DataLoader's workers in the data wait of a multi-process loader, a peer in
 communication, the device on a GPU run —, by another Python thread of the process that ran while
-the training thread was off CPU (the GIL), or left *unexplained*.
+the training thread was off CPU (the GIL), or left *unexplained*. Where capture sampled what the
+thread slept in (``ThreadAccount.waits``: a lock, a sleep, a poll, a pipe or socket, the disk) and
+another Python thread computed, the phase's time off CPU is split by those samples
+(:func:`_measured_split`): only the time asleep on a lock (a futex: the GIL's wait) is the GIL's,
+the time asleep in a read or a sleep is the loader's source (``io``) or stays unexplained.
 
 The process's busiest other non-Python threads (intra-op) are read too, at each accounted step's
 start and end: when one of them waits for a core, a parallel operator waits for it at its barrier,
@@ -38,13 +42,16 @@ import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.run.steady import MODEL_PHASES, SteadyState
-from stepscope.record.run import PHASES, RunRecord, ThreadAccount, ThreadInfo
+from stepscope.record.run import PHASES, WAIT_CLASSES, RunRecord, ThreadAccount, ThreadInfo
 
 #: Accounted steady steps needed before the account is shown (fewer: too noisy to say anything).
 MIN_ACCOUNTED = 3
 #: A Python thread of the process using at least this much of a core while the training thread is
 #: off CPU in the model's phases is a GIL competitor worth naming.
 GIL_THREAD_CORES = 0.1
+#: Samples of a phase off CPU (steady steps) from which what the thread slept in splits its cause;
+#: with fewer, the phase keeps the cause it is known to block on (20: a share to within ~10 points).
+MIN_WAIT_SAMPLES = 20
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,20 @@ class PhaseAccount:
     off_cpu: float
     #: what the off-CPU time is: "workers" (a multi-process DataLoader's queue), "peer" (a
     #: collective), "device" (a GPU run's synchronisation), "gil" (another Python thread of the
-    #: process held it), "io" (reads or sleeps inside a single-process loader) or "unexplained"
+    #: process held it), "io" (reads or sleeps inside a single-process loader) or "unexplained";
+    #: the largest part where :attr:`off_split` is measured
     off_cause: str
+    #: the off-CPU time split by cause, from what the thread was sampled asleep in (fractions, largest
+    #: first); empty where not measured: then all of it is :attr:`off_cause`'s
+    off_split: tuple[tuple[str, float], ...] = ()
+    #: the samples off CPU that split it, by what the thread slept in (:data:`WAIT_CLASSES`)
+    waits: tuple[tuple[str, int], ...] = ()
+
+    def off_part(self, cause: str) -> float:
+        """The fraction of this phase's time off CPU that was ``cause``'s."""
+        if self.off_split:
+            return next((part for name, part in self.off_split if name == cause), 0.0)
+        return 1.0 if self.off_cause == cause else 0.0
 
 
 @dataclass(frozen=True)
@@ -129,8 +148,8 @@ class ThreadAccountView:
 
     def share_off(self, cause: str, phases: tuple[str, ...] | None = None) -> float:
         """Share of the step the training thread spent off CPU for ``cause`` (in ``phases`` only, when given)."""
-        return sum(item.share * item.off_cpu for item in self.phases
-                   if item.off_cause == cause and (phases is None or item.phase in phases))
+        return sum(item.share * item.off_cpu * item.off_part(cause) for item in self.phases
+                   if phases is None or item.phase in phases)
 
     @property
     def unexplained(self) -> float:
@@ -214,6 +233,7 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
     loader = record.loaders[0] if record.loaders else None
     workers = bool(loader is not None and max(item.num_workers for item in record.loaders) > 0)
     python_threads = _python_threads(account, record)
+    waits = _steady_waits(account, steady)
     phases = []
     step_time = steady.step_time_mean_s
     for index, name in enumerate(PHASES):
@@ -224,8 +244,12 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
         on = min(1.0, max(0.0, float(cpu[:, index].sum() / total)))
         waiting = min(1.0 - on, max(0.0, float(runq[:, index].sum() / total)))
         off = max(0.0, 1.0 - on - waiting)
+        cause = _off_cause(name, workers, on_gpu, python_threads)
+        sampled = waits.get(index, {})
+        split = _measured_split(name, cause, sampled) if _gil_taker(python_threads) else ()
         phases.append(PhaseAccount(name, share * step_time, share, round(on, 4), round(waiting, 4), round(off, 4),
-                                   _off_cause(name, workers, on_gpu, python_threads)))
+                                   split[0][0] if split else cause, split,
+                                   tuple((WAIT_CLASSES[kind], count) for kind, count in sorted(sampled.items()))))
     # per accounted step, the thread's shares of the step: their spread is the account's uncertainty
     step_wall = wall.sum(axis=1)
     per_step_on = np.clip(cpu.sum(axis=1) / np.maximum(step_wall, 1.0), 0.0, 1.0)
@@ -255,6 +279,11 @@ def _peer_waiting(account: ThreadAccount, rows: np.ndarray, step_wall: np.ndarra
     return min(share, _model_on_cpu(phases))
 
 
+def _gil_taker(python_threads: tuple[PythonThread, ...]) -> bool:
+    """Another Python thread of the process computed enough to hold the GIL the training thread needs."""
+    return bool(python_threads) and python_threads[0].cores >= GIL_THREAD_CORES
+
+
 def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[PythonThread, ...]) -> str:
     if phase == "data_wait":
         return "workers" if workers else "io"
@@ -262,9 +291,41 @@ def _off_cause(phase: str, workers: bool, on_gpu: bool, python_threads: tuple[Py
         return "peer"
     if on_gpu and phase in (*MODEL_PHASES, "other"):
         return "device"
-    if python_threads and python_threads[0].cores >= GIL_THREAD_CORES:
-        return "gil"
-    return "unexplained"
+    return "gil" if _gil_taker(python_threads) else "unexplained"
+
+
+def _steady_waits(account: ThreadAccount, steady: SteadyState) -> dict[int, dict[int, int]]:
+    """The wait samples of steady steps: record phase index -> wait class index -> samples."""
+    out: dict[int, dict[int, int]] = {}
+    mask = steady.mask
+    for step, phase, kind, count in account.waits:
+        if 0 <= step < len(mask) and mask[step]:
+            per_phase = out.setdefault(phase, {})
+            per_phase[kind] = per_phase.get(kind, 0) + count
+    return out
+
+
+#: Wait classes a thread is asleep in while the GIL is held by another: the GIL is a mutex and a
+#: condition variable, a futex in the kernel (so is any other lock: counted the GIL's only where
+#: another Python thread computed, :func:`_off_cause`).
+_LOCK = WAIT_CLASSES.index("lock")
+
+
+def _measured_split(phase: str, cause: str, sampled: dict[int, int]) -> tuple[tuple[str, float], ...]:
+    """While another Python thread computed, a phase's off-CPU time split by what the training thread
+    slept in: a lock is the GIL's; a read, a poll, a sleep or the disk is the single-process loader's
+    source in the data wait (``io``), elsewhere a wait with no cause the account names
+    (``unexplained``). Unmeasured, the data wait's time is inferred the source's and the model's the
+    GIL's (:func:`_off_cause`). Empty (the inferred cause stands) with fewer than
+    :data:`MIN_WAIT_SAMPLES` samples, or for a cause the phase is known to block on (workers, a
+    peer, the device)."""
+    total = sum(sampled.values())
+    if cause not in ("gil", "io") or total < MIN_WAIT_SAMPLES:
+        return ()
+    lock = sampled.get(_LOCK, 0) / total
+    other = "io" if phase == "data_wait" else "unexplained"
+    parts = [("gil", round(lock, 4)), (other, round(1.0 - lock, 4))]
+    return tuple(sorted((part for part in parts if part[1] > 0), key=lambda part: -part[1]))
 
 
 def _python_threads(account: ThreadAccount, record: RunRecord) -> tuple[PythonThread, ...]:

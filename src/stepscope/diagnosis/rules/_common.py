@@ -9,7 +9,7 @@ from typing import Any
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.analysis.run.code_locations import CodeLocation
-from stepscope.analysis.run.account import ThreadAccountView
+from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.record.run import DeviceCopy
 
@@ -233,11 +233,28 @@ def workers_needed(load_s: float, compute_s: float) -> int:
 # -- the thread account --------------------------------------------------------------------------
 def account_lines(account: ThreadAccountView, causes: tuple[str, ...] = ()) -> list[str]:
     """One line per phase the account splits, the longest first (phases with ``causes`` only, when given)."""
-    phases = sorted((item for item in account.phases if not causes or item.off_cause in causes),
+    phases = sorted((item for item in account.phases if not causes or any(item.off_part(cause) > 0 for cause in causes)),
                     key=lambda item: -item.share)
     return [f"{item.phase.replace('_', ' ')} {ms(item.time_s)}: {pct(item.on_cpu)} on CPU, "
             f"{pct(item.waiting_core)} waiting for a core, {pct(item.off_cpu)} off CPU"
             for item in phases if item.share >= 0.01]
+
+
+def slept_in(phase: PhaseAccount) -> str:
+    """What the training thread was sampled asleep in during ``phase`` ("a lock 62%, a sleep 38% of
+    140 samples off CPU"); empty where not sampled."""
+    total = sum(count for _, count in phase.waits)
+    if not total:
+        return ""
+    parts = ", ".join(f"{WAIT_WORDS.get(kind, kind)} {pct(count / total)}"
+                      for kind, count in sorted(phase.waits, key=lambda item: -item[1]) if count / total >= 0.05)
+    return f"{parts} of {total} samples off CPU"
+
+
+#: How :func:`slept_in` names each wait class (:data:`stepscope.record.run.WAIT_CLASSES`).
+WAIT_WORDS = {"lock": "a lock (futex: the GIL or another)", "sleep": "a sleep", "poll": "a poll/select",
+              "pipe": "a pipe or socket read", "disk": "the disk", "other": "another kernel wait",
+              "unknown": "an unreadable wait"}
 
 
 def account_evidence(account: ThreadAccountView) -> list[Evidence]:

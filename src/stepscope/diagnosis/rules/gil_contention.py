@@ -4,7 +4,9 @@ Evidence: the thread account (:mod:`stepscope.analysis.run.account`), measured o
 applied to every steady step's phase times. :func:`gil_held` fires when the training thread was off
 CPU in the model's phases (or between them) while another Python thread of the process computed:
 the GIL's signature (a thread waiting for the GIL sleeps on a condition variable, off CPU, at an
-ordinary bytecode). Its cost is that off-CPU time — at most the share of the step the other Python
+ordinary bytecode). Where capture sampled what the thread slept in, only the time asleep on a lock
+counts (a sleep or a read is not the GIL's), and a single-process loader's fetch asleep on a lock
+counts too (its samples' Python runs in the training thread). Its cost is that off-CPU time — at most the share of the step the other Python
 threads ran, since only a running thread holds the GIL — plus the wait for a core the process's
 Python threads caused, both measured; the fix is the other thread's, named with its function.
 """
@@ -46,7 +48,15 @@ def gil_held(ev: RunEvidence) -> Finding | None:
              f"({who})" if off >= waiting else
              f"Another Python thread took the cores the step needed: the training thread waited {common.pct(cost)} "
              f"of the step ({who})")
-    summary = ("The training thread was off CPU in the model's phases — not loading, not communicating — while "
+    loading = account.phase("data_wait")
+    in_loader = loading is not None and bool(loading.off_split) and loading.off_part("gil") > 0
+    where = ("in the model's phases and asleep on a lock in the single-process loader's fetch — not communicating —"
+             if in_loader else "in the model's phases — not loading, not communicating —")
+    slept = [common.slept_in(item) for item in account.phases if item.off_split and item.off_part("gil") > 0]
+    if slept:
+        evidence.append(Evidence("gil_lock_samples", round(off, 4), None, "account", "ratio",
+                                 f"what the training thread slept in: {slept[0]}"))
+    summary = (f"The training thread was off CPU {where} while "
                f"{who} used {top.cores:.2f} of a core: a pure-Python thread takes the GIL for a switch interval "
                f"({common.ms(0.005)}) every time the training thread releases it. "
                + "; ".join(lines[:3]) + ".")
@@ -56,7 +66,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: "
                                           f"{common.pct(cost)} of the step, measured", expected_gain=round(cost, 4))]
     return common.finding("thread_account.gil_held", "gil_contention", title, cost, 0.8, evidence, prescriptions,
-                          summary, claims=("compute", "other"))
+                          summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"))
 
 
 FAMILY = FamilyEntry(

@@ -111,9 +111,17 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     blocked = ev.account.phase("data_wait") if ev.account is not None else None
     impact = wait
     if blocked is not None:
-        impact = wait * blocked.off_cpu
+        # asleep on a lock while another Python thread computed, a single-process loader waited for
+        # the GIL (measured: what the thread slept in), which is the GIL rule's, not the source's
+        gil = blocked.off_part("gil") if blocked.off_split else 0.0
+        impact = wait * blocked.off_cpu * (1.0 - gil)
+        if gil > 0 and impact < INPUT_MODERATE and not any(signs):
+            return None
         evidence.append(Evidence("data_wait_off_cpu", blocked.off_cpu, None, "account", "ratio",
                                  "of the data wait the training thread was blocked, not computing or waiting for a core"))
+        if blocked.waits:
+            evidence.append(Evidence("data_wait_slept_in", round(1.0 - gil, 4), None, "account", "ratio",
+                                     f"of the blocked wait not on the GIL: {common.slept_in(blocked)}"))
         if blocked.off_cpu < BLOCKED_MOST:
             summary += (f" The training thread was blocked for only {common.pct(blocked.off_cpu)} of that wait "
                         f"(on CPU {common.pct(blocked.on_cpu)}, waiting for a core {common.pct(blocked.waiting_core)}): "

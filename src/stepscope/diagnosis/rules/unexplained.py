@@ -64,8 +64,8 @@ def _where_it_blocks(ev: RunEvidence, account: ThreadAccountView, evidence: list
     wall-clock stack samples: its top line's label and ``"model.py:40 forward() 85% of forward"``;
     empty without samples."""
     phases = sorted((item for item in account.phases
-                     if item.off_cause == "unexplained" and item.phase in ("forward", "backward", "optimizer")),
-                    key=lambda item: -item.share * item.off_cpu)
+                     if item.off_part("unexplained") > 0 and item.phase in ("forward", "backward", "optimizer")),
+                    key=lambda item: -item.share * item.off_cpu * item.off_part("unexplained"))
     for phase in phases[:1]:
         named = [item for item in common.code_locations(ev, phase.phase) if item.share_of_phase >= NAMED_FROM]
         for location in named[:3]:
