@@ -370,3 +370,29 @@ def test_a_single_process_loader_asleep_on_a_lock_waits_for_the_gil_and_in_a_rea
     gil = next(item for item in run_rules(ctx_of(_slept(record, {"data_wait": {"lock": 3, "pipe": 1}}))).findings
                if item.family == "gil_contention")
     assert "data_wait" in gil.claims and "single-process loader" in gil.summary
+
+
+def _busy_workers(record, own_share: float):
+    """The record's evidence with its one DataLoader worker measured busy and the training thread's
+    wait for a core (in the model's phases) charged ``own_share`` to the run's own processes."""
+    from stepscope.analysis.run.account import CoreTaker
+
+    evidence = ctx_of(record)
+    account = replace(evidence.account, takers=(CoreTaker("own processes", 0.9, own_share),))
+    return replace(evidence, account=account, loader_cpu=replace(evidence.loader_cpu, util=0.9, source="workers"))
+
+
+def test_the_wait_for_a_core_busy_workers_cause_beyond_the_data_wait_is_the_input_finding_s_cost():
+    shares = {"data_wait": 0.2, "forward": 0.4, "backward": 0.3}
+    record = make_record(step_s=0.01, shares=shares, num_workers=1, persistent=True)
+    record = _account(record, on_cpu={"forward": 0.5, "backward": 0.5}, runq={"forward": 0.5, "backward": 0.5})
+    evidence = _busy_workers(record, 0.35)  # of a wait for a core of 0.35 of the step, all in the model's phases
+    loading = next(item for item in run_rules(evidence).findings if item.family == "input_pipeline")
+    assert loading.impact == pytest.approx(0.2 + 0.35, abs=0.02)
+    assert any(item.metric == "core_wait_workers_caused" for item in loading.evidence)
+    assert "compute" in loading.claims
+    # workers started anew every epoch spend that CPU starting: the epoch boundary's, not priced here
+    restarted = make_record(step_s=0.01, shares=shares, num_workers=1, loader_init={3: 0.01, 13: 0.01, 23: 0.01})
+    restarted = _account(restarted, on_cpu={"forward": 0.5, "backward": 0.5}, runq={"forward": 0.5, "backward": 0.5})
+    found = [item for item in run_rules(_busy_workers(restarted, 0.35)).findings if item.family == "input_pipeline"]
+    assert found and not any(e.metric == "core_wait_workers_caused" for item in found for e in item.evidence)

@@ -227,6 +227,11 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                     "core other processes or the process's other Python threads held: faster loading does not give "
                     "that back, so the cost is priced "
                     f"on the rest ({common.pct(impact)} of the step).")
+    elsewhere = _core_wait_its_workers_caused(ev, util, evidence)
+    if elsewhere:
+        impact += elsewhere
+        summary += (f" The workers' CPU also made the training thread wait for a core outside the data wait: "
+                    f"{common.pct(elsewhere)} of the step (the thread account), which cheaper samples give back.")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
     if util is None:
         prescriptions.append(Prescription(
@@ -234,8 +239,39 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
             "the same wait would follow from storage latency, which these measurements cannot rule out"))
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, impact, confidence,
                           evidence, prescriptions, summary,
-                          severity=Severity.LOW if near else None, claims=("data_wait",),
+                          severity=Severity.LOW if near else None,
+                          claims=("data_wait", "compute", "other") if elsewhere else ("data_wait",),
                           conclusive={"cpu_bound": util is not None})
+
+
+def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence: list[Evidence]) -> float:
+    """The training thread's (and its intra-op threads') wait for a core outside the data wait that
+    the loader's busy workers caused (the thread account's charge to the run's own processes,
+    :mod:`~stepscope.analysis.run.account`): the workers' CPU takes the cores the model needs, and
+    producing samples more cheaply gives that time back too. Only for a run of one process whose
+    own processes are its DataLoader workers (in a job the other ranks on the machine are its own
+    processes too), the workers measured busy and kept across epochs (workers started anew spend
+    their CPU starting, the epoch-boundary finding's cost, which the charge cannot tell from the
+    samples'), and at least :data:`CORE_WAIT_PRICED` of the step."""
+    account, record = ev.account, ev.record
+    if account is None or record is None or util is None or util < LOADER_CPU_BUSY or record.meta.world_size > 1:
+        return 0.0
+    if common.restarts_workers(ev):
+        return 0.0
+    if not any(item.num_workers > 0 for item in record.loaders):
+        return 0.0
+    own = account.taker("own processes")
+    total = account.waiting_core + account.peer_waiting
+    loading = account.phase("data_wait")
+    if own is None or own.step_share <= 0 or total <= 0:
+        return 0.0
+    outside = total - (loading.share * loading.waiting_core if loading is not None else 0.0)
+    part = round(own.step_share * max(0.0, outside) / total, 4)
+    if part < CORE_WAIT_PRICED:
+        return 0.0
+    evidence.append(Evidence("core_wait_workers_caused", part, CORE_WAIT_PRICED, "account", "ratio",
+                             "of the step: the wait for a core outside the data wait charged to the DataLoader workers"))
+    return part
 
 
 #: Of the data wait, a wait for a core charged to other processes (or to the process's other Python
