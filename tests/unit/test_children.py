@@ -68,19 +68,21 @@ def test_what_a_child_leaves_behind_when_it_ends_is_stopped(tmp_path):
     assert not alive(grandchild) and children.group_members(group) == []
 
 
-def test_a_signal_to_stepscope_stops_the_child_and_goes_on_as_stopped(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_stepscope_stops_the_child_and_goes_on_as_stopped(tmp_path, signum):
     pids = tmp_path / "pids"
+    before = signal.getsignal(signum)
 
     def terminate_once_started() -> None:
         wait_for(pids)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
 
     threading.Thread(target=terminate_once_started, daemon=True).start()
     with pytest.raises(children.Stopped) as raised, children.stop_on_signals():
         children.run([sys.executable, "-c", STUBBORN, str(pids)], deadline_s=60, grace_s=0.5)
     leader, group, grandchild = wait_for(pids)
-    assert raised.value.signum == signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the previous handler is back
+    assert raised.value.signum == signum
+    assert signal.getsignal(signum) == before  # the previous handler is back
     assert not alive(leader) and not alive(grandchild) and children.group_members(group) == []
 
 

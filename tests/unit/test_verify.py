@@ -222,3 +222,17 @@ def test_a_later_round_keeps_the_baseline_and_the_candidates_that_fit_with_it():
     assert verify.planned_length("d", walls, 1.0) == 30.0 and verify.planned_length("d", {}, 7.0) == 7.0
     assert verify.trial_limit(10.0, 12.0, 100.0) == 14.0  # half the planned length less the 3 s grace
     assert verify.trial_limit(4.0, 12.0, 100.0) == 12.0 and verify.trial_limit(10.0, 12.0, 5.0) == 5.0
+
+
+@pytest.mark.parametrize(("runs", "failed", "said"), [
+    ((1, 1, 1), (0, 0, 0), "(1 per setting,"),  # one trial each: never "3 per setting"
+    ((3, 3, 3), (0, 1, 0), "(2–3 per setting,"),  # a failed trial is no measurement
+    ((3, 3), (0, 0), "(3 per setting,"),
+])
+def test_the_line_counts_the_trials_measured_per_setting(runs, failed, said):
+    from stepscope.report.model import verification_view
+    from stepscope.report.render.lines import verification_line
+
+    rows = [{"runs": count, "failed": lost, "verdict": "within noise"} for count, lost in zip(runs, failed)]
+    line = verification_line(verification_view({"trials": rows, "elapsed_s": 30, "steps": 40, "best": None}))
+    assert said in line and line.startswith(f"Verified: {sum(runs) - sum(failed)} trials of 40 steps"), line

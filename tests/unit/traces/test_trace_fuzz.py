@@ -85,6 +85,8 @@ def _paths(node, prefix=()):
 def _mutate_document(data, document):
     document = json.loads(json.dumps(document))
     paths = [path for path in _paths(document) if path]
+    if not paths:  # a scalar or an emptied object (an earlier mutation of the same line): nothing to reach
+        return document
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(paths))
         node = document
