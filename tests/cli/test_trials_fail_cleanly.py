@@ -35,6 +35,11 @@ HANGS = """
 """
 
 #: Trains normally, except with DataLoader workers: they start, then the script hangs.
+def _written(path) -> bool:
+    """The trial has written its line (the file exists from its open, before the write)."""
+    return path.exists() and path.read_text().endswith("\n")
+
+
 HANGS_WITH_WORKERS = """
     import os
     import time
@@ -128,9 +133,9 @@ def test_sigterm_to_try_stops_the_trial_group_and_keeps_what_was_measured(tmp_pa
     hung = tmp_path / "hung.txt"
     try:
         end = time.monotonic() + 90
-        while not hung.exists() and time.monotonic() < end and process.poll() is None:
+        while not _written(hung) and time.monotonic() < end and process.poll() is None:
             time.sleep(0.1)
-        assert hung.exists(), process.communicate(timeout=30)
+        assert _written(hung), process.communicate(timeout=30)
         group = int(hung.read_text())
         assert len(group_members(group)) >= 3  # the trial and its two DataLoader workers
         os.kill(process.pid, signal.SIGTERM)
@@ -197,9 +202,9 @@ def test_sigterm_during_run_verify_stops_the_trial_group_and_saves_what_was_meas
     hung = tmp_path / "hung.txt"
     try:
         end = time.monotonic() + 120
-        while not hung.exists() and time.monotonic() < end and process.poll() is None:
+        while not _written(hung) and time.monotonic() < end and process.poll() is None:
             time.sleep(0.1)
-        assert hung.exists(), process.communicate(timeout=30)
+        assert _written(hung), process.communicate(timeout=30)
         group = int(hung.read_text())
         assert len(group_members(group)) >= 2  # the trial and its DataLoader workers
         os.kill(process.pid, signal.SIGTERM)

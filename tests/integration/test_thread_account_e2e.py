@@ -45,7 +45,9 @@ GIL_THREAD = """
 
     threading.Thread(target=telemetry_loop, name="telemetry", daemon=True).start()
     torch.manual_seed(0)
-    data = TensorDataset(torch.randn(2048, 64), torch.randn(2048, 1))
+    # ~1 ms steps: 512 of them give the wait sampler (every 5 ms) enough of the loader's wait to
+    # split it; 64 left it inferred (the source's), and a short run then read as storage latency
+    data = TensorDataset(torch.randn(16384, 64), torch.randn(16384, 1))
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)], torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in DataLoader(data, batch_size=32):
