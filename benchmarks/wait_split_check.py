@@ -9,8 +9,8 @@ holds its generated ``train.py`` and ``launch.py``. Workloads with ``--factor`` 
 and one process (no ``slow_rank``) run once more as ``launch.py python -m stepscope run -o NAME
 train.py`` (machine otherwise idle: a neighbour of the script's own makes its own findings). Per
 workload it prints the truth, the top findings without the samples (the account's inferred
-causes) and with them, and what the thread slept in per phase; at the end, how many top findings
-changed. Seconds per workload: the script's own run (~5-10 s).
+causes) and with them, and what the thread slept in per phase; at the end, on how many the top
+finding (its family) changed, and on how many its cost or confidence moved. Seconds per workload: the script's own run (~5-10 s).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", default="gil_thread")
     parser.add_argument("--out", default="stepscope-wait-check")
     args = parser.parse_args(argv)
-    changed = seen = 0
+    changed = repriced = seen = 0
     for path in args.evaluations:
         try:
             workloads = json.loads(path.read_text())["workloads"]
@@ -73,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             bare, sampled, slept = both_ways(record)
             seen += 1
-            changed += bare[:1] != sampled[:1]
+            changed += [item[0] for item in bare[:1]] != [item[0] for item in sampled[:1]]
+            repriced += bare[:1] != sampled[:1]
             print(f"{row['seed']} {directory.name} {names} truth {row['truth']['bottleneck']}\n"
                   f"   without samples: {bare}\n   with samples:    {sampled}\n   slept in: {slept}", flush=True)
-    print(f"{seen} workloads, top finding changed on {changed}")
+    print(f"{seen} workloads: the top finding changed on {changed}; its cost or confidence moved on {repriced}")
     return 0
 
 
