@@ -21,7 +21,7 @@ loop) is read as it ends (:class:`_EndReader`), in the thread itself: its totals
 short the run.
 
 **What the thread waited in.** Off CPU says the thread slept, not on what. A sampler thread of the C
-extension (:func:`WaitSampler`), which never takes the GIL, reads the training thread's state every
+extension (``_fastrec.wait_sampler_start``/``wait_sampler_stop``), which never takes the GIL, reads the training thread's state every
 :data:`WAIT_INTERVAL_NS` on the wall clock and, while it sleeps, the kernel function it sleeps in
 (``/proc/self/task/<tid>/wchan``): a futex (a lock: the GIL, a condition variable), a sleep, a
 poll, a pipe or socket read, the disk. Each sample is kept with the recorder's open step and phase

@@ -145,12 +145,21 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     time: it ranks below every estimate of step time, and the report shows it on a line of its own
     (:func:`risk_of`) rather than as the answer to "why is it slow"."""
     def key(item: Finding) -> tuple[int, float, int, float, str]:
-        cost = item.path_share if item.path_share is not None else item.impact
-        measured = item.path_share is not None or item.impact_basis.startswith("measured")
-        tier = 0 if measured and cost >= MEASURED_FIRST else 2 if item.extra.get("risk") else 1 if not measured else 3
-        return tier, -cost, -int(item.severity), -item.confidence, item.rule_id
+        return _tier(item), -_cost(item), -int(item.severity), -item.confidence, item.rule_id
 
     return sorted(findings, key=key)
+
+
+def _cost(item: Finding) -> float:
+    """What :func:`rank_findings` orders by: the critical-path share when a trace gives one, else the impact."""
+    return item.path_share if item.path_share is not None else item.impact
+
+
+def _tier(item: Finding) -> int:
+    """:func:`rank_findings`' tier: 0 a measured cost of at least :data:`MEASURED_FIRST`, 1 an
+    estimate, 2 a risk, 3 a smaller measured cost."""
+    measured = item.path_share is not None or item.impact_basis.startswith("measured")
+    return 0 if measured and _cost(item) >= MEASURED_FIRST else 2 if item.extra.get("risk") else 1 if not measured else 3
 
 
 def ranked_by_measured_cost(item: Finding) -> bool:
@@ -158,8 +167,7 @@ def ranked_by_measured_cost(item: Finding) -> bool:
     (≥ :data:`MEASURED_FIRST`), not by a critical-path share, and is no risk: the findings among
     which the order is the measured cost alone, so a near tie between two of them is a tie between
     causes (:mod:`stepscope.diagnosis.near_tie`)."""
-    return (item.path_share is None and item.impact_basis.startswith("measured") and item.impact >= MEASURED_FIRST
-            and not item.extra.get("risk"))
+    return item.path_share is None and _tier(item) == 0 and not item.extra.get("risk")
 
 
 def risk_of(findings: tuple[Finding, ...] | list[Finding]) -> Finding | None:

@@ -49,7 +49,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
              f"Another Python thread took the cores the step needed: the training thread waited {common.pct(cost)} "
              f"of the step ({who})")
     loading = account.phase("data_wait")
-    in_loader = loading is not None and bool(loading.off_split) and loading.off_part("gil") > 0
+    in_loader = loading is not None and loading.off_part("gil") > 0  # only where sampled
     where = ("in the model's phases and asleep on a lock in the single-process loader's fetch — not communicating —"
              if in_loader else "in the model's phases — not loading, not communicating —")
     slept = [common.slept_in(item) for item in account.phases if item.off_split and item.off_part("gil") > 0]

@@ -113,7 +113,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     if blocked is not None:
         # asleep on a lock while another Python thread computed, a single-process loader waited for
         # the GIL (measured: what the thread slept in), which is the GIL rule's, not the source's
-        gil = blocked.off_part("gil") if blocked.off_split else 0.0
+        gil = blocked.off_part("gil")  # 0 unless sampled: unmeasured, the loader's wait is the source's
         impact = wait * blocked.off_cpu * (1.0 - gil)
         if gil > 0 and impact < INPUT_MODERATE and not any(signs):
             return None
