@@ -43,7 +43,7 @@ whether its evidence is CPU time, and whether it explains other ranks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -78,6 +78,8 @@ class Tables:
     rules: tuple[Rule, ...]
     families: frozenset[str]
     supersedes: dict[str, frozenset[str]]
+    #: (cause, symptom) -> the test a symptom's finding must pass to be moot (registry's supersedes_when)
+    moot_when: dict[tuple[str, str], Callable[[Finding, Finding], bool]]
     cpu_based: frozenset[str]
     job_first: tuple[str, ...]
     verdict: Verdict | None
@@ -87,6 +89,8 @@ class Tables:
         return cls(rules=tuple(rule for entry in registry for rule in entry.rules),
                    families=frozenset(entry.family for entry in registry),
                    supersedes={entry.family: entry.supersedes for entry in registry if entry.supersedes},
+                   moot_when={(entry.family, symptom): test for entry in registry
+                              for symptom, test in entry.supersedes_when},
                    cpu_based=frozenset(entry.family for entry in registry if entry.cpu_based),
                    job_first=tuple(entry.family for entry in registry if entry.explains_other_ranks),
                    verdict=next((entry.verdict for entry in registry if entry.verdict is not None), None))
@@ -331,19 +335,24 @@ def _apply_precedence(findings: list[Finding], tables: Tables) -> tuple[list[Fin
     """A cause makes its symptom moot (:data:`SUPERSEDES`) unless the cause is minor: a LOW
     finding (near its threshold, a few percent of the step) explains no larger finding, so both stay.
     A finding that explains only part of the symptom (``extra["partial"]``: the cold first epoch of
-    an input pipeline that still waits once warm) supersedes nothing."""
+    an input pipeline that still waits once warm) supersedes nothing. A cause whose entry narrows
+    ``supersedes_when`` makes the symptom moot only where its test holds."""
     by_family = {item.family: item for item in findings}
     kept, superseded = [], []
     for item in findings:
         winner = next((other for family, other in by_family.items()
                        if item.family in tables.supersedes.get(family, ()) and other is not item
-                       and not other.partial
+                       and not other.partial and tables.moot_when.get((family, item.family), _always)(other, item)
                        and (other.severity >= Severity.MEDIUM or other.impact >= item.impact)), None)
         if winner is None:
             kept.append(item)
         else:
             superseded.append((item, winner.rule_id))
     return kept, superseded
+
+
+def _always(cause: Finding, symptom: Finding) -> bool:
+    return True
 
 
 def _crowded(findings: list[Finding], tables: Tables) -> list[Finding]:

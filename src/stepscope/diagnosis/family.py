@@ -33,6 +33,10 @@ class FamilyEntry:
         evidence: one line, what it rests on (documentation tables).
         supersedes: families whose findings this one's make moot when both fire, because it names
             the cause of their symptom (oversubscribed cores look input-bound).
+        supersedes_when: ``(family, test)`` pairs narrowing ``supersedes``: a finding of that family
+            is moot only when ``test(cause, symptom)`` holds (the cause is what the symptom's fix
+            would not remove, or the symptom prescribes the fix the cause turns against the run).
+            Otherwise both are shown, ranked by their costs.
         cpu_based: its evidence is CPU time or a CPU-relative rate, less certain on a machine
             other processes crowd.
         explains_other_ranks: in a job, its finding explains the other ranks' symptoms (a
@@ -46,6 +50,7 @@ class FamilyEntry:
     diagnoses: str
     evidence: str
     supersedes: frozenset[str] = frozenset()
+    supersedes_when: tuple[tuple[str, Callable[[Finding, Finding], bool]], ...] = ()
     cpu_based: bool = False
     explains_other_ranks: bool = False
     verdict: Verdict | None = None

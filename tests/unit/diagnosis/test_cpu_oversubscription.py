@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from diagnosis_records import ctx_of, make_record, workers
+from stepscope.analysis.evidence import WorkerLoad
 from stepscope.diagnosis.rules.cpu_oversubscription import oversubscribed_cpu
 
 INPUT = {"data_wait": 0.5, "forward": 0.3, "backward": 0.15}
@@ -76,3 +77,42 @@ def test_workers_starting_every_epoch_are_the_epoch_boundary_s_cost_not_the_crow
     top = run_rules(evidence).findings[0]
     assert top.rule_id == "epoch_boundary.worker_startup", [(item.rule_id, item.impact) for item in
                                                             run_rules(evidence).findings]
+
+
+#: The training process, busy on its core.
+MAIN = (WorkerLoad(pid=1, role="main", cpu_util=0.95, threads=7),)
+
+
+def test_default_workers_threads_that_exist_are_not_threads_that_run():
+    """Two default DataLoader workers (3 OS threads each: one computes) busy with costly samples
+    beside 2 intra-op threads on 2 cores: the run queue (2.1 a core: 4.2 threads) is what the
+    training process's threads and one thread per worker make. The cores are oversubscribed by the
+    run's own processes, but "one thread per worker" is not the fix: it is not prescribed."""
+    signals = dict(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=2.1, workers=MAIN + workers(2, 0.5, threads=3))
+    finding = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=2), signals))
+    assert finding is not None and finding.extra["threaded_workers"] is False
+    assert not any(item.setting == "worker_threads" for item in finding.prescriptions)
+    # the same workers with a run queue their extra threads fill (4 a core: 8 threads): threaded
+    threaded = oversubscribed_cpu(ctx_of(make_record(shares=INPUT, num_workers=2),
+                                         dict(signals, runnable_threads_per_core=4.0)))
+    assert threaded.extra["threaded_workers"] is True
+    assert any(item.setting == "worker_threads" for item in threaded.prescriptions)
+
+
+def test_costly_samples_in_single_threaded_workers_are_ranked_by_cost_beside_the_crowd():
+    """Blind seed 1167454856, w012, in miniature: the input finding prescribes cheaper samples (2
+    workers on 2 cores: more workers cannot help), which the crowd does not contradict — it is
+    shown, not superseded, and ranked with the oversubscription finding by cost. With threaded
+    workers the crowd is the cause and the input finding stays moot."""
+    from stepscope.diagnosis.engine import run_rules
+
+    record = make_record(shares={"data_wait": 0.5, "forward": 0.3, "backward": 0.15}, num_workers=2, persistent=True)
+    single = dict(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=2.1, workers=MAIN + workers(2, 0.5, threads=3))
+    diagnosis = run_rules(ctx_of(record, single))
+    families = [item.family for item in diagnosis.findings]
+    assert "input_pipeline" in families and "cpu_oversubscription" in families, families
+    loading = next(item for item in diagnosis.findings if item.family == "input_pipeline")
+    assert loading.prescriptions[0].setting is None and loading.prescriptions[0].action.startswith("Make each sample")
+    threaded = run_rules(ctx_of(record, dict(single, runnable_threads_per_core=4.0)))
+    assert threaded.findings[0].family == "cpu_oversubscription"
+    assert "input_pipeline" in {item.family for item, _ in threaded.superseded}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.bundle import CpuDemand, RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
@@ -62,7 +62,8 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     # (steal); other processes' load is not subtracted (a neighbour's crowd is not this run's doing)
     steal = common.steal_share(ev) * cores
     ours = demand.tree_cores >= TREE_SHARE_OF_CORES * max(1.0, cores - steal)
-    by_threads = (demand.demand is not None and (demand.worker_threads or 0) > 1 and queue_agrees and ours
+    threaded = threaded_workers(demand)
+    by_threads = (demand.demand is not None and threaded and queue_agrees and ours
                   and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
     by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
                 and demand.busy_workers > 0 and ours
@@ -71,7 +72,28 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
         return None
     return {"cores": cores, "runnable_per_core": demand.runnable_per_core, "demand": demand.demand,
             "cpu_util": demand.cpu_util, "worker_threads": demand.worker_threads,
-            "tree_cores": demand.tree_cores, "main_threads": demand.main_threads, "workers": demand.busy_workers}
+            "tree_cores": demand.tree_cores, "main_threads": demand.main_threads, "workers": demand.busy_workers,
+            "threaded_workers": threaded}
+
+
+#: Runnable threads beyond the training process's intra-op threads and one per busy worker that a
+#: run queue may hold before the workers' own threads are taken to run (another Python thread, the
+#: sampler, a pin-memory thread).
+QUEUE_SLACK = 1.0
+
+
+def threaded_workers(demand: CpuDemand) -> bool:
+    """Whether the busy workers' extra threads run. A DataLoader worker has several OS threads (a
+    queue's feeder, an idle intra-op pool: 3 for a default worker on torch 2.x) but computes on one
+    unless its ``worker_init_fn`` or a BLAS pool says otherwise; threads that exist are not threads
+    that run. Measured by the run queue: more runnable threads than the training process's intra-op
+    threads plus one per busy worker (and :data:`QUEUE_SLACK`) are the workers' own. Without a
+    measured run queue, a worker of more than one thread counts as threaded."""
+    if (demand.worker_threads or 0) <= 1:
+        return False
+    if demand.runnable_per_core is None:
+        return True
+    return demand.runnable_per_core * demand.cores > demand.main_threads + demand.busy_workers + QUEUE_SLACK
 
 
 def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
@@ -109,7 +131,8 @@ def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
                f"waits {common.pct(stats.data_wait_share)} of its time for data. This looks "
                "input-bound, but adding DataLoader workers adds threads to the queue.")
     return common.finding("cpu_oversubscription.threads_exceed_cores", "cpu_oversubscription", title,
-                          impact, 0.85, evidence, _prescriptions(ev, facts), summary)
+                          impact, 0.85, evidence, _prescriptions(ev, facts), summary,
+                          threaded_workers=facts["threaded_workers"])
 
 
 def _prescriptions(ev: RunEvidence, facts: dict[str, Any]) -> list[Prescription]:
@@ -119,7 +142,7 @@ def _prescriptions(ev: RunEvidence, facts: dict[str, Any]) -> list[Prescription]
     workers = loader.num_workers if loader is not None else facts["workers"]
     out = []
     per_worker = facts["worker_threads"]
-    if per_worker is None or per_worker > 1:
+    if per_worker is None or facts["threaded_workers"]:
         out.append(Prescription(
             "One thread per DataLoader worker: worker_init_fn that calls torch.set_num_threads(1), "
             "and OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 for NumPy/BLAS",
@@ -141,8 +164,26 @@ def _prescriptions(ev: RunEvidence, facts: dict[str, Any]) -> list[Prescription]
     return out
 
 
+def _input_is_moot(cause: Finding, symptom: Finding) -> bool:
+    """An input-bound finding is moot beside oversubscribed cores when the crowd is the workers' own
+    threads (one thread per worker removes it) or when its fix adds workers or intra-op threads
+    (the queue for the cores grows). Single-threaded workers busy with costly samples make the
+    crowd themselves, and an input finding that prescribes cheaper samples is not contradicted by
+    it: both are shown, ranked by their costs (blind seed 1167454856, w012: 2 busy default workers
+    on 2 cores, the input finding priced at 90 % was superseded by "oversubscribed" at 36 %, whose
+    thread and worker cuts leave the loading; removing the costly samples gained 82 %)."""
+    if cause.extra.get("threaded_workers", True):
+        return True
+    first = symptom.prescriptions[0] if symptom.prescriptions else None
+    if first is None:
+        return True
+    return (first.setting in ("num_workers", "intra_op_threads") and isinstance(first.suggested, int)
+            and isinstance(first.current, int) and first.suggested > first.current)
+
+
 FAMILY = FamilyEntry(
     "cpu_oversubscription", (oversubscribed_cpu,),
     diagnoses="More runnable threads than cores: workers and intra-op threads fight each other",
-    evidence="All cores busy with busy workers' threads + intra-op threads ≥ 2 per core, or a run queue ≥ 2 per core while this run uses ≥ 75 % of the cores",
-    supersedes=frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}), cpu_based=True)
+    evidence="All cores busy with busy workers' threads + intra-op threads ≥ 2 per core (when the run queue was measured, it holds more threads than the intra-op threads and one per worker: the workers' extra threads run), or a run queue ≥ 2 per core while this run uses ≥ 75 % of the cores",
+    supersedes=frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}),
+    supersedes_when=(("input_pipeline", _input_is_moot),), cpu_based=True)
