@@ -396,3 +396,31 @@ def test_the_wait_for_a_core_busy_workers_cause_beyond_the_data_wait_is_the_inpu
     restarted = _account(restarted, on_cpu={"forward": 0.5, "backward": 0.5}, runq={"forward": 0.5, "backward": 0.5})
     found = [item for item in run_rules(_busy_workers(restarted, 0.35)).findings if item.family == "input_pipeline"]
     assert found and not any(e.metric == "core_wait_workers_caused" for item in found for e in item.evidence)
+
+
+def test_a_single_process_loader_s_unsplit_wait_beside_a_busy_python_thread_is_said_uncertain():
+    """Blind seed 446669882, w023, in miniature: a 25 % data wait in a loader without workers
+    beside a Python thread that ran a quarter of a core, the training thread on CPU in the accounted
+    steps and no samples of it asleep to split the wait: the wait may be the GIL's, so the input
+    finding says so and stays below the calibration's upper band. A thread that ran far less than
+    the wait (it holds the GIL at most while it runs) leaves the input finding as it was."""
+    shares = {"data_wait": 0.25, "forward": 0.3, "backward": 0.35, "optimizer": 0.05}
+
+    def input_finding(cores: float, data_wait: float = 0.25):
+        model = (1.0 - data_wait) / (1.0 - shares["data_wait"])
+        record = make_record(step_s=0.01, num_workers=0, shares={
+            name: data_wait if name == "data_wait" else share * model for name, share in shares.items()})
+        # the fetch in the training thread, on CPU (the loading's CPU is measured: CPU-bound)
+        steps = record.steps
+        record = replace(record, steps=StepTable.from_columns({**steps.columns(), "data_wait_cpu_ns": steps.data_wait_ns}))
+        threads = (_python_thread(record, cores, name="telemetry"),) if cores else ()
+        record = _account(record, {}, threads=threads)
+        return next(item for item in run_rules(ctx_of(record)).findings if item.family == "input_pipeline")
+
+    assert input_finding(0.0).confidence > 0.9  # alone, the CPU-bound wait is the loading's
+    unsure = input_finding(0.25)
+    assert unsure.rule_confidence <= 0.6 and unsure.confidence < 0.8
+    assert any(item.metric == "busy_python_thread_cores" for item in unsure.evidence)
+    assert "`telemetry`" in unsure.summary and "may be the GIL's" in unsure.summary
+    sure = input_finding(0.1, data_wait=0.6)
+    assert sure.confidence > 0.9 and not any(item.metric == "busy_python_thread_cores" for item in sure.evidence)

@@ -191,6 +191,12 @@ class ThreadAccountView:
         total = sum(item.share for item in self.phases if item.phase in MODEL_PHASES)
         return self.model_on_cpu_share / total if total > 0 else None
 
+    @property
+    def gil_holder(self) -> PythonThread | None:
+        """The busiest other Python thread, when it computed enough to hold the GIL the training
+        thread needs (:data:`GIL_THREAD_CORES`); else None."""
+        return self.python_threads[0] if _gil_taker(self.python_threads) else None
+
 
 def _model_on_cpu(phases: tuple[PhaseAccount, ...] | list[PhaseAccount]) -> float:
     return sum(item.share * item.on_cpu for item in phases if item.phase in MODEL_PHASES)

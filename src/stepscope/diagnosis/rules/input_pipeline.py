@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.account import PythonThread
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
@@ -220,6 +221,14 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                 " (storage or latency would look the same).")
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
+    holder = _gil_may_hold_the_fetch(ev, wait)
+    if holder is not None:
+        confidence = min(confidence, GIL_UNSPLIT_CONFIDENCE)
+        evidence.append(Evidence("busy_python_thread_cores", round(holder.cores, 3), None, "account", "cores",
+                                 f"thread `{holder.name}` in {holder.function}, beside a fetch in the training thread"))
+        summary += (f" The loader fetches in the training process (num_workers=0) beside another busy Python "
+                    f"thread (`{holder.name}`, {holder.cores:.0%} of a core): part of this wait may be the GIL's, "
+                    "which the run's samples of the thread asleep were too few to split.")
     summary += common.loading_code(ev, evidence)
     impact, contended = _priced_without_core_wait(ev, wait, evidence)
     if contended:
@@ -242,6 +251,38 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                           severity=Severity.LOW if near else None,
                           claims=("data_wait", "compute", "other") if elsewhere else ("data_wait",),
                           conclusive={"cpu_bound": util is not None})
+
+
+#: The input finding's confidence when a single-process loader's wait may be the GIL's and the wait
+#: sampler could not split it (below the calibration's upper band: shown as the lower band's rate).
+#: Blind seed 446669882, w023: 1 ms steps beside a Python thread holding the GIL for 5 ms every
+#: ~15 ms; the accounted steps (every 32nd) held none of the 12 stalled steps, the thread was asleep
+#: on a lock in 4 samples (20 split one), and "input-bound, cheaper samples" came at 96 % while
+#: removing the thread gained 46 % (there was no costly loading).
+GIL_UNSPLIT_CONFIDENCE = 0.6
+
+
+#: A thread holds the GIL at most while it runs, so its cores bound the share of the step a fetch
+#: can have waited for it: below this share of the data wait, most of the wait is the loading's
+#: (blind runs with costly samples beside such a thread: 0.16-0.22 of a core beside 75-97 % data
+#: waits, right as input-bound; w023 above: 0.25 of a core beside a 25 % wait).
+GIL_EXPLAINS_FROM = 0.5
+
+
+def _gil_may_hold_the_fetch(ev: RunEvidence, wait: float) -> PythonThread | None:
+    """The busy Python thread whose GIL a single-process loader's fetch may have waited for, when
+    the wait sampler did not split the data wait (too few samples of the training thread asleep)
+    and the thread ran long enough to hold the GIL for much of the wait (:data:`GIL_EXPLAINS_FROM`);
+    None when the loader has workers, no other Python thread computed, or the split was measured
+    (then the GIL's part is already the GIL finding's, :mod:`~stepscope.analysis.run.account`)."""
+    loader, account = ev.main_loader, ev.account
+    if loader is None or loader.num_workers > 0 or account is None:
+        return None
+    holder = account.gil_holder
+    phase = account.phase("data_wait")
+    if holder is None or phase is None or phase.off_split or holder.cores < GIL_EXPLAINS_FROM * wait:
+        return None
+    return holder
 
 
 def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence: list[Evidence]) -> float:
