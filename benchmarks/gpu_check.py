@@ -1,7 +1,7 @@
 """One command that exercises every CUDA path of stepscope and prints pass/fail per check.
 
     python benchmarks/gpu_check.py                 # on a machine with a GPU: every check on CUDA
-    python benchmarks/gpu_check.py --device cpu    # the same workloads on the CPU (the test suite runs this)
+    python benchmarks/gpu_check.py --device cpu    # the same workloads, smaller, on the CPU (the test suite runs this)
     python benchmarks/gpu_check.py --keep DIR      # keep the scripts and run directories in DIR
 
 Each check runs a small training script (written to a temporary directory) under `stepscope run`
@@ -54,12 +54,13 @@ import torch
 device = sys.argv[1]
 dtype = sys.argv[2]
 steps = int(sys.argv[3])
+width = 1024 if device.startswith("cuda") else 256      # on the CPU, a smaller model: the same checks
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                            torch.nn.ReLU(), torch.nn.Linear(1024, 1)).to(device)
+model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                            torch.nn.ReLU(), torch.nn.Linear(width, 1)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 data = [torch.randn(256, 1024) for _ in range(8)]
-loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * 64, 1024)),
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * 64, width)),
                                      batch_size=64)
 for step, (batch,) in enumerate(loader):
     batch = batch.to(device)
@@ -119,6 +120,7 @@ import numpy as np
 import torch
 
 device = sys.argv[1]
+values = 30_000 if device.startswith("cuda") else 10_000  # on the CPU, still many times the model's step
 
 
 class Augmented(torch.utils.data.Dataset):
@@ -126,7 +128,7 @@ class Augmented(torch.utils.data.Dataset):
         return 40 * 8
 
     def __getitem__(self, index):
-        raw = np.random.default_rng(index).standard_normal(30_000)
+        raw = np.random.default_rng(index).standard_normal(values)
         for _ in range(3):
             raw = np.sort(raw)[::-1] * 0.999
         features = torch.from_numpy(raw[:64].astype(np.float32))

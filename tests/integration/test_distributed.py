@@ -23,6 +23,10 @@ TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "
 #: The stack sampler (code attribution) is not what these tests measure: it stays off here.
 NO_STACKS = ["--stacks-hz", "0"]
 
+# A script without DDP or FSDP whose point is not the optimizer updates its weights by hand:
+# torch.optim's first optimizer imports torch._dynamo (~1 s of CPU in each rank). DDP and
+# fully_shard import it themselves, so their scripts keep torch.optim at no extra cost.
+
 STRAGGLER = """
     import time, torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -157,9 +161,8 @@ def test_python_collectives_and_async_work_are_communication(tmp_path):
         dist.init_process_group("gloo")
         rank = dist.get_rank()
         model = torch.nn.Linear(4, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, in DataLoader(TensorDataset(torch.randn(40, 4)), batch_size=4):
-            opt.zero_grad()
+            model.zero_grad()
             model(x).sum().backward()
             for p in model.parameters():
                 if rank == 1:
@@ -168,7 +171,9 @@ def test_python_collectives_and_async_work_are_communication(tmp_path):
             work = dist.all_reduce(torch.ones(3), async_op=True)
             work.wait()
             dist.barrier()
-            opt.step()
+            with torch.no_grad():  # by hand: torch.optim is not what this measures
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.1)
         dist.destroy_process_group()
     """)
     result = run_python([*TORCHRUN, "-m", "stepscope", "run", "--no-monitor", *NO_STACKS, "-o", "out", "coll.py"],
@@ -189,11 +194,12 @@ def test_a_killed_rank_is_reported_missing_and_loses_nobody_else_s_data(tmp_path
         dist.init_process_group("gloo")
         rank = dist.get_rank()
         model = torch.nn.Linear(4, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step, (x,) in enumerate(DataLoader(TensorDataset(torch.randn(80, 4)), batch_size=4)):
-            opt.zero_grad()
+            model.zero_grad()
             model(x).sum().backward()
-            opt.step()
+            with torch.no_grad():  # by hand: torch.optim is not what this measures
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.1)
             time.sleep(0.05)
             if rank == 1 and step == 10:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -297,13 +303,14 @@ ALL_REDUCE_LOOP = """
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(30):
-        opt.zero_grad()
+        model.zero_grad()
         model(torch.randn(8, 16)).pow(2).mean().backward()
         for parameter in model.parameters():
             dist.all_reduce(parameter.grad)
-        opt.step()
+        with torch.no_grad():  # by hand: torch.optim is not what this measures
+            for parameter in model.parameters():
+                parameter.add_(parameter.grad, alpha=-0.01)
     dist.destroy_process_group()
 """
 

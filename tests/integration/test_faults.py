@@ -9,6 +9,9 @@ on their ``PYTHONPATH``."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,10 +23,70 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fault_campaign  # noqa: E402
 
 
-@pytest.fixture
-def campaign(tmp_path):
-    campaign = fault_campaign.Campaign(tmp_path, seed=33, follow_every=1)
+#: The campaign's training script with its weights updated by hand, not by torch.optim: what these
+#: tests look at is what the run writes, and torch.optim's first optimizer imports torch._dynamo
+#: (~1 s of CPU in each training process of the module). Same data, model, steps, progress marks
+#: and last line as ``fault_campaign.TRAIN``.
+TRAIN = """
+import os, sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+progress = open(os.environ["FAULT_PROGRESS"], "a", buffering=1)
+torch.manual_seed(0)
+steps = int(sys.argv[1])
+data = TensorDataset(torch.randn(steps * 16, 64), torch.randint(0, 4, (steps * 16,)))
+loader = DataLoader(data, batch_size=16, num_workers=2)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+for step, (x, y) in enumerate(loader):
+    progress.write(f"{time.monotonic():.6f} step {step}\\n")
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(parameter.grad, alpha=-0.01)
+    time.sleep(0.03)
+progress.write(f"{time.monotonic():.6f} done\\n")
+print(f"trained {steps} steps, last loss {loss.item():.4f}")
+"""
+
+
+def _campaign(work: Path) -> fault_campaign.Campaign:
+    campaign = fault_campaign.Campaign(work, seed=33, follow_every=1)
+    campaign.script.write_text(TRAIN)
     campaign.checkpoint_s = "0.2"  # a checkpoint within the steps, however fast the machine runs them
+    return campaign
+
+
+@pytest.fixture(scope="session")
+def script_alone(tmp_path_factory):
+    """The training script run alone, once for the test session (on first use, by whichever
+    xdist worker needs it first): its stdout and exit status, which no failed write may change.
+    Every campaign here runs the same script with the same arguments (``fault_campaign.STEPS``),
+    so one run answers for all of them."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this session's, all workers'
+
+    def measure() -> dict:
+        result = shared / "faults-script-alone.json"
+        with open(shared / "faults-script-alone.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not result.exists():
+                work = shared / "faults-script-alone"
+                work.mkdir(exist_ok=True)
+                alone = _campaign(work)
+                alone.measure_script()
+                result.write_text(json.dumps({key: alone.baseline[key] for key in ("stdout", "code")}))
+        return json.loads(result.read_text())
+
+    return measure
+
+
+@pytest.fixture
+def campaign(tmp_path, script_alone):
+    campaign = _campaign(tmp_path)
+    # measure_script (measure_baseline's first part too) takes the session's one run of the script
+    campaign.measure_script = lambda: campaign.baseline.update(script_alone())
     return campaign
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import pickle
 import subprocess
@@ -198,8 +199,8 @@ def test_passthrough_scope_yields_name_and_lets_exceptions_through():
     assert profiler.summary() == ""
 
 
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")
 def test_profilers_become_lightning_profilers_once_lightning_is_loaded():
-    pytest.importorskip("lightning")
     result = _run_isolated(
         """
         import stepscope.profilers as ours                 # before Lightning
