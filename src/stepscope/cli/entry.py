@@ -26,7 +26,26 @@ def console_main() -> None:
         code = cli.main()
     except KeyboardInterrupt:
         interrupted()
+    except RuntimeError as exc:
+        if not interrupted_by_ctrl_c(exc):
+            raise
+        interrupted()
     sys.exit(code)
+
+
+def interrupted_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps a Ctrl-C: Python 3.11 turns an exception raised while a class is being
+    created (a descriptor's ``__set_name__``, e.g. ``functools.cached_property`` in ``ipaddress``)
+    into ``RuntimeError("Error calling __set_name__ ...")`` with the ``KeyboardInterrupt`` as its
+    cause, so a Ctrl-C landing while such a module imports arrives as that (seen once in ~50 double
+    Ctrl-Cs during start-up)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return False
 
 
 def _import_orjson_uninterrupted() -> None:

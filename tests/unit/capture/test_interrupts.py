@@ -86,6 +86,21 @@ def test_ctrl_c_before_the_script_is_one_line_and_a_sigint_death():
     assert result.stderr == "stepscope: interrupted (Ctrl-C)\n"
 
 
+def test_ctrl_c_while_a_class_is_created_is_one_line_and_a_sigint_death():
+    """Python 3.11 wraps a Ctrl-C raised in a descriptor's ``__set_name__`` (a class being created
+    as a module imports: ``ipaddress``'s ``cached_property``) in a RuntimeError: still a Ctrl-C."""
+    code = ("import stepscope.cli.main as cli\n"
+            "class Interrupts:\n    def __set_name__(self, owner, name):\n        raise KeyboardInterrupt\n"
+            "def interrupted():\n    class Module:\n        attribute = Interrupts()\n"
+            "cli.main = interrupted\nfrom stepscope.cli.entry import console_main\nconsole_main()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -signal.SIGINT, result.stderr
+    assert result.stderr == "stepscope: interrupted (Ctrl-C)\n"
+    other = code.replace("raise KeyboardInterrupt", "raise ValueError")  # any other error keeps its traceback
+    result = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "Error calling __set_name__" in result.stderr
+
+
 def test_the_session_guards_sigint_before_its_gc_callback_is_in_and_until_it_is_out(tmp_path, monkeypatch):
     """A Ctrl-C at the session's start (imports collect often) must never land in an unguarded callback."""
     from stepscope.capture.gc_pauses import GcPauseRecorder
