@@ -506,17 +506,26 @@ def test_a_ctrl_c_during_orjson_s_import_waits_for_its_end(tmp_path):
 def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
     """SIGKILL skips every handler: the record's checkpoint, saved while the steps accrued, is what
     `stepscope report` reads, with a note saying the run did not finish capture."""
+    # killed once a checkpoint taken after its 30th step is on disk, however long its imports took
+    # (a fixed 2.5 s of steps could end before the next checkpoint on a slow machine: they are 0.5,
+    # 1.5, 3.5 s ... after capture starts, and the steps start after torch's import)
     write_script(tmp_path, "killed.py", """
         import os, signal, time
         import torch
         model = torch.nn.Linear(8, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        started = time.monotonic()
-        while time.monotonic() - started < 2.5:
+        partial = os.path.join("out", "record.rank0.partial.json.gz")
+        steps, enough_at, deadline = 0, None, time.monotonic() + 60
+        while time.monotonic() < deadline:
             opt.zero_grad()
             model(torch.randn(4, 8)).sum().backward()
             opt.step()
             time.sleep(0.01)
+            steps += 1
+            if steps == 30:
+                enough_at = time.time()
+            if enough_at is not None and os.path.exists(partial) and os.path.getmtime(partial) > enough_at:
+                break
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     result = run_cli(["run", "--no-summary", "-o", "out", "killed.py"], tmp_path, env={"STEPSCOPE_CHECKPOINT_S": "0.5"})
