@@ -23,37 +23,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fault_campaign  # noqa: E402
 
 
-#: The campaign's training script with its weights updated by hand, not by torch.optim: what these
-#: tests look at is what the run writes, and torch.optim's first optimizer imports torch._dynamo
-#: (~1 s of CPU in each training process of the module). Same data, model, steps, progress marks
-#: and last line as ``fault_campaign.TRAIN``.
-TRAIN = """
-import os, sys, time, torch
-from torch.utils.data import DataLoader, TensorDataset
-
-progress = open(os.environ["FAULT_PROGRESS"], "a", buffering=1)
-torch.manual_seed(0)
-steps = int(sys.argv[1])
-data = TensorDataset(torch.randn(steps * 16, 64), torch.randint(0, 4, (steps * 16,)))
-loader = DataLoader(data, batch_size=16, num_workers=2)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
-for step, (x, y) in enumerate(loader):
-    progress.write(f"{time.monotonic():.6f} step {step}\\n")
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    model.zero_grad()
-    loss.backward()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(parameter.grad, alpha=-0.01)
-    time.sleep(0.03)
-progress.write(f"{time.monotonic():.6f} done\\n")
-print(f"trained {steps} steps, last loss {loss.item():.4f}")
-"""
-
-
 def _campaign(work: Path) -> fault_campaign.Campaign:
     campaign = fault_campaign.Campaign(work, seed=33, follow_every=1)
-    campaign.script.write_text(TRAIN)
+    campaign.script.write_text(fault_campaign.TRAIN_BY_HAND)  # what the run writes is tested, not torch.optim
     campaign.checkpoint_s = "0.2"  # a checkpoint within the steps, however fast the machine runs them
     return campaign
 
