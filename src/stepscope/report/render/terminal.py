@@ -74,16 +74,18 @@ def console_for(out: Output) -> Console:
 
 
 def print_wide(console: Console, renderable: RenderableType) -> None:
-    """Print; when the console is not a terminal, at the renderable's natural width if it is wider
-    (a table in a file keeps whole cells) and without the padding spaces at line ends."""
+    """Print; when the console is not a terminal, uncropped (a table's ``no_wrap`` cells run past the
+    console's width whole: a file keeps them) and without the padding spaces at line ends.
+
+    Nothing is measured first: ``Console.print`` renders at most at the console's width whatever
+    width it is asked for, so a measure could only say what the uncropped print does anyway (and
+    was half the time of ``analyze``'s text output).
+    """
     if console.is_terminal:
         console.print(renderable)
         return
-    from rich.measure import Measurement
-
-    natural = Measurement.get(console, console.options, renderable).maximum
     with console.capture() as captured:
-        console.print(renderable, width=max(console.width, natural), crop=False)
+        console.print(renderable, crop=False)
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
