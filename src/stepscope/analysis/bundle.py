@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,16 +43,18 @@ from stepscope.analysis.host_cpu import (BUSY_WORKER as BUSY_WORKER,
                                          LoaderCpu as LoaderCpu, compute_cores as compute_cores,
                                          cpu_demand as cpu_demand, foreign_load as foreign_load,
                                          loader_cpu as loader_cpu, own_process_cores as own_process_cores)
-from stepscope.analysis.run.account import ThreadAccountView, thread_account
-from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation, attribute_code
-from stepscope.analysis.run.compile_summary import CompileSummary, summarize_compile
-from stepscope.analysis.run.gc_pauses import GcPauseSummary, summarize_gc_pauses
-from stepscope.analysis.run.input_profile import ColdStart, InputProfile, cold_start, input_profile
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
-from stepscope.analysis.run.stalls import PeriodicStall, find_periodic_stall
-from stepscope.analysis.run.window import SteadyWindow, steady_window
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord, StepTable
+
+if TYPE_CHECKING:  # what only a run record brings: imported where a record's evidence is built (`analyze` loads none)
+    from stepscope.analysis.run.account import ThreadAccountView
+    from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation
+    from stepscope.analysis.run.compile_summary import CompileSummary
+    from stepscope.analysis.run.gc_pauses import GcPauseSummary
+    from stepscope.analysis.run.input_profile import ColdStart, InputProfile
+    from stepscope.analysis.run.stalls import PeriodicStall
+    from stepscope.analysis.run.window import SteadyWindow
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
 #: measured 4.7 µs per aten op (forward + backward + optimizer) on tiny Linear layers on the
@@ -235,6 +237,8 @@ class RankBasis:
 
 def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBasis:
     """The :class:`RankBasis` of a record (``signals``: given, or computed from its samples)."""
+    from stepscope.analysis.run.window import steady_window
+
     steady = steady_state(record)
     window = None
     if steady is not None:
@@ -313,6 +317,10 @@ def busiest_loader(record: RunRecord) -> LoaderInfo | None:
 
 def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankSteady, ...],
               siblings: tuple[RankBasis, ...]) -> RunEvidence:
+    from stepscope.analysis.run.account import thread_account
+    from stepscope.analysis.run.compile_summary import summarize_compile
+    from stepscope.analysis.run.stalls import find_periodic_stall
+
     record, steady, signals = basis.record, basis.steady, basis.signals
     meta = record.meta
     # the cores the run could use: its affinity mask when recorded (taskset, a cpuset), else the machine's
@@ -380,6 +388,8 @@ def code_attribution(record: RunRecord, steady: SteadyState | None) -> CodeAttri
     """Top code locations per phase over the steady state; None without stack samples."""
     if steady is None or not len(record.stack_samples):
         return None
+    from stepscope.analysis.run.code_locations import attribute_code
+
     return attribute_code(record, steady.mask)
 
 
@@ -387,11 +397,15 @@ def gc_summary(record: RunRecord, steady: SteadyState | None) -> GcPauseSummary 
     """Collector pauses over the steady state; None when they were not measured."""
     if steady is None:
         return None
+    from stepscope.analysis.run.gc_pauses import summarize_gc_pauses
+
     summary = summarize_gc_pauses(record, steady.mask)
     return summary if summary.measured else None
 
 
 def storage_signs(record: RunRecord, signals: MacroSignals | None) -> StorageSigns:
+    from stepscope.analysis.run.input_profile import cold_start, input_profile
+
     profile = input_profile(record)
     return StorageSigns(
         iowait_share=signals.iowait_share if signals is not None else None,

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stepscope.analysis.bundle import RunEvidence, job_evidence, rank_basis, trace_evidence
-from stepscope.analysis.run.code_locations import collapse_stacks
 from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
 from stepscope.errors import UsageError
 from stepscope.pipeline import views
@@ -152,6 +151,8 @@ def _perfetto(inputs: JobInputs, evidences: tuple[RunEvidence, ...]) -> Perfetto
 
 
 def _flame(record: RunRecord, phase: str) -> FlameView:
+    from stepscope.analysis.run.code_locations import collapse_stacks
+
     try:
         stacks = collapse_stacks(record, phase)
         return FlameView(phase, tuple(StackLine(item.frames, item.samples) for item in stacks))

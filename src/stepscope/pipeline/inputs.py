@@ -27,7 +27,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from stepscope.analysis.run.ranks import MissingRank
 from stepscope.errors import InputError, StepscopeError
 from stepscope.record import layout
 from stepscope.record.run import RunRecord
@@ -36,6 +35,7 @@ if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start
     from concurrent.futures import Executor
 
     from stepscope.analysis.bundle import RankBasis
+    from stepscope.analysis.run.ranks import MissingRank
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
     from stepscope.verify import Verification
 
@@ -189,6 +189,8 @@ def _read_ranks(run_dir: Path, ranks: Sequence[int], with_windows: bool, jobs: i
             results = list(executor.map(read_one, ranks))
     else:
         results = [read_one(rank) for rank in ranks]
+    from stepscope.analysis.run.ranks import MissingRank
+
     read = _Read()
     for item in results:
         if item.basis is None:
@@ -295,6 +297,7 @@ def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float | None
 def missing_rank(run_dir: Path, rank: int, names: set[str] | None = None) -> MissingRank:
     """A rank without a record, and what its other files say (``names``: the directory's file
     names, when the caller listed it once)."""
+    from stepscope.analysis.run.ranks import MissingRank
 
     def exists(path: Path) -> bool:
         return path.name in names if names is not None else path.exists()

@@ -21,12 +21,7 @@ import numpy as np
 from stepscope.analysis.bundle import RankSteady, RunEvidence
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.host_cpu import STEAL_SHOWN
-from stepscope.analysis.run.compile_summary import CompileSummary
-from stepscope.analysis.run.ranks import (JobFailure, MissingRank, RankRow, RankSpread, first_failure, rank_row,
-                                          rank_spread)
-from stepscope.analysis.run.signals import SATURATED
 from stepscope.analysis.run.steady import StepStats, model_split_by_device, step_stats
-from stepscope.analysis.run.timelines import SystemTimelines, system_timelines
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunRecord, StepTable
@@ -37,7 +32,10 @@ from stepscope.report.model import (AccountSummary, CompileLine, CriticalPathVie
                                     SkippedDataset, StepSeries, StepTimes, TABLE_ROWS, TraceRankView, TraceViews)
 from stepscope.units import SHARE_SHOWN_MIN
 
-if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
+if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`), only a record the rest
+    from stepscope.analysis.run.compile_summary import CompileSummary
+    from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
+    from stepscope.analysis.run.timelines import SystemTimelines
     from stepscope.analysis.trace.critical_path import PathSummary
     from stepscope.analysis.trace.rank_analysis import RankAnalysis
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
@@ -130,6 +128,8 @@ def machine_view(signals: MacroSignals | None) -> MachineView | None:
     """What the summary shows of the sampler's signals, the levels judged (None without a sampler)."""
     if signals is None:
         return None
+    from stepscope.analysis.run.signals import SATURATED
+
     return MachineView(
         sample_count=signals.sample_count, cpu_count=signals.cpu_count, cpu_util_mean=signals.cpu_util_mean,
         busiest_core_util=signals.busiest_core_util,
@@ -228,7 +228,11 @@ def step_series(evidence: RunEvidence, timelines: SystemTimelines | None) -> Ste
 
 
 def timelines_of(record: RunRecord | None) -> SystemTimelines | None:
-    return system_timelines(record.samples) if record is not None else None
+    if record is None:
+        return None
+    from stepscope.analysis.run.timelines import system_timelines
+
+    return system_timelines(record.samples)
 
 
 def machine_timelines(timelines: SystemTimelines | None) -> MachineTimelines | None:
@@ -258,6 +262,8 @@ class JobTable:
 
 def job_table(evidences: Sequence[RunEvidence], diagnoses: Sequence[Diagnosis], missing: Sequence[MissingRank],
               world_size: int) -> JobTable:
+    from stepscope.analysis.run.ranks import first_failure, rank_row, rank_spread
+
     rows = tuple(rank_row(evidence, diagnosis.findings[0].title if diagnosis.findings else None)
                  for evidence, diagnosis in zip(evidences, diagnoses))
     failure = first_failure([evidence.record for evidence in evidences if evidence.record is not None], list(missing))
@@ -351,6 +357,8 @@ def perfetto_view(records: Sequence[RunRecord], series: Sequence[StepSeries], ru
     format): steps, the sampler's counters, and each rank's profiler window with its clock mapped
     onto the steps' (the window's ``ProfilerStep#N`` ranges matched to its steps, the median
     residual removed)."""
+    from stepscope.analysis.run.timelines import system_timelines
+
     notes: list[str] = []
     origin = _origin(records)
     ranks = []

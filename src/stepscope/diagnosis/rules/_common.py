@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
-from stepscope.analysis.run.code_locations import CodeLocation
-from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
-from stepscope.record.run import DeviceCopy
+
+if TYPE_CHECKING:  # a run record's evidence only (`analyze` of a trace loads neither)
+    from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
+    from stepscope.analysis.run.code_locations import CodeLocation
+    from stepscope.record.run import DeviceCopy
 
 #: XProf's "MODERATELY input-bound" level (kModeratelyInfeedBoundThresholdInPercent = 5), which is
 #: also the TensorBoard plugin's DataLoader recommendation threshold (> 5 % of the step).

@@ -27,11 +27,15 @@ launch-bound, stalling or healthy (``SUPERSEDES``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.compile_summary import BreakSummary, CompileSummary, FrameCompiles, package_path
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.rules import _common as common
+
+if TYPE_CHECKING:  # a run record's compile facts only (`analyze` of a trace loads none)
+    from stepscope.analysis.run.compile_summary import BreakSummary, CompileSummary, FrameCompiles
 
 #: More compilations than this for one frame is recompiling (the first compile and one dynamic
 #: recompile, dynamo's default reaction to a second shape, are expected).
@@ -353,6 +357,8 @@ def _break_prescriptions(top: BreakSummary) -> list[Prescription]:
     where = top.label
     code = f" (`{top.user_code}`)" if top.user_code else ""
     if top.in_library:
+        from stepscope.analysis.run.compile_summary import package_path
+
         path = package_path(top.file)
         fix = next((value for (suffix, function), value in LIBRARY_FIXES.items()
                     if path.endswith(suffix) and top.function == function), None)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.host_cpu import STEAL_SHOWN
-from stepscope.analysis.run.stalls import MIN_COST
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.rules import _common as common
@@ -96,7 +95,11 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
 
 def neighbour_bursts(ev: RunEvidence) -> Finding | None:
     stall = ev.stall
-    if stall is None or not stall.neighbour or ev.steady is None or stall.cost_share < MIN_COST:
+    if stall is None or not stall.neighbour or ev.steady is None:
+        return None
+    from stepscope.analysis.run.stalls import MIN_COST  # loaded with the stall (a run record's)
+
+    if stall.cost_share < MIN_COST:
         return None
     named = ev.foreign.processes[:SHOWN_PROCESSES] if ev.foreign is not None else ()
     every = f"every ~{stall.wall_period_s:.1f} s" if stall.wall_period_s else f"every ~{stall.period_steps} steps"

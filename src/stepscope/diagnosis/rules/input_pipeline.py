@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.account import PythonThread
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
 from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY
+
+if TYPE_CHECKING:  # a run record's thread account only
+    from stepscope.analysis.run.account import PythonThread
 
 #: Worker start-up above this share of the step is worth ``persistent_workers=True`` even when it
 #: is not periodic enough for the periodic-stall rule (XProf's 3 % "moderate" level for secondary

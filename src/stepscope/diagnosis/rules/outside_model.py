@@ -14,13 +14,17 @@ how to get them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.code_locations import CodeLocation
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
-from stepscope.record.run import DeviceCopy
 from stepscope.units import format_bytes, format_duration
+
+if TYPE_CHECKING:  # a run record's evidence only
+    from stepscope.analysis.run.code_locations import CodeLocation
+    from stepscope.record.run import DeviceCopy
 
 #: Share of the step in "other" that makes it the bottleneck (XProf's HIGH level for its
 #: "all others" category is 15 %; we want "other" to dominate, not just to be visible).

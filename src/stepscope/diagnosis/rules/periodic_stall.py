@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.stalls import MIN_COST, REGULARITY
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
@@ -45,7 +44,11 @@ _CAUSES: dict[str, tuple[str, list[tuple[str, str | None, str | None, Any, Any]]
 
 def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
     stall = ev.stall
-    if stall is None or ev.steady is None or stall.neighbour or stall.cost_share < MIN_COST:
+    if stall is None or ev.steady is None or stall.neighbour:
+        return None
+    from stepscope.analysis.run.stalls import MIN_COST, REGULARITY  # loaded with the stall (a run record's)
+
+    if stall.cost_share < MIN_COST:
         return None
     if _at_epoch_starts(ev):
         return None  # the workers' start-up at each epoch: input_pipeline.worker_startup names and prices it

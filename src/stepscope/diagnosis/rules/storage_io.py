@@ -20,7 +20,6 @@ from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
-from stepscope.analysis.run.input_profile import COLD_MIN_READ_BYTES_PER_S, COLD_WAIT_RATIO
 from stepscope.diagnosis.rules._common import INPUT_HIGH, INPUT_MODERATE, LOADER_CPU_BUSY, LOADER_CPU_IDLE
 
 #: Mean iowait share of CPU time that points at storage (iostat/sar practice: a healthy compute
@@ -135,6 +134,8 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
 def _cold_data(ev: RunEvidence) -> Finding:
     """The first epoch read its data from storage: slower than the later ones, with disk reads
     that fall as the page cache warms. Told by time, whatever the cores did (module docstring)."""
+    from stepscope.analysis.run.input_profile import COLD_MIN_READ_BYTES_PER_S, COLD_WAIT_RATIO  # a record's
+
     cold = ev.storage.cold
     profile = ev.storage.profile
     assert cold is not None and profile is not None

@@ -11,11 +11,15 @@ low efficiency when the thread was not computing).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stepscope.analysis.bundle import RunEvidence
-from stepscope.analysis.run.account import ThreadAccountView
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.diagnosis.rules import _common as common
+
+if TYPE_CHECKING:  # a run record's thread account only
+    from stepscope.analysis.run.account import ThreadAccountView
 
 #: Off-CPU time no measured cause explains, above which the report says so (share of the step).
 UNEXPLAINED_NOTED = 0.2
