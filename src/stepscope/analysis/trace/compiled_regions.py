@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.step_breakdown import TraceSteps
-from stepscope.traces.links import EventLinks
+from stepscope.traces.links import EventLinks, unique_ints
 
 _REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<variant>\d+)")
 
@@ -67,7 +67,7 @@ def compiled_regions(links: EventLinks, steps: TraceSteps) -> CompiledRegions | 
     regions = inside & np.isin(events.name, region_ids)
     graphs = inside & np.isin(events.name, graph_ids)
     lookups = inside & np.isin(events.name, lookup_ids)
-    variants = sorted({symbols.decode(int(ident)).split(": ", 1)[1] for ident in np.unique(events.name[regions])},
+    variants = sorted({symbols.decode(int(ident)).split(": ", 1)[1] for ident in unique_ints(events.name[regions])},
                       key=lambda text: tuple(int(part) for part in text.split("/")))
     recompiled = sorted({item.split("/")[0] for item in variants if not item.endswith("/0")}, key=int)
     step_us = float(np.mean(np.asarray(steps.end) - np.asarray(steps.start))) if len(steps.start) else None
@@ -85,7 +85,7 @@ def between_graphs_us(events: Any, regions: np.ndarray, graphs: np.ndarray) -> f
     total = 0.0
     region_rows = np.flatnonzero(regions)
     graph_rows = np.flatnonzero(graphs)
-    for tid in np.unique(events.tid[region_rows]):
+    for tid in unique_ints(events.tid[region_rows]):
         own = region_rows[events.tid[region_rows] == tid]
         own = own[np.argsort(events.ts[own], kind="stable")]
         own_graphs = graph_rows[events.tid[graph_rows] == tid]

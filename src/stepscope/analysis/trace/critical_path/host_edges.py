@@ -13,7 +13,7 @@ from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces import intervals
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
-from stepscope.traces.links import symbol_mask
+from stepscope.traces.links import symbol_mask, unique_ints
 
 
 def runtime_lock_edges(rows: Rows, graph: Graph, blocking: set[int], deferred: list[tuple[int, int, int]]) -> None:
@@ -84,7 +84,7 @@ def call_stack_edges(rows: Rows, cpu: IntArray, window: IntArray, graph: Graph, 
     ts_all, end_all = rows.ts, rows.end
     tops: dict[int, tuple[IntArray, IntArray]] = {}
     gaps: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
-    for key in np.unique(thread).tolist():
+    for key in unique_ints(thread).tolist():
         members = cpu[thread == key]
         # HTA's order: by start; at one start the longer first; then file order
         order = np.lexsort((members, -(end_all[members] - ts_all[members]), ts_all[members]))
