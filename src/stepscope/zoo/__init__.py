@@ -67,7 +67,7 @@ SCENARIOS: dict[str, Scenario] = {
             name="small-batch",
             module="stepscope.zoo.small_batch",
             planted_family="compute",
-            title="wide MLP trained with a batch of 2",
+            title="wide MLP trained with a batch of 1",
             mechanism="every matmul is a thin matrix-vector product: cores busy, low MFU",
         ),
         Scenario(
