@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from stepscope.analysis.bundle import MfuEstimate, RunEvidence
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 
-if TYPE_CHECKING:  # a run record's evidence only (`analyze` of a trace loads neither)
+if TYPE_CHECKING:  # a run record's evidence only (`analyze` of a trace loads none of them)
     from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
     from stepscope.analysis.run.code_locations import CodeLocation
     from stepscope.record.run import DeviceCopy
