@@ -202,7 +202,9 @@ DATA_BOUND_HANGS_WITH_WORKERS = """
 @pytest.mark.slow
 def test_sigterm_during_run_verify_stops_the_trial_group_and_saves_what_was_measured(tmp_path):
     write_script(tmp_path, "train.py", DATA_BOUND_HANGS_WITH_WORKERS)
-    process = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--verify", "--verify-budget", "40",
+    # the budget only has to let the trials start (the run is stopped in its second trial, which
+    # hangs): 40 s refused to start where one trial was estimated at 13 s (two rounds of two trials)
+    process = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--verify", "--verify-budget", "120",
                                 "-o", "run", "train.py"], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     hung = tmp_path / "hung.txt"

@@ -81,7 +81,7 @@ def test_straggler_is_named_with_its_cause_and_rank0_is_not_told_to_raise_its_ba
 
 @pytest.mark.serial  # the verdict needs the cores to itself
 def test_communication_bound_job_names_its_share(zoo_run):
-    report = zoo_run("comm-bound").report  # a wide MLP, a batch of 2 per rank, DDP over gloo
+    report = zoo_run("comm-bound").report  # a wide MLP, a batch of 1 per rank, DDP over gloo
     top = report["findings"][0]
     assert top["family"] == "communication", [item["title"] for item in report["findings"]]
     assert top["ranks"] == [0, 1]

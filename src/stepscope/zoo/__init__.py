@@ -200,8 +200,8 @@ SCENARIOS: dict[str, Scenario] = {
             name="comm-bound",
             module="stepscope.zoo.comm_bound",
             planted_family="communication",
-            title="DDP on 2 gloo processes: a wide MLP with a batch of 2 per rank",
-            mechanism="each step computes 2 samples and all-reduces ~4 MB of gradients: the step waits "
+            title="DDP on 2 gloo processes: a wide MLP with a batch of 1 per rank",
+            mechanism="each step computes one sample and all-reduces ~13 MB of gradients: the step waits "
             "in the all-reduce after backward",
             nproc=2,
         ),
