@@ -24,6 +24,11 @@ medians' ratios.
 replicating the steps of ``--seed-trace`` (default: the trace_diff/control sample): each copy
 shifts timestamps by the original span and offsets correlation and External ids, so links and
 steps stay consistent. ``--delete-synthetic`` removes it after the run (a 10 GB trace).
+
+``--src LABEL=DIR`` (repeatable) also runs ``stepscope analyze`` from another source tree
+(``PYTHONPATH=DIR``, its C extensions built there, else it reads with the Python fallback) as the
+tool ``stepscope@LABEL``, interleaved with the others: a before/after comparison on the same load
+(its ratio reads as the other tree's time over this one's). With ``--skip-hta``, only the trees.
 """
 
 from __future__ import annotations
@@ -202,6 +207,8 @@ def main() -> None:
     parser.add_argument("--hta-work", choices=("temporal", "full"), default="temporal",
                         help="HTA's side: its temporal breakdown (default), or also its idle, kernel, overlap "
                              "and launch breakdowns")
+    parser.add_argument("--src", action="append", default=[], metavar="LABEL=DIR",
+                        help="also run stepscope from this source tree (repeatable), e.g. before=OLD/src")
     parser.add_argument("--out", default=None)
     parser.add_argument("--make-synthetic", nargs=3, metavar=("SEED", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -228,7 +235,9 @@ def main() -> None:
     # PYTHONDONTWRITEBYTECODE=1 would otherwise compile ~90 modules in every child (~0.2 s)
     import stepscope
 
-    compileall.compile_dir(str(Path(stepscope.__file__).parent), quiet=1)
+    trees = dict(item.partition("=")[::2] for item in args.src)
+    for directory in (str(Path(stepscope.__file__).parent.parent), *trees.values()):
+        compileall.compile_dir(str(Path(directory) / "stepscope"), quiet=1)
     env = {"PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     hta_env = {"OMP_NUM_THREADS": "1"}
     output = os.path.join(args.work_dir, "analyze-output.txt")
@@ -240,7 +249,9 @@ def main() -> None:
             size_mb = json_mb(path) if not rel.startswith("synthetic") else path.stat().st_size / 1e6
             rank = trace_rank(path)
             tools: list[tuple[str, list[str], dict[str, str], str | None]] = [
-                ("stepscope", [*stepscope_command(), "analyze", str(path)], env, output)]
+                ("stepscope", [*stepscope_command(), "analyze", str(path)], env, output),
+                *((f"stepscope@{label}", [sys.executable, "-m", "stepscope", "analyze", str(path)],
+                   dict(env, PYTHONPATH=directory), output) for label, directory in trees.items())]
             if not args.skip_hta and size_mb <= args.skip_hta_above_mb:
                 for item in args.hta or [f"hta={sys.executable}"]:
                     label, _, python = item.partition("=")
