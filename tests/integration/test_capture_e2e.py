@@ -8,6 +8,7 @@ import pytest
 
 from support import run_cli, run_python, write_script
 from stepscope.capture.cpu_peak import STEADY_MEDIAN_SHARE
+from stepscope.capture.op_cost import STEADY_MEDIAN_RATIO
 from stepscope.record.store import load_record
 
 SEEDED_TRAINING = """
@@ -289,6 +290,14 @@ def test_cpu_peak_is_measured_at_torch_import_once_then_read_from_the_cache(tmp_
     scaled = load_record(tmp_path / "fewer")
     assert scaled.facts.cpu_peak.threads == 1
     assert any("scaled" in text for text in scaled.warnings)
+    # the price of a tiny operator, measured with it (before capture's hooks: the calibration
+    # model's steps are not the script's) and cached the same way
+    first_cost, second_cost = (load_record(tmp_path / name).facts.op_cost for name in ("first", "second"))
+    assert first_cost.source == "measured" and first_cost.seconds_best > 0
+    steady_cost = first_cost.seconds_median <= STEADY_MEDIAN_RATIO * first_cost.seconds_best
+    assert (second_cost.source == "cache") is steady_cost, (first_cost, second_cost)
+    assert len(load_record(tmp_path / "first").steps) == len(load_record(tmp_path / "second").steps) == 6
+    assert (tmp_path / "cache" / "stepscope" / "op_cost.json").is_file()
 
 
 @pytest.mark.serial  # no CPU MFU is given while other processes hold the cores

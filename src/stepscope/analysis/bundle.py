@@ -56,10 +56,19 @@ if TYPE_CHECKING:  # what only a run record brings: imported where a record's ev
     from stepscope.analysis.run.stalls import PeriodicStall
     from stepscope.analysis.run.window import SteadyWindow
 
-#: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record):
-#: measured 4.7 µs per aten op (forward + backward + optimizer) on tiny Linear layers on the
-#: reference 2-core machine; the lower 3 µs keeps the estimate conservative.
+#: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record)
+#: where the run did not measure it: measured 4.7 µs per aten op (forward + backward + optimizer)
+#: on tiny Linear layers on the reference 2-core machine; the lower 3 µs keeps the estimate
+#: conservative.
 EAGER_OP_OVERHEAD_S = 3e-6
+#: What :mod:`stepscope.capture.op_cost` measures on that reference machine (a tiny Linear model's
+#: training step time per operator, its fastest step: 3.14-3.61 µs in ten measurements, five
+#: processes, the machine idle; median 3.28).
+REFERENCE_OP_COST_S = 3.3e-6
+#: The share of the cost a run measured taken as the price of an operator: the price is 3 µs on the
+#: reference machine, the same conservative margin, and scales with the machine (2.5x slower
+#: machines pay 2.5x more per operator: 11.5 µs was measured there against 3 µs assumed).
+MEASURED_OP_COST_SHARE = EAGER_OP_OVERHEAD_S / REFERENCE_OP_COST_S
 #: On CPU the step is compared with a best-case peak, so the step is taken best-case too.
 GPU_KINDS = ("cuda", "rocm", "gpu")
 
@@ -83,7 +92,11 @@ class OpOverhead:
 
     ops_per_step: int
     mean_op_s: float  # step time / operators
-    share: float  # ops × EAGER_OP_OVERHEAD_S / step time
+    share: float  # ops × price_s / step time
+    #: the price of one operator: MEASURED_OP_COST_SHARE of this machine's measured cost, else
+    #: EAGER_OP_OVERHEAD_S (``measured`` says which)
+    price_s: float = EAGER_OP_OVERHEAD_S
+    measured: bool = False
 
 
 @dataclass(frozen=True)
@@ -529,7 +542,10 @@ def op_overhead(facts: CaptureFacts, steady: SteadyState | None) -> OpOverhead |
     if compute is None or compute.ops <= 0 or steady is None or steady.step_time_mean_s <= 0:
         return None
     step = steady.step_time_mean_s
-    return OpOverhead(compute.ops, step / compute.ops, min(1.0, compute.ops * EAGER_OP_OVERHEAD_S / step))
+    cost = facts.op_cost
+    measured = cost is not None and cost.seconds_best > 0
+    price = cost.seconds_best * MEASURED_OP_COST_SHARE if measured and cost is not None else EAGER_OP_OVERHEAD_S
+    return OpOverhead(compute.ops, step / compute.ops, min(1.0, compute.ops * price / step), price, measured)
 
 
 #: Share of all cores used by others above which a CPU MFU is not trusted: the steps ran on a

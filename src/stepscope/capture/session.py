@@ -43,7 +43,7 @@ from stepscope.errors import UsageError
 from stepscope.redact import redact_argv
 from stepscope.record import layout
 from stepscope.record.store import save_record
-from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, RunMeta, RunRecord, SkippedSamples, ThreadAccount
+from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, OpCost, RunMeta, RunRecord, SkippedSamples, ThreadAccount
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -163,6 +163,7 @@ class CaptureSession:
         # its loop is timed on the device from its second step (found on an H200: 8 steps untimed)
         self._device_checked_at = -DEVICE_CHECK_EVERY
         self.cpu_peaks: dict[str, CpuPeak | None] = {}  # matmul dtype -> this machine's peak
+        self.op_cost: OpCost | None = None  # one tiny operator's host cost on this machine
         #: Polled between the steps of finalisation: True when the process should end now
         #: (a second signal arrived); the optional steps after the record's save are then skipped.
         self.should_hurry: Any = lambda: False
@@ -303,13 +304,17 @@ class CaptureSession:
         self.compile_watch = watcher
 
     def _install_hooks(self) -> None:
+        measure = self.flops is not None and self.meta["local_rank"] == 0  # other local ranks read rank 0's caches
+        if measure:  # the price of an operator: cached, else measured now, before the hooks see its steps
+            from stepscope.capture.op_cost import op_cost_at_torch_import
+
+            self.op_cost = op_cost_at_torch_import(self.warnings.once)
         self.hooks.install()
         self._chain_commit_callbacks()
-        if self.flops is not None:  # CPU MFU needs this machine's matmul peak: cached, else measured now
+        if measure:  # CPU MFU needs this machine's matmul peak: cached, else measured now
             from stepscope.capture.cpu_peak import PEAK_DTYPES, peak_at_torch_import
 
-            if self.meta["local_rank"] == 0:  # other local ranks read what rank 0 cached
-                self.cpu_peaks = {dtype: peak_at_torch_import(self.warnings.once, dtype) for dtype in PEAK_DTYPES}
+            self.cpu_peaks = {dtype: peak_at_torch_import(self.warnings.once, dtype) for dtype in PEAK_DTYPES}
 
     def stop(self, *, exit_code: int | None = None, exception: str | None = None,
              interrupted_by: str | None = None) -> RunRecord | None:
@@ -392,6 +397,11 @@ class CaptureSession:
         if torch_meta and recorder.device is None and recorder.count:
             cpu_peak = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "fp32")
             cpu_peak_bf16 = self._final_cpu_peak(torch_meta.get("intra_op_threads"), "bf16")
+        op_cost = self.op_cost
+        if op_cost is None and self.flops is not None and self.flops.result is not None:
+            from stepscope.capture.op_cost import cached_op_cost
+
+            op_cost = _quietly(self.warnings, "op-cost", cached_op_cost)  # another local rank measured it
         overrides = None
         if self.overrides is not None or self.max_steps is not None:
             overrides = (self.overrides or OverrideApplier({})).frozen(self.max_steps, self.stopped_at_max_steps)
@@ -402,7 +412,7 @@ class CaptureSession:
             self.compile_watch.remove()
             compiled = _quietly(self.warnings, "compile", lambda: compile_facts(self.compile_watch.facts()))
         facts = CaptureFacts(compute=self.flops.result if self.flops is not None else None, compile=compiled,
-                             cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, trailing_ns=recorder.trailing_ns,
+                             cpu_peak=cpu_peak, cpu_peak_bf16=cpu_peak_bf16, op_cost=op_cost, trailing_ns=recorder.trailing_ns,
                              inference=recorder.inference, model_forwards=recorder.model_forwards,
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
                              training_in_children=in_children, overrides=overrides,

@@ -218,6 +218,21 @@ class ProfilerWindow:
 
 
 @dataclass(frozen=True)
+class OpCost:
+    """What one tiny eager operator costs on this machine (host time: Python, module calls,
+    dispatch, autograd), measured by :mod:`stepscope.capture.op_cost` or read from its cache:
+    a small model's training step time over its aten operators. ``seconds_best`` is the fastest
+    step's (the least disturbed), ``seconds_median`` the median's."""
+
+    seconds_best: float
+    seconds_median: float
+    ops: int = 0  # operators in one step of the calibration model
+    repetitions: int = 0
+    source: str = "measured"  # "measured" | "cache"
+    measured_wall_ns: int = 0
+
+
+@dataclass(frozen=True)
 class CpuPeak:
     """The float32 matmul rate this machine reaches (the CPU "peak" of MFU), with its spread.
 
@@ -475,6 +490,8 @@ class CaptureFacts:
     compute: ComputeFacts | None = None
     cpu_peak: CpuPeak | None = None
     cpu_peak_bf16: CpuPeak | None = None  # the same machine's bf16 matmul rate (CPU autocast runs)
+    #: one tiny eager operator's host cost on this machine (None: not measured, records before it)
+    op_cost: OpCost | None = None
     trailing_ns: int = 0  # time after the last committed step, not in any step
     #: the run only ran forwards (no backward, no optimizer step): an inference loop
     inference: bool = False

@@ -4,8 +4,10 @@ eager dispatch, autograd bookkeeping, CUDA kernel launches) dominate the math.
 Evidence, either:
 
 - the record: the model's aten operators in one counted step (``record.facts.compute.ops``)
-  × :data:`EAGER_OP_OVERHEAD_S` over the step time estimates the overhead share; the mean time
-  per operator corroborates it;
+  × the price of one operator over the step time estimates the overhead share; the mean time
+  per operator corroborates it. The price is this machine's: the cost of a tiny operator the run
+  measured (:mod:`stepscope.capture.op_cost`), scaled so that the reference machine pays
+  :data:`EAGER_OP_OVERHEAD_S` (3 µs); a record without that measurement pays 3 µs;
 - a trace: the device idles waiting for the host (HTA's "host wait" idle) while most kernels are
   shorter than their launch (``small_kernel_share``), or a large exclusive Python share of host
   time once data loading and the "other" phase (logging, checkpoints) are taken out.
@@ -13,13 +15,13 @@ Evidence, either:
 Fires at XProf's "HIGH kernel launch" level (15 %). Its cost, on a CPU run whose training thread
 was accounted (:mod:`stepscope.analysis.run.account`), is measured: the time the thread spent on a
 CPU in the model's phases less the time their FLOPs take at this CPU's measured matmul peak (the
-MFU's upper bound) — what tiny operators spend not computing. Otherwise the operator count × 3 µs
-above is the cost, an estimate, and says so (``impact_basis``).
+MFU's upper bound) — what tiny operators spend not computing. Otherwise the operator count × the
+price above is the cost, an estimate, and says so (``impact_basis``).
 """
 
 from __future__ import annotations
 
-from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, RunEvidence
+from stepscope.analysis.bundle import EAGER_OP_OVERHEAD_S, MEASURED_OP_COST_SHARE, OpOverhead, RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
@@ -56,7 +58,7 @@ def overhead_estimate(ev: RunEvidence) -> tuple[float | None, list[Evidence]]:
                      "model operators of one counted step (data loading excluded)"),
             Evidence("mean_op_time_s", round(overhead.mean_op_s, 7), TINY_OP_S, "record", "s", "step time / ops"),
             Evidence("overhead_share_estimate", round(overhead.share, 4), LAUNCH_HIGH, "record", "ratio",
-                     f"ops × {EAGER_OP_OVERHEAD_S * 1e6:g} µs / step time"),
+                     f"ops × {price_text(overhead)} / step time"),
         ]
     small = trace.launches.small_kernel_share if trace is not None else None
     launch_idle = trace.idle.launch if trace is not None else None
@@ -85,6 +87,14 @@ def measured_overhead(ev: RunEvidence) -> float | None:
     return max(0.0, account.model_on_cpu_share - estimate.high)
 
 
+def price_text(overhead: OpOverhead | None) -> str:
+    """The price of one operator as the estimate states it, with where it comes from."""
+    if overhead is None or not overhead.measured:
+        return f"{EAGER_OP_OVERHEAD_S * 1e6:g} µs"
+    return (f"{overhead.price_s * 1e6:.1f} µs ({MEASURED_OP_COST_SHARE:.0%} of a tiny layer's per-operator "
+            "cost measured on this machine)")
+
+
 def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
     share, evidence = overhead_estimate(ev)
     if share is None or share < LAUNCH_HIGH:
@@ -92,7 +102,7 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
     measured = measured_overhead(ev) if ev.trace is None else None
     basis = "measured"
     if measured is not None:
-        # the operators' time on CPU beyond their math, measured: the operator count × 3 µs gates
+        # the operators' time on CPU beyond their math, measured: the operator count × the price gates
         # (tiny operators, many of them) but misprices this CPU's host cost per operator and the
         # Python module calls around them
         if measured < LAUNCH_HIGH:
@@ -102,7 +112,7 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
                                  "measured peak"))
         share = measured
     elif ev.trace is None:
-        basis = "estimate: operators × 3 µs of host cost each"
+        basis = f"estimate: operators × {price_text(ev.op_overhead)} of host cost each"
     ops = ev.op_overhead.ops_per_step if ev.op_overhead is not None else None
     title = (f"Framework overhead dominates: ~{common.pct(share)} of the step goes to launching "
              + (f"{int(ops)} tiny operators" if ops else "tiny operators") + " rather than computing")
@@ -133,5 +143,5 @@ def tiny_ops_dominate(ev: RunEvidence) -> Finding | None:
 FAMILY = FamilyEntry(
     "launch_overhead", (tiny_ops_dominate,),
     diagnoses="Per-operator host cost (Python, dispatch, launches) dominates tiny operators",
-    evidence="Operators per step × 3 µs ≥ 15 % of the step at < 50 µs each; a trace's device idle while the host launches, with mostly tiny kernels; Python ≥ 15 % of the model's host time",
+    evidence="Operators per step × this machine's price of a tiny operator (3 µs on the reference machine) ≥ 15 % of the step at < 50 µs each; a trace's device idle while the host launches, with mostly tiny kernels; Python ≥ 15 % of the model's host time",
     supersedes=frozenset({"compute"}), cpu_based=True)
