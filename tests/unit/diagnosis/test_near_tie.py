@@ -132,3 +132,26 @@ def test_a_job_marks_its_verdict_and_each_rank_once(monkeypatch):
     for diagnosis in job.per_rank:
         assert diagnosis.findings[0].extra["near_tie"]["margin"] == 0.02
         assert diagnosis.findings[0].summary.count("Borderline") == 1
+
+
+def _with_low_end(item, low: float):
+    return replace(item, extra={**item.extra, "impact_low": {"value": low, "why": "without the peers' wait"}})
+
+
+def test_a_cost_whose_lower_end_does_not_clear_the_next_cause_is_a_near_tie():
+    """A cost stated with a lower end (the foreign-load finding: the intra-op threads' wait comes
+    back only in part) ranks by its value but is checked by its lower end too."""
+    top, second = _diagnosed(_with_low_end(_wait(0.45), 0.20), _sync(0.30))
+    assert top.rule_id == "input_pipeline.loader_cpu_bound" and second.rule_id == "host_device_sync.syncs"
+    assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["margin"] == -0.1
+    note = next(item for item in top.evidence if item.metric == "runner_up_margin")
+    assert note.value == -0.1 and "lower end (20.0% of the step" in note.scope
+    assert "its cost's lower end, 20.0% of the step (without the peers' wait), is below the host_device_sync " \
+           "finding's 30.0%" in top.summary
+    close, _ = _diagnosed(_with_low_end(_wait(0.45), 0.33), _sync(0.30))
+    assert close.confidence == NEAR_TIE_CONFIDENCE and "only 3.0 points above" in close.summary
+
+
+def test_a_lower_end_that_clears_the_next_cause_keeps_the_confidence():
+    top, _ = _diagnosed(_with_low_end(_wait(0.45), 0.36), _sync(0.30))
+    assert top.confidence == 0.96 and "near_tie" not in top.extra and "Borderline" not in top.summary

@@ -424,3 +424,44 @@ def test_a_single_process_loader_s_unsplit_wait_beside_a_busy_python_thread_is_s
     assert "`telemetry`" in unsure.summary and "may be the GIL's" in unsure.summary
     sure = input_finding(0.1, data_wait=0.6)
     assert sure.confidence > 0.9 and not any(item.metric == "busy_python_thread_cores" for item in sure.evidence)
+
+
+def test_the_foreign_cost_states_its_lower_end_the_thread_s_own_wait_in_the_model():
+    """The neighbour is charged the training thread's wait for a core and its intra-op threads'
+    (their barrier waits for them); the lower end is the training thread's own wait in forward,
+    backward and optimizer. Here the data wait (35 % of the step, on CPU) costs more than that end:
+    the verdict stays the neighbour's, at a near tie's confidence, saying why."""
+    record = make_record(step_s=0.01, shares={"data_wait": 0.35, "forward": 0.35, "backward": 0.25,
+                                              "optimizer": 0.05})
+    record = _account(record, on_cpu={"forward": 0.7, "backward": 0.7, "optimizer": 0.7},
+                      runq={"forward": 0.3, "backward": 0.3, "optimizer": 0.3})
+    account = record.facts.thread_account
+    peers = tuple(int(0.25 * sum(row)) for row in account.wall_ns)  # the intra-op threads waited 25 % of each step
+    record = replace(record, facts=replace(record.facts, thread_account=replace(account, peer_runq_ns=peers)))
+    # 2 cores, 95 % busy, the training process 1.0 of them: others held 0.9 cores
+    evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 0.95, "workers": (WorkerLoad(1, "main", 1.0),)})
+    assert evidence.account.model_waiting == pytest.approx(0.195, abs=0.005)
+    findings = run_rules(evidence).findings
+    top = findings[0]
+    assert top.family == "foreign_load", [item.rule_id for item in findings]
+    assert top.impact == pytest.approx(0.195 + 0.25, abs=0.01)
+    assert top.extra["impact_low"]["value"] == pytest.approx(0.195, abs=0.005)
+    assert any(item.metric == "foreign_step_cost_low" for item in top.evidence)
+    assert "near_tie" in top.extra and top.confidence <= 0.67, (top.confidence, top.extra)
+
+
+def test_tiny_operators_are_priced_at_the_cost_this_machine_measured():
+    """On a machine twice as slow per operator as the reference, the estimate doubles and says
+    where its price comes from."""
+    from stepscope.analysis.bundle import REFERENCE_OP_COST_S
+    from stepscope.record.run import OpCost
+
+    record = make_record(step_s=0.01, shares=COMPUTE, extra=_tiny_ops_extra(1000))
+    assumed = ctx_of(record).op_overhead
+    slower = replace(record, facts=replace(record.facts, op_cost=OpCost(2 * REFERENCE_OP_COST_S, 2 * REFERENCE_OP_COST_S)))
+    measured = ctx_of(slower).op_overhead
+    assert assumed.share == pytest.approx(0.3) and not assumed.measured
+    assert measured.measured and measured.share == pytest.approx(0.6)
+    launch = next(item for item in run_rules(ctx_of(slower)).findings if item.family == "launch_overhead")
+    assert launch.impact_basis == ("estimate: operators × 6.0 µs (91% of a tiny layer's per-operator cost measured "
+                                   "on this machine) of host cost each")

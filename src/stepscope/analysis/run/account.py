@@ -134,6 +134,22 @@ class ThreadAccountView:
         weight = _weight(load, sum(item.cores for item in self.takers), self.room)
         return min(among.step_share, (self.waiting_core + self.peer_waiting) * weight)
 
+    @property
+    def model_waiting(self) -> float:
+        """Share of the step the training thread waited for a core in the model's phases (forward,
+        backward, optimizer): the part of its wait that delays the model's work for certain."""
+        return sum(item.share * item.waiting_core for item in self.phases if item.phase in MODEL_PHASES)
+
+    def charged_model_wait(self, among: CoreTaker | None) -> float:
+        """The part of ``among``'s charge carried by the training thread's own wait in the model's
+        phases alone (:attr:`model_waiting`), by the same rule: the lower end of what would come
+        back without it. The intra-op threads' wait is left out (on a machine where a neighbour
+        sleeps between bursts it came back only in part, the data wait's part is not settled)."""
+        if among is None or among.cores <= 0:
+            return 0.0
+        weight = _weight(among.cores, sum(item.cores for item in self.takers), self.room)
+        return min(among.step_share, self.model_waiting * weight)
+
     def waiting_split(self) -> tuple[tuple[str, float], ...]:
         """The training thread's own wait for a core (``waiting_core``) split among the takers,
         largest first. Each taker's ``step_share`` is what would go without it, the intra-op

@@ -14,14 +14,20 @@ steps ran beside markedly more CPU outside the training tree, enough to account 
 cost; the periodic-stall rule then stands down.
 
 The cost of the whole-run finding is what the others measurably took from the step: the training
-thread's wait for a core (the kernel's run-queue delay, from the thread account) charged to them by
-their CPU over the window — a lower bound, since the intra-op threads' and the loaders' losses are
-not in it. Without the account it ranks by an explicit estimate — the share of the cores the
-others held — and says so. A low MFU beside such a neighbour is its symptom (the family supersedes
+thread's wait for a core and its intra-op threads' (the kernel's run-queue delay, from the thread
+account) charged to them by the part of the excess load that would go without them
+(:mod:`stepscope.analysis.run.account`); the loaders' losses are not in it. The intra-op threads'
+wait came back in full beside an always-busy neighbour and only in part beside one that sleeps
+between bursts, so the cost states its lower end (``extra["impact_low"]``): the training thread's
+own wait in the model's phases, charged the same way. A verdict whose lower end does not clear the
+next cause is a near tie (:mod:`stepscope.diagnosis.near_tie`). Without the account it ranks by an
+explicit estimate — the share of the cores the others held — and says so. A low MFU beside such a neighbour is its symptom (the family supersedes
 ``compute``). The engine also lowers the confidence of the CPU-based findings of such a run.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.host_cpu import STEAL_SHOWN
@@ -40,6 +46,8 @@ SHOWN_PROCESSES = 3
 #: The training thread's wait for a core charged to other processes, worth a finding on its own
 #: (share of the step; XProf's 5 % "moderate" level).
 COST_NOTED = 0.05
+#: The cost's lower end is stated where it is lower by more than this share of the step.
+LOW_END_SHOWN = 0.005
 
 
 def others_on_the_machine(ev: RunEvidence) -> Finding | None:
@@ -83,9 +91,21 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
         + (f"; the wait for a core they caused is {common.pct(cost)} of the step" if cost is not None else ""),
         expected_gain=round(cost, 4) if cost is not None else None)]
     if cost is not None:
-        return common.finding(
+        found = common.finding(
             "foreign_load.other_processes", "foreign_load", title, cost, 0.8, evidence, prescriptions, summary,
             severity=max(severity_for_impact(cost), Severity.LOW))
+        low = ev.account.charged_model_wait(ev.account.taker("other processes")) if ev.account is not None else cost
+        if low < cost - LOW_END_SHOWN:
+            # the lower end: the training thread's own wait in the model's phases; the ranking checks
+            # it against the next cause (stepscope.diagnosis.near_tie)
+            evidence.append(Evidence("foreign_step_cost_low", round(low, 4), None, "account", "ratio",
+                                     "the training thread's own wait for a core in forward, backward and "
+                                     "optimizer, charged to other processes"))
+            found = replace(found, evidence=tuple(evidence), extra={**found.extra, "impact_low": {
+                "value": round(low, 4),
+                "why": "without the intra-op threads' wait and the wait outside the model's phases, which come "
+                       "back only in part"}})
+        return found
     return common.finding(
         "foreign_load.other_processes", "foreign_load", title, foreign.cpu_share, 0.8, evidence,
         prescriptions, summary, severity=Severity.HIGH if foreign.cpu_share >= FOREIGN_HIGH else Severity.MEDIUM,
