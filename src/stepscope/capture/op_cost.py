@@ -48,12 +48,17 @@ def cache_path() -> Path:
     return peak_path().with_name(CACHE_FILE)
 
 
+#: The calibration model, in the cache key: a measurement of another model is not this one's.
+MODEL = f"sgd-by-hand:{LAYERS}x{WIDTH}x{BATCH}"
+
+
 def machine_key() -> str:
-    """What the cost depends on: the CPU, its cores, the torch build."""
+    """What the cost depends on: the CPU, its cores, the torch build (and the calibration model)."""
     from stepscope.capture.environment import cpu_model
 
     torch = sys.modules.get("torch")
-    return "|".join([cpu_model(), f"cores={os.cpu_count() or 0}", f"torch={getattr(torch, '__version__', '?')}"])
+    return "|".join([cpu_model(), f"cores={os.cpu_count() or 0}", f"torch={getattr(torch, '__version__', '?')}",
+                     f"model={MODEL}"])
 
 
 def measure_op_cost(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S) -> OpCost:

@@ -50,7 +50,7 @@ def test_first_call_measures_and_caches_then_the_cache_answers(cache_home, monke
     assert (second.seconds_best, second.seconds_median, second.ops) == (4e-6, 4.2e-6, 400)
     assert op_cost.cache_path() == cache_home / "stepscope" / "op_cost.json"
     (key,) = orjson.loads(op_cost.cache_path().read_bytes())["entries"]
-    assert key == op_cost.machine_key() and "torch=" in key and "cores=" in key
+    assert key == op_cost.machine_key() and "torch=" in key and "cores=" in key and op_cost.MODEL in key
 
 
 def test_a_disturbed_measurement_is_taken_again_and_the_lower_cost_kept(cache_home, monkeypatch):
