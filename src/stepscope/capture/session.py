@@ -308,7 +308,7 @@ class CaptureSession:
         if measure:  # the price of an operator: cached, else measured now, before the hooks see its steps
             from stepscope.capture.op_cost import op_cost_at_torch_import
 
-            self.op_cost = op_cost_at_torch_import(self.warnings.once)
+            self.op_cost = _quietly(self.warnings, "op-cost", lambda: op_cost_at_torch_import(self.warnings.once))
         self.hooks.install()
         self._chain_commit_callbacks()
         if measure:  # CPU MFU needs this machine's matmul peak: cached, else measured now
