@@ -2,7 +2,9 @@
 sampling leaves the run's results bit-identical.
 
 Each scenario runs as a user would run it (``python -m stepscope demo NAME``, in a subprocess)
-and its record is read back and analyzed with the pure analysis functions.
+and its record is read back and analyzed with the pure analysis functions. The zoo's scenarios are
+the runs test_zoo.py diagnoses (the session's ``zoo_run``, taken on a quiet machine with the serial
+tests): one run each serves both.
 """
 
 from __future__ import annotations
@@ -27,12 +29,6 @@ def planted_line(module: str) -> int:
     return next(number for number, text in enumerate(lines, 1) if text.rstrip().endswith("# HOT"))
 
 
-def run_demo(name: str, out: Path):
-    proc = run_cli(["demo", name, "-o", str(out), "--no-summary"], cwd=out.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return load_record(out)
-
-
 def describe(phase) -> str:
     return "; ".join(f"{item.label} {item.share_of_phase:.0%}" for item in phase.locations) if phase else "none"
 
@@ -42,8 +38,9 @@ MIN_SAMPLES = 12
 
 
 @pytest.mark.slow
-def test_worker_function_is_the_top_location_in_worker_processes(tmp_path):
-    record = run_demo("worker-tokenize", tmp_path / "run")
+@pytest.mark.serial  # the zoo's own run (test_zoo.py)
+def test_worker_function_is_the_top_location_in_worker_processes(zoo_run):
+    record = load_record(zoo_run("worker-tokenize").dir)
     result = attribute_code(record)
     workers = result.workers
     # the count varies from run to run (19 in one full-suite run for loop-bookkeeping); what is
@@ -59,8 +56,9 @@ def test_worker_function_is_the_top_location_in_worker_processes(tmp_path):
 
 
 @pytest.mark.slow
-def test_loop_bookkeeping_is_the_top_location_of_other(tmp_path):
-    record = run_demo("loop-bookkeeping", tmp_path / "run")
+@pytest.mark.serial  # the zoo's own run (test_zoo.py)
+def test_loop_bookkeeping_is_the_top_location_of_other(zoo_run):
+    record = load_record(zoo_run("loop-bookkeeping").dir)
     other = attribute_code(record).phase("other")
     assert other is not None and other.samples >= MIN_SAMPLES
     top = other.top
@@ -70,8 +68,9 @@ def test_loop_bookkeeping_is_the_top_location_of_other(tmp_path):
 
 
 @pytest.mark.slow
-def test_gc_pauses_take_a_material_share(tmp_path):
-    record = run_demo("gc-cycles", tmp_path / "run")
+@pytest.mark.serial  # the zoo's own run (test_zoo.py)
+def test_gc_pauses_take_a_material_share(zoo_run):
+    record = load_record(zoo_run("gc-cycles").dir)
     summary = summarize_gc_pauses(record)
     assert summary.measured and summary.count > 0
     assert summary.share_of_step_time >= MATERIAL_GC_SHARE, summary
