@@ -234,3 +234,24 @@ def test_samples_byte_mutations(data):
     else:
         samples = _mutate_bytes(data, SAMPLES)  # the multi-member gzip itself
     _check_run(RECORD, samples)
+
+
+def test_a_samples_file_with_a_huge_process_id_is_read_without_a_table_that_long():
+    """Found by test_samples_structural_mutations: a process id of 3,433,353,273 (or 25,281,482,809)
+    in one sample made the per-process tables allocate 25 GiB (a MemoryError, not a report)."""
+    lines = list(SAMPLE_LINES)
+    changed = 0
+    for index, line in enumerate(lines):
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        ids = item.get("proc", {}).get("id") if isinstance(item, dict) and isinstance(item.get("proc"), dict) else None
+        if isinstance(ids, list) and len(ids) > 1:
+            ids[1] = 3_433_353_273 if changed == 0 else 25_281_482_809
+            lines[index] = json.dumps(item).encode()
+            changed += 1
+            if changed == 2:
+                break
+    assert changed == 2, "the fixture's samples have per-process columns"
+    _check_run(RECORD, gzip.compress(b"\n".join(lines)))

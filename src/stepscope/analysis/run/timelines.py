@@ -126,10 +126,18 @@ def process_cpu_by_role(samples: Samples) -> tuple[np.ndarray, np.ndarray, np.nd
     proc = samples.proc
     if not len(proc["id"]):
         return main, workers, alive
-    roles = np.zeros(int(proc["id"].max()) + 1, dtype=np.int8)  # 0 other, 1 main, 2 worker
-    for info in samples.processes:
-        if 0 <= info.id < len(roles):  # a damaged file's negative id indexes nothing
-            roles[info.id] = 1 if info.role == "main" else 2 if info.role == "dataloader_worker" else 0
+    # 0 other, 1 main, 2 worker; looked up by id, not indexed by it (an id is a number from the
+    # samples file: a damaged one can be in the billions)
+    known = {info.id: 1 if info.role == "main" else 2 if info.role == "dataloader_worker" else 0
+             for info in samples.processes}
+    known_ids = np.array(sorted(known), dtype=np.int64)
+    known_roles = np.array([known[item] for item in known_ids.tolist()], dtype=np.int8)
+
+    def roles_of(ids: np.ndarray) -> np.ndarray:
+        if not len(known_ids):
+            return np.zeros(len(ids), dtype=np.int8)
+        at = np.minimum(np.searchsorted(known_ids, ids), len(known_ids) - 1)
+        return np.where(known_ids[at] == ids, known_roles[at], 0).astype(np.int8)
     order = np.lexsort((proc["sample"], proc["id"]))
     ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
     pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1) & (ticks[:-1] >= 0) & (ticks[1:] >= ticks[:-1])
@@ -137,14 +145,14 @@ def process_cpu_by_role(samples: Samples) -> tuple[np.ndarray, np.ndarray, np.nd
     span_s = (samples.ts_ns[rows[1:]] - samples.ts_ns[rows[:-1]])[pair] / 1e9
     cores = np.where(span_s > 0, (ticks[1:] - ticks[:-1])[pair] / samples.meta.clock_ticks_per_s
                      / np.where(span_s > 0, span_s, 1.0), 0.0)
-    role = roles[ids[1:][pair]]
+    role = roles_of(ids[1:][pair])
     for code, target in ((1, main), (2, workers)):
         chosen = role == code
         if chosen.any():
             sums = np.bincount(interval[chosen], weights=cores[chosen], minlength=intervals)
             seen = np.bincount(interval[chosen], minlength=intervals) > 0
             target[seen] = sums[seen]
-    worker_rows = proc["sample"][roles[proc["id"]] == 2]
+    worker_rows = proc["sample"][roles_of(proc["id"]) == 2]
     worker_rows = worker_rows[worker_rows >= 1] - 1
     alive[:] = np.bincount(worker_rows, minlength=intervals)[:intervals]
     if np.isnan(workers).all() and alive.any():
