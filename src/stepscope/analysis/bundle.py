@@ -153,6 +153,13 @@ class RankSteady:
     other_code: CodeLocation | None = None
     #: its steps (the step index is the job's: every rank's step i ends at the same collectives)
     steps: StepTable | None = field(default=None, repr=False, compare=False)
+    #: the share of each phase its training thread spent on a CPU (its thread account; empty
+    #: where not measured)
+    on_cpu: Mapping[str, float] = field(default_factory=dict, compare=False)
+    #: cores its process tree (training process and workers) used over the steady window, and the
+    #: cores of its machine; None without the sampler
+    tree_cores: float | None = None
+    machine_cores: int | None = None
 
     def own_work_s(self, phases: tuple[str, ...]) -> float:
         """Mean seconds per step in ``phases``."""
@@ -266,8 +273,13 @@ def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBa
     if steady is not None:
         phase = code.phase("other") if code is not None else None
         other = next((item for item in phase.locations if not item.library), None) if phase is not None else None
+        from stepscope.analysis.run.account import phase_on_cpu
+
+        tree = (sum(load.cpu_util for load in signals.workers) + (signals.unseen_tree_cores or 0.0)
+                if signals is not None and signals.workers else None)
         summary = RankSteady(record.meta.rank, steady, busiest_loader(record), comm_shares(record, steady),
-                             record.meta.node_rank, record.meta.hostname, other, record.steps)
+                             record.meta.node_rank, record.meta.hostname, other, record.steps,
+                             phase_on_cpu(record, steady), tree, signals.cpu_count if signals is not None else None)
     return RankBasis(record, steady, window, signals, code, summary)
 
 

@@ -63,11 +63,14 @@ def runner_up(findings: Sequence[Finding], by_cost: Callable[[Finding], bool]) -
     by its measured cost (see the module docstring) or has no such rival."""
     if not findings:
         return None
-    top, rest = findings[0], [item for item in findings[1:] if by_cost(item)]
+    top = findings[0]
+    # a finding linked to the first as cause or symptom is one problem with it (a slow rank's own
+    # finding may cost more than the straggler listed first): neither a rival nor a reason for no tie
+    rest = [item for item in findings[1:] if by_cost(item)
+            and item.cause_of != top.rule_id and top.cause_of != item.rule_id]
     if top.family == "healthy" or not by_cost(top) or any(item.impact > top.impact for item in rest):
         return None
-    return next((item for item in rest if item.family != top.family
-                 and item.cause_of != top.rule_id and top.cause_of != item.rule_id), None)
+    return next((item for item in rest if item.family != top.family), None)
 
 
 def mark_near_tie(findings: tuple[Finding, ...], by_cost: Callable[[Finding], bool]) -> tuple[Finding, ...]:

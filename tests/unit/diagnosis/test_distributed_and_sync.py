@@ -113,3 +113,37 @@ def test_a_straggler_costs_the_job_what_the_others_wait_beyond_its_own_wait():
     lost = next(item.value for item in finding.evidence if item.metric == "lost_s_per_step")
     assert lost == pytest.approx(0.0025, abs=1e-4)
     assert finding.impact == pytest.approx((0.0015 - 0.0002) / step, abs=0.002)  # not lost / step
+
+
+def _straggler_asleep(on_cpu: float, tree_cores: tuple[float, float]):
+    """Rank 1 spends 30 % of its step in "other" (on a CPU ``on_cpu`` of it), rank 0 waits for it in
+    collectives; their process trees use ``tree_cores`` of the 2 cores."""
+    shares = ({"data_wait": 0.1, "forward": 0.45, "backward": 0.45},
+              {"data_wait": 0.1, "forward": 0.3, "backward": 0.3})  # the rest, 30 %, is "other"
+    ranks = tuple(_waiting_in_collectives(make_record(rank=index, shares=shares[index]), 0.004 if index == 0 else 0.0002)
+                  for index in range(2))
+    evidence = ctx_of(ranks[0], ranks=ranks)
+    job = tuple(replace(item, on_cpu={"other": on_cpu}, tree_cores=tree_cores[item.rank], machine_cores=2)
+                for item in evidence.ranks)
+    return slow_rank(replace(evidence, ranks=job)), job
+
+
+def test_a_straggler_asleep_while_the_job_keeps_the_cores_busy_states_its_lower_end():
+    """Asleep (5 % on CPU) while both ranks' trees keep 1.8 of 2 cores busy: taking the sleep out
+    gives back at most the idle 10 % and its on-CPU part; the cost (what rank 0 waits) stands, with
+    that lower end beside it."""
+    finding, job = _straggler_asleep(0.05, (0.9, 0.9))
+    assert finding is not None and finding.rank == 1
+    step = max(item.steady.step_time_mean_s for item in job)
+    charged = finding.impact * step
+    low = finding.extra["impact_low"]
+    assert low["value"] == pytest.approx(0.1 + charged * 0.05 / (2 * step), abs=1e-3)
+    assert "90% of its machine's cores busy" in low["why"]
+    assert any(item.metric == "straggler_cost_low" for item in finding.evidence)
+
+
+def test_a_straggler_beside_idle_cores_has_no_lower_end_and_its_computing_counts_over_the_cores():
+    idle, _ = _straggler_asleep(0.05, (0.3, 0.3))  # 70 % of the cores idle: nothing bounds the cost
+    assert idle is not None and "impact_low" not in idle.extra
+    computing, _ = _straggler_asleep(1.0, (0.9, 0.9))  # on a CPU throughout: its time frees a core
+    assert computing.extra["impact_low"]["value"] == pytest.approx(0.1 + computing.impact / 2, abs=1e-3)

@@ -155,3 +155,19 @@ def test_a_cost_whose_lower_end_does_not_clear_the_next_cause_is_a_near_tie():
 def test_a_lower_end_that_clears_the_next_cause_keeps_the_confidence():
     top, _ = _diagnosed(_with_low_end(_wait(0.45), 0.36), _sync(0.30))
     assert top.confidence == 0.96 and "near_tie" not in top.extra and "Borderline" not in top.summary
+
+
+def test_a_straggler_s_lower_end_meets_the_next_cause_past_its_own_costlier_cause():
+    """The slow rank's own finding may cost more than the straggler listed before it (one problem):
+    it is neither the rival nor a reason to skip the check; the next unrelated cause is."""
+    straggler = replace(_job_finding("straggler.slow_rank", "straggler", 0.40, rank=1, causes=("outside_model",)),
+                        extra={"impact_low": {"value": 0.14, "why": "asleep while the cores loaded data"}})
+    chore = _job_finding("outside_model.other_dominates", "outside_model", 0.46)
+    loading = _job_finding("input_pipeline.loader_cpu_bound", "input_pipeline", 0.22)
+    merged = merge_findings([(0, Diagnosis((straggler, loading))), (1, Diagnosis((chore, straggler, loading)))])
+    assert [item.rule_id for item in merged] == ["straggler.slow_rank", "outside_model.other_dominates",
+                                                 "input_pipeline.loader_cpu_bound"]
+    top = merged[0]
+    assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["family"] == "input_pipeline"
+    assert top.extra["near_tie"]["margin"] == pytest.approx(-0.08)
+    assert "its cost's lower end, 14.0% of the step (asleep while the cores loaded data), is below" in top.summary

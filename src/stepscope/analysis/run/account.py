@@ -290,6 +290,20 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
         peer_waiting=round(peers, 4), room=float(cores - 1) if cores else None)
 
 
+def phase_on_cpu(record: RunRecord, steady: SteadyState | None) -> dict[str, float]:
+    """The share of each phase's time the training thread spent on a CPU over the steady accounted
+    steps (no waits, no takers: what a cross-rank rule needs of another rank); empty without enough
+    accounted steps."""
+    account = record.facts.thread_account
+    rows = _rows(account, steady) if account is not None and steady is not None else None
+    if account is None or rows is None:
+        return {}
+    wall = np.asarray(account.wall_ns, dtype=np.float64)[rows].sum(axis=0)
+    cpu = np.asarray(account.cpu_ns, dtype=np.float64)[rows].sum(axis=0)
+    return {name: round(min(1.0, max(0.0, float(cpu[index] / wall[index]))), 4)
+            for index, name in enumerate(PHASES) if wall[index] > 0}
+
+
 def _peer_waiting(account: ThreadAccount, rows: np.ndarray, step_wall: np.ndarray,
                   phases: list[PhaseAccount]) -> float:
     """The intra-op threads' longest wait for a core as a share of the accounted steps, capped by

@@ -11,6 +11,8 @@ critical. The finding is the same on every rank of the job (the waiting ranks to
 waits for another is never reported as compute- or communication-bound (``SUPERSEDES``). Its cost,
 when the collectives were timed, is the others' wait in them beyond the slow rank's own (at most
 its excess): a chore the slow rank's loader fetches ahead behind costs the job less than its length.
+Where the slow rank spent that time off CPU while the job's own processes kept its machine's cores
+busy, the cost states a lower end (``extra["impact_low"]``, :func:`_capacity_low`).
 """
 
 from __future__ import annotations
@@ -94,12 +96,52 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     waiting_ranks = ", ".join(str(item.rank) for item in waiting)
     summary = (f"Rank {rank} {cause['what']}; rank(s) {waiting_ranks} wait for it"
                + (f" {common.ms(wait_s)} per step in collectives" if wait_s else "") + ".")
+    low = _capacity_low(per_rank, slow, phase, impact * step, step)
+    extra: dict[str, Any] = {}
+    if low is not None and low[0] < impact - LOW_END_SHOWN:
+        value, busy = low
+        evidence.append(Evidence("straggler_cost_low", round(value, 4), None, "account", "ratio",
+                                 f"the idle share of rank {rank}'s machine ({1 - busy:.0%}: the job's processes kept "
+                                 f"{busy:.0%} of its cores busy) plus the part of its excess it spent on a CPU"))
+        extra["impact_low"] = {"value": round(value, 4),
+                               "why": f"rank {rank} spent that time mostly off CPU while the job's own processes kept "
+                                      f"{busy:.0%} of its machine's cores busy; if that work is the step's, taking the "
+                                      "time out gives back no more than the idle cores' share and its on-CPU part"}
     return common.finding("straggler.slow_rank", "straggler",
                           f"Rank {rank} straggles: {cause['what']} (other ranks: {common.ms(others_s)})",
                           impact, confidence, evidence, [cause["fix"]], summary,
                           claims=("communication", "data_wait", "compute"), rank=rank,
                           cause_families=CAUSE_FAMILIES.get(phase, ()),
-                          waiting_ranks=[item.rank for item in waiting], phase=phase)
+                          waiting_ranks=[item.rank for item in waiting], phase=phase, **extra)
+
+
+#: The cost's lower end is stated where it is lower by more than this share of the step.
+LOW_END_SHOWN = 0.005
+
+
+def _capacity_low(per_rank: list[RankSteady], slow: RankSteady, phase: str, charged_s: float,
+                  step: float) -> tuple[float, float] | None:
+    """(the lower end of what taking ``charged_s`` of the slow rank's ``phase`` out gives back, a
+    share of the step; the share of its machine's cores the job's processes kept busy), or None
+    where the account or the sampler did not measure it.
+
+    While the slow rank was off CPU in that phase (asleep: an upload, a sleep, a lock), what ran on
+    its machine ran instead: when the job's own processes (every rank's training process and
+    workers there) kept its cores busy with the step's work (loading its batches), that work needs
+    the cores whether or not the rank sleeps, and the step cannot get shorter than the job's CPU
+    over the cores. Taking the time out then gives back no more than the cores' idle share plus the
+    part of it the rank spent on a CPU (which frees a core, over the machine's cores). Whether the
+    busy cores' work is the step's (not a spinning wait) the counters do not say: the value is the
+    cost's lower end, not its measure; the ranking checks it against the next cause
+    (:mod:`stepscope.diagnosis.near_tie`). A blind workload (two ranks, CPU-bound workers, rank 1
+    asleep 16 ms a step) was charged 39.8 % of the step; removing the sleep gave back nothing (−2 %)."""
+    on = slow.on_cpu.get(phase)
+    cores = slow.machine_cores
+    host = [item for item in per_rank if item.hostname == slow.hostname]
+    if on is None or not cores or step <= 0 or any(item.tree_cores is None for item in host):
+        return None
+    busy = min(1.0, sum(float(item.tree_cores or 0.0) for item in host) / cores)
+    return min(1.0, (1.0 - busy) + charged_s * on / (cores * step)), busy
 
 
 def _cause(slow: RankSteady, phase: str, lost_s: float) -> dict[str, Any]:
