@@ -15,7 +15,8 @@ beside an always-busy neighbour (pytorch/examples mnist: 70.0 % charged, 70.6 % 
 beside neighbours that sleep between bursts (blind workloads: 47.6 % charged, 15.8 % measured; 56 %
 and 18 %). Its lower end, the training thread's own wait in the model's phases (18.6 % and 20.7 %
 there), is what comes back for certain; a verdict whose lower end does not clear the next cause by
-:data:`NEAR_TIE_MARGIN` is capped the same way.
+:data:`NEAR_TIE_MARGIN` is capped the same way. The straggler states one where the slow rank slept
+while the job's own processes kept the cores busy (:func:`stepscope.diagnosis.rules.straggler._capacity_low`).
 
 It applies only where the first finding is first *because of its measured cost* — the tier a
 measured cost of at least ``MEASURED_FIRST`` of the step ranks in (the engine's predicate
