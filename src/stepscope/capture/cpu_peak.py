@@ -48,13 +48,18 @@ def cache_path() -> Path:
     return Path(base) / "stepscope" / CACHE_FILE
 
 
-def machine_key(threads: int, dtype: str = "fp32") -> str:
-    """The cache key: what the measured rate depends on (and the dtype, when not float32)."""
+def machine_parts() -> list[str]:
+    """What every per-machine measurement depends on: the CPU model, its cores, the torch build
+    (the cache keys here and in :mod:`stepscope.capture.op_cost` start with them)."""
     from stepscope.capture.environment import cpu_model
 
     torch = sys.modules.get("torch")
-    parts = [cpu_model(), f"cores={os.cpu_count() or 0}",
-             f"torch={getattr(torch, '__version__', '?')}", f"threads={threads}"]
+    return [cpu_model(), f"cores={os.cpu_count() or 0}", f"torch={getattr(torch, '__version__', '?')}"]
+
+
+def machine_key(threads: int, dtype: str = "fp32") -> str:
+    """The cache key: what the measured rate depends on (and the dtype, when not float32)."""
+    parts = [*machine_parts(), f"threads={threads}"]
     parts += [f"{name}={os.environ.get(name, '')}" for name in _ENV_KEYS]
     if dtype != "fp32":
         # "peak=2": measured as the faster of mm and linear (earlier entries timed mm alone)
@@ -135,8 +140,6 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     Raises:
         OSError: the cache could not be written.
     """
-    from stepscope.safe_write import atomic_write
-
     path = path or cache_path()
     key = machine_key(peak.threads or 0, peak.dtype)
     entries = read_cache(path)
@@ -149,9 +152,19 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     entries[key] = {"flops_best": peak.flops_best, "flops_median": peak.flops_median,
                     "spread": peak.spread, "repetitions": peak.repetitions, "threads": peak.threads,
                     "measured_wall_ns": peak.measured_wall_ns}
+    write_cache(path, "stepscope.cpu_peak_cache", entries)
+
+
+def write_cache(path: Path, kind: str, entries: dict[str, Any]) -> None:
+    """Write a per-machine cache file (``{"kind", "entries"}``, read back by :func:`read_cache`) whole.
+
+    Raises:
+        OSError: it could not be written.
+    """
+    from stepscope.safe_write import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, orjson.dumps({"kind": "stepscope.cpu_peak_cache", "entries": entries},
-                                    option=orjson.OPT_INDENT_2))
+    atomic_write(path, orjson.dumps({"kind": kind, "entries": entries}, option=orjson.OPT_INDENT_2))
 
 
 def current_threads() -> int:
@@ -197,5 +210,5 @@ def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
     return peak
 
 
-__all__ = ["CPU_PEAK_MATRIX", "PEAK_DTYPES", "cache_path", "cached_peak", "machine_key", "measure_cpu_matmul_peak",
-           "peak_at_torch_import", "read_cache", "store_peak"]
+__all__ = ["CPU_PEAK_MATRIX", "PEAK_DTYPES", "cache_path", "cached_peak", "machine_key", "machine_parts",
+           "measure_cpu_matmul_peak", "peak_at_torch_import", "read_cache", "store_peak", "write_cache"]

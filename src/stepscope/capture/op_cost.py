@@ -18,14 +18,10 @@ deterministic fill), so a seeded script stays bit-identical. Failures cost only 
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from stepscope.record.run import OpCost
 
@@ -54,11 +50,9 @@ MODEL = f"sgd-by-hand:{LAYERS}x{WIDTH}x{BATCH}"
 
 def machine_key() -> str:
     """What the cost depends on: the CPU, its cores, the torch build (and the calibration model)."""
-    from stepscope.capture.environment import cpu_model
+    from stepscope.capture.cpu_peak import machine_parts
 
-    torch = sys.modules.get("torch")
-    return "|".join([cpu_model(), f"cores={os.cpu_count() or 0}", f"torch={getattr(torch, '__version__', '?')}",
-                     f"model={MODEL}"])
+    return "|".join([*machine_parts(), f"model={MODEL}"])
 
 
 def measure_op_cost(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S) -> OpCost:
@@ -136,17 +130,14 @@ def store_op_cost(cost: OpCost, path: Path | None = None) -> None:
     Raises:
         OSError: the cache could not be written.
     """
-    from stepscope.capture.cpu_peak import read_cache
-    from stepscope.safe_write import atomic_write
+    from stepscope.capture.cpu_peak import read_cache, write_cache
 
     path = path or cache_path()
     entries = read_cache(path)
     entries[machine_key()] = {"seconds_best": cost.seconds_best, "seconds_median": cost.seconds_median,
                               "ops": cost.ops, "repetitions": cost.repetitions,
                               "measured_wall_ns": cost.measured_wall_ns}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, orjson.dumps({"kind": "stepscope.op_cost_cache", "entries": entries},
-                                    option=orjson.OPT_INDENT_2))
+    write_cache(path, "stepscope.op_cost_cache", entries)
 
 
 #: A measurement whose median step took more than this multiple of its fastest was disturbed

@@ -1,7 +1,10 @@
 """Every test module here that uses ``StepRecorder`` runs once per recorder core: the C extension
-(``_fastrec``, when built) and the Python core, which implement the same rules."""
+(``_fastrec``, when built) and the Python core, which implement the same rules. ``cache_home``: a
+fresh per-machine cache directory."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +26,10 @@ def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if core is not None:
         monkeypatch.setattr(request.module, "StepRecorder", CORES[core])
     return core
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``$XDG_CACHE_HOME`` (the per-machine caches: the CPU peak, the price of an operator)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"

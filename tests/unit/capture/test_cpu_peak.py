@@ -14,12 +14,6 @@ from stepscope.capture import cpu_peak  # noqa: E402
 from stepscope.record.run import CpuPeak  # noqa: E402
 
 
-@pytest.fixture
-def cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def test_measurement_is_plausible_and_leaves_the_global_rng_alone():
     torch.manual_seed(123)
     state = torch.get_rng_state()
