@@ -42,7 +42,8 @@ from stepscope.analysis.host_cpu import (BUSY_WORKER as BUSY_WORKER,
                                          ForeignLoad as ForeignLoad, ForeignProcess as ForeignProcess,
                                          LoaderCpu as LoaderCpu, compute_cores as compute_cores,
                                          cpu_demand as cpu_demand, foreign_load as foreign_load,
-                                         loader_cpu as loader_cpu, own_process_cores as own_process_cores)
+                                         loader_cpu as loader_cpu, own_process_cores as own_process_cores,
+                                         tree_cores as tree_cores)
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord, StepTable
@@ -275,11 +276,10 @@ def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBa
         other = next((item for item in phase.locations if not item.library), None) if phase is not None else None
         from stepscope.analysis.run.account import phase_on_cpu
 
-        tree = (sum(load.cpu_util for load in signals.workers) + (signals.unseen_tree_cores or 0.0)
-                if signals is not None and signals.workers else None)
         summary = RankSteady(record.meta.rank, steady, busiest_loader(record), comm_shares(record, steady),
                              record.meta.node_rank, record.meta.hostname, other, record.steps,
-                             phase_on_cpu(record, steady), tree, signals.cpu_count if signals is not None else None)
+                             phase_on_cpu(record, steady), tree_cores(signals),
+                             signals.cpu_count if signals is not None else None)
     return RankBasis(record, steady, window, signals, code, summary)
 
 

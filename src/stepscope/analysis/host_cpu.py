@@ -169,6 +169,14 @@ def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores:
     return ForeignLoad(round(share, 4), processes, round(steal, 4))
 
 
+def tree_cores(signals: MacroSignals | None) -> float | None:
+    """Cores the training tree used: the training process, its DataLoader workers and its other
+    children (those no sample saw included); None without the sampler's view of it."""
+    if signals is None or not signals.workers:
+        return None
+    return sum(load.cpu_util for load in signals.workers) + (signals.unseen_tree_cores or 0.0)
+
+
 def own_process_cores(signals: MacroSignals | None, sibling_cores: float = 0.0) -> float | None:
     """Cores of the run's own processes besides the training process: DataLoader workers and other
     children (those no sample saw included) and the job's other ranks on this machine."""

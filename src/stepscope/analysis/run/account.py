@@ -129,10 +129,14 @@ class ThreadAccountView:
         """The wait for a core (the training thread's and its peers', a share of the step) that a
         load of ``load`` cores inside the group ``among`` would carry, by the rule the takers are
         charged by: the part of the excess over :attr:`room` that goes without it, else its CPU share."""
+        return self._charge(self.waiting_core + self.peer_waiting, load, among)
+
+    def _charge(self, wait: float, load: float, among: CoreTaker | None) -> float:
+        """The part of ``wait`` a load of ``load`` cores inside ``among`` carries (:func:`_weight`), at
+        most what ``among`` is charged."""
         if among is None or among.cores <= 0 or load <= 0:
             return 0.0
-        weight = _weight(load, sum(item.cores for item in self.takers), self.room)
-        return min(among.step_share, (self.waiting_core + self.peer_waiting) * weight)
+        return min(among.step_share, wait * _weight(load, sum(item.cores for item in self.takers), self.room))
 
     @property
     def model_waiting(self) -> float:
@@ -145,10 +149,7 @@ class ThreadAccountView:
         phases alone (:attr:`model_waiting`), by the same rule: the lower end of what would come
         back without it. The intra-op threads' wait is left out (on a machine where a neighbour
         sleeps between bursts it came back only in part, the data wait's part is not settled)."""
-        if among is None or among.cores <= 0:
-            return 0.0
-        weight = _weight(among.cores, sum(item.cores for item in self.takers), self.room)
-        return min(among.step_share, self.model_waiting * weight)
+        return self._charge(self.model_waiting, among.cores if among is not None else 0.0, among)
 
     def waiting_split(self) -> tuple[tuple[str, float], ...]:
         """The training thread's own wait for a core (``waiting_core``) split among the takers,

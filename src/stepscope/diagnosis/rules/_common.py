@@ -61,6 +61,21 @@ def finding(rule_id: str, family: str, title: str, impact: float, confidence: fl
     )
 
 
+#: A cost's lower end is stated where it is lower than the cost by more than this share of the step.
+LOW_END_SHOWN = 0.005
+
+
+def lower_end(cost: float, low: float | None, why: str, evidence: list[Evidence], metric: str,
+              scope: str) -> dict[str, Any]:
+    """The ``extra`` of a finding whose measured ``cost`` has a lower end ``low`` (checked against the
+    next cause by :mod:`stepscope.diagnosis.near_tie`): ``{"impact_low": {"value", "why"}}``, with an
+    evidence item ``metric`` appended to ``evidence``; empty where the end is not materially lower."""
+    if low is None or low >= cost - LOW_END_SHOWN:
+        return {}
+    evidence.append(Evidence(metric, round(low, 4), None, "account", "ratio", scope))
+    return {"impact_low": {"value": round(low, 4), "why": why}}
+
+
 #: The measured error of each gain model, in shares of the step, over its predictions of a gain
 #: in real trials (BENCHMARKS.md, "Worker plan calibration"): how far the prediction overshot the
 #: measured gain at the 90th percentile, and undershot it at the 10th.

@@ -27,8 +27,6 @@ explicit estimate — the share of the cores the others held — and says so. A 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.host_cpu import STEAL_SHOWN
 from stepscope.diagnosis.family import FamilyEntry
@@ -46,8 +44,6 @@ SHOWN_PROCESSES = 3
 #: The training thread's wait for a core charged to other processes, worth a finding on its own
 #: (share of the step; XProf's 5 % "moderate" level).
 COST_NOTED = 0.05
-#: The cost's lower end is stated where it is lower by more than this share of the step.
-LOW_END_SHOWN = 0.005
 
 
 def others_on_the_machine(ev: RunEvidence) -> Finding | None:
@@ -91,21 +87,15 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
         + (f"; the wait for a core they caused is {common.pct(cost)} of the step" if cost is not None else ""),
         expected_gain=round(cost, 4) if cost is not None else None)]
     if cost is not None:
-        found = common.finding(
+        # the lower end: the training thread's own wait in the model's phases
+        low = common.lower_end(
+            cost, ev.account.charged_model_wait(ev.account.taker("other processes")) if ev.account is not None else None,
+            "without the intra-op threads' wait and the wait outside the model's phases, which come back only in part",
+            evidence, "foreign_step_cost_low",
+            "the training thread's own wait for a core in forward, backward and optimizer, charged to other processes")
+        return common.finding(
             "foreign_load.other_processes", "foreign_load", title, cost, 0.8, evidence, prescriptions, summary,
-            severity=max(severity_for_impact(cost), Severity.LOW))
-        low = ev.account.charged_model_wait(ev.account.taker("other processes")) if ev.account is not None else cost
-        if low < cost - LOW_END_SHOWN:
-            # the lower end: the training thread's own wait in the model's phases; the ranking checks
-            # it against the next cause (stepscope.diagnosis.near_tie)
-            evidence.append(Evidence("foreign_step_cost_low", round(low, 4), None, "account", "ratio",
-                                     "the training thread's own wait for a core in forward, backward and "
-                                     "optimizer, charged to other processes"))
-            found = replace(found, evidence=tuple(evidence), extra={**found.extra, "impact_low": {
-                "value": round(low, 4),
-                "why": "without the intra-op threads' wait and the wait outside the model's phases, which come "
-                       "back only in part"}})
-        return found
+            severity=max(severity_for_impact(cost), Severity.LOW), **low)
     return common.finding(
         "foreign_load.other_processes", "foreign_load", title, foreign.cpu_share, 0.8, evidence,
         prescriptions, summary, severity=Severity.HIGH if foreign.cpu_share >= FOREIGN_HIGH else Severity.MEDIUM,

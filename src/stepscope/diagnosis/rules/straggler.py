@@ -96,27 +96,20 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     waiting_ranks = ", ".join(str(item.rank) for item in waiting)
     summary = (f"Rank {rank} {cause['what']}; rank(s) {waiting_ranks} wait for it"
                + (f" {common.ms(wait_s)} per step in collectives" if wait_s else "") + ".")
-    low = _capacity_low(per_rank, slow, phase, impact * step, step)
-    extra: dict[str, Any] = {}
-    if low is not None and low[0] < impact - LOW_END_SHOWN:
-        value, busy = low
-        evidence.append(Evidence("straggler_cost_low", round(value, 4), None, "account", "ratio",
-                                 f"the idle share of rank {rank}'s machine ({1 - busy:.0%}: the job's processes kept "
-                                 f"{busy:.0%} of its cores busy) plus the part of its excess it spent on a CPU"))
-        extra["impact_low"] = {"value": round(value, 4),
-                               "why": f"rank {rank} spent that time mostly off CPU while the job's own processes kept "
-                                      f"{busy:.0%} of its machine's cores busy; if that work is the step's, taking the "
-                                      "time out gives back no more than the idle cores' share and its on-CPU part"}
+    capacity = _capacity_low(per_rank, slow, phase, impact * step, step)
+    low, busy = capacity if capacity is not None else (None, 0.0)
+    extra = common.lower_end(
+        impact, low, f"rank {rank} spent that time mostly off CPU while the job's own processes kept {busy:.0%} of its "
+        "machine's cores busy; if that work is the step's, taking the time out gives back no more than the idle "
+        "cores' share and its on-CPU part", evidence, "straggler_cost_low",
+        f"the idle share of rank {rank}'s machine ({1 - busy:.0%}: the job's processes kept {busy:.0%} of its cores "
+        "busy) plus the part of its excess it spent on a CPU")
     return common.finding("straggler.slow_rank", "straggler",
                           f"Rank {rank} straggles: {cause['what']} (other ranks: {common.ms(others_s)})",
                           impact, confidence, evidence, [cause["fix"]], summary,
                           claims=("communication", "data_wait", "compute"), rank=rank,
                           cause_families=CAUSE_FAMILIES.get(phase, ()),
                           waiting_ranks=[item.rank for item in waiting], phase=phase, **extra)
-
-
-#: The cost's lower end is stated where it is lower by more than this share of the step.
-LOW_END_SHOWN = 0.005
 
 
 def _capacity_low(per_rank: list[RankSteady], slow: RankSteady, phase: str, charged_s: float,
