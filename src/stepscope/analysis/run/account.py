@@ -264,7 +264,7 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
         total = wall[:, index].sum()
         if share <= 0 or total <= 0:
             continue
-        on = min(1.0, max(0.0, float(cpu[:, index].sum() / total)))
+        on = _fraction(cpu[:, index].sum(), total)
         waiting = min(1.0 - on, max(0.0, float(runq[:, index].sum() / total)))
         off = max(0.0, 1.0 - on - waiting)
         cause = _off_cause(name, workers, on_gpu, python_threads)
@@ -301,8 +301,13 @@ def phase_on_cpu(record: RunRecord, steady: SteadyState | None) -> dict[str, flo
         return {}
     wall = np.asarray(account.wall_ns, dtype=np.float64)[rows].sum(axis=0)
     cpu = np.asarray(account.cpu_ns, dtype=np.float64)[rows].sum(axis=0)
-    return {name: round(min(1.0, max(0.0, float(cpu[index] / wall[index]))), 4)
-            for index, name in enumerate(PHASES) if wall[index] > 0}
+    return {name: round(_fraction(cpu[index], wall[index]), 4) for index, name in enumerate(PHASES) if wall[index] > 0}
+
+
+def _fraction(part: float, whole: float) -> float:
+    """``part / whole`` within 0..1 (a phase's on-CPU time over its wall time, summed over steps:
+    a reading's error is either sign)."""
+    return min(1.0, max(0.0, float(part / whole)))
 
 
 def _peer_waiting(account: ThreadAccount, rows: np.ndarray, step_wall: np.ndarray,
