@@ -13,7 +13,7 @@ from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.store import load_record, record_to_document, save_record
 from records import make_record
-from stepscope.record.run import SCHEMA_VERSION, DeviceCopy
+from stepscope.record.run import SCHEMA_VERSION, DeviceCopy, OpCost
 
 
 def test_round_trip(tmp_path):
@@ -36,6 +36,13 @@ def test_device_copies_survive_the_round_trip(tmp_path):
     save_record(record, layout.record_path(tmp_path, 0))
     loaded = load_record(tmp_path).facts.compute
     assert loaded.copies == (copy,) and loaded.copies[0].to_device
+
+
+def test_the_price_of_an_operator_survives_the_round_trip(tmp_path):
+    cost = OpCost(3.3e-6, 3.5e-6, 433, 15, "cache", 1_700_000_000_000_000_000)
+    record = replace(make_record(), facts=replace(make_record().facts, op_cost=cost))
+    save_record(record, layout.record_path(tmp_path, 0))
+    assert load_record(tmp_path).facts.op_cost == cost
 
 
 def test_hundred_thousand_steps_stay_compact_and_fast(tmp_path):
@@ -100,6 +107,8 @@ def test_newer_schema_is_rejected_with_upgrade_hint(tmp_path):
     lambda doc: doc["steps"].__setitem__("count", 7),
     lambda doc: doc.__setitem__("meta", "oops"),
     lambda doc: doc.pop("steps"),
+    lambda doc: doc["facts"].__setitem__("op_cost", {"seconds_best": "fast", "seconds_median": 1e-6}),
+    lambda doc: doc["facts"].__setitem__("op_cost", [3e-6]),
 ])
 def test_inconsistent_records_are_rejected(tmp_path, mutate):
     document = record_to_document(make_record())
