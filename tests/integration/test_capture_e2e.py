@@ -53,9 +53,15 @@ def test_seeded_losses_are_bit_identical_and_loader_settings_recorded(tmp_path, 
     assert len(loader.worker_pids) == 2 * workers  # non-persistent workers restart each epoch
     assert int(record.steps.samples.sum()) == 512
     assert (record.steps.forward_ns > 0).all() and (record.steps.backward_ns > 0).all()
+    timed = record.facts.worker_batches
     if workers:
         roles = (tmp_path / "out" / "roles.rank0.jsonl").read_text().splitlines()
         assert len(roles) == 2 * workers
+        # every batch was timed in the worker that made it (the losses above are unchanged by it)
+        assert timed is not None and len(timed) == 32 and set(timed.pid) <= set(loader.worker_pids)
+        assert all(0 <= cpu <= wall for cpu, wall in zip(timed.cpu_ns, timed.wall_ns))
+    else:
+        assert timed is None and not (tmp_path / "out" / "worker_batches.rank0.txt").exists()
 
 
 def _share(record, phase: str) -> float:

@@ -44,6 +44,7 @@ from stepscope.analysis.host_cpu import (BUSY_WORKER as BUSY_WORKER,
                                          cpu_demand as cpu_demand, foreign_load as foreign_load,
                                          loader_cpu as loader_cpu, own_process_cores as own_process_cores,
                                          tree_cores as tree_cores)
+from stepscope.analysis.run.loader_floor import LoaderFloor, loader_floor
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord, StepTable
@@ -206,6 +207,8 @@ class RunEvidence:
     peer: PeerWait | None = None
     #: what the steps that start an epoch cost (worker start-up and their first batch)
     boundaries: EpochBoundaries | None = None
+    #: the main DataLoader's pace from its workers' own time per batch (None: not timed)
+    loader_floor: LoaderFloor | None = None
 
     @property
     def loaders(self) -> tuple[LoaderInfo, ...]:
@@ -233,6 +236,7 @@ class RunEvidence:
             "thread_account": asdict(self.account) if self.account is not None else None,
             "peer_wait": asdict(self.peer) if self.peer is not None else None,
             "epoch_boundaries": asdict(self.boundaries) if self.boundaries is not None else None,
+            "loader_floor": asdict(self.loader_floor) if self.loader_floor is not None else None,
             "window": None if self.window is None else {
                 "basis": self.window.basis, "span_s": self.window.span_s, "steady_steps": int(self.window.mask.sum())},
         }
@@ -375,6 +379,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
             record, steady.mask, steady.step_time_s, loader, tuple(item.record for item in siblings)),
         window=basis.window, python_in_model=python_in_model(trace, steady), account=account,
         peer=peer_wait(record, steady, job), boundaries=epoch_boundaries(record, steady),
+        loader_floor=loader_floor(record, steady, loader),
     )
 
 

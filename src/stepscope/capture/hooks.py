@@ -259,8 +259,9 @@ class TorchHooks:
     """Installs and removes every patch; one instance per capture."""
 
     def __init__(self, recorder: StepRecorder, warnings: WarningSink, roles_file: Path | None = None,
-                 watch_forward: bool = True, overrides: Any = None):
+                 watch_forward: bool = True, overrides: Any = None, batches_file: Path | None = None):
         self.rec = recorder
+        self.batches_file = batches_file  # each worker's time per batch (capture/worker_batches.py)
         self.overrides = overrides  # stepscope.capture.overrides.OverrideApplier (`run --set`) or None
         self.warn = warnings
         self.registry = LoaderRegistry(roles_file)
@@ -307,6 +308,14 @@ class TorchHooks:
             except Exception as exc:  # noqa: BLE001 - degrade, never break the run
                 self.warn.once(f"hook:{name}", f"could not hook {name} ({type(exc).__name__}: {exc}); "
                                f"{name} time is counted as 'other'")
+        if self.batches_file is not None:
+            try:
+                from stepscope.capture import worker_batches
+
+                worker_batches.install(self.batches_file, self._patch)
+            except Exception as exc:  # noqa: BLE001
+                self.warn.once("hook:worker-batches", f"DataLoader workers' batches not timed "
+                                                      f"({type(exc).__name__}: {exc})")
 
     def uninstall(self) -> None:
         self.installed = False

@@ -43,7 +43,8 @@ from stepscope.errors import UsageError
 from stepscope.redact import redact_argv
 from stepscope.record import layout
 from stepscope.record.store import save_record
-from stepscope.record.run import CaptureFacts, CpuPeak, LoaderInfo, OpCost, RunMeta, RunRecord, SkippedSamples, ThreadAccount
+from stepscope.record.run import (CaptureFacts, CpuPeak, LoaderInfo, OpCost, RunMeta, RunRecord, SkippedSamples,
+                                  ThreadAccount, WorkerBatches)
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -131,7 +132,8 @@ class CaptureSession:
         self.max_steps = max_steps  # `run --max-steps`
         self.stopped_at_max_steps = False
         self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank),
-                                overrides=self.overrides)
+                                overrides=self.overrides,
+                                batches_file=layout.worker_batches_path(self.run_dir, self.rank))
         if max_steps is not None:
             self._bound_steps(max_steps)
         self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes,
@@ -362,6 +364,16 @@ class CaptureSession:
         account.close()
         return _quietly(self.warnings, "thread-account", lambda: account.result(thread_table(account.tid)))
 
+    def _worker_batches(self) -> WorkerBatches | None:
+        """The DataLoader workers' batches (their file is left in the run directory)."""
+        from stepscope.capture.worker_batches import read_rows
+
+        pids = {pid for info in self.hooks.registry.loaders.values() for pid in info["worker_pids"]}
+        rows = read_rows(layout.worker_batches_path(self.run_dir, self.rank), pids) if pids else None
+        if rows is None:
+            return None
+        return WorkerBatches(*zip(*rows))
+
     def _save(self) -> bool:
         """Write the record; False (one warning) when it could not be written."""
         assert self.record is not None
@@ -387,6 +399,7 @@ class CaptureSession:
             if part is not None:
                 _quietly(self.warnings, "stacks", part.stop)
         thread_account = self._thread_account()
+        worker_batches = _quietly(self.warnings, "worker-batches", self._worker_batches)
         window = self.trace.close() if self.trace is not None else None
         if recorder.device is not None:
             _quietly(self.warnings, "cuda-drain", recorder.device.drain)
@@ -417,6 +430,7 @@ class CaptureSession:
                              model_forwards_no_grad=recorder.model_forwards_no_grad,
                              training_in_children=in_children, overrides=overrides,
                              skipped_samples=_skipped_samples(self.warnings), thread_account=thread_account,
+                             worker_batches=worker_batches,
                              **children)
         if in_children:
             self.warnings.note(

@@ -48,10 +48,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
+from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.diagnosis.family import FamilyEntry, Rule, Verdict
 from stepscope.diagnosis.findings import Evidence, Finding, Severity, severity_for_impact
 from stepscope.diagnosis.near_tie import mark_near_tie
 from stepscope.diagnosis.rules import REGISTRY, RULES
+from stepscope.diagnosis.rules._common import pct
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
            "merge_findings", "rank_findings", "ranked_by_measured_cost", "risk_of", "run_rules"]
@@ -427,9 +429,13 @@ def _lowered(item: Finding, impact: float) -> Severity:
 
 
 def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
-    """Where idle workers set the pace (:func:`loader_pace`), a finding that shortens the training
-    thread's own work saves time only in the steps that did not wait for data: its impact is scaled
-    by their share of the time, and it says so (``paced_by_loader``)."""
+    """Where the workers' own time per batch was measured (:mod:`stepscope.analysis.run.loader_floor`),
+    a finding that shortens the training thread's own work saves at most what lies above the
+    loader's floor (``capped_by_loader``). Without that measurement, where idle workers set the pace
+    (:func:`loader_pace`), such a finding saves time only in the steps that did not wait for data:
+    its impact is scaled by their share of the time, and it says so (``paced_by_loader``)."""
+    if evidence.loader_floor is not None:
+        return [_under_the_floor(item, evidence.loader_floor) for item in findings]
     paced = loader_pace(evidence)
     if paced is None or paced <= 0:
         return findings
@@ -450,6 +456,31 @@ def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list
                            extra={**item.extra, "paced_by_loader": round(paced, 4),
                                   "impact_unpaced": item.impact}))
     return out
+
+
+def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
+    """``item`` with its impact capped by the loader's floor when it shortens only the training
+    thread's own work (its claims) and claims more than lies above that floor."""
+    ceiling = floor.ceiling
+    if item.impact <= ceiling or not item.claims or not set(item.claims) <= OWN_WORK_CLAIMS:
+        return item
+    impact = round(ceiling, 4)
+    made = (f"{floor.workers} worker{'s' if floor.workers > 1 else ''} took {floor.wall_s * 1e3:.3g} ms per batch "
+            f"({floor.blocked_s * 1e3:.3g} ms of it off CPU"
+            + (f", {floor.runq_s * 1e3:.3g} ms waiting for a core, not counted" if floor.runq_measured else "")
+            + ")")
+    note = Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
+                    f"of the step is the DataLoader's own pace: {made}, measured in the workers")
+    summary = (f" The DataLoader sets a floor of {floor.floor_s * 1e3:.3g} ms under the "
+               f"{floor.floor_s / floor.share * 1e3:.3g} ms step ({made}): less work in the training thread "
+               f"can save at most {pct(ceiling)} before it waits for data instead; faster loading "
+               "lowers that floor.")
+    basis = item.impact_basis if item.impact_measured else (
+        f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
+    title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
+    return replace(item, title=title, impact=impact, severity=_lowered(item, impact), impact_basis=basis,
+                   summary=item.summary + summary, evidence=(*item.evidence, note),
+                   extra={**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact})
 
 
 #: Unexplained off-CPU time (share of the step) from which the other findings lose confidence.

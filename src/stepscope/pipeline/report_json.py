@@ -18,7 +18,7 @@ from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.steady import StepStats
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.pipeline.views import EMPTY_STATS, JobTable
-from stepscope.record.run import PHASES, RunMeta
+from stepscope.record.run import PHASES, CaptureFacts, RunMeta
 from stepscope.report.model import JsonSections, RankReport, RunSummary
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
@@ -40,7 +40,7 @@ def json_sections(evidence: RunEvidence, diagnosis: Diagnosis, summary: RunSumma
         diagnosis=diagnosis.to_dict(),
         run=None if meta is None else {**asdict(meta), "wall_s": meta.wall_s},
         loaders=[asdict(loader) for loader in evidence.loaders],
-        facts=asdict(evidence.facts),
+        facts=facts_json(evidence.facts),
         evidence=evidence.to_dict(),
         signals=evidence.signals.to_dict() if evidence.signals is not None else None,
         trace=evidence.trace.to_dict() if evidence.trace is not None else None,
@@ -48,6 +48,15 @@ def json_sections(evidence: RunEvidence, diagnosis: Diagnosis, summary: RunSumma
         trace_analysis=traces.to_dict() if traces is not None else None,
         job=None if job is None else job_json(job),
     )
+
+
+def facts_json(facts: CaptureFacts) -> dict[str, Any]:
+    """``facts``: the record's facts, the workers' batches counted rather than listed (their rows
+    stay in the record; ``evidence.loader_floor`` is their steady window)."""
+    out = asdict(facts)
+    timed = facts.worker_batches
+    out["worker_batches"] = None if timed is None else {"batches": len(timed), "workers": len(set(timed.pid))}
+    return out
 
 
 def summary_json(summary: RunSummary | None, evidence: RunEvidence) -> dict[str, Any]:

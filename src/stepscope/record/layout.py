@@ -49,6 +49,12 @@ def roles_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / f"roles.rank{rank}.jsonl"
 
 
+def worker_batches_path(run_dir: Path, rank: int) -> Path:
+    """The DataLoader workers' lines, one per batch (capture/worker_batches.py); read into the
+    record at the end of the run."""
+    return Path(run_dir) / f"worker_batches.rank{rank}.txt"
+
+
 def lock_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.lock"
 

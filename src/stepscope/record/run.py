@@ -484,6 +484,35 @@ class ThreadAccount:
 
 
 @dataclass(frozen=True)
+class WorkerBatches:
+    """DataLoader workers' batches, timed in each worker (see :mod:`stepscope.capture.worker_batches`).
+
+    One entry per batch in each column, in the order written: ``pid`` (the worker), ``end_ns``
+    (monotonic clock, as the steps), ``wall_ns`` (making the batch), ``cpu_ns`` (the worker on a
+    CPU meanwhile), ``runq_ns`` (runnable, waiting for a core; -1 where not measured). Off CPU
+    (reads, sleeps, locks) is ``wall - cpu - runq``.
+    """
+
+    pid: tuple[int, ...] = ()
+    end_ns: tuple[int, ...] = ()
+    wall_ns: tuple[int, ...] = ()
+    cpu_ns: tuple[int, ...] = ()
+    runq_ns: tuple[int, ...] = ()
+
+    COLUMNS = ("pid", "end_ns", "wall_ns", "cpu_ns", "runq_ns")
+
+    def __post_init__(self) -> None:
+        lengths = {len(getattr(self, name)) for name in self.COLUMNS}
+        if len(lengths) > 1:
+            raise ValueError(f"WorkerBatches columns differ in length: {sorted(lengths)}")
+        if any(value < 0 for value in (*self.wall_ns, *self.cpu_ns)):
+            raise ValueError("WorkerBatches: negative wall or CPU time")
+
+    def __len__(self) -> int:
+        return len(self.pid)
+
+
+@dataclass(frozen=True)
 class CaptureFacts:
     """Typed facts capture measured besides the steps (each None when not measured)."""
 
@@ -513,6 +542,8 @@ class CaptureFacts:
     #: the training thread's on-CPU / waiting / blocked time per phase on sampled steps; None when
     #: not measured (no per-thread scheduler counters, or no step accounted)
     thread_account: ThreadAccount | None = None
+    #: each DataLoader worker's time per batch (None: no forked worker timed, records before it)
+    worker_batches: WorkerBatches | None = None
 
 
 

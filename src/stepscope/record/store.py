@@ -50,6 +50,7 @@ from stepscope.record.run import (
     StepTable,
     ThreadAccount,
     ThreadInfo,
+    WorkerBatches,
 )
 
 def _migrate_v1(document: dict[str, Any]) -> dict[str, Any]:
@@ -270,7 +271,17 @@ def _facts(data: dict[str, Any]) -> CaptureFacts:
                               "by_process": tuple(int(count) for count in item.get("by_process", ()) or ())})
             for item in data.get("skipped_samples", ()) or ()),
         thread_account=_thread_account(data.get("thread_account")),
+        worker_batches=_worker_batches(data.get("worker_batches")),
     )
+
+
+def _worker_batches(data: Any) -> WorkerBatches | None:
+    """``facts.worker_batches`` (absent in records written before it, and where nothing was timed)."""
+    if data is None:
+        return None
+    checked = _known(WorkerBatches, dict(data))
+    return WorkerBatches(**{name: tuple(int(value) for value in checked.get(name, ()) or ())
+                            for name in WorkerBatches.COLUMNS})
 
 
 def _thread_account(data: Any) -> ThreadAccount | None:

@@ -12,6 +12,7 @@ from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
 from stepscope.diagnosis.engine import _paced_by_the_loader, loader_pace, run_rules
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules._common import finding
+from stepscope.record.run import WorkerBatches
 
 SHARES = {"data_wait": 0.3, "forward": 0.25, "backward": 0.25, "optimizer": 0.05}
 IDLE = dict(cpu_count=2, worker_cpu_util_mean=0.05, iowait_share=0.2)
@@ -85,3 +86,87 @@ def test_the_pace_reaches_the_verdict():
     assert findings[0].family == "storage_io", [(item.rule_id, item.impact) for item in findings]
     outside = [item for item in findings if item.family == "outside_model"]
     assert outside and outside[0].extra["impact_unpaced"] >= 0.35 and outside[0].impact == 0.0
+
+
+# -- the floor measured in the workers (analysis/run/loader_floor.py) ---------------------------------
+WORKER = 4242
+
+
+def _timed(record, wall_s: float, cpu_s: float, runq_s: float, workers: int = 1, every: int = 1):
+    """``record`` with one timed batch per step (ending at each step's start), ``workers`` workers
+    taking turns, each batch ``wall_s`` long of which ``cpu_s`` on a CPU and ``runq_s`` waiting for
+    a core; only every ``every``-th step's batch is kept."""
+    steps = record.steps
+    pids = tuple(WORKER + index for index in range(workers))
+    rows = [(pids[index % workers], int(steps.start_ns[index]), round(wall_s * 1e9), round(cpu_s * 1e9),
+             round(runq_s * 1e9)) for index in range(0, len(steps), every)]
+    loader = replace(record.loaders[0], num_workers=workers, worker_pids=pids)
+    return replace(record, loaders=(loader,),
+                   facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
+
+
+def test_the_floor_is_the_workers_time_per_batch_less_their_waits_for_a_core_over_the_workers():
+    record = _timed(make_record(shares=SHARES, num_workers=1), wall_s=0.012, cpu_s=0.002, runq_s=0.004, workers=2)
+    evidence = ctx_of(record, IDLE)
+    floor = evidence.loader_floor
+    steady = evidence.steady
+    assert floor is not None and floor.workers == 2 and floor.batches == steady.steady_count
+    assert floor.floor_s == pytest.approx((0.012 - 0.004) / 2)
+    assert floor.share == pytest.approx(floor.floor_s / steady.step_time_mean_s)
+    assert floor.blocked_s == pytest.approx(0.006) and floor.ceiling == pytest.approx(1 - floor.share)
+    assert evidence.to_dict()["loader_floor"]["floor_s"] == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize("case", ["no-workers", "too-few-batches", "another-process"])
+def test_no_floor_without_enough_timed_batches_of_the_loader_s_workers(case):
+    record = make_record(shares=SHARES, num_workers=1)
+    if case == "no-workers":
+        record = replace(_timed(record, 0.009, 0.001, 0.0), loaders=(replace(record.loaders[0], num_workers=0),))
+    elif case == "too-few-batches":
+        record = _timed(record, 0.009, 0.001, 0.0, every=10)  # 4 batches, not all in the steady window
+    else:
+        timed = _timed(record, 0.009, 0.001, 0.0)
+        record = replace(timed, loaders=(replace(timed.loaders[0], worker_pids=(WORKER + 7,)),))
+    assert ctx_of(record, IDLE).loader_floor is None
+
+
+def test_a_floor_under_the_step_caps_what_the_training_thread_s_own_work_can_save():
+    # one worker asleep 9 of its 9.5 ms per batch under a 10 ms step: less own work saves at most ~5 %
+    evidence = ctx_of(_timed(make_record(shares=SHARES, num_workers=1), 0.0095, 0.0005, 0.0), IDLE)
+    ceiling = evidence.loader_floor.ceiling
+    assert 0.0 < ceiling < 0.1
+    own, loading = _paced_by_the_loader([_own_work(0.4), _loading(0.25)], evidence)
+    assert own.impact == pytest.approx(ceiling, abs=1e-4) and own.impact_measured
+    assert own.extra["capped_by_loader"] == pytest.approx(ceiling, abs=1e-4) and own.extra["impact_uncapped"] == 0.4
+    assert "the DataLoader sets the pace" in own.title and "sets a floor of 9.5 ms" in own.summary
+    assert any(item.metric == "loader_floor_share" for item in own.evidence)
+    assert loading.impact == 0.25
+    # below the ceiling, nothing changes; the idle-worker heuristic is not applied on top
+    (small,) = _paced_by_the_loader([_own_work(0.03)], evidence)
+    assert small.impact == 0.03 and "capped_by_loader" not in small.extra and "paced_by_loader" not in small.extra
+
+
+def test_a_fast_loader_leaves_the_own_work_whole_where_the_heuristic_would_have_scaled_it():
+    # idle workers and a data wait in every step (the heuristic: paced), but the workers measured
+    # 2 ms per batch: the wait is not their pace, and less own work does shorten the step
+    record = _timed(make_record(shares=SHARES, num_workers=1), 0.002, 0.0002, 0.0)
+    evidence = replace(ctx_of(record, IDLE), account=_account(0.95))
+    assert loader_pace(evidence) == pytest.approx(1.0)
+    (own,) = _paced_by_the_loader([_own_work(0.4)], evidence)
+    assert own.impact == 0.4
+
+
+def test_waiting_on_workers_that_sleep_through_each_batch_costs_the_wait_and_sizes_the_workers():
+    # the thread's own account says it was on CPU for most of its wait (it sees only its queue); the
+    # workers, measured, slept 8.5 of their 9.5 ms per batch: faster reads give back the whole wait
+    shares = {"data_wait": 0.3, "forward": 0.3, "backward": 0.3, "optimizer": 0.05}
+    record = _timed(make_record(shares=shares, num_workers=1), 0.0095, 0.001, 0.0)
+    evidence = replace(ctx_of(record, IDLE), account=_account(0.4))
+    findings = run_rules(evidence).findings
+    (storage,) = [item for item in findings if item.rule_id == "storage_io.loader_waits_on_io"]
+    assert storage.impact == pytest.approx(evidence.steady.fetch_wait_share, abs=1e-3)
+    assert any(item.metric == "workers_blocked_per_batch_s" for item in storage.evidence)
+    workers = storage.prescriptions[0]
+    assert workers.setting == "num_workers" and "measured in the workers" in workers.why
+    # (9.5 ms per batch) / (7 ms of the training thread's own work per batch), + 1
+    assert workers.suggested == 3

@@ -13,7 +13,7 @@ from stepscope.errors import InputError
 from stepscope.record import layout
 from stepscope.record.store import load_record, record_to_document, save_record
 from records import make_record
-from stepscope.record.run import SCHEMA_VERSION, DeviceCopy, OpCost
+from stepscope.record.run import SCHEMA_VERSION, DeviceCopy, OpCost, WorkerBatches
 
 
 def test_round_trip(tmp_path):
@@ -43,6 +43,13 @@ def test_the_price_of_an_operator_survives_the_round_trip(tmp_path):
     record = replace(make_record(), facts=replace(make_record().facts, op_cost=cost))
     save_record(record, layout.record_path(tmp_path, 0))
     assert load_record(tmp_path).facts.op_cost == cost
+
+
+def test_the_workers_batches_survive_the_round_trip(tmp_path):
+    timed = WorkerBatches((11, 12), (5_000, 6_000), (900, 800), (100, 90), (10, -1))
+    record = replace(make_record(), facts=replace(make_record().facts, worker_batches=timed))
+    save_record(record, layout.record_path(tmp_path, 0))
+    assert load_record(tmp_path).facts.worker_batches == timed
 
 
 def test_hundred_thousand_steps_stay_compact_and_fast(tmp_path):
@@ -109,6 +116,12 @@ def test_newer_schema_is_rejected_with_upgrade_hint(tmp_path):
     lambda doc: doc.pop("steps"),
     lambda doc: doc["facts"].__setitem__("op_cost", {"seconds_best": "fast", "seconds_median": 1e-6}),
     lambda doc: doc["facts"].__setitem__("op_cost", [3e-6]),
+    lambda doc: doc["facts"].__setitem__("worker_batches", {"pid": [1, 2], "end_ns": [5], "wall_ns": [1, 1],
+                                                            "cpu_ns": [0, 0], "runq_ns": [0, 0]}),
+    lambda doc: doc["facts"].__setitem__("worker_batches", {"pid": [1], "end_ns": [5], "wall_ns": [-1],
+                                                            "cpu_ns": [0], "runq_ns": [0]}),
+    lambda doc: doc["facts"].__setitem__("worker_batches", {"pid": ["a"], "end_ns": [5], "wall_ns": [1],
+                                                            "cpu_ns": [0], "runq_ns": [0]}),
 ])
 def test_inconsistent_records_are_rejected(tmp_path, mutate):
     document = record_to_document(make_record())

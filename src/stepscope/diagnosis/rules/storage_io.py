@@ -109,7 +109,18 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     # was off CPU: the rest it computed (unpickling batches) or waited for a core, which no read explains
     blocked = ev.account.phase("data_wait") if ev.account is not None else None
     impact = wait
-    if blocked is not None:
+    floor = ev.loader_floor
+    if floor is not None and floor.blocked_s > 0 and floor.sets_the_pace(wait):
+        # measured in the workers, whose pace the step waits for: their time off CPU per batch is
+        # what faster reads take away, up to the whole wait (the training thread's account inside
+        # next() says less here: it sees its queue, not the reads behind it)
+        impact = min(wait, floor.blocked_share())
+        evidence.append(Evidence("workers_blocked_per_batch_s", round(floor.blocked_s, 6), None, "record", "s",
+                                 f"of {floor.wall_s * 1e3:.3g} ms per batch, {floor.workers} worker(s), measured "
+                                 "in the workers: off CPU and not waiting for a core"))
+        summary += (f" The workers spent {common.pct(floor.blocked_s / floor.wall_s)} of each batch's "
+                    f"{floor.wall_s * 1e3:.3g} ms off CPU: without it the loader would keep pace with the step.")
+    elif blocked is not None:
         # asleep on a lock while another Python thread computed, a single-process loader waited for
         # the GIL (measured: what the thread slept in), which is the GIL rule's, not the source's
         gil = blocked.off_part("gil")  # 0 unless sampled: unmeasured, the loader's wait is the source's
@@ -202,15 +213,24 @@ def _prescriptions(ev: RunEvidence, cached_later: bool, idle: bool = True) -> li
     per_batch = stats.step_time_mean_s / batches
     wait_s = stats.fetch_wait_share * per_batch
     compute_s = max(per_batch - wait_s, 1e-6)
-    latency_s = wait_s if workers == 0 else per_batch * workers
+    floor = ev.loader_floor
+    # one worker's time per batch: measured in the workers (their waits for a core left out), else
+    # taken as the step's time per batch × the workers (each busy all the time)
+    measured = floor is not None and workers > 0 and floor.workers == workers
+    latency_s = wait_s if workers == 0 else (floor.wall_s - floor.runq_s if floor is not None and measured
+                                             else per_batch * workers)
     needed = math.ceil(latency_s / compute_s) + 1
     # waiting workers use no CPU, so they may outnumber the cores — only when that idleness was measured
     cap = IO_WORKERS_PER_CORE * cores if idle else cores
     suggested = max(workers + 1, min(needed, cap))
-    why = (f"each batch waits ~{common.ms(latency_s)} on I/O or latency against ~{common.ms(compute_s)} of "
-           "compute; " + (f"waiting workers use no CPU, so {suggested} can exceed the {cores} cores"
-                          if idle else f"capped at the {cores} cores: the loaders' CPU use is not known")
-           + (f" (capped at {cap})" if needed > cap and idle else ""))
+    if measured:
+        why = (f"each batch takes a worker ~{common.ms(latency_s)} (measured in the workers) against "
+               f"~{common.ms(compute_s)} of the training thread's own work; ")
+    else:
+        why = f"each batch waits ~{common.ms(latency_s)} on I/O or latency against ~{common.ms(compute_s)} of compute; "
+    why += (f"waiting workers use no CPU, so {suggested} can exceed the {cores} cores"
+            if idle else f"capped at the {cores} cores: the loaders' CPU use is not known")
+    why += f" (capped at {cap})" if needed > cap and idle else ""
     out = [Prescription(f"DataLoader(num_workers={suggested})", why, "num_workers", workers, suggested)]
     prefetch = loader.prefetch_factor if loader is not None else None
     if workers > 0 and (prefetch or 2) < IO_PREFETCH:
