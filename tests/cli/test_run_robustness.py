@@ -507,8 +507,10 @@ def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
     """SIGKILL skips every handler: the record's checkpoint, saved while the steps accrued, is what
     `stepscope report` reads, with a note saying the run did not finish capture."""
     # killed once a checkpoint taken after its 30th step is on disk, however long its imports took
-    # (a fixed 2.5 s of steps could end before the next checkpoint on a slow machine: they are 0.5,
-    # 1.5, 3.5 s ... after capture starts, and the steps start after torch's import)
+    # (a fixed time of steps could end before the next checkpoint on a slow machine: the steps start
+    # after torch's import). With a first interval of 0.1 s, capture looks every 0.1 s until there
+    # are steps, then saves 0.2, 0.4, 0.8 s ... apart: the 30th step comes ~0.2 s into the steps and
+    # a save after it ~0.3-0.7 s in (a first interval of 0.5 s: ~1-1.5 s in)
     write_script(tmp_path, "killed.py", """
         import os, signal, time
         import torch
@@ -520,7 +522,7 @@ def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
             opt.zero_grad()
             model(torch.randn(4, 8)).sum().backward()
             opt.step()
-            time.sleep(0.01)
+            time.sleep(0.005)
             steps += 1
             if steps == 30:
                 enough_at = time.time()
@@ -528,7 +530,7 @@ def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
                 break
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    result = run_cli(["run", "--no-summary", "-o", "out", "killed.py"], tmp_path, env={"STEPSCOPE_CHECKPOINT_S": "0.5"})
+    result = run_cli(["run", "--no-summary", "-o", "out", "killed.py"], tmp_path, env={"STEPSCOPE_CHECKPOINT_S": "0.1"})
     assert result.returncode == -signal.SIGKILL
     out = tmp_path / "out"
     assert not (out / "record.rank0.json.gz").exists() and (out / "record.rank0.partial.json.gz").is_file()
@@ -541,20 +543,28 @@ def test_a_killed_run_leaves_its_last_checkpoint_to_report(tmp_path):
 
 
 def test_a_finished_run_leaves_no_checkpoint(tmp_path):
+    # 60 steps at least, and on until a checkpoint is on disk (however long torch's import took):
+    # the finished run always has one to remove (60 steps of 20 ms, before, most likely held one)
     write_script(tmp_path, "short.py", """
-        import time
+        import os, time
         import torch
         model = torch.nn.Linear(8, 1)
-        for _ in range(60):  # updated by hand, as TRAIN_FLAT (the killed run above keeps torch.optim)
-            model.zero_grad()
+        partial = os.path.join("out", "record.rank0.partial.json.gz")
+        steps, checkpointed, deadline = 0, False, time.monotonic() + 60
+        while (steps < 60 or not checkpointed) and time.monotonic() < deadline:
+            model.zero_grad()  # updated by hand, as TRAIN_FLAT (the killed run above keeps torch.optim)
             model(torch.randn(4, 8)).sum().backward()
             with torch.no_grad():
                 for weight in model.parameters():
                     weight -= 0.1 * weight.grad
-            time.sleep(0.02)
+            time.sleep(0.005)
+            steps += 1
+            checkpointed = checkpointed or os.path.exists(partial)
+        print("checkpointed" if checkpointed else "no checkpoint in 60 s")
     """)
     result = run_cli(["run", "--no-summary", "--no-monitor", "-o", "out", "short.py"], tmp_path,
                      env={"STEPSCOPE_CHECKPOINT_S": "0.2"})
     assert result.returncode == 0, result.stderr
+    assert result.stdout == "checkpointed\n"  # the run had a checkpoint to remove
     assert sorted(p.name for p in (tmp_path / "out").glob("record.*")) == ["record.rank0.json.gz"]
     assert len(load_record(tmp_path / "out").steps) >= 59
