@@ -21,6 +21,7 @@ import numpy as np
 from stepscope.analysis.bundle import RankSteady, RunEvidence
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.host_cpu import STEAL_SHOWN
+from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.analysis.run.steady import StepStats, model_split_by_device, step_stats
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
@@ -83,7 +84,7 @@ def run_summary(evidence: RunEvidence, records: Sequence[RunRecord], findings: S
         mfu_note=evidence.mfu_note, compile=compile_line(evidence.compile),
         gc=None if gc is None else GcLine(gc.share_of_step_time, gc.pauses_per_step,
                                           gc.largest.duration_s if gc.largest is not None else None),
-        loaders=tuple(loader_line(loader) for loader in record.loaders),
+        loaders=tuple(loader_line(loader, evidence.loader_floor) for loader in record.loaders),
         overrides=overrides_line(record.facts.overrides), skipped=skip_summary(records or (record,)),
         machine=machine_view(evidence.signals), machine_notes=machine_notes(evidence),
         account=account_summary(evidence, findings[0] if findings else None),
@@ -111,10 +112,15 @@ def compile_line(summary: CompileSummary | None) -> CompileLine | None:
                        summary.compile_share, eager, summary.graph_break_count, summary.speedup)
 
 
-def loader_line(loader: LoaderInfo) -> LoaderLine:
+def loader_line(loader: LoaderInfo, floor: LoaderFloor | None = None) -> LoaderLine:
+    """The summary's line of ``loader``, with its workers' measured pace when ``floor`` is its."""
+    timed = floor is not None and floor.loader_id == loader.loader_id
     return LoaderLine(loader.loader_id, loader.dataset_type, loader.batch_size, loader.num_workers,
                       loader.prefetch_factor, loader.persistent_workers, loader.pin_memory, loader.drop_last,
-                      loader.batches, loader.wait_ns)
+                      loader.batches, loader.wait_ns,
+                      worker_batch_s=floor.wall_s if floor is not None and timed else None,
+                      worker_blocked_s=floor.blocked_s if floor is not None and timed else None,
+                      floor_s=floor.floor_s if floor is not None and timed else None)
 
 
 def overrides_line(overrides: Overrides | None) -> OverridesLine | None:

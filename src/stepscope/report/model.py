@@ -190,6 +190,11 @@ class LoaderLine:
     drop_last: bool
     batches: int
     wait_ns: int  # the training loop's wait for its batches
+    #: its workers' own time per batch over the steady window (one worker's; ``blocked_s`` of it off
+    #: CPU) and the floor they set per step, when the workers were timed (evidence.loader_floor)
+    worker_batch_s: float | None = None
+    worker_blocked_s: float | None = None
+    floor_s: float | None = None
 
 
 @dataclass(frozen=True)

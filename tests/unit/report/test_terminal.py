@@ -8,6 +8,7 @@ import pytest
 
 from records import make_record, summary_text
 from records import report_of as build_report
+from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
 from stepscope.record.run import RunMeta, RunRecord, StepTable
 from stepscope.report.render.terminal import phase_bar
@@ -82,6 +83,20 @@ def test_rows_with_nothing_to_say_are_left_out():
     assert "prefetch_factor" not in loader_line and "persistent_workers" not in loader_line
     assert "pin_memory" not in loader_line and "num_workers=0" in loader_line
     assert "GPU" not in text
+
+
+def test_timed_workers_show_their_time_per_batch_and_the_floor_it_sets():
+    from stepscope.pipeline.views import loader_line
+    from stepscope.report.render.lines import loader_line as line_text
+
+    record = make_record(40)
+    loader = record.loaders[0]
+    floor = LoaderFloor(loader_id=loader.loader_id, workers=2, batches=30, wall_s=0.0282, cpu_s=0.0011,
+                        runq_s=0.0011, blocked_s=0.026, floor_s=0.0136, share=0.44, busy=0.8, runq_measured=True)
+    text = line_text(loader_line(loader, floor))
+    assert text.endswith("· a worker takes 28.2 ms per batch (26.0 ms off CPU): at best a step every 13.6 ms"), text
+    other = line_text(loader_line(loader, replace(floor, loader_id=loader.loader_id + 1)))
+    assert "a worker takes" not in other  # another loader's floor is not this one's
 
 
 def test_a_file_gets_whole_cells_and_no_padding():
