@@ -50,10 +50,10 @@ from typing import Any
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.diagnosis.family import FamilyEntry, Rule, Verdict
-from stepscope.diagnosis.findings import Evidence, Finding, Severity, severity_for_impact
+from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity, severity_for_impact
 from stepscope.diagnosis.near_tie import mark_near_tie
 from stepscope.diagnosis.rules import REGISTRY, RULES
-from stepscope.diagnosis.rules._common import pct
+from stepscope.diagnosis.rules._common import finding as finding_of, pct
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
            "merge_findings", "rank_findings", "ranked_by_measured_cost", "risk_of", "run_rules"]
@@ -435,7 +435,10 @@ def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list
     (:func:`loader_pace`), such a finding saves time only in the steps that did not wait for data:
     its impact is scaled by their share of the time, and it says so (``paced_by_loader``)."""
     if evidence.loader_floor is not None:
-        return [_under_the_floor(item, evidence.loader_floor) for item in findings]
+        out = [_under_the_floor(item, evidence.loader_floor) if item.claims != ("data_wait",)
+               else _keeping_pace(item, evidence) for item in findings]
+        remainder = _wait_not_the_workers(out, evidence)
+        return out if remainder is None else [*out, remainder]
     paced = loader_pace(evidence)
     if paced is None or paced <= 0:
         return findings
@@ -481,6 +484,89 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     return replace(item, title=title, impact=impact, severity=_lowered(item, impact), impact_basis=basis,
                    summary=item.summary + summary, evidence=(*item.evidence, note),
                    extra={**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact})
+
+
+#: The families whose findings are about the workers' pace (their prescriptions: more workers,
+#: cheaper samples, faster reads), not the training process's own time inside ``next()``.
+PACED_FAMILIES = frozenset({"input_pipeline", "storage_io"})
+
+
+#: How much of a loader finding's cost the workers' pace must leave unexplained (share of the step)
+#: before the finding is capped: less is within the spread of the steps that the pace allows for.
+KEEPING_PACE_FROM = 0.05
+
+
+def _keeping_pace(item: Finding, evidence: RunEvidence) -> Finding:
+    """``item`` with its impact capped by the part of the data wait the workers' measured pace
+    explains (:meth:`LoaderFloor.paced_wait`), when it is about that pace and claims more."""
+    floor, steady = evidence.loader_floor, evidence.steady
+    if floor is None or steady is None or item.family not in PACED_FAMILIES or item.impact <= 0:
+        return item
+    paced = floor.paced_wait(steady.fetch_wait_share)
+    if item.impact - paced < KEEPING_PACE_FROM:  # within the pace's own margin: the workers' wait
+        return item
+    impact = round(paced, 4)
+    made = (f"{floor.workers} worker{'s' if floor.workers > 1 else ''} took {floor.wall_s * 1e3:.3g} ms per batch, "
+            f"busy {pct(floor.busy)} of the time")
+    note = Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
+                    f"of the step is the DataLoader's own pace: {made}, measured in the workers")
+    summary = (f" The workers keep pace ({made}: a batch every {floor.floor_s * 1e3:.3g} ms against the "
+               f"{floor.floor_s / floor.share * 1e3:.3g} ms step), so at most {pct(paced)} of the step's wait is "
+               "theirs; the rest is the training process's own time inside next() — receiving and unpacking "
+               "batches, or waiting for a core meanwhile — which more workers do not shorten.")
+    title = f"{item.title} (the workers keep pace: at most {pct(paced)} of it is theirs)"
+    return replace(item, title=title, impact=impact, severity=_lowered(item, impact),
+                   summary=item.summary + summary, evidence=(*item.evidence, note),
+                   extra={**item.extra, "capped_by_loader": round(paced, 4), "impact_uncapped": item.impact})
+
+
+#: The wait inside ``next()`` the workers' pace leaves unexplained, from which it is a finding.
+WAIT_NOT_THE_WORKERS_NOTED = 0.1
+
+
+def _wait_not_the_workers(findings: list[Finding], evidence: RunEvidence) -> Finding | None:
+    """Where the loader's findings were capped because the workers keep pace (:func:`_keeping_pace`),
+    the data wait they no longer claim, as what it is: the training process's own time inside
+    ``next()``, not explained by any measured cause (family ``unexplained``: it names no fix), so that
+    a wait of the step's is never left out of the verdict (it is no healthy run)."""
+    floor, steady = evidence.loader_floor, evidence.steady
+    capped = [item for item in findings if item.family in PACED_FAMILIES and "capped_by_loader" in item.extra]
+    if floor is None or steady is None or not capped:
+        return None
+    from stepscope.diagnosis.rules.input_pipeline import priced_without_core_wait
+
+    wait = steady.fetch_wait_share
+    # a wait for a core that other processes or the process's other Python threads held is theirs
+    # (the foreign-load and GIL findings charge it), not unexplained
+    _, taken = priced_without_core_wait(evidence, wait, [])
+    left = (wait - floor.paced_wait(wait)) * (1.0 - taken)
+    if left < WAIT_NOT_THE_WORKERS_NOTED:
+        return None
+    phase = evidence.account.phase("data_wait") if evidence.account is not None else None
+    split = ("" if phase is None else
+             f" The training thread spent that wait {pct(phase.on_cpu)} on a CPU, {pct(phase.waiting_core)} waiting "
+             f"for a core and {pct(phase.off_cpu)} off CPU (its account).")
+    evidence_items = [Evidence("fetch_wait_share", round(wait, 4), None, "steps", "ratio", "steady state"),
+                      Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
+                               f"a batch every {floor.floor_s * 1e3:.3g} ms from {floor.workers} worker(s), "
+                               f"busy {pct(floor.busy)} of the time, measured in the workers")]
+    if phase is not None:
+        evidence_items += [Evidence("data_wait_on_cpu", round(phase.on_cpu, 4), None, "account", "ratio", "of the wait"),
+                           Evidence("data_wait_waiting_core", round(phase.waiting_core, 4), None, "account", "ratio",
+                                    "of the wait")]
+    pid = evidence.record.meta.pid if evidence.record is not None else None
+    return finding_of(
+        "thread_account.wait_not_the_workers", "unexplained",
+        f"Not the DataLoader's pace: the step waits {pct(left)} of its time in next() while the workers keep up",
+        left, 0.5, evidence_items,
+        [Prescription(f"See what the training process does inside next(): py-spy dump --native --pid {pid or '<pid>'} "
+                      "(a few times), or stepscope run --trace for an operator timeline",
+                      "the wait is measured and the workers' pace is not it; what fills it is not measured")],
+        f"The step waits {pct(wait)} of its time for data, but the workers make a batch every "
+        f"{floor.floor_s * 1e3:.3g} ms against the {floor.floor_s / floor.share * 1e3:.3g} ms step: {pct(left)} of "
+        "the step is the training process's own time inside next() — receiving and unpacking batches, or waiting "
+        f"for a core meanwhile — which more workers or faster reads do not shorten.{split}",
+        claims=("data_wait",))
 
 
 #: Unexplained off-CPU time (share of the step) from which the other findings lose confidence.

@@ -170,3 +170,35 @@ def test_waiting_on_workers_that_sleep_through_each_batch_costs_the_wait_and_siz
     assert workers.setting == "num_workers" and "measured in the workers" in workers.why
     # (9.5 ms per batch) / (7 ms of the training thread's own work per batch), + 1
     assert workers.suggested == 3
+
+
+def test_workers_that_keep_pace_leave_the_wait_to_the_training_process_and_say_so():
+    # the step waits 30 % of its time in next(), the one worker makes a batch in 0.6 ms of the 10 ms
+    # step: more workers would not shorten that wait, and the loader's findings may not claim it
+    record = _timed(make_record(shares=SHARES, num_workers=1), 0.0006, 0.0005, 0.0)
+    evidence = ctx_of(record, IDLE)
+    assert evidence.loader_floor.paced_wait(evidence.steady.fetch_wait_share) == 0.0
+    own, loading, remainder = _paced_by_the_loader([_own_work(0.2), _loading(0.25)], evidence)
+    assert own.impact == 0.2  # far above the floor: the training thread's own work is the step
+    assert loading.impact == 0.0 and loading.severity == Severity.INFO and loading.extra["impact_uncapped"] == 0.25
+    assert "the workers keep pace" in loading.title and "which more workers do not shorten" in loading.summary
+    assert remainder.rule_id == "thread_account.wait_not_the_workers" and remainder.family == "unexplained"
+    assert remainder.impact == pytest.approx(evidence.steady.fetch_wait_share, abs=1e-3)
+    assert remainder.claims == ("data_wait",) and "Not the DataLoader's pace" in remainder.title
+
+
+def test_a_wait_the_workers_pace_explains_within_its_margin_is_left_to_them():
+    # the worker's 9.5 ms per batch under a 10 ms step that waits 30 %: the wait is the pace's
+    record = _timed(make_record(shares=SHARES, num_workers=1), 0.0095, 0.0005, 0.0)
+    (loading,) = _paced_by_the_loader([_loading(0.25)], ctx_of(record, IDLE))
+    assert loading.impact == 0.25 and "capped_by_loader" not in loading.extra
+
+
+def test_a_wait_the_workers_do_not_explain_is_no_healthy_run():
+    """The whole diagnosis of the run above: the loader's finding no longer carries the wait, and the
+    verdict says the wait is not explained rather than calling the run healthy."""
+    shares = {"data_wait": 0.3, "forward": 0.3, "backward": 0.3, "optimizer": 0.05}
+    record = _timed(make_record(shares=shares, num_workers=1), 0.0006, 0.0005, 0.0)
+    findings = run_rules(ctx_of(record, IDLE)).findings
+    assert findings[0].rule_id == "thread_account.wait_not_the_workers", [(item.rule_id, item.impact) for item in findings]
+    assert not any(item.family == "healthy" for item in findings)

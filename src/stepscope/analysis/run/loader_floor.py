@@ -48,7 +48,14 @@ class LoaderFloor:
     def sets_the_pace(self, wait_share: float) -> bool:
         """Whether the step waits for the workers' own pace: the training thread's own work per step
         (the step less its data wait) is no longer than the floor, within :data:`PACE_MARGIN`."""
-        return self.share >= 1.0 - wait_share - PACE_MARGIN
+        return self.paced_wait(wait_share) > 0.0
+
+    def paced_wait(self, wait_share: float) -> float:
+        """The part of the step's data wait that the workers' pace explains: what the floor exceeds
+        the step's own work by (the step less its wait), with :data:`PACE_MARGIN` for the steps'
+        spread, at most the wait. The rest of the wait is the training process's own time inside
+        ``next()`` (receiving and unpacking batches, or waiting for a core meanwhile)."""
+        return min(wait_share, max(0.0, self.share + wait_share + PACE_MARGIN - 1.0))
 
     def blocked_share(self) -> float:
         """The workers' time off CPU per step, as a share of the step: what faster reads take away."""

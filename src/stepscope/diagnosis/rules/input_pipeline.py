@@ -233,7 +233,7 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                     f"thread (`{holder.name}`, {holder.cores:.0%} of a core): part of this wait may be the GIL's, "
                     "which the run's samples of the thread asleep were too few to split.")
     summary += common.loading_code(ev, evidence)
-    impact, contended = _priced_without_core_wait(ev, wait, evidence)
+    impact, contended = priced_without_core_wait(ev, wait, evidence)
     if contended:
         summary += (f" For {common.pct(contended)} of that wait the training thread was runnable but waiting for a "
                     "core other processes or the process's other Python threads held: faster loading does not give "
@@ -323,7 +323,7 @@ def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence:
 CORE_WAIT_PRICED = 0.05
 
 
-def _priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evidence]) -> tuple[float, float]:
+def priced_without_core_wait(ev: RunEvidence, wait: float, evidence: list[Evidence]) -> tuple[float, float]:
     """The data wait less the part the training thread spent runnable but waiting for a core that
     other processes, or the process's other Python threads, held (the thread account's measure,
     charged as :mod:`~stepscope.analysis.run.account` charges it): loading faster does not give back
