@@ -133,7 +133,8 @@ class CaptureSession:
         self.stopped_at_max_steps = False
         self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank),
                                 overrides=self.overrides,
-                                batches_file=layout.worker_batches_path(self.run_dir, self.rank))
+                                batches_file=None if os.environ.get("STEPSCOPE_WORKER_BATCHES") == "0"
+                                else layout.worker_batches_path(self.run_dir, self.rank))
         if max_steps is not None:
             self._bound_steps(max_steps)
         self.flops = (FlopProbe(self.warnings, self.recorder.in_data_wait, self.hooks.param_dtypes,

@@ -15,7 +15,8 @@ Per batch a worker appends one line ``pid end_ns wall_ns cpu_ns runq_ns`` to the
 never interleave): the monotonic clock at the end (the clock of the steps and the samples), and the
 worker thread's wall time, on-CPU time (its CPU clock) and run-queue delay (from
 ``/proc/thread-self/schedstat``; -1 where that file is missing) over the call.
-A worker stops writing after :data:`MAX_LINES_PER_WORKER` lines. Anything that fails in a worker
+A worker stops writing after :data:`MAX_LINES_PER_WORKER` lines; ``STEPSCOPE_WORKER_BATCHES=0`` turns the
+timing off (capture then installs no wrapper). Anything that fails in a worker
 turns the timing off there, silently: a worker's output is the user's.
 """
 

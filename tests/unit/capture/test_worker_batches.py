@@ -92,3 +92,22 @@ def test_damaged_and_foreign_lines_are_skipped(tmp_path):
     assert worker_batches.read_rows(path, {7}) == ((7, 100, 50, 10, 5), (7, 200, 60, 20, -1))
     assert worker_batches.read_rows(tmp_path / "missing.txt", {7}) is None
     assert worker_batches.read_rows(path, {9}) is None
+
+
+@pytest.mark.parametrize("setting", [None, "0"], ids=["default", "off"])
+def test_a_captured_loop_records_its_workers_batches_unless_turned_off(tmp_path, monkeypatch, setting):
+    import stepscope
+
+    if setting is not None:
+        monkeypatch.setenv("STEPSCOPE_WORKER_BATCHES", setting)
+    model = torch.nn.Linear(4, 1)
+    loader = DataLoader(Sleepy(), batch_size=4, num_workers=1, multiprocessing_context="fork")
+    with stepscope.profile(tmp_path / "run", sample_interval_s=None, summary=False) as session:
+        for batch in loader:
+            model(batch).sum().backward()
+    timed = session.record.facts.worker_batches
+    if setting == "0":
+        assert timed is None and not (tmp_path / "run" / "worker_batches.rank0.txt").exists()
+    else:
+        assert timed is not None and len(timed) == 6 and set(timed.pid) == set(session.record.loaders[0].worker_pids)
+    assert fetch._MapDatasetFetcher.fetch.__name__ == "fetch" and not hasattr(fetch._MapDatasetFetcher.fetch, "__wrapped__")
