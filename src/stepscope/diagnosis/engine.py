@@ -461,6 +461,12 @@ def _paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list
     return out
 
 
+def _floor_note(floor: LoaderFloor) -> Evidence:
+    """The evidence item of the loader's floor, as every finding it changes shows it."""
+    return Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
+                    f"of the step is the DataLoader's own pace: {floor.describe()}, measured in the workers")
+
+
 def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     """``item`` with its impact capped by the loader's floor when it shortens only the training
     thread's own work (its claims) and claims more than lies above that floor."""
@@ -468,21 +474,14 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     if item.impact <= ceiling or not item.claims or not set(item.claims) <= OWN_WORK_CLAIMS:
         return item
     impact = round(ceiling, 4)
-    made = (f"{floor.workers} worker{'s' if floor.workers > 1 else ''} took {floor.wall_s * 1e3:.3g} ms per batch "
-            f"({floor.blocked_s * 1e3:.3g} ms of it off CPU"
-            + (f", {floor.runq_s * 1e3:.3g} ms waiting for a core, not counted" if floor.runq_measured else "")
-            + ")")
-    note = Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
-                    f"of the step is the DataLoader's own pace: {made}, measured in the workers")
-    summary = (f" The DataLoader sets a floor of {floor.floor_s * 1e3:.3g} ms under the "
-               f"{floor.floor_s / floor.share * 1e3:.3g} ms step ({made}): less work in the training thread "
-               f"can save at most {pct(ceiling)} before it waits for data instead; faster loading "
-               "lowers that floor.")
+    summary = (f" The DataLoader sets a floor of {floor.floor_s * 1e3:.3g} ms under the {floor.step_s * 1e3:.3g} ms "
+               f"step ({floor.describe()}; its waits for a core not counted): less work in the training thread "
+               f"can save at most {pct(ceiling)} before it waits for data instead; faster loading lowers that floor.")
     basis = item.impact_basis if item.impact_measured else (
         f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
     title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
     return replace(item, title=title, impact=impact, severity=_lowered(item, impact), impact_basis=basis,
-                   summary=item.summary + summary, evidence=(*item.evidence, note),
+                   summary=item.summary + summary, evidence=(*item.evidence, _floor_note(floor)),
                    extra={**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact})
 
 
@@ -506,17 +505,13 @@ def _keeping_pace(item: Finding, evidence: RunEvidence) -> Finding:
     if item.impact - paced < KEEPING_PACE_FROM:  # within the pace's own margin: the workers' wait
         return item
     impact = round(paced, 4)
-    made = (f"{floor.workers} worker{'s' if floor.workers > 1 else ''} took {floor.wall_s * 1e3:.3g} ms per batch, "
-            f"busy {pct(floor.busy)} of the time")
-    note = Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
-                    f"of the step is the DataLoader's own pace: {made}, measured in the workers")
-    summary = (f" The workers keep pace ({made}: a batch every {floor.floor_s * 1e3:.3g} ms against the "
-               f"{floor.floor_s / floor.share * 1e3:.3g} ms step), so at most {pct(paced)} of the step's wait is "
-               "theirs; the rest is the training process's own time inside next() — receiving and unpacking "
-               "batches, or waiting for a core meanwhile — which more workers do not shorten.")
+    summary = (f" The workers keep pace ({floor.describe()}: a batch every {floor.floor_s * 1e3:.3g} ms against "
+               f"the {floor.step_s * 1e3:.3g} ms step), so at most {pct(paced)} of the step's wait is theirs; the "
+               "rest is the training process's own time inside next() — receiving and unpacking batches, or "
+               "waiting for a core meanwhile — which more workers do not shorten.")
     title = f"{item.title} (the workers keep pace: at most {pct(paced)} of it is theirs)"
     return replace(item, title=title, impact=impact, severity=_lowered(item, impact),
-                   summary=item.summary + summary, evidence=(*item.evidence, note),
+                   summary=item.summary + summary, evidence=(*item.evidence, _floor_note(floor)),
                    extra={**item.extra, "capped_by_loader": round(paced, 4), "impact_uncapped": item.impact})
 
 
@@ -547,9 +542,7 @@ def _wait_not_the_workers(findings: list[Finding], evidence: RunEvidence) -> Fin
              f" The training thread spent that wait {pct(phase.on_cpu)} on a CPU, {pct(phase.waiting_core)} waiting "
              f"for a core and {pct(phase.off_cpu)} off CPU (its account).")
     evidence_items = [Evidence("fetch_wait_share", round(wait, 4), None, "steps", "ratio", "steady state"),
-                      Evidence("loader_floor_share", round(floor.share, 4), None, "record", "ratio",
-                               f"a batch every {floor.floor_s * 1e3:.3g} ms from {floor.workers} worker(s), "
-                               f"busy {pct(floor.busy)} of the time, measured in the workers")]
+                      _floor_note(floor)]
     if phase is not None:
         evidence_items += [Evidence("data_wait_on_cpu", round(phase.on_cpu, 4), None, "account", "ratio", "of the wait"),
                            Evidence("data_wait_waiting_core", round(phase.waiting_core, 4), None, "account", "ratio",
@@ -563,7 +556,7 @@ def _wait_not_the_workers(findings: list[Finding], evidence: RunEvidence) -> Fin
                       "(a few times), or stepscope run --trace for an operator timeline",
                       "the wait is measured and the workers' pace is not it; what fills it is not measured")],
         f"The step waits {pct(wait)} of its time for data, but the workers make a batch every "
-        f"{floor.floor_s * 1e3:.3g} ms against the {floor.floor_s / floor.share * 1e3:.3g} ms step: {pct(left)} of "
+        f"{floor.floor_s * 1e3:.3g} ms against the {floor.step_s * 1e3:.3g} ms step: {pct(left)} of "
         "the step is the training process's own time inside next() — receiving and unpacking batches, or waiting "
         f"for a core meanwhile — which more workers or faster reads do not shorten.{split}",
         claims=("data_wait",))
