@@ -56,7 +56,8 @@ def default_run_dir(name: str, base: str | Path = RUNS_DIR) -> Path:
 
 #: Names a run writes into its directory (and which therefore mark a directory as holding a run).
 _RUN_ENTRY_RE = re.compile(r"^(?:record\.rank\d+(?:\.partial)?\.json\.gz|samples\.rank\d+\.jsonl\.gz"
-                           r"|roles\.rank\d+\.jsonl|report(?:\.rank\d+)?\.json|report\.html|rank\d+\.lock|traces"
+                           r"|roles\.rank\d+\.jsonl|worker_batches\.rank\d+\.txt|report(?:\.rank\d+)?\.json|report\.html"
+                           r"|rank\d+\.lock|traces"
                            r"|profiler)$")
 #: The temporary file of an atomic write of one of those names (left only by a killed process).
 _TEMPORARY_RE = re.compile(r"^\.(.+)\.[0-9a-f]{16}\.tmp$")
@@ -368,7 +369,7 @@ def _own_stale_entries(path: Path, rank: int, job: str, lock: RunDirLock) -> set
     if lock.previous.get("job") != job:
         return set()
     names = {f"record.rank{rank}.json.gz", f"record.rank{rank}.partial.json.gz", f"samples.rank{rank}.jsonl.gz",
-             f"roles.rank{rank}.jsonl", f"report.rank{rank}.json"}
+             f"roles.rank{rank}.jsonl", f"worker_batches.rank{rank}.txt", f"report.rank{rank}.json"}
     names |= {"report.json", "report.html"} if rank == 0 else set()
     return {name for name in names if os.path.lexists(path / name)}
 

@@ -39,7 +39,7 @@ def test_another_runs_files_are_refused_then_removed_with_force(tmp_path, plain_
     out = tmp_path / "out"
     _, lock = rundir.claim_run_dir(out, 0)
     lock.release()
-    for name in ("record.rank0.json.gz", "samples.rank0.jsonl.gz", "report.json"):
+    for name in ("record.rank0.json.gz", "samples.rank0.jsonl.gz", "worker_batches.rank0.txt", "report.json"):
         (out / name).write_bytes(b"old")
     (out / "traces").mkdir()
     (out / "notes.txt").write_text("the user's own file")
@@ -108,10 +108,11 @@ def test_a_ranks_files_from_an_earlier_attempt_of_the_same_job_are_replaced(tmp_
     out = tmp_path / "out"
     _, lock = rundir.claim_run_dir(out, 0)
     lock.release()
-    (out / "samples.rank0.jsonl.gz").write_bytes(b"first attempt")
+    for name in ("samples.rank0.jsonl.gz", "worker_batches.rank0.txt"):
+        (out / name).write_bytes(b"first attempt")
     _, lock = rundir.claim_run_dir(out, 0)
     lock.release()
-    assert not (out / "samples.rank0.jsonl.gz").exists()
+    assert not (out / "samples.rank0.jsonl.gz").exists() and not (out / "worker_batches.rank0.txt").exists()
 
 
 def test_a_derived_name_that_is_a_symlink_is_refused(tmp_path, plain_process):

@@ -216,9 +216,13 @@ def _prescriptions(ev: RunEvidence, cached_later: bool, idle: bool = True) -> li
     floor = ev.loader_floor
     # one worker's time per batch: measured in the workers (their waits for a core left out), else
     # taken as the step's time per batch × the workers (each busy all the time)
-    measured = floor is not None and workers > 0 and floor.workers == workers
-    latency_s = wait_s if workers == 0 else (floor.wall_s - floor.runq_s if floor is not None and measured
-                                             else per_batch * workers)
+    measured = False
+    if workers == 0:
+        latency_s = wait_s
+    elif floor is not None and floor.workers == workers:
+        latency_s, measured = floor.wall_s - floor.runq_s, True
+    else:
+        latency_s = per_batch * workers
     needed = math.ceil(latency_s / compute_s) + 1
     # waiting workers use no CPU, so they may outnumber the cores — only when that idleness was measured
     cap = IO_WORKERS_PER_CORE * cores if idle else cores
