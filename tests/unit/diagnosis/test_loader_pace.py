@@ -202,3 +202,14 @@ def test_a_wait_the_workers_do_not_explain_is_no_healthy_run():
     findings = run_rules(ctx_of(record, IDLE)).findings
     assert findings[0].rule_id == "thread_account.wait_not_the_workers", [(item.rule_id, item.impact) for item in findings]
     assert not any(item.family == "healthy" for item in findings)
+
+
+def test_a_measured_cause_that_slows_next_too_keeps_the_wait_it_explains():
+    # a Python thread holding the GIL 28 % of the step: unpickling a batch needs the GIL, so the wait
+    # the fast workers leave is that thread's to explain (blind w001 of seed 1144599158, +39 %)
+    record = _timed(make_record(shares=SHARES, num_workers=1), 0.0006, 0.0005, 0.0)
+    gil = finding("thread_account.gil_held", "gil_contention", "a thread holds the GIL", 0.28, 0.8, [], [],
+                  claims=("compute", "other", "data_wait"))
+    out = _paced_by_the_loader([gil, _loading(0.25)], ctx_of(record, IDLE))
+    assert [item.rule_id for item in out] == ["thread_account.gil_held", "storage_io.loader_waits_on_io"]
+    assert out[0].impact == 0.28 and out[1].impact == 0.0
