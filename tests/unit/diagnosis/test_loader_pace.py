@@ -213,3 +213,16 @@ def test_a_measured_cause_that_slows_next_too_keeps_the_wait_it_explains():
     out = _paced_by_the_loader([gil, _loading(0.25)], ctx_of(record, IDLE))
     assert [item.rule_id for item in out] == ["thread_account.gil_held", "storage_io.loader_waits_on_io"]
     assert out[0].impact == 0.28 and out[1].impact == 0.0
+
+
+def test_workers_slowed_by_waits_for_a_core_still_set_the_pace_they_kept():
+    # two workers take 18 ms a batch, 7 of it waiting for a core: their floor is 5.5 ms of the 10 ms
+    # step, but the pace they kept is 9 ms, and that is what the 30 % wait waited for (blind w029 of
+    # seed 1144599158: costly samples +51 % beside a neighbour)
+    record = _timed(make_record(shares=SHARES, num_workers=1), 0.018, 0.006, 0.007, workers=2)
+    evidence = ctx_of(record, IDLE)
+    floor = evidence.loader_floor
+    assert floor.share == pytest.approx(0.0055 / evidence.steady.step_time_mean_s, rel=1e-3)
+    assert floor.pace_share == pytest.approx(0.009 / evidence.steady.step_time_mean_s, rel=1e-3)
+    (loading,) = _paced_by_the_loader([_loading(0.25)], evidence)
+    assert loading.impact == 0.25 and "capped_by_loader" not in loading.extra

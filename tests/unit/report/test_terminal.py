@@ -92,7 +92,7 @@ def test_timed_workers_show_their_time_per_batch_and_the_floor_it_sets():
     record = make_record(40)
     loader = record.loaders[0]
     floor = LoaderFloor(loader_id=loader.loader_id, workers=2, batches=30, wall_s=0.0282, cpu_s=0.0011,
-                        runq_s=0.0011, blocked_s=0.026, floor_s=0.0136, share=0.44, step_s=0.0309, busy=0.8,
+                        runq_s=0.0011, blocked_s=0.026, floor_s=0.0136, share=0.44, step_s=0.0309, pace_share=0.46, busy=0.8,
                         runq_measured=True)
     text = line_text(loader_line(loader, floor))
     assert text.endswith("· a worker takes 28.2 ms per batch (26.0 ms off CPU): at best a step every 13.6 ms"), text

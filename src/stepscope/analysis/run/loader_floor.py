@@ -42,6 +42,9 @@ class LoaderFloor:
     floor_s: float
     share: float
     step_s: float  # the mean steady step the share is of
+    #: the pace the workers kept, their waits for a core included (wall × batches per step / workers),
+    #: as a share of the mean step: what the step waited for, where the floor is what it could get to
+    pace_share: float
     #: share of the window the workers spent making batches (1.0: always busy)
     busy: float
     runq_measured: bool
@@ -52,11 +55,12 @@ class LoaderFloor:
         return self.paced_wait(wait_share) > 0.0
 
     def paced_wait(self, wait_share: float) -> float:
-        """The part of the step's data wait that the workers' pace explains: what the floor exceeds
-        the step's own work by (the step less its wait), with :data:`PACE_MARGIN` for the steps'
-        spread, at most the wait. The rest of the wait is the training process's own time inside
-        ``next()`` (receiving and unpacking batches, or waiting for a core meanwhile)."""
-        return min(wait_share, max(0.0, self.share + wait_share + PACE_MARGIN - 1.0))
+        """The part of the step's data wait that the workers' pace explains: what the pace they kept
+        (:attr:`pace_share`, their waits for a core included: those are the step's too) exceeds the
+        step's own work by (the step less its wait), with :data:`PACE_MARGIN` for the steps' spread,
+        at most the wait. The rest of the wait is the training process's own time inside ``next()``
+        (receiving and unpacking batches, or waiting for a core meanwhile)."""
+        return min(wait_share, max(0.0, self.pace_share + wait_share + PACE_MARGIN - 1.0))
 
     def blocked_share(self) -> float:
         """The workers' time off CPU per step, as a share of the step: what faster reads take away."""
@@ -102,12 +106,14 @@ def loader_floor(record: RunRecord, steady: SteadyState | None, loader: LoaderIn
     workers = int(loader.num_workers)
     step_mean_ns = steady.step_time_mean_s * 1e9
     span_ns = max(1.0, float(window_end - window_start))
-    floor_ns = float((wall - runq).mean()) * steady.batches_per_step / workers
+    per_step = steady.batches_per_step / workers
+    floor_ns = float((wall - runq).mean()) * per_step
     return LoaderFloor(
         loader_id=loader.loader_id, workers=workers, batches=count,
         wall_s=float(wall.mean()) / 1e9, cpu_s=float(cpu.mean()) / 1e9, runq_s=float(runq.mean()) / 1e9,
         blocked_s=float((wall - cpu - runq).mean()) / 1e9,
         floor_s=floor_ns / 1e9, share=floor_ns / step_mean_ns if step_mean_ns > 0 else 0.0,
         step_s=steady.step_time_mean_s,
+        pace_share=float(wall.mean()) * per_step / step_mean_ns if step_mean_ns > 0 else 0.0,
         busy=min(1.0, float(wall.sum()) / (workers * span_ns)), runq_measured=runq_measured,
     )
