@@ -211,3 +211,11 @@ def severity_for_impact(impact: float) -> Severity:
     if impact >= 0.01:
         return Severity.LOW
     return Severity.INFO
+
+
+def lowered_severity(item: Finding, impact: float) -> Severity:
+    """The severity of ``item`` once its impact is lowered to ``impact``: never above what that
+    impact warrants, never raised, and INFO (a note) stays INFO."""
+    if item.severity == Severity.INFO:
+        return item.severity
+    return max(Severity.INFO, min(item.severity, severity_for_impact(impact)))

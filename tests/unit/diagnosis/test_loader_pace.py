@@ -1,5 +1,5 @@
 """Idle DataLoader workers set the pace: work taken off the training thread is then more waiting,
-not a shorter step, in every step that waited for data (``engine.loader_pace``)."""
+not a shorter step, in every step that waited for data (``diagnosis.loader_pace``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from diagnosis_records import ctx_of, make_record
 from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
-from stepscope.diagnosis.engine import _paced_by_the_loader, loader_pace, run_rules
+from stepscope.diagnosis.engine import run_rules
+from stepscope.diagnosis.loader_pace import loader_pace, paced_by_the_loader
 from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules._common import finding
 from stepscope.record.run import WorkerBatches
@@ -43,7 +44,7 @@ def _loading(impact: float):
 def test_idle_workers_that_every_step_waits_for_leave_the_thread_s_own_work_nothing_to_save():
     evidence = _evidence(make_record(shares=SHARES, num_workers=1), IDLE)
     assert loader_pace(evidence) == pytest.approx(1.0)
-    own, loading = _paced_by_the_loader([_own_work(0.4), _loading(0.25)], evidence)
+    own, loading = paced_by_the_loader([_own_work(0.4), _loading(0.25)], evidence)
     assert own.impact == 0.0 and own.severity == Severity.INFO
     assert own.extra["paced_by_loader"] == 1.0 and own.extra["impact_unpaced"] == 0.4
     assert any(item.metric == "paced_by_loader" for item in own.evidence)
@@ -58,7 +59,7 @@ def test_steps_that_did_not_wait_keep_their_share_of_the_saving():
     unwaited = evidence.steady.unwaited_share
     assert 0.6 < unwaited < 0.7
     assert loader_pace(evidence) == pytest.approx(1.0 - unwaited)
-    (own,) = _paced_by_the_loader([_own_work(0.4)], evidence)
+    (own,) = paced_by_the_loader([_own_work(0.4)], evidence)
     assert own.impact == pytest.approx(0.4 * unwaited, abs=1e-4)
     # a measured cost scaled by a model of the pace is an estimate, and says what it was checked on
     assert not own.impact_measured and own.impact_basis.startswith("estimate: its measured cost × the ")
@@ -75,7 +76,7 @@ def test_busy_absent_or_unmeasured_workers_set_no_pace(workers, signals, off_cpu
     blind evaluation), or waiting for the GIL."""
     evidence = _evidence(make_record(shares=SHARES, num_workers=workers), signals, off_cpu, cause)
     assert loader_pace(evidence) is None
-    assert _paced_by_the_loader([_own_work(0.4)], evidence)[0].impact == 0.4
+    assert paced_by_the_loader([_own_work(0.4)], evidence)[0].impact == 0.4
 
 
 def test_the_pace_reaches_the_verdict():
@@ -135,14 +136,14 @@ def test_a_floor_under_the_step_caps_what_the_training_thread_s_own_work_can_sav
     evidence = ctx_of(_timed(make_record(shares=SHARES, num_workers=1), 0.0095, 0.0005, 0.0), IDLE)
     ceiling = evidence.loader_floor.ceiling
     assert 0.0 < ceiling < 0.1
-    own, loading = _paced_by_the_loader([_own_work(0.4), _loading(0.25)], evidence)
+    own, loading = paced_by_the_loader([_own_work(0.4), _loading(0.25)], evidence)
     assert own.impact == pytest.approx(ceiling, abs=1e-4) and own.impact_measured
     assert own.extra["capped_by_loader"] == pytest.approx(ceiling, abs=1e-4) and own.extra["impact_uncapped"] == 0.4
     assert "the DataLoader sets the pace" in own.title and "sets a floor of 9.5 ms" in own.summary
     assert any(item.metric == "loader_floor_share" for item in own.evidence)
     assert loading.impact == 0.25
     # below the ceiling, nothing changes; the idle-worker heuristic is not applied on top
-    (small,) = _paced_by_the_loader([_own_work(0.03)], evidence)
+    (small,) = paced_by_the_loader([_own_work(0.03)], evidence)
     assert small.impact == 0.03 and "capped_by_loader" not in small.extra and "paced_by_loader" not in small.extra
 
 
@@ -152,7 +153,7 @@ def test_a_fast_loader_leaves_the_own_work_whole_where_the_heuristic_would_have_
     record = _timed(make_record(shares=SHARES, num_workers=1), 0.002, 0.0002, 0.0)
     evidence = replace(ctx_of(record, IDLE), account=_account(0.95))
     assert loader_pace(evidence) == pytest.approx(1.0)
-    (own,) = _paced_by_the_loader([_own_work(0.4)], evidence)
+    (own,) = paced_by_the_loader([_own_work(0.4)], evidence)
     assert own.impact == 0.4
 
 
@@ -178,7 +179,7 @@ def test_workers_that_keep_pace_leave_the_wait_to_the_training_process_and_say_s
     record = _timed(make_record(shares=SHARES, num_workers=1), 0.0006, 0.0005, 0.0)
     evidence = ctx_of(record, IDLE)
     assert evidence.loader_floor.paced_wait(evidence.steady.fetch_wait_share) == 0.0
-    own, loading, remainder = _paced_by_the_loader([_own_work(0.2), _loading(0.25)], evidence)
+    own, loading, remainder = paced_by_the_loader([_own_work(0.2), _loading(0.25)], evidence)
     assert own.impact == 0.2  # far above the floor: the training thread's own work is the step
     assert loading.impact == 0.0 and loading.severity == Severity.INFO and loading.extra["impact_uncapped"] == 0.25
     assert "the workers keep pace" in loading.title and "which more workers do not shorten" in loading.summary
@@ -190,7 +191,7 @@ def test_workers_that_keep_pace_leave_the_wait_to_the_training_process_and_say_s
 def test_a_wait_the_workers_pace_explains_within_its_margin_is_left_to_them():
     # the worker's 9.5 ms per batch under a 10 ms step that waits 30 %: the wait is the pace's
     record = _timed(make_record(shares=SHARES, num_workers=1), 0.0095, 0.0005, 0.0)
-    (loading,) = _paced_by_the_loader([_loading(0.25)], ctx_of(record, IDLE))
+    (loading,) = paced_by_the_loader([_loading(0.25)], ctx_of(record, IDLE))
     assert loading.impact == 0.25 and "capped_by_loader" not in loading.extra
 
 
@@ -210,7 +211,7 @@ def test_a_measured_cause_that_slows_next_too_keeps_the_wait_it_explains():
     record = _timed(make_record(shares=SHARES, num_workers=1), 0.0006, 0.0005, 0.0)
     gil = finding("thread_account.gil_held", "gil_contention", "a thread holds the GIL", 0.28, 0.8, [], [],
                   claims=("compute", "other", "data_wait"))
-    out = _paced_by_the_loader([gil, _loading(0.25)], ctx_of(record, IDLE))
+    out = paced_by_the_loader([gil, _loading(0.25)], ctx_of(record, IDLE))
     assert [item.rule_id for item in out] == ["thread_account.gil_held", "storage_io.loader_waits_on_io"]
     assert out[0].impact == 0.28 and out[1].impact == 0.0
 
@@ -224,5 +225,5 @@ def test_workers_slowed_by_waits_for_a_core_still_set_the_pace_they_kept():
     floor = evidence.loader_floor
     assert floor.share == pytest.approx(0.0055 / evidence.steady.step_time_mean_s, rel=1e-3)
     assert floor.pace_share == pytest.approx(0.009 / evidence.steady.step_time_mean_s, rel=1e-3)
-    (loading,) = _paced_by_the_loader([_loading(0.25)], evidence)
+    (loading,) = paced_by_the_loader([_loading(0.25)], evidence)
     assert loading.impact == 0.25 and "capped_by_loader" not in loading.extra
