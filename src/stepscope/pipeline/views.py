@@ -12,7 +12,7 @@ over from the analyses (a loader's settings, not its worker pids); report.json's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,13 +114,12 @@ def compile_line(summary: CompileSummary | None) -> CompileLine | None:
 
 def loader_line(loader: LoaderInfo, floor: LoaderFloor | None = None) -> LoaderLine:
     """The summary's line of ``loader``, with its workers' measured pace when ``floor`` is its."""
-    timed = floor is not None and floor.loader_id == loader.loader_id
-    return LoaderLine(loader.loader_id, loader.dataset_type, loader.batch_size, loader.num_workers,
+    line = LoaderLine(loader.loader_id, loader.dataset_type, loader.batch_size, loader.num_workers,
                       loader.prefetch_factor, loader.persistent_workers, loader.pin_memory, loader.drop_last,
-                      loader.batches, loader.wait_ns,
-                      worker_batch_s=floor.wall_s if floor is not None and timed else None,
-                      worker_blocked_s=floor.blocked_s if floor is not None and timed else None,
-                      floor_s=floor.floor_s if floor is not None and timed else None)
+                      loader.batches, loader.wait_ns)
+    if floor is None or floor.loader_id != loader.loader_id:
+        return line
+    return replace(line, worker_batch_s=floor.wall_s, worker_blocked_s=floor.blocked_s, floor_s=floor.floor_s)
 
 
 def overrides_line(overrides: Overrides | None) -> OverridesLine | None:
