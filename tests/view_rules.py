@@ -7,7 +7,8 @@ unreadable. A plain module (``tests`` is on ``pythonpath``) so both read one lis
 from __future__ import annotations
 
 #: The view modules: the types a renderer reads are defined here.
-VIEWS = ("stepscope.report.model", "stepscope.report.command_views", "stepscope.report.diff_view")
+VIEWS = ("stepscope.report.model", "stepscope.report.run_view", "stepscope.report.command_views",
+         "stepscope.report.diff_view")
 
 #: The outside types the view-model passes on as they are, and why. Every other name a renderer
 #: takes from the views, and every type a view's field holds, is a view's own.

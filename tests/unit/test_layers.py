@@ -63,9 +63,9 @@ ENGINE = ("stepscope.diagnosis.engine", "stepscope.diagnosis.rules")
 ENGINE_CALLER = "pipeline/diagnose.py"
 #: What a renderer (``report/render/``) may import of stepscope: the views, its fellow renderers,
 #: and the leaves that format and write.
-RENDERER_MAY = ("stepscope.report.model", "stepscope.report.command_views", "stepscope.report.diff_view",
-                "stepscope.report.render", "stepscope.units", "stepscope.text", "stepscope._version",
-                "stepscope.errors", "stepscope.safe_write")
+RENDERER_MAY = ("stepscope.report.model", "stepscope.report.run_view", "stepscope.report.command_views",
+                "stepscope.report.diff_view", "stepscope.report.render", "stepscope.units", "stepscope.text",
+                "stepscope._version", "stepscope.errors", "stepscope.safe_write")
 #: Third-party packages the analysis core must not import (it runs without them).
 CORE = ("record", "traces", "analysis", "diagnosis")
 FORBIDDEN_IN_CORE = ("torch", "rich", "pandas")

@@ -129,7 +129,7 @@ TWO_WORKERS = Candidate("dataloader.num_workers=2", {"dataloader.num_workers": 2
 
 
 def test_when_every_trial_fails_nothing_is_verified_and_the_line_says_how_and_where(tmp_path):
-    from stepscope.report.model import verification_view
+    from stepscope.report.run_view import verification_view
     from stepscope.report.render.lines import verification_line
 
     (tmp_path / "train.py").write_text(FAILING_SCRIPT)
@@ -230,7 +230,7 @@ def test_a_later_round_keeps_the_baseline_and_the_candidates_that_fit_with_it():
     ((3, 3), (0, 0), "(3 per setting,"),
 ])
 def test_the_line_counts_the_trials_measured_per_setting(runs, failed, said):
-    from stepscope.report.model import verification_view
+    from stepscope.report.run_view import verification_view
     from stepscope.report.render.lines import verification_line
 
     rows = [{"runs": count, "failed": lost, "verdict": "within noise"} for count, lost in zip(runs, failed)]

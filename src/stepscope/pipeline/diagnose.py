@@ -28,14 +28,16 @@ from typing import TYPE_CHECKING
 from stepscope.analysis.bundle import RunEvidence, job_evidence, rank_basis, trace_evidence
 from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
 from stepscope.errors import UsageError
-from stepscope.pipeline import views
 from stepscope.pipeline.inputs import JobInputs
 from stepscope.pipeline.report_json import json_sections
 from stepscope.record.run import PHASES, RunRecord
-from stepscope.report.model import FlameView, PerfettoView, RankReport, Report, StackLine
+from stepscope.pipeline.trace_views import trace_views
+from stepscope.report.model import RankReport, Report
 
-if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
+if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`), the run's
+    # views where a run is reported (`analyze` builds none)
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
+    from stepscope.report.run_view import FlameView, PerfettoView
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def diagnose(inputs: JobInputs, options: ReportOptions = ReportOptions()) -> Rep
 
 
 def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
+    from stepscope.pipeline import views
+
     records = inputs.records
     ranks = inputs.ranks
     focus = _focus(options.focus, ranks)
@@ -86,7 +90,7 @@ def _run_report(inputs: JobInputs, options: ReportOptions) -> Report:
         source="run", focus_rank=focus, evidence=evidence, diagnosis=diagnosis, findings=findings,
         summary=summary, meta=record.meta, warnings=_run_warnings(inputs, job, several), ranks=rank_reports,
         job=views.job_summary(table) if table is not None else None,
-        traces=views.trace_views(window, from_window=True) if window is not None else None,
+        traces=trace_views(window, from_window=True) if window is not None else None,
         timelines=views.machine_timelines(timelines), steps=series, rank_steady=views.rank_steps(evidence.ranks),
         perfetto=_perfetto(inputs, evidences) if options.perfetto else None,
         flame=_flame(record, options.flame) if options.flame is not None else None,
@@ -117,7 +121,7 @@ def _trace_report(analysis: TraceAnalysis, options: ReportOptions) -> Report:
     rank_reports = tuple(RankReport(rank, ev, diag) for rank, ev, diag in zip(ranks, evidences, job.per_rank))
     return Report(source="trace", focus_rank=ranks[0] if ranks else 0, evidence=first_evidence, diagnosis=first,
                   findings=job.findings, warnings=warnings, ranks=rank_reports,
-                  traces=views.trace_views(analysis, from_window=False), diagnosis_complete=first.complete,
+                  traces=trace_views(analysis, from_window=False), diagnosis_complete=first.complete,
                   sections=json_sections(first_evidence, first, None, ranks=rank_reports, traces=analysis))
 
 
@@ -146,12 +150,15 @@ def _run_warnings(inputs: JobInputs, job: JobDiagnosis, several: bool) -> tuple[
 
 
 def _perfetto(inputs: JobInputs, evidences: tuple[RunEvidence, ...]) -> PerfettoView:
+    from stepscope.pipeline import views
+
     series = [views.step_series(evidence, None) for evidence in evidences]
     return views.perfetto_view(inputs.records, [item for item in series if item is not None], inputs.run_dir)
 
 
 def _flame(record: RunRecord, phase: str) -> FlameView:
     from stepscope.analysis.run.code_locations import collapse_stacks
+    from stepscope.report.run_view import FlameView, StackLine
 
     try:
         stacks = collapse_stacks(record, phase)

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.steady import StepStats
 from stepscope.diagnosis.engine import Diagnosis
-from stepscope.pipeline.views import EMPTY_STATS, JobTable
 from stepscope.record.run import PHASES, CaptureFacts, RunMeta
-from stepscope.report.model import JsonSections, RankReport, RunSummary
+from stepscope.report.model import JsonSections, RankReport
 
-if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`)
+if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`), only a run its views
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
+    from stepscope.pipeline.views import JobTable
+    from stepscope.report.run_view import RunSummary
 
 _EMPTY_PHASES = {phase: 0.0 for phase in PHASES}
 #: What a report without a run (traces) says of MFU.
@@ -69,6 +70,8 @@ def summary_json(summary: RunSummary | None, evidence: RunEvidence) -> dict[str,
                 "warmup": empty, "fetch_wait_share": None, "samples_per_step": None, "measured_phases": [],
                 "step_source": None, "inference": False, "training_in_children": False, "mfu": None,
                 "mfu_note": NO_RECORD_MFU, "skipped_samples": None}
+    from stepscope.pipeline.views import EMPTY_STATS
+
     steady = evidence.steady
     return {
         "steps": {"total": summary.total_steps, "warmup": summary.warmup_steps, "steady": summary.steady_steps,

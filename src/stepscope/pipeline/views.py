@@ -1,11 +1,12 @@
-"""The sections of the :class:`~stepscope.report.model.Report` view-model, computed from analyses.
+"""The run's sections of the :class:`~stepscope.report.model.Report` view-model, computed from analyses.
 
 Every number an output shows is computed here, once, and handed to the renderers as plain typed
-data of the view's own types: the run's summary (and whether its MFU is worth a line), the job's
-rank table, each trace rank's category shares, idle and launch statistics and critical path, the
-step series with per-step shares, the machine's timelines and the sampler intervals mapped onto
-steps, the merged Perfetto timeline with its clock alignment. Only the values shown are carried
-over from the analyses (a loader's settings, not its worker pids); report.json's sections are
+data of the view's own types (:mod:`stepscope.report.run_view`): the run's summary (and whether its
+MFU is worth a line), the job's rank table, the step series with per-step shares, the machine's
+timelines and the sampler intervals mapped onto steps, the merged Perfetto timeline with its clock
+alignment. Only the values shown are carried over from the analyses (a loader's settings, not its
+worker pids). The trace views (each traced rank's shares, idle and launch statistics and critical
+path) are :mod:`stepscope.pipeline.trace_views`'s, report.json's sections
 :mod:`stepscope.pipeline.report_json`'s.
 """
 
@@ -26,20 +27,16 @@ from stepscope.analysis.run.steady import StepStats, model_split_by_device, step
 from stepscope.diagnosis.engine import Diagnosis
 from stepscope.diagnosis.findings import Finding
 from stepscope.record.run import PHASES, LoaderInfo, Overrides, RunRecord, StepTable
-from stepscope.report.model import (AccountSummary, CompileLine, CriticalPathView, EagerFrame, GcLine, JobRankRow,
-                                    JobSpread, JobSummary, LaunchSummary, LoaderLine, MachineTimelines, MachineView,
-                                    MfuLine, MissingRankLine, OverriddenSetting, OverridesLine, PathSegmentRow,
-                                    PathStretch, PerfettoRank, PerfettoView, RankSteps, RunSummary, SkipSummary,
-                                    SkippedDataset, StepSeries, StepTimes, TABLE_ROWS, TraceRankView, TraceViews)
+from stepscope.report.run_view import (AccountSummary, CompileLine, EagerFrame, GcLine, JobRankRow, JobSpread,
+                                       JobSummary, LoaderLine, MachineTimelines, MachineView, MfuLine,
+                                       MissingRankLine, OverriddenSetting, OverridesLine, PerfettoRank, PerfettoView,
+                                       RankSteps, RunSummary, SkipSummary, SkippedDataset, StepSeries, StepTimes)
 from stepscope.units import SHARE_SHOWN_MIN
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`), only a record the rest
     from stepscope.analysis.run.compile_summary import CompileSummary
     from stepscope.analysis.run.ranks import JobFailure, MissingRank, RankRow, RankSpread
     from stepscope.analysis.run.timelines import SystemTimelines
-    from stepscope.analysis.trace.critical_path import PathSummary
-    from stepscope.analysis.trace.rank_analysis import RankAnalysis
-    from stepscope.analysis.trace.trace_evidence import TraceAnalysis
 
 #: The statistics of no steps (a run whose steady state could not be found).
 EMPTY_STATS = step_stats(StepTable.empty())
@@ -286,70 +283,6 @@ def job_summary(table: JobTable) -> JobSummary:
                                               spread.step_time_spread, spread.slowest_rank),
         tuple(MissingRankLine(item.rank, item.reason) for item in table.missing),
         len({row.node for row in table.rows}) > 1, table.failure.text if table.failure is not None else None)
-
-
-# -- traces ----------------------------------------------------------------------------------------
-def trace_views(analysis: TraceAnalysis, from_window: bool) -> TraceViews:
-    comparison = tuple((item.rank, item.step_time_us, item.idle_share, item.compute_share)
-                       for item in analysis.comparison.ranks)
-    return TraceViews(tuple(trace_rank_view(item) for item in analysis.ranks), comparison,
-                      analysis.comparison.stragglers, from_window, analysis)
-
-
-def trace_rank_view(item: RankAnalysis) -> TraceRankView:
-    from stepscope.analysis.trace.step_breakdown import CATEGORIES
-
-    steps = item.steps
-    temporal = item.temporal
-    python = item.python
-    launches = item.launches
-    summary = launches.summary() if launches.count else None
-    return TraceRankView(
-        rank=item.rank, path=item.path, rank_source=item.rank_source, device_name=item.device_name,
-        categories=tuple((category, steps.mean_us.get(category), steps.share(category)) for category in CATEGORIES),
-        step_time_us=steps.mean_us.get("Total"),
-        per_step_us=tuple((name, {key: value for key, value in values.items() if key != "Total"})
-                          for name, values in zip(steps.step_names, steps.per_step_us)),
-        devices=item.devices,
-        temporal=None if temporal is None else (temporal.idle_share, temporal.compute_share,
-                                                temporal.non_compute_share, temporal.kernel_time_us),
-        idle_streams=item.idle.shares() if temporal is not None else None,
-        comm_overlap=item.overlap.overlap_share,
-        launches=None if summary is None else LaunchSummary(
-            count=int(summary["count"]), delay_p50_us=float(summary["launch_delay_us"]["p50"]),
-            short_kernels=int(summary["short_gpu_kernels"]), runtime_outliers=int(summary["runtime_outliers"]),
-            delay_outliers=int(summary["launch_delay_outliers"])),
-        host=None if python is None else {part: python.share(part) for part in ("python", "aten", "runtime")},
-        memory=item.memory.devices, allocators=item.memory.top_operators,
-        operators=item.operators.rows, operators_by_shape=item.operators.grouped_by_shape,
-        kernels=item.kernels.rows, notes=(*steps.notes, *item.warnings), critical=critical_path_view(item.critical),
-        operators_shown=_largest(item.operators.rows, "host_total_us"), kernels_shown=_largest(item.kernels.rows, "total_us"))
-
-
-def critical_path_view(path: PathSummary | None) -> CriticalPathView | None:
-    """The critical path as the views show it: its shares worth showing (in display order and
-    largest first), its longest segments and the drawn step's stretches, each bound kind labelled."""
-    if path is None:
-        return None
-    shares = tuple((kind, path.label(kind), share) for kind, share in path.shown_shares().items())
-    return CriticalPathView(
-        steps=len(path.steps), length_us=path.length_us, per_step_us=path.per_step_us,
-        labels={kind: path.label(kind) for kind in path.KINDS}, shares=shares,
-        shares_ranked=tuple(sorted(shares, key=lambda row: (row[2], row[0]), reverse=True)),
-        after_sync_us=path.after_sync_us, after_sync_share=path.after_sync_share, syncs=path.syncs,
-        notes=path.notes,
-        segments=tuple(PathSegmentRow(item.name, item.stream, path.label(item.bound), item.why,
-                                      item.per_step_us, item.share, item.count) for item in path.segments),
-        shown_step=path.shown_step,
-        stretches=tuple(PathStretch(span.name, span.bound, path.label(span.bound), span.ts_us, span.end_us, span.pid,
-                                    span.tid, span.stream) for span in path.spans))
-
-
-def _largest(rows: tuple[Any, ...], key: str) -> tuple[Any, ...]:
-    """A table's rows as a page holds them: all, or the TABLE_ROWS largest by ``key``."""
-    if len(rows) <= TABLE_ROWS:
-        return rows
-    return tuple(sorted(rows, key=lambda row: -getattr(row, key))[:TABLE_ROWS])
 
 
 # -- the Perfetto timeline -------------------------------------------------------------------------

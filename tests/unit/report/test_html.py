@@ -16,7 +16,7 @@ from stepscope.record.run import RunMeta, RunRecord, StepTable
 from html_records import HOSTILE, PAYLOAD, synthetic_run
 from records import make_record
 from records import report_of as build_report
-from stepscope.pipeline.views import trace_views
+from stepscope.pipeline.trace_views import trace_views
 from stepscope.report.render import html_charts as charts
 from stepscope.report.render.html import json_for_script, render_html, text
 

@@ -12,7 +12,7 @@ from browser import CHROMIUM, Browser, png_pixels
 from html_records import HOSTILE, synthetic_run
 from records import report_of as build_report
 from stepscope.analysis.trace.trace_evidence import analyze_traces
-from stepscope.pipeline.views import trace_views
+from stepscope.pipeline.trace_views import trace_views
 from stepscope.record.run import PHASES
 from stepscope.report.render.html import write_html
 

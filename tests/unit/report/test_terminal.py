@@ -144,7 +144,8 @@ def sentinel_report():
     """A report whose every number is a distinct sentinel (see test_renderer_only_formats)."""
     from stepscope.analysis.bundle import RunEvidence
     from stepscope.diagnosis.engine import Diagnosis
-    from stepscope.report.model import LoaderLine, MfuLine, Report, RunSummary, StepTimes
+    from stepscope.report.model import Report
+    from stepscope.report.run_view import LoaderLine, MfuLine, RunSummary, StepTimes
 
     shares = {"data_wait": 0.1234, "forward": 0.2341, "backward": 0.3412, "optimizer": 0.0456, "other": 0.2557}
     steady = StepTimes(count=4321, mean_s=0.0101, median_s=0.0111, p90_s=0.0222, max_s=0.0333, steps_per_s=12.34,

@@ -127,7 +127,7 @@ def sampled_run():
 
 def run_with_a_window():
     from stepscope.analysis.trace.trace_evidence import analyze_traces
-    from stepscope.pipeline.views import trace_views
+    from stepscope.pipeline.trace_views import trace_views
 
     window = trace_views(analyze_traces(TRACES / "cpu_train.pt.trace.json.gz"), from_window=True)
     return replace(build_report(synthetic_run(120)), traces=window)

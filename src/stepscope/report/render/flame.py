@@ -4,7 +4,8 @@ pipeline from the stack samples of the steady steps)."""
 
 from __future__ import annotations
 
-from stepscope.report.model import Report, StackLine
+from stepscope.report.model import Report
+from stepscope.report.run_view import StackLine
 from stepscope.report.render.output import Output
 
 

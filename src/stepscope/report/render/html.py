@@ -31,7 +31,8 @@ import numpy as np
 import orjson
 
 from stepscope._version import __version__
-from stepscope.report.model import PHASES, Finding, Report, RunSummary, StepSeries, TraceRankView, TraceViews
+from stepscope.report.model import PHASES, Finding, Report, TraceRankView, TraceViews
+from stepscope.report.run_view import RunSummary, StepSeries
 from stepscope.report.render.output import Output
 from stepscope.report.render import html_charts as charts
 from stepscope.report.render.lines import (account_line, compile_line, confidence_line, gain_line, loader_line,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepscope.report.model import CompileLine, LoaderLine, OverridesLine, SkipSummary, VerificationView
 from stepscope.text import printable
 from stepscope.units import format_duration_ns, format_ratio
+
+if TYPE_CHECKING:  # the run's views annotate only: a trace's report builds none
+    from stepscope.report.run_view import CompileLine, LoaderLine, OverridesLine, SkipSummary, VerificationView
 
 
 def loader_line(loader: LoaderLine) -> str:

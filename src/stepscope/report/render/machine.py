@@ -8,11 +8,15 @@ judged there); a field that was not measured reads "-" or is left out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
-from stepscope.report.model import MachineView, RunSummary
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_ratio
+
+if TYPE_CHECKING:  # the run's views annotate only: a trace's report builds none
+    from stepscope.report.run_view import MachineView, RunSummary
 
 
 def machine_rows(summary: RunSummary) -> list[tuple[str, Text]]:

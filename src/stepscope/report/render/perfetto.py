@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from stepscope.report.model import PHASES, CriticalPathView, PerfettoRank, PerfettoView, Report, StepSeries
+from stepscope.report.model import PHASES, CriticalPathView, Report
+from stepscope.report.run_view import PerfettoRank, PerfettoView, StepSeries
 from stepscope.report.render.output import Output
 from stepscope.safe_write import atomic_write
 

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from stepscope.errors import UsageError
-from stepscope.report.model import PHASES, Report, StepSeries
+from stepscope.report.model import PHASES, Report
+from stepscope.report.run_view import StepSeries
 from stepscope.report.render.output import Output
 from stepscope.safe_write import atomic_write
 

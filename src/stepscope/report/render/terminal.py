@@ -19,20 +19,23 @@ from the :class:`~stepscope.report.model.Report`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.report.model import PHASES, Finding, JobSummary, Report, RunSummary
+from stepscope.report.model import PHASES, Finding, Report
 from stepscope.report.render.output import Output
 from stepscope.report.render.lines import (account_line, compile_line, confidence_line, gain_line, loader_line,
                                            overridden_line, skipped_line, verification_line, withdrawn_line)
 from stepscope.report.render.machine import machine_rows
 from stepscope.text import printable
 from stepscope.units import format_bytes, format_duration, format_ratio, format_value
+
+if TYPE_CHECKING:  # the run's views annotate only: a trace's report builds none
+    from stepscope.report.run_view import JobSummary, RunSummary
 
 PHASE_STYLE = {
     "data_wait": ("data wait", "red"),
@@ -63,14 +66,16 @@ NOT_MEASURED = "–"
 
 
 def console_for(out: Output) -> Console:
-    """The console the summary prints on (see the module docstring for the width)."""
+    """The console the summary prints on (see the module docstring for the width). No ``:name:``
+    emoji codes are replaced: the summary has none of its own, and a script's or a trace's text
+    (a path, a name) must print as it is (it would also load rich's emoji table, a few ms)."""
     stream = out.stream
     if out.width is not None:
-        return Console(file=stream, width=out.width, highlight=False)
-    console = Console(file=stream, highlight=False)
+        return Console(file=stream, width=out.width, highlight=False, emoji=False)
+    console = Console(file=stream, highlight=False, emoji=False)
     if console.is_terminal:
         return console
-    return Console(file=stream, width=PIPE_WIDTH, highlight=False, color_system=None)
+    return Console(file=stream, width=PIPE_WIDTH, highlight=False, color_system=None, emoji=False)
 
 
 def print_wide(console: Console, renderable: RenderableType) -> None:
