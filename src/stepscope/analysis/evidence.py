@@ -156,6 +156,8 @@ class HostTime:
 
 @dataclass(frozen=True)
 class SyncsAndCopies:
+    """Host–device synchronisations and copies in the traced steps."""
+
     syncs_per_step: float | None = None  # cudaDeviceSynchronize / StreamSynchronize / item()
     sync_share: float | None = None  # of the steps' time
     pageable_memcpy_share: float | None = None  # of memcpy time
@@ -163,6 +165,8 @@ class SyncsAndCopies:
 
 @dataclass(frozen=True)
 class DeviceMemoryUse:
+    """The device memory the trace saw allocated at its peak, and the device's capacity."""
+
     peak_bytes: int | None = None
     capacity_bytes: int | None = None
 

@@ -46,6 +46,8 @@ class CpuDemand:
 
 @dataclass(frozen=True)
 class ForeignProcess:
+    """A process outside the run's own tree and the CPU it used while the steps ran."""
+
     pid: int
     name: str
     cpu_util: float  # share of one core

@@ -32,6 +32,8 @@ class Compilation:
 
 @dataclass(frozen=True)
 class GraphBreak:
+    """One distinct graph break torch.compile logged: where it is, why, and how often it was met."""
+
     file: str
     line: int
     reason: str

@@ -153,6 +153,8 @@ class LoaderInfo:
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """One accelerator the run saw (or the CPU): its index, kind, name, memory and capability."""
+
     index: int
     kind: str
     name: str

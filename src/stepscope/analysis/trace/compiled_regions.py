@@ -34,6 +34,8 @@ _REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<variant>\d+)")
 
 @dataclass(frozen=True)
 class CompiledRegions:
+    """torch.compile's footprint in the trace: compiled regions, graphs and recompiled variants per step."""
+
     steps: int
     regions_per_step: float  # calls into compiled code per step
     graphs_per_step: float  # CompiledFunction (forward graphs) per step

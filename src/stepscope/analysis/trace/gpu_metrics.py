@@ -64,6 +64,8 @@ def uses_tensor_cores(name: str) -> bool:
 
 @dataclass(frozen=True)
 class DeviceSummary:
+    """One GPU's utilisation, SM efficiency, occupancy and Tensor Core share over the trace."""
+
     device: int
     utilization: float | None
     sm_efficiency: float | None

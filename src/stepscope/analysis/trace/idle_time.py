@@ -34,6 +34,8 @@ _IDLE_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy"
 
 @dataclass(frozen=True)
 class StreamIdle:
+    """One CUDA stream's idle time, split by cause (waiting for the host, between kernels, other)."""
+
     stream: int
     idle_us: dict[str, float]  # category -> µs
     ratio: dict[str, float | None]
@@ -42,6 +44,8 @@ class StreamIdle:
 
 @dataclass(frozen=True)
 class IdleTimeBreakdown:
+    """The GPU's idle time on each stream of one rank, split by cause (HTA's idle-time breakdown)."""
+
     rank: int
     streams: tuple[StreamIdle, ...]
 

@@ -21,6 +21,8 @@ _ORDER = ((COMPUTATION, "COMPUTATION"), (COMMUNICATION, "COMMUNICATION"), (MEMOR
 
 @dataclass(frozen=True)
 class KernelTypeRow:
+    """One kind of GPU kernel (computation, communication, memory, …) and its share of kernel time."""
+
     kernel_type: str
     sum_us: float
     share: float
@@ -28,6 +30,8 @@ class KernelTypeRow:
 
 @dataclass(frozen=True)
 class KernelTypeBreakdown:
+    """GPU kernel time by kind of kernel, over every rank (HTA's kernel-type breakdown)."""
+
     rows: tuple[KernelTypeRow, ...]
 
     def to_dict(self) -> dict[str, Any]:

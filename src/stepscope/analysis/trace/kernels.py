@@ -19,6 +19,8 @@ from stepscope.traces.links import KERNEL, EventLinks
 
 @dataclass(frozen=True)
 class KernelRow:
+    """One GPU kernel (by name): its calls, its time and its launch configuration (blocks per SM, occupancy)."""
+
     name: str
     calls: int
     total_us: float
@@ -32,6 +34,8 @@ class KernelRow:
 
 @dataclass(frozen=True)
 class KernelTable:
+    """Every GPU kernel of the trace, largest total time first, and their total."""
+
     rows: tuple[KernelRow, ...]
     total_us: float
 

@@ -34,6 +34,8 @@ LAUNCH_DELAY_CUTOFF_US = 100.0
 
 @dataclass(frozen=True)
 class LaunchStats:
+    """Every kernel launch of one rank: its runtime call's duration, its kernel's and the delay between them."""
+
     rank: int
     correlation: np.ndarray
     cpu_duration: np.ndarray

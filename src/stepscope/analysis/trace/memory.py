@@ -25,6 +25,8 @@ DEVICE_TYPES = {0: "CPU", 1: "CUDA"}
 
 @dataclass(frozen=True)
 class DeviceMemory:
+    """One device's allocator events: its peak allocated (and reserved) memory and the curve to it."""
+
     device: str  # "CUDA:0", "CPU"
     events: int
     peak_allocated_bytes: float
@@ -37,6 +39,8 @@ class DeviceMemory:
 
 @dataclass(frozen=True)
 class AllocatingOperator:
+    """An operator that allocates device memory: how often and how much."""
+
     name: str
     allocations: int
     allocated_bytes: float
@@ -44,6 +48,8 @@ class AllocatingOperator:
 
 @dataclass(frozen=True)
 class MemoryView:
+    """The trace's memory view: each device's curve and peak, and the operators that allocate most."""
+
     devices: tuple[DeviceMemory, ...]
     top_operators: tuple[AllocatingOperator, ...]
 

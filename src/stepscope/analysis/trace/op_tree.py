@@ -27,6 +27,8 @@ from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYT
 
 @dataclass(frozen=True)
 class OpTree:
+    """The host operators nested by time into a tree (parents, folded rows), the operator views' common base."""
+
     rows: np.ndarray  # host rows, in (thread, start, -dur) order
     parent: np.ndarray  # position in ``rows`` of the parent, -1 for roots
     alias: np.ndarray  # position a row was folded into (itself when not folded)

@@ -41,6 +41,8 @@ TC_ELIGIBLE_OPS = frozenset(
 
 @dataclass(frozen=True)
 class OperatorRow:
+    """One operator (by name, optionally by input shape): its calls and host and device time, self and total."""
+
     name: str
     input_shape: str | None
     calls: int
@@ -54,6 +56,8 @@ class OperatorRow:
 
 @dataclass(frozen=True)
 class OperatorTable:
+    """Every operator of the trace (by name, or by name and input shape), largest device self time first."""
+
     rows: tuple[OperatorRow, ...]
     grouped_by_shape: bool
 

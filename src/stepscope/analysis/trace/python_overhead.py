@@ -22,6 +22,9 @@ from stepscope.traces.links import OPERATOR, PYFUNC, RUNTIME, STEP, EventLinks, 
 
 @dataclass(frozen=True)
 class PythonOverhead:
+    """The host threads' time in the traced window split into Python, ATen, the CUDA runtime and the rest
+    (exclusive)."""
+
     window_us: float
     python_us: float  # exclusive of ATen and runtime time
     aten_us: float  # exclusive of runtime time

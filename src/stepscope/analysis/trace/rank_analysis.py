@@ -47,6 +47,9 @@ COUNTED_SYNC_CALLS = SYNC_CALLS[:5]
 
 @dataclass(frozen=True)
 class RankAnalysis:
+    """Every view of one rank's trace, computed once: steps, devices, idle time, operators, kernels, memory, the
+    critical path."""
+
     rank: int
     path: str
     rank_source: str

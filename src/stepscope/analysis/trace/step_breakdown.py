@@ -41,6 +41,8 @@ CATEGORIES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoa
 
 @dataclass(frozen=True)
 class TraceSteps:
+    """The trace's steps (``ProfilerStep#N`` spans, or one synthetic step) and their bounds."""
+
     names: tuple[str, ...]
     start: np.ndarray
     end: np.ndarray
@@ -55,6 +57,8 @@ PER_STEP_COLUMNS = (*CATEGORIES, "Total")
 
 @dataclass(frozen=True)
 class StepBreakdown:
+    """Where each step's time went, per category (kernel, memcpy, runtime, DataLoader, …), and the mean step."""
+
     step_names: tuple[str, ...]
     #: µs per step (rows) and :data:`PER_STEP_COLUMNS` (columns). An array, not a dict per step:
     #: a job's merge keeps every rank's breakdown, and a rank of 8,696 steps took ~5 MB as dicts.

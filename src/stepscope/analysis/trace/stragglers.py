@@ -24,6 +24,8 @@ STRAGGLER_GAP = 0.05
 
 @dataclass(frozen=True)
 class RankSummary:
+    """One rank's step time, idle and compute shares, for the comparison across ranks."""
+
     rank: int
     step_time_us: float | None
     idle_share: float | None
@@ -33,6 +35,8 @@ class RankSummary:
 
 @dataclass(frozen=True)
 class RankComparison:
+    """The ranks side by side and the stragglers among them."""
+
     ranks: tuple[RankSummary, ...]
     stragglers: tuple[int, ...]
     flagged_steps: dict[int, int] = field(default_factory=dict)

@@ -28,6 +28,8 @@ from stepscope.traces.timeline import GpuTimeline
 
 @dataclass(frozen=True)
 class TemporalBreakdown:
+    """One rank's GPU time split into idle, compute and non-compute (HTA's temporal breakdown)."""
+
     rank: int
     idle_us: float
     compute_us: float
@@ -63,6 +65,8 @@ def temporal_breakdown(timeline: GpuTimeline | None, rank: int) -> TemporalBreak
 
 @dataclass(frozen=True)
 class CommOverlap:
+    """One rank's communication kernel time and the part of it that overlapped computation."""
+
     rank: int
     communication_us: float
     overlapped_us: float

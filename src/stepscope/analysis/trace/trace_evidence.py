@@ -39,6 +39,8 @@ SCHEMA = "stepscope.analyze/1"
 
 @dataclass(frozen=True)
 class TraceAnalysis:
+    """The analysis of a set of rank traces: each rank's views, the kernel types over all, the ranks compared."""
+
     ranks: tuple[RankAnalysis, ...]
     kernel_types: KernelTypeBreakdown
     comparison: RankComparison

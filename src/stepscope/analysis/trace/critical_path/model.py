@@ -149,6 +149,9 @@ class PathColumns(NamedTuple):
 
 @dataclass(frozen=True)
 class CriticalPath:
+    """The longest path through one step's dependency graph (or the whole trace's): its edges, length and what
+    bounds it."""
+
     rank: int
     label: str  # "ProfilerStep#12", an annotation instance, or "whole trace"
     start_us: float
