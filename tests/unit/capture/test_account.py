@@ -4,6 +4,8 @@ off-CPU time of the training thread, on both recorder cores, with a real clock a
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -172,7 +174,7 @@ def test_a_thread_that_ends_before_capture_keeps_its_last_snapshot(monkeypatch):
 
 
 def test_a_thread_joined_in_a_short_run_is_read_as_it_ends():
-    """A 0.3 s run has one snapshot, at its start: the thread's totals come from the reading taken
+    """No snapshot of a 0.3 s run is taken as the thread ends: its totals come from the reading taken
     in the thread as it ended, equal to its own CPU clock there, and its life is the span the
     thread itself saw (whatever a loaded machine does to its rate)."""
     stop = threading.Event()
@@ -214,3 +216,53 @@ def test_the_end_reader_leaves_threads_started_after_capture_alone():
     thread.start()
     thread.join()
     assert all(item.name != "late" for item in probe._seen.values())
+
+
+
+_INTRA_OP_SCRIPT = """
+import sys, time, torch
+from stepscope.capture.account import ThreadAccountProbe, thread_table
+from stepscope.capture.recorder import FORWARD, CStepRecorder, PyStepRecorder
+StepRecorder = CStepRecorder if sys.argv[1] == "c" else PyStepRecorder
+from stepscope.capture.warn import WarningSink
+torch.set_num_threads(2)
+a = torch.randn(160, 160)
+rec = StepRecorder()
+probe = ThreadAccountProbe(rec, WarningSink(emit=False))
+rec.on_commit = lambda index: setattr(rec, "next_commit_call", max(index + 1, probe.on_commit(index)))
+rec.next_commit_call = 0
+def step(parallel):
+    rec.fetch_begin(); rec.fetch_end(-1, 8); rec.enter(FORWARD)
+    if parallel:
+        a @ a
+    else:
+        time.sleep(0.002)
+    rec.leave(FORWARD); rec.optimizer_started(1); rec.optimizer_finished(1)
+for _ in range(6):
+    step(False)
+before = {item.native_id: item.cpu_ns for item in thread_table(probe.tid)}
+start = time.perf_counter()
+while time.perf_counter() - start < 0.25:
+    step(True)
+rec.finish()
+grown = {item.native_id: item.cpu_ns - before.get(item.native_id, 0) for item in thread_table(probe.tid)
+         if not item.python and not item.training}
+worker = max(grown, key=grown.get)
+print(grown[worker] // 1_000_000, worker in probe._peers)
+probe.close()
+"""
+
+
+def test_an_intra_op_thread_that_starts_with_the_steps_is_read_in_a_short_run(recorder_core):
+    """The first snapshot is taken at the first accounted step, before the intra-op pool has run
+    (its first parallel operator starts it): the peers chosen then are start-up's threads. The next
+    snapshots come sooner than :data:`SNAPSHOT_S` (from :data:`SNAPSHOT_FIRST_S`, doubling), so in
+    a run of 0.25 s of steps the intra-op thread is read (it was not before: a fresh process, as a
+    script's is, with no pool that ran earlier)."""
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, "-c", _INTRA_OP_SCRIPT, recorder_core], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    spent_ms, read = result.stdout.split()
+    assert int(spent_ms) * 1_000_000 >= account_module.PEER_MIN_CPU_NS, "the intra-op thread did not run"
+    assert read == "True"

@@ -465,3 +465,34 @@ def test_tiny_operators_are_priced_at_the_cost_this_machine_measured():
     launch = next(item for item in run_rules(ctx_of(slower)).findings if item.family == "launch_overhead")
     assert launch.impact_basis == ("estimate: operators × 6.0 µs (91% of a tiny layer's per-operator cost measured "
                                    "on this machine) of host cost each")
+
+
+def test_the_intra_op_threads_wait_is_charged_to_what_ran_beside_them_not_to_themselves():
+    """A neighbour holds one of the two cores; the training thread never waits for a core (it spins
+    at the parallel operators' barrier, on CPU), its intra-op thread does: 30 % of each step. The
+    process's other CPU is that intra-op thread's own, so its wait is the neighbour's (charged by
+    CPU share with the intra-op thread as a taker, the neighbour carried a third of it and a data
+    wait of 11 % outranked it: the blind evaluation's w030, +46 % without the neighbour)."""
+    record = make_record(step_s=0.01, shares={"data_wait": 0.11, "forward": 0.35, "backward": 0.45,
+                                              "optimizer": 0.09})
+    record = _account(record, on_cpu={})
+    account = record.facts.thread_account
+    peers = tuple(int(0.3 * sum(row)) for row in account.wall_ns)
+    intra_op = ThreadInfo(native_id=3, name="python", function="", python=False,
+                          cpu_ns=int(0.5 * record.steps.duration_ns.sum()))
+    # the process's other threads (the intra-op one) ran 0.5 cores beside the training thread
+    process = tuple(tuple(int(cpu + 0.5 * wall) for cpu, wall in zip(cpu_row, wall_row))
+                    for cpu_row, wall_row in zip(account.cpu_ns, account.wall_ns))
+    account = replace(account, peer_runq_ns=peers, threads=(intra_op,), process_cpu_ns=process)
+    record = replace(record, facts=replace(record.facts, thread_account=account))
+    # 2 cores all busy: the training process 1.5 of them, a neighbour the rest
+    evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 1.0, "workers": (WorkerLoad(1, "main", 1.5),),
+                               "foreign_processes": ((77, "python", 0.5),)})
+    view = evidence.account
+    assert view is not None and view.waiting_core == 0.0 and view.peer_waiting == pytest.approx(0.3, abs=0.01)
+    assert view.taker("other processes").step_share == pytest.approx(0.3, abs=0.01)
+    assert view.taker("own threads").step_share == pytest.approx(0.0, abs=0.001)
+    top = run_rules(evidence).findings[0]
+    assert top.family == "foreign_load", [(item.rule_id, item.impact) for item in run_rules(evidence).findings]
+    assert top.impact == pytest.approx(0.3, abs=0.02)
+    assert "intra-op threads" in top.title

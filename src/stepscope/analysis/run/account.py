@@ -17,7 +17,10 @@ The process's busiest other non-Python threads (intra-op) are read too, at each 
 start and end: when one of them waits for a core, a parallel operator waits for it at its barrier,
 on CPU in the training thread (which spins there), so the training thread's own counter does not
 show that contention. Their longest wait (``peer_waiting``, at most the model's on-CPU time) is
-charged to the takers with the training thread's own.
+charged to what ran beside them: the process's other Python threads, the run's other processes and
+other processes -- not to the process's other non-Python threads, whose CPU is mostly those intra-op
+threads' own (a thread does not wait for itself: charged there, a neighbour that stalled 2 ms steps
+by +46 % through their intra-op thread carried a third of it and ranked below a 11 % data wait).
 
 Waiting for a core is charged to what ran instead, over the same window: the process's other
 threads (intra-op, Python threads), the run's own other processes (DataLoader workers, children
@@ -281,7 +284,10 @@ def thread_account(record: RunRecord, steady: SteadyState | None, signals: Macro
     waiting = sum(item.share * item.waiting_core for item in phases)
     other_threads = float(max(0.0, (process - cpu).sum()) / max(step_wall.sum(), 1.0))
     peers = _peer_waiting(account, rows, step_wall, phases)
-    takers = _takers(waiting + peers, other_threads, own_process_cores, foreign_cores, cores)
+    takers = _takers(waiting, other_threads, own_process_cores, foreign_cores, cores)
+    if peers > 0:
+        python_cores = sum(item.cores for item in python_threads)
+        takers = _merged(takers, _takers(peers, python_cores, own_process_cores, foreign_cores, cores))
     steady_mean_ns = step_time * 1e9
     return ThreadAccountView(
         accounted_steps=len(rows), phases=tuple(phases), on_cpu=round(on_cpu, 4), waiting_core=round(waiting, 4),
@@ -409,6 +415,14 @@ def _takers(waiting: float, other_threads: float, own_processes: float | None,
         if left > 0.0005:
             takers.append(CoreTaker("not measured", 0.0, round(left, 4)))
     return tuple(takers)
+
+
+def _merged(first: tuple[CoreTaker, ...], second: tuple[CoreTaker, ...]) -> tuple[CoreTaker, ...]:
+    """Two charges of the same groups added up (each group's cores: the first's, the loads the
+    training thread's own wait was charged by)."""
+    extra = {item.who: item.step_share for item in second}
+    merged = [CoreTaker(item.who, item.cores, round(item.step_share + extra.pop(item.who, 0.0), 4)) for item in first]
+    return (*merged, *(CoreTaker(who, 0.0, share) for who, share in extra.items()))
 
 
 #: The groups' loads exceed the room by at least this many cores before the wait is charged by
