@@ -364,6 +364,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
     if foreign is not None and account is not None and (taker := account.taker("other processes")) is not None:
         foreign = replace(foreign, step_cost=taker.step_share)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
+    floor = loader_floor(record, steady, loader)
     return RunEvidence(
         record=record, steady=steady, signals=signals, trace=trace, facts=record.facts, ranks=job,
         cpu_count=cpu_count, intra_op_threads=meta.intra_op_threads, gpu=gpu, main_loader=loader,
@@ -378,8 +379,8 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
         stall=None if steady is None else find_periodic_stall(
             record, steady.mask, steady.step_time_s, loader, tuple(item.record for item in siblings)),
         window=basis.window, python_in_model=python_in_model(trace, steady), account=account,
-        peer=peer_wait(record, steady, job), boundaries=epoch_boundaries(record, steady),
-        loader_floor=loader_floor(record, steady, loader),
+        peer=peer_wait(record, steady, job), boundaries=epoch_boundaries(record, steady, floor),
+        loader_floor=floor,
     )
 
 
@@ -523,17 +524,25 @@ def peer_wait(record: RunRecord, steady: SteadyState | None, ranks: tuple[RankSt
 @dataclass(frozen=True)
 class EpochBoundaries:
     """What the steps that start a DataLoader epoch cost beyond an ordinary step's data wait: the
-    workers' start-up (``__iter__``) and the first batch they then owe (fork, imports, the first
-    sample), measured on the steady steps that hold an ``__iter__``."""
+    workers' start-up (``__iter__``: fork, imports, ``worker_init_fn``) and the first batch they then
+    owe, measured on the steady steps that hold an ``__iter__``. Where the workers timed their
+    batches, the excess is taken beyond one batch's making when that is longer than an ordinary
+    step's wait: workers kept between epochs still make each epoch's first batch from scratch
+    (nothing is prefetched across epochs), while an ordinary step's wait is shortened by the
+    batches made during the steps before it (``first_batch_s``)."""
 
     count: int  # steady steps that started an epoch
     cost_share: float  # their data wait beyond an ordinary step's, share of the steady time
     per_boundary_s: float  # that excess per epoch start
     ordinary_wait_share: float  # the data wait of the other steady steps, share of the steady time
+    #: one worker's time per batch when the excess is taken beyond it (None: beyond an ordinary wait)
+    first_batch_s: float | None = None
 
 
-def epoch_boundaries(record: RunRecord, steady: SteadyState | None) -> EpochBoundaries | None:
-    """The :class:`EpochBoundaries` of a run whose steady steps start epochs; None otherwise."""
+def epoch_boundaries(record: RunRecord, steady: SteadyState | None,
+                     floor: LoaderFloor | None = None) -> EpochBoundaries | None:
+    """The :class:`EpochBoundaries` of a run whose steady steps start epochs (``floor``: the main
+    loader's workers' own time per batch, when timed); None otherwise."""
     if steady is None:
         return None
     steps = record.steps
@@ -543,13 +552,15 @@ def epoch_boundaries(record: RunRecord, steady: SteadyState | None) -> EpochBoun
         return None
     wait = steps.data_wait_ns.astype(np.float64)
     ordinary = float(np.median(wait[mask & ~starts]))
-    excess = np.clip(wait[starts] - ordinary, 0.0, None)
+    batch_ns = floor.wall_s * 1e9 if floor is not None else 0.0
+    excess = np.clip(wait[starts] - max(ordinary, batch_ns), 0.0, None)
     total = float(steps.duration_ns[mask].sum())
     if total <= 0:
         return None
     return EpochBoundaries(int(starts.sum()), round(float(excess.sum()) / total, 4),
                            round(float(excess.mean()) / 1e9, 6),
-                           round(float(wait[mask & ~starts].sum()) / total, 4))
+                           round(float(wait[mask & ~starts].sum()) / total, 4),
+                           round(floor.wall_s, 6) if floor is not None and batch_ns > ordinary else None)
 
 
 # -- operators and MFU ---------------------------------------------------------------------------
