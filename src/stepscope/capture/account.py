@@ -67,7 +67,7 @@ MAX_ROWS = 20_000
 #: neither of which is accounted (its ~0.25 ms is no accounted step's): a thread that ends before
 #: capture does (a logger joined in the script's teardown) keeps its last totals and the time they
 #: were read, so its rate is its CPU over the time it was seen. Bounded by time alone, a snapshot
-#: costs at most 0.05 % of the run whatever the step time.
+#: costs at most 0.05 % of the run whatever the step time (after the first second: see below).
 SNAPSHOT_S = 0.5
 #: The first snapshots come sooner: after this long, then twice as long each time up to
 #: :data:`SNAPSHOT_S`. The first is taken at the first accounted step, before the intra-op threads
@@ -225,7 +225,8 @@ class ThreadAccountProbe:
                                        if start >= 0 and end >= start), default=0))
 
     def _snapshot(self) -> None:
-        """The thread table, at most every :data:`SNAPSHOT_S`, and the peers chosen from it."""
+        """The thread table, at most every :data:`SNAPSHOT_S` (sooner at first: :data:`SNAPSHOT_FIRST_S`),
+        and the peers chosen from it."""
         now = time.perf_counter_ns()
         if self._snapshot_ns == 0 or now - self._snapshot_ns >= self._snapshot_every_s * 1e9:
             if self._snapshot_ns:
