@@ -16,7 +16,7 @@ from dataclasses import replace
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, lowered_severity
-from stepscope.diagnosis.rules._common import finding as finding_of, pct, restarts_workers
+from stepscope.diagnosis.rules._common import finding as finding_of, pct, restart_wait_in_next
 
 
 def loader_pace(evidence: RunEvidence) -> float | None:
@@ -159,16 +159,6 @@ WAIT_NOT_THE_WORKERS_NOTED = 0.1
 SLOWS_NEXT = frozenset({"gil_contention", "foreign_load", "cpu_oversubscription", "garbage_collection"})
 
 
-def _restarts_in_next(evidence: RunEvidence) -> float:
-    """The epoch starts' excess wait that falls inside ``next()`` (a share of the step): new workers
-    run their ``worker_init_fn`` while the first ``next()`` waits, after ``__iter__`` has returned.
-    The restarts explain it (the epoch-boundary finding charges it), not the training process."""
-    edges, steady = evidence.boundaries, evidence.steady
-    if edges is None or steady is None or not restarts_workers(evidence):
-        return 0.0
-    return max(0.0, edges.cost_share - steady.loader_init_share)
-
-
 def _wait_not_the_workers(findings: list[Finding], evidence: RunEvidence) -> Finding | None:
     """Where the loader's findings were capped because the workers keep pace (:func:`_keeping_pace`),
     the data wait they no longer claim, as what it is: the training process's own time inside
@@ -186,7 +176,7 @@ def _wait_not_the_workers(findings: list[Finding], evidence: RunEvidence) -> Fin
     # a wait for a core that other processes or the process's other Python threads held is theirs
     # (the foreign-load and GIL findings charge it), not unexplained
     _, taken = priced_without_core_wait(evidence, wait, [])
-    left = (wait - floor.paced_wait(wait) - _restarts_in_next(evidence)) * (1.0 - taken)
+    left = (wait - floor.paced_wait(wait) - restart_wait_in_next(evidence)) * (1.0 - taken)
     if left < WAIT_NOT_THE_WORKERS_NOTED:
         return None
     phase = evidence.account.phase("data_wait") if evidence.account is not None else None

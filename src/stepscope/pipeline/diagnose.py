@@ -30,8 +30,8 @@ from stepscope.diagnosis.engine import Diagnosis, JobDiagnosis, diagnose_job
 from stepscope.errors import UsageError
 from stepscope.pipeline.inputs import JobInputs
 from stepscope.pipeline.report_json import json_sections
-from stepscope.record.run import PHASES, RunRecord
 from stepscope.pipeline.trace_views import trace_views
+from stepscope.record.run import PHASES, RunRecord
 from stepscope.report.model import RankReport, Report
 
 if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`), the run's

@@ -97,9 +97,17 @@ def warm_fetch_wait_share(ev: RunEvidence) -> float:
     share = ev.steady.fetch_wait_share if ev.steady is not None else 0.0
     cold = ev.storage.cold
     share = min(share, cold.later_wait_share) if cold is not None else share
-    if restarts_workers(ev) and ev.boundaries is not None and ev.steady is not None:
-        share = max(0.0, share - max(0.0, ev.boundaries.cost_share - ev.steady.loader_init_share))
-    return share
+    return max(0.0, share - restart_wait_in_next(ev))
+
+
+def restart_wait_in_next(ev: RunEvidence) -> float:
+    """The epoch starts' excess wait that falls inside ``next()`` (a share of the step) where the
+    workers restart every epoch: new workers run their ``worker_init_fn`` and make their first batch
+    while the first ``next()`` waits, after ``__iter__`` has returned. The restarts' (the
+    epoch-boundary finding charges it), not the fetch wait the other loader findings judge; 0 otherwise."""
+    if not restarts_workers(ev) or ev.boundaries is None or ev.steady is None:
+        return 0.0
+    return max(0.0, ev.boundaries.cost_share - ev.steady.loader_init_share)
 
 
 def restarts_workers(ev: RunEvidence) -> bool:

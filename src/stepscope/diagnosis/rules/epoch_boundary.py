@@ -7,10 +7,11 @@ boundary (:class:`~stepscope.analysis.bundle.EpochBoundaries`: the epoch-start s
 beyond an ordinary step's, or beyond one batch's making where the workers timed their batches and
 that is longer: kept workers still make each epoch's first batch, nothing is prefetched across
 epochs; priced beyond the ordinary wait, restarts of one worker at 65-81 ms a batch read 31-39 % of
-the step where keeping it gained 6-21 %, and outranked the costly samples that gained 57-64 %); when the epoch starts cost more of the step than every other step's
-wait for data, this is the finding, with ``persistent_workers=True`` as its fix. The input and
-storage families judge the rest of the wait (their fetch wait leaves the epoch starts' excess out),
-and a periodic stall that is the epoch starts is left to this one.
+the step where keeping it gained 6-21 %, and outranked the costly samples that gained 57-64 %);
+when the epoch starts cost more of the step than every other step's wait for data, this is the
+finding, with ``persistent_workers=True`` as its fix. The input and storage families judge the rest
+of the wait (their fetch wait leaves the epoch starts' excess out), and a periodic stall that is the
+epoch starts is left to this one.
 """
 
 from __future__ import annotations
