@@ -42,7 +42,6 @@ whether its evidence is CPU time, and whether it explains other ranks.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -56,8 +55,6 @@ from stepscope.diagnosis.rules import REGISTRY, RULES
 
 __all__ = ["Diagnosis", "HEALTHY_BELOW", "JobDiagnosis", "SUPERSEDES", "diagnose", "diagnose_job",
            "merge_findings", "rank_findings", "ranked_by_measured_cost", "risk_of", "run_rules"]
-
-logger = logging.getLogger(__name__)
 
 #: family -> the families whose findings it makes moot when both fire (cause over symptom): the
 #: registry's ``supersedes`` (oversubscribed cores look input-bound; a rank waiting for others
@@ -230,7 +227,9 @@ def run_rules(evidence: RunEvidence, rules: tuple[Rule, ...] | None = None, verd
         try:
             finding = rule(evidence)
         except Exception as exc:  # noqa: BLE001 - isolate rule bugs, see docstring
-            logger.debug("diagnosis rule %s failed", name, exc_info=True)
+            import logging  # only here: a rule that fails is rare, and logging costs every report ~5 ms to import
+
+            logging.getLogger(__name__).debug("diagnosis rule %s failed", name, exc_info=True)
             failed.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         if finding is not None and rules is None and finding.family not in tables.families:

@@ -50,6 +50,17 @@ _IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
 WAIT_COLUMNS = ("wait_rows", "wait_on_stream", "wait_on_record")
 
 
+def symbol_mask(values: np.ndarray, ids: np.ndarray | list[int], n_symbols: int) -> np.ndarray:
+    """``np.isin(values, ids)`` for symbol ids (``-1`` = absent never matches), by table lookup (no
+    sort, and not ``np.isin``'s lazy import of ``numpy.ma``)."""
+    table = np.zeros(n_symbols + 1, dtype=bool)  # values == -1 read the last slot
+    if len(ids):
+        table[np.asarray(ids, dtype=np.int64)] = True
+        table[-1] = False
+    mask: np.ndarray = table[values]
+    return mask
+
+
 class SymbolTable:
     """Interned strings; ``ids[s]`` is stable for the life of one trace."""
 
@@ -110,10 +121,10 @@ class EventTable:
 
     def cat_mask(self, *names: str) -> np.ndarray:
         ids = [self.symbols.get(n) for n in names]
-        return np.isin(self.cat, [i for i in ids if i >= 0])
+        return symbol_mask(self.cat, [i for i in ids if i >= 0], len(self.symbols.strings))
 
     def name_mask(self, predicate: Callable[[str], bool]) -> np.ndarray:
-        return np.isin(self.name, self.symbols.ids_where(predicate))
+        return symbol_mask(self.name, self.symbols.ids_where(predicate), len(self.symbols.strings))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ Python loop iteration that appends a dozen values, and clean batches are the nor
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections import Counter
@@ -437,6 +436,8 @@ def _c_columns() -> tuple[Any, dict[str, Any], dict[str, Any]]:
         return None, {}, {}
     source = Path(__file__).with_name("_columns.c")
     if source.is_file():  # a source checkout: a build of older source could differ from it
+        import hashlib  # here: an installed package has no source beside it, and skips the ~5 ms import
+
         if getattr(_columns, "SOURCE_SHA", None) != hashlib.sha256(source.read_bytes()).hexdigest()[:16]:
             return None, {}, {}
     fields = {name: vars(typed.Event)[name] for name in typed.Event.__struct_fields__}

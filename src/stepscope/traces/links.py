@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stepscope.traces.events import EventTable, narrowed
+from stepscope.traces.events import symbol_mask as symbol_mask
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -127,15 +128,6 @@ def unique_ints(values: npt.NDArray[np.integer]) -> npt.NDArray[np.integer]:
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     distinct: npt.NDArray[np.integer] = ordered[keep]
     return distinct
-
-
-def symbol_mask(values: npt.NDArray[np.int32], ids: npt.NDArray[np.int32] | list[int], n_symbols: int) -> BoolArray:
-    """``np.isin(values, ids)`` for symbol ids (``-1`` = absent never matches), by table lookup."""
-    table = np.zeros(n_symbols + 1, dtype=bool)  # values == -1 read the last slot
-    if len(ids):
-        table[np.asarray(ids, dtype=np.int64)] = True
-        table[-1] = False
-    return table[values]
 
 
 def int_isin(values: IntArray, keys: IntArray) -> BoolArray:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.step_breakdown import TraceSteps
-from stepscope.traces.links import EventLinks, unique_ints
+from stepscope.traces.links import EventLinks, symbol_mask, unique_ints
 
 _REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<variant>\d+)")
 
@@ -66,9 +66,9 @@ def compiled_regions(links: EventLinks, steps: TraceSteps) -> CompiledRegions | 
     if count:
         inside = (events.ts >= float(steps.start[0])) & (events.ts < float(steps.end[-1]))
     count = max(count, 1)
-    regions = inside & np.isin(events.name, region_ids)
-    graphs = inside & np.isin(events.name, graph_ids)
-    lookups = inside & np.isin(events.name, lookup_ids)
+    regions = inside & symbol_mask(events.name, region_ids, len(symbols.strings))
+    graphs = inside & symbol_mask(events.name, graph_ids, len(symbols.strings))
+    lookups = inside & symbol_mask(events.name, lookup_ids, len(symbols.strings))
     variants = sorted({symbols.decode(int(ident)).split(": ", 1)[1] for ident in unique_ints(events.name[regions])},
                       key=lambda text: tuple(int(part) for part in text.split("/")))
     recompiled = sorted({item.split("/")[0] for item in variants if not item.endswith("/0")}, key=int)

@@ -9,6 +9,7 @@ from stepscope.analysis.trace.critical_path.launches import Launches, launches_o
 from stepscope.analysis.trace.critical_path.model import (BLOCKING_CALLS, CODE, KERNEL_GAP, KERNEL_GAP_LIMIT_US, LAUNCH, OPERATOR, SYNC,
                                                           WAIT, IntArray)
 from stepscope.analysis.trace.critical_path.rows import Rows
+from stepscope.traces.links import int_isin
 
 
 def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: list[str],
@@ -17,7 +18,7 @@ def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: l
     launches = launches_of(rows, hta)
     names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
     sync_cat = rows.sym("cuda_sync")
-    in_window = window[((rows.stream[window] != -1) | np.isin(rows.name[window], [names["Event Sync"], names["Context Sync"]]))
+    in_window = window[((rows.stream[window] != -1) | int_isin(rows.name[window], np.array([names["Event Sync"], names["Context Sync"]])))
                        & (rows.ic[window] != -1)]
     is_sync = rows.cat[in_window] == sync_cat
     sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
@@ -124,7 +125,7 @@ def _synchronous_edges(graph: Graph, synchronous: tuple[IntArray, IntArray], not
     mark[begin[wanted]] = True
     u, v = graph.columns()[:2]
     near = mark[u]  # the edges already drawn from these calls' starts
-    drawn = np.isin(begin * n + first, u[near] * n + v[near])
+    drawn = int_isin(begin * n + first, u[near] * n + v[near])
     waits = wanted & ~drawn
     # per call, its sync then its wait, in the calls' order
     both = np.stack([synced, waits], axis=1).reshape(-1)

@@ -12,10 +12,10 @@ from stepscope.analysis.trace.critical_path.model import CODE, DEPENDENCY, NODE_
 from stepscope.analysis.trace.critical_path.rows import Rows, data_loading_names
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
 from stepscope.traces.links import RUNTIME as RUNTIME_ROLE
-from stepscope.traces.links import symbol_mask
+from stepscope.traces.links import int_isin, symbol_mask
 
 #: Types whose edge weighs nothing (unless timed): HTA's dependency and sync edges.
-_WEIGHTLESS = (CODE[DEPENDENCY], CODE[SYNC])
+_WEIGHTLESS = np.array([CODE[DEPENDENCY], CODE[SYNC]])
 #: No attributed row given (``attribute`` then decides by type).
 NO_EVENT = -2
 
@@ -109,7 +109,7 @@ class Graph:
         kinds = np.broadcast_to(np.asarray(kind, dtype=np.int64), u.shape).copy()
         span = self.ts[v] - self.ts[u]
         timed_weight = np.where(self.ts[u] >= self.begin[v], np.maximum(span, 0.0), 0.0)
-        weightless = np.isin(kinds, _WEIGHTLESS) | np.asarray(zero, dtype=bool)
+        weightless = int_isin(kinds, _WEIGHTLESS) | np.asarray(zero, dtype=bool)
         weight = np.where(np.asarray(timed, dtype=bool), timed_weight, np.where(weightless, 0.0, span))
         events = np.broadcast_to(np.asarray(event, dtype=np.int64), u.shape).copy()
         first = self._n

@@ -13,7 +13,7 @@ from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces import intervals
 from stepscope.traces.links import ANNOTATION as ANNOTATION_ROLE
 from stepscope.traces.links import OPERATOR as OPERATOR_ROLE
-from stepscope.traces.links import symbol_mask, unique_ints
+from stepscope.traces.links import int_isin, symbol_mask, unique_ints
 
 
 def runtime_lock_edges(rows: Rows, graph: Graph, blocking: set[int], deferred: list[tuple[int, int, int]]) -> None:
@@ -110,7 +110,7 @@ class _Flags(NamedTuple):
 
 
 def _member_of(members: IntArray, chosen: set[int]) -> np.ndarray:
-    return np.isin(members, np.fromiter(chosen, dtype=np.int64, count=len(chosen))) if chosen else np.zeros(len(members), bool)
+    return int_isin(members, np.fromiter(chosen, dtype=np.int64, count=len(chosen)))
 
 
 def _nesting(ts: np.ndarray, end: np.ndarray) -> tuple[IntArray, IntArray, IntArray] | None:

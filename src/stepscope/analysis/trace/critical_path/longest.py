@@ -11,6 +11,7 @@ import numpy as np
 
 from stepscope.analysis.trace.critical_path.graph import Graph
 from stepscope.analysis.trace.critical_path.model import IntArray
+from stepscope.traces.links import int_isin
 
 Found = tuple[list[int], list[int], float]
 
@@ -105,7 +106,7 @@ def _chains_first(n: int, us: IntArray, vs: IntArray, weights: np.ndarray,
     merging = np.flatnonzero(indegree > 1)
     dist = np.zeros(n)  # at each chain's first node: 0 without incoming edges, else decided below
     if len(merging):
-        into = np.isin(sorted_v, merging)
+        into = int_isin(sorted_v, merging)
         edges, sources, targets = order[into], us[order][into], sorted_v[into]
         span = offset[sources] + weights[edges]  # from the source's anchor
         decided: dict[int, float] = {}  # merging node -> its distance (anchors without: 0)

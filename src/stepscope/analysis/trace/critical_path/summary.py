@@ -18,6 +18,7 @@ from stepscope.analysis.trace.critical_path.model import (BETWEEN_OPS, BOUND_COD
 from stepscope.analysis.trace.critical_path.rows import rows_of
 from stepscope.traces import intervals
 from stepscope.traces.events import EventTable
+from stepscope.traces.links import int_isin
 
 
 _WHY = {CPU: "CPU work on the path", DATA_LOADING: "waiting for data", LAUNCH_OVERHEAD: "launch to kernel start",
@@ -244,7 +245,7 @@ def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> f
         return 0.0
     index = np.arange(len(c.kind))
     is_sync = c.kind == CODE[SYNC]
-    on_device = ~is_sync & np.isin(c.bound, [BOUND_CODE[b] for b in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM)])
+    on_device = ~is_sync & int_isin(c.bound, np.array([BOUND_CODE[b] for b in (LAUNCH_OVERHEAD, GAP, GPU_COMPUTE, GPU_MEMORY, COMM)]))
     # armed: a sync since the path last reached the device (the latest of each before this edge)
     last_sync = np.maximum.accumulate(np.where(is_sync, index, -1))
     last_device = np.maximum.accumulate(np.where(on_device, index, -1))
