@@ -47,9 +47,10 @@ from stepscope.analysis.host_cpu import (BUSY_WORKER as BUSY_WORKER,
 from stepscope.analysis.run.loader_floor import LoaderFloor, loader_floor
 from stepscope.analysis.run.mfu import mfu, peak_flops
 from stepscope.analysis.run.steady import SteadyState, steady_state
-from stepscope.record.run import CaptureFacts, DeviceInfo, LoaderInfo, RunRecord, StepTable
+from stepscope.record.facts import CaptureFacts
 
 if TYPE_CHECKING:  # what only a run record brings: imported where a record's evidence is built (`analyze` loads none)
+    from stepscope.record.run import DeviceInfo, LoaderInfo, RunRecord, StepTable
     from stepscope.analysis.run.account import ThreadAccountView
     from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation
     from stepscope.analysis.run.compile_summary import CompileSummary

@@ -8,10 +8,13 @@ Thresholds are not applied here: rules apply them. None is not measured, never z
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stepscope.analysis.evidence import MacroSignals
 from stepscope.analysis.run.steady import SteadyState
-from stepscope.record.run import LoaderInfo, RunRecord
+
+if TYPE_CHECKING:  # annotations: a trace's evidence is built without the run record's classes
+    from stepscope.record.run import LoaderInfo, RunRecord
 
 #: Hypervisor steal worth naming, in a finding or the summary (below it, a virtual machine's
 #: accounting noise).

@@ -31,11 +31,12 @@ from stepscope.errors import UsageError
 from stepscope.pipeline.inputs import JobInputs
 from stepscope.pipeline.report_json import json_sections
 from stepscope.pipeline.trace_views import trace_views
-from stepscope.record.run import PHASES, RunRecord
+from stepscope.record.phases import PHASES
 from stepscope.report.model import RankReport, Report
 
 if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`), the run's
-    # views where a run is reported (`analyze` builds none)
+    # views where a run is reported (`analyze` builds none), the run record's classes where one is read
+    from stepscope.record.run import RunRecord
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
     from stepscope.report.run_view import FlameView, PerfettoView
 

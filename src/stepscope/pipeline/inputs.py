@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Literal
 
 from stepscope.errors import InputError, StepscopeError
 from stepscope.record import layout
-from stepscope.record.run import RunRecord
 
-if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`)
+if TYPE_CHECKING:  # the trace analysis is imported where a trace is read (start-up of `run`), the run
+    # record's classes where one is read
+    from stepscope.record.run import RunRecord
     from concurrent.futures import Executor
 
     from stepscope.analysis.bundle import RankBasis

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.steady import StepStats
 from stepscope.diagnosis.engine import Diagnosis
-from stepscope.record.run import PHASES, CaptureFacts, RunMeta
+from stepscope.record.phases import PHASES
 from stepscope.report.model import JsonSections, RankReport
 
 if TYPE_CHECKING:  # only a trace brings the trace analysis in (start-up of `run`), only a run its views
+    from stepscope.record.facts import CaptureFacts
+    from stepscope.record.run import RunMeta
     from stepscope.analysis.trace.trace_evidence import TraceAnalysis
     from stepscope.pipeline.views import JobTable
     from stepscope.report.run_view import RunSummary

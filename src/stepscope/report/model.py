@@ -33,10 +33,10 @@ import numpy as np
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.engine import Diagnosis, risk_of
 from stepscope.diagnosis.findings import Finding
-from stepscope.record.run import PHASES as RECORD_PHASES
-from stepscope.record.run import RunMeta
+from stepscope.record.phases import PHASES as RECORD_PHASES
 
 if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
+    from stepscope.record.run import RunMeta
     from stepscope.analysis.trace.gpu_metrics import DeviceSummary
     from stepscope.analysis.trace.kernels import KernelRow
     from stepscope.analysis.trace.memory import AllocatingOperator, DeviceMemory

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from stepscope.analysis.run.steady import SteadyState
-from stepscope.record.run import LoaderInfo, RunRecord
+
+if TYPE_CHECKING:  # annotations: a trace's evidence is built without the run record's classes
+    from stepscope.record.run import LoaderInfo, RunRecord
 
 #: Timed batches the steady window must hold for a floor (fewer say too little about a pace).
 MIN_BATCHES = 5

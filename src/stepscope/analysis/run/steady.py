@@ -14,11 +14,14 @@ purpose (the FLOP-counted step) are left out of the steady state as well.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stepscope.record.run import PHASES, RunRecord, StepTable
+from stepscope.record.phases import PHASES
+
+if TYPE_CHECKING:  # annotations: a trace's evidence is built without the run record's classes
+    from stepscope.record.run import RunRecord, StepTable
 
 WARMUP_FACTOR = 1.5
 WARMUP_MAX_SHARE = 0.2
@@ -203,7 +206,7 @@ def model_split_by_device(steps: StepTable) -> StepTable:
     columns = steps.columns()
     for row, name in enumerate(MODEL_PHASES):
         columns[f"{name}_ns"] = np.where(timed, split[row], columns[f"{name}_ns"])
-    return StepTable.from_columns(columns)
+    return type(steps).from_columns(columns)
 
 
 def steady_state(record: RunRecord) -> SteadyState | None:
