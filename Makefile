@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned for development and CI; the package itself accepts a range.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast typecheck venv bench clean
+.PHONY: demo test test-fast typecheck bytecode venv bench clean
 
 # setup.py builds the optional C extensions (the step recorder's core, the trace column reader; a
 # checkout whose C source changed since the build runs their Python equivalents until this target reinstalls).
@@ -29,22 +29,24 @@ demo: venv
 # two workers, 445 s with three; the same tests pass).
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
-# The checkout's modules are compiled once first (test-fast too): the tests start hundreds of Python processes that import
-# them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again (measured: +0.34 s of CPU
-# a `stepscope run`, +0.10 s a `stepscope report`), as an installed package never does.
-test: venv typecheck
-	@$(BIN)/python -m compileall -q src
+test: venv typecheck bytecode
 	@status=0; cache=$$(mktemp -d); \
 	XDG_CACHE_HOME=$$cache $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" || status=1; \
 	rm -rf "$$cache"; \
 	$(BIN)/python -m pytest -q -p no:xdist -m serial || status=1; \
 	exit $$status
 
+# The checkout's modules, compiled once before the tests: they start hundreds of Python processes that
+# import them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again (+0.26-0.34 s of
+# CPU a `stepscope run`, +0.10-0.13 s a `stepscope report`: benchmarks/bench_bytecode.py), as an
+# installed package never does.
+bytecode: venv
+	@$(BIN)/python -m compileall -q src
+
 typecheck: venv
 	$(BIN)/python -m mypy
 
-test-fast: venv
-	@$(BIN)/python -m compileall -q src
+test-fast: venv bytecode
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow and not serial"
 
 bench: venv

@@ -50,7 +50,6 @@ from stepscope.analysis.run.steady import SteadyState, steady_state
 from stepscope.record.facts import CaptureFacts
 
 if TYPE_CHECKING:  # what only a run record brings: imported where a record's evidence is built (`analyze` loads none)
-    from stepscope.record.run import DeviceInfo, LoaderInfo, RunRecord, StepTable
     from stepscope.analysis.run.account import ThreadAccountView
     from stepscope.analysis.run.code_locations import CodeAttribution, CodeLocation
     from stepscope.analysis.run.compile_summary import CompileSummary
@@ -58,6 +57,7 @@ if TYPE_CHECKING:  # what only a run record brings: imported where a record's ev
     from stepscope.analysis.run.input_profile import ColdStart, InputProfile
     from stepscope.analysis.run.stalls import PeriodicStall
     from stepscope.analysis.run.window import SteadyWindow
+    from stepscope.record.run import DeviceInfo, LoaderInfo, RunRecord, StepTable
 
 #: Fixed host cost of one eager PyTorch operator (Python binding, dispatcher, autograd record)
 #: where the run did not measure it: measured 4.7 µs per aten op (forward + backward + optimizer)

@@ -59,16 +59,14 @@ def compiled_regions(links: EventLinks, steps: TraceSteps) -> CompiledRegions | 
     region_ids = symbols.ids_where(lambda text: text.startswith("Torch-Compiled Region:"))
     if not len(region_ids):
         return None
-    graph_ids = symbols.ids_where(lambda text: text == "CompiledFunction")
-    lookup_ids = symbols.ids_where(lambda text: text == "TorchDynamo Cache Lookup")
     inside = np.ones(len(events), dtype=bool)
     count = len(steps.start)
     if count:
         inside = (events.ts >= float(steps.start[0])) & (events.ts < float(steps.end[-1]))
     count = max(count, 1)
     regions = inside & symbol_mask(events.name, region_ids, len(symbols.strings))
-    graphs = inside & symbol_mask(events.name, graph_ids, len(symbols.strings))
-    lookups = inside & symbol_mask(events.name, lookup_ids, len(symbols.strings))
+    graphs = inside & events.name_mask(lambda text: text == "CompiledFunction")
+    lookups = inside & events.name_mask(lambda text: text == "TorchDynamo Cache Lookup")
     variants = sorted({symbols.decode(int(ident)).split(": ", 1)[1] for ident in unique_ints(events.name[regions])},
                       key=lambda text: tuple(int(part) for part in text.split("/")))
     recompiled = sorted({item.split("/")[0] for item in variants if not item.endswith("/0")}, key=int)
