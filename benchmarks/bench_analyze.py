@@ -29,6 +29,11 @@ steps stay consistent. ``--delete-synthetic`` removes it after the run (a 10 GB 
 (``PYTHONPATH=DIR``, its C extensions built there, else it reads with the Python fallback) as the
 tool ``stepscope@LABEL``, interleaved with the others: a before/after comparison on the same load
 (its ratio reads as the other tree's time over this one's). With ``--skip-hta``, only the trees.
+
+``--one-job`` also runs ``stepscope analyze TRACE --jobs 1`` (tool ``stepscope@jobs1``): as typed, a
+single uncompressed trace of at least 128 MiB is decoded in byte ranges on every core, and this is
+its one-process baseline in the same run. ``--tree-rss`` samples the summed RSS of each command's
+processes (``ru_maxrss`` is the largest one process reached, not what the workers held together).
 """
 
 from __future__ import annotations
@@ -88,7 +93,12 @@ def stepscope_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "stepscope"]
 
 
-def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str | None = None) -> dict:
+def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str | None = None,
+                tree_rss: bool = False) -> dict:
+    """Wall and CPU time and peak RSS of one command. The peak RSS is the kernel's (``ru_maxrss``: the
+    largest of the process and its children, not their sum); ``tree_rss`` also samples the sum of
+    the RSS of the process and its descendants 20 times a second (``tree_rss_mb``), what a command
+    that decodes on several processes holds at once."""
     env = dict(os.environ)
     env.update(env_extra)
     sink = open(stdout_path, "wb") if stdout_path else subprocess.PIPE  # noqa: SIM115 - closed below
@@ -98,12 +108,50 @@ def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str 
     finally:
         if stdout_path:
             sink.close()
+    sampled = _TreeRss(proc.pid) if tree_rss else None
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     stream = proc.stderr if stdout_path else proc.stdout
     output = stream.read().decode(errors="replace") if stream else ""
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+    out = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+           "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
+    if sampled is not None:
+        out["tree_rss_mb"] = sampled.stop() / 2**20
+    return out
+
+
+class _TreeRss:
+    """The peak of the summed RSS of a process and its descendants, sampled on a thread."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        import psutil
+
+        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self.done.wait(0.05):
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                return
+            total = 0
+            for item in procs:
+                try:
+                    total += item.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return self.peak
 
 
 def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str = sys.executable) -> dict:
@@ -211,6 +259,11 @@ def main() -> None:
                              "and launch breakdowns")
     parser.add_argument("--src", action="append", default=[], metavar="LABEL=DIR",
                         help="also run stepscope from this source tree (repeatable), e.g. before=OLD/src")
+    parser.add_argument("--one-job", action="store_true",
+                        help="also run stepscope with --jobs 1 (one large uncompressed trace decoded in one "
+                             "process: the baseline of its split decode)")
+    parser.add_argument("--tree-rss", action="store_true",
+                        help="also sample the summed RSS of each command's processes (tree_rss_mb)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--make-synthetic", nargs=3, metavar=("SEED", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,6 +305,8 @@ def main() -> None:
             rank = trace_rank(path)
             tools: list[tuple[str, list[str], dict[str, str], str | None]] = [
                 ("stepscope", [*stepscope_command(), "analyze", str(path)], env, output),
+                *((("stepscope@jobs1", [*stepscope_command(), "analyze", str(path), "--jobs", "1"], env, output),)
+                  if args.one_job else ()),
                 *((f"stepscope@{label}", [sys.executable, "-m", "stepscope", "analyze", str(path)],
                    dict(env, PYTHONPATH=directory), output) for label, directory in trees.items())]
             if not args.skip_hta and size_mb <= args.skip_hta_above_mb:
@@ -261,18 +316,20 @@ def main() -> None:
             runs_by_tool: dict[str, list[dict]] = {tool[0]: [] for tool in tools}
             for index in range(args.repeat):  # interleaved, the order alternating: all see the same load
                 for tool, command, tool_env, sink in (tools if index % 2 == 0 else tools[::-1]):
-                    runs_by_tool[tool].append(run_command(command, tool_env, sink))
+                    runs_by_tool[tool].append(run_command(command, tool_env, sink, args.tree_rss))
             for tool, *_ in tools:
                 runs = runs_by_tool[tool]
                 walls = [r["wall_s"] for r in runs]
                 row = {"trace": rel, "file_mb": size_mb, "tool": tool, "wall_s": statistics.median(walls),
                        "walls": walls, "cpu_s": statistics.median(r["cpu_s"] for r in runs),
                        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                       **({"tree_rss_mb": max(r["tree_rss_mb"] for r in runs)} if args.tree_rss else {}),
                        "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
                 rows.append(row)
                 shown = " ".join(f"{w:.2f}" for w in walls)
                 print(f"{rel[-60:]:<60} {size_mb:7.1f} {tool:<9} {row['wall_s']:9.2f} {shown:>20} {row['cpu_s']:7.2f} "
-                      f"{row['peak_rss_mb']:7.0f}" + ("" if row["exit"] == 0 else f"  exit {row['exit']}: {row['tail']!r}"),
+                      f"{row['peak_rss_mb']:7.0f}" + (f" tree {row['tree_rss_mb']:.0f} MB" if args.tree_rss else "")
+                      + ("" if row["exit"] == 0 else f"  exit {row['exit']}: {row['tail']!r}"),
                       flush=True)
     finally:
         if args.delete_synthetic:

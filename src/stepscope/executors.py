@@ -1,7 +1,7 @@
 """Where the per-rank map of a job's trace analysis runs: local processes, or a Dask cluster.
 
 ``analyze_traces`` takes any :class:`concurrent.futures.Executor`. Local processes are the default
-(:func:`stepscope.analysis.trace.trace_evidence.local_executor`). For trace sets that outgrow one
+(:func:`local_executor`). For trace sets that outgrow one
 machine, Dask's distributed scheduler is the optional engine (``pip install 'stepscope[dask]'``):
 ``Client.get_executor()`` is a ``concurrent.futures`` executor, so the cluster runs the very same
 map as the local processes, with no code path of its own. (Ray would need an adapter around its
@@ -15,12 +15,36 @@ at the same path): only the small per-rank results travel back to the caller.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
-from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 from stepscope.errors import UsageError
 
-__all__ = ["dask_executor"]
+if TYPE_CHECKING:  # concurrent.futures costs ~25 ms to import: only where a pool is made
+    from concurrent.futures import Executor
+
+__all__ = ["dask_executor", "local_executor", "usable_cores"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def local_executor(workers: int) -> Executor:
+    """Worker processes on this machine: forked from this process when it runs a single thread
+    (what it imported is there already: no start-up per worker), else spawned (forking a process
+    that runs threads can deadlock in the child)."""
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context(method))
 
 
 @contextlib.contextmanager

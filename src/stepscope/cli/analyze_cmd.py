@@ -65,8 +65,9 @@ def add_parser(subparsers: Any) -> None:
                         help="steps whose critical path is computed, spread over their durations "
                              "(default: 1, the step of median duration; 0: every step)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                        help="analyse ranks in parallel on N local processes (default: one per core, at most one "
-                             "per trace; 1: in this process)")
+                        help="analyse ranks in parallel on N local processes, and decode a single uncompressed "
+                             "trace of at least 128 MiB in up to N byte ranges (default: one per core, at most one "
+                             "per trace file, every core for a single file; 1: in this process)")
     parser.add_argument("--dask", metavar="SCHEDULER", default=None,
                         help="analyse ranks on a Dask cluster: a scheduler address (tcp://HOST:8786) or 'local' "
                              "(a local cluster of --jobs workers); needs stepscope[dask]")
@@ -192,8 +193,16 @@ def _load(args: argparse.Namespace, callback: Any) -> Any:
             return load_traces(args.trace, group_by_shape=args.group_by_shape, executor=executor,
                                path_steps=args.path_steps)
     paths = discover_traces(args.trace)  # listed once: the job size picks the default --jobs
-    jobs = args.jobs if args.jobs is not None else default_jobs(len(paths))
-    return load_traces(paths, group_by_shape=args.group_by_shape, progress=callback if jobs == 1 else None, jobs=jobs,
+    if args.jobs is not None:
+        jobs = args.jobs
+    elif len(paths) == 1:  # one file: its decode may use every core (only a large uncompressed one does)
+        from stepscope.executors import usable_cores
+
+        jobs = usable_cores()
+    else:
+        jobs = default_jobs(len(paths))
+    single = jobs == 1 or len(paths) == 1  # analysed in this process: a progress bar of its bytes
+    return load_traces(paths, group_by_shape=args.group_by_shape, progress=callback if single else None, jobs=jobs,
                        path_steps=args.path_steps)
 
 

@@ -181,7 +181,8 @@ def _read_ranks(run_dir: Path, ranks: Sequence[int], with_windows: bool, jobs: i
     """Every rank of ``ranks`` read by :func:`_read_rank`: in worker processes when ``jobs`` (default:
     one per usable core, at most one per rank) is above 1, else here; the results in rank order."""
     from stepscope import limits
-    from stepscope.analysis.trace.trace_evidence import default_jobs, local_executor
+    from stepscope.analysis.trace.trace_evidence import default_jobs
+    from stepscope.executors import local_executor
 
     workers = default_jobs(len(ranks)) if jobs is None else max(1, min(jobs, len(ranks)))
     read_one = partial(_read_rank, str(run_dir), with_windows=with_windows, max_bytes=limits.max_bytes())

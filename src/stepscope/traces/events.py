@@ -48,6 +48,8 @@ _BIG = 1 << 62
 _IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
 #: The sparse columns of CUDA-event waits: rows, then the two args.
 WAIT_COLUMNS = ("wait_rows", "wait_on_stream", "wait_on_record")
+# the builder's columns of symbol ids (by their names in :meth:`TableBuilder.buffers`); -1: absent
+SYMBOL_COLUMNS = frozenset(("name", "cat", "pid", "tid", "input_dims", "call_stack", "memory.tid"))
 
 
 def symbol_mask(values: np.ndarray, ids: np.ndarray | list[int], n_symbols: int) -> np.ndarray:
@@ -426,6 +428,16 @@ class TableBuilder:
         self._mem_f["nbytes"].append(_to_float(args.get("Bytes")))
         self._mem_f["total_allocated"].append(_to_float(args.get("Total Allocated")))
         self._mem_f["total_reserved"].append(_to_float(args.get("Total Reserved")))
+
+    def buffers(self) -> dict[str, array[Any]]:
+        """Every column's buffer by name (the ``[memory]`` instants' prefixed ``memory.``), in a fixed
+        order: what :mod:`stepscope.traces.split_load` writes from a worker's builder and appends to
+        the parent's."""
+        out: dict[str, array[Any]] = {**self._i32, **self._f64, **self._i64, **self._wait}
+        out.update({f"memory.{k}": v for k, v in self._mem_f.items()})
+        out.update({f"memory.{k}": v for k, v in self._mem_i.items()})
+        out["memory.tid"] = self._mem_tid
+        return out
 
     def build(self) -> tuple[EventTable, MemoryTable]:
         """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`)."""

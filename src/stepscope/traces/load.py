@@ -26,6 +26,7 @@ import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,25 +103,24 @@ def load_trace(
     progress: Callable[[int, int], None] | None = None,
     max_json_bytes: int = MAX_JSON_BYTES,
     max_bytes: int | None = None,
+    workers: int = 1,
 ) -> LoadedTrace:
     """Decode one trace file. ``progress(done_bytes, total_bytes)`` is called per chunk.
 
     ``max_bytes``: the most JSON held at once (see the module docstring); ``None`` reads
-    :func:`stepscope.limits.max_bytes`.
+    :func:`stepscope.limits.max_bytes`. ``workers`` > 1: an uncompressed file of at least 128 MiB
+    is decoded in byte ranges on that many processes (:mod:`stepscope.traces.split_load`; the same
+    table), anything else in this process.
     """
     path = str(path)
-    builder = TableBuilder()
-
-    def add(batch: Any, stats: DecodeStats) -> None:
-        if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts
-            if builder.add_typed(batch.events):
-                return
-            batch = dicts_of(batch, stats)
-        if not isinstance(batch, list):
-            raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
-        builder.add_batch(batch)
-
-    meta, stats, json_bytes = _decode(path, add, progress, max_json_bytes, max_bytes)
+    store = partial(_store, path)
+    split = _decode_split(path, workers, store, progress, max_json_bytes, max_bytes) if workers > 1 else None
+    if split is None:
+        builder = TableBuilder()
+        meta, stats, json_bytes = _decode(path, lambda batch, stats: store(builder, batch, stats), progress,
+                                          max_json_bytes, max_bytes)
+    else:
+        builder, meta, stats, json_bytes = split
     events, memory = builder.build()
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
@@ -138,6 +138,34 @@ def load_trace(
         json_bytes=json_bytes,
         decode_path=stats.path,
     )
+
+
+def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> None:
+    """One decoded batch into the builder's columns."""
+    if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts
+        if builder.add_typed(batch.events):
+            return
+        batch = dicts_of(batch, stats)
+    if not isinstance(batch, list):
+        raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
+    builder.add_batch(batch)
+
+
+def _decode_split(path: str, workers: int, store: Callable[[TableBuilder, Any, DecodeStats], None],
+                  progress: Callable[[int, int], None] | None, max_json_bytes: int, max_bytes: int | None,
+                  ) -> tuple[TableBuilder, dict[str, Any], DecodeStats, int] | None:
+    """The file decoded in byte ranges on ``workers`` processes, or None where that does not apply (a
+    gzip file, one too small to split, any doubt: :mod:`stepscope.traces.split_load`)."""
+    size = _file_size(path)
+    if size > max_json_bytes:
+        return None  # the streaming decode refuses it, with the reason
+    from stepscope.traces.split_load import decode_split, parts_for
+
+    if parts_for(size, workers) < 2:
+        return None
+    limit = limits.max_bytes() if max_bytes is None else max_bytes
+    done = decode_split(path, workers, store, limit, progress)
+    return None if done is None else (*done, size)
 
 
 def load_raw_events(path: str | Path, max_bytes: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:

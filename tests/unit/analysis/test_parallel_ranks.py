@@ -10,7 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stepscope.analysis.trace.trace_evidence import analyze_traces, local_executor
+from stepscope.analysis.trace.trace_evidence import analyze_traces
+from stepscope.executors import local_executor
 from stepscope.errors import StepscopeError
 from tests.unit.analysis.reference_traces import VENDORED, _rel, _root, kineto_trace_names
 

@@ -16,7 +16,6 @@ event table released before the next is loaded, so memory holds one rank's colum
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +82,8 @@ def analyze_traces(
     (views, tables, the per-rank summary) where it runs, its event columns released there; the
     job-level parts (kernel-type breakdown, rank comparison, stragglers) are computed here from
     those results. ``jobs`` > 1 runs the map on that many local processes (one trace per process at
-    a time, so memory is bounded by ``jobs`` ranks' columns); ``executor`` is any
+    a time, so memory is bounded by ``jobs`` ranks' columns), or, for a single trace, decodes a large
+    uncompressed file in byte ranges on that many processes (:mod:`stepscope.traces.split_load`); ``executor`` is any
     :class:`concurrent.futures.Executor` — e.g. a Dask cluster's ``Client.get_executor()`` — whose
     workers can import stepscope. The result does not depend on how the map ran. ``progress`` is
     called with a file's decode progress (bytes) in one process, and with (file, ranks done, ranks)
@@ -99,7 +99,8 @@ def analyze_traces(
         results = []
         for index, path in enumerate(paths):
             callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
-            results.append(_analyze_one(path, index, group_by_shape, callback, path_steps))
+            results.append(_analyze_one(path, index, group_by_shape, callback, path_steps,
+                                        load_workers=jobs if len(paths) == 1 else 1))
     seen: dict[int, str] = {}
     for item in results:
         if item.rank in seen and len(paths) > 1:
@@ -119,7 +120,7 @@ def analyze_traces(
 
 def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
                  progress: Callable[[int, int], None] | None = None,
-                 path_steps: int = DEFAULT_PATH_STEPS) -> RankAnalysis:
+                 path_steps: int = DEFAULT_PATH_STEPS, load_workers: int = 1) -> RankAnalysis:
     """The map step: one trace file to its rank's analysis (the event table is freed on return).
     Decoding allocates millions of short-lived acyclic objects, and the critical path a graph of
     hundreds of thousands of tuples: no cycle scans meanwhile (they cost the path ~25%). The event
@@ -129,7 +130,7 @@ def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        trace = load_trace(path, rank=index, progress=progress)
+        trace = load_trace(path, rank=index, progress=progress, workers=load_workers)
         result = analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps)
         del trace
     finally:
@@ -169,6 +170,7 @@ def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Call
 
     from stepscope import limits
     from stepscope.errors import StepscopeError
+    from stepscope.executors import local_executor
 
     limit = limits.max_bytes()
     own = None
@@ -193,22 +195,8 @@ def _map_ranks(paths: Sequence[str | Path], group_by_shape: bool, progress: Call
             own.shutdown(wait=True, cancel_futures=True)
 
 
-def local_executor(workers: int) -> Executor:
-    """Worker processes for the per-rank map: forked from this process when it runs a single thread
-    (the analysis modules are already imported: no start-up per worker), else spawned (forking a
-    process that runs threads can deadlock in the child)."""
-    import multiprocessing
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context(method))
-
-
 def default_jobs(ranks: int) -> int:
     """Local processes for ``ranks`` traces: one per usable core, at most one per trace."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, ranks))
+    from stepscope.executors import usable_cores
+
+    return max(1, min(usable_cores(), ranks))

@@ -1,0 +1,239 @@
+"""Decode one large uncompressed trace on several cores: its ``traceEvents`` array cut into byte ranges.
+
+Contract: :func:`decode_split` fills a :class:`~stepscope.traces.events.TableBuilder` with the same
+rows, columns, skip counts and metadata as the streaming decode of :mod:`stepscope.traces.decode`
+(the symbol ids may be numbered in another order; every id maps to the same string), or returns
+``None`` having changed nothing, and the caller decodes the file in one stream. It never raises for
+the file's content: a range that does not decode, a layout it does not expect, a worker that fails,
+a temporary directory that cannot be written all end in ``None``, so every error the user sees
+comes from the streaming decode, with its byte offset.
+
+Why the cuts are safe. The parent picks each cut at the first ``} , {`` after an evenly spaced
+offset, without knowing whether that spot lies between two top-level events or inside a string or a
+nested object. Each worker decodes ``{"traceEvents": [`` + its range + ``]}`` with the streaming
+decoder. The first range starts right after the array's ``[``, a top-level position. A range that
+starts at a top-level position decodes into whole events, and ends cleanly before the ``]`` appended
+to it, only when its end is a top-level position too (a cut inside a string leaves the string open,
+one inside an object leaves a bracket unbalanced): so when every worker succeeds, every cut was
+between two top-level events, by induction from the first. A worker that fails, or whose document
+does not end exactly where its range does (metadata other than the appended ``]}``), turns the
+whole split decode into ``None``.
+
+The last range runs to the end of the file, so the array's closing ``]`` and the metadata after it
+are found exactly as the streaming decode finds them; the metadata before the array is decoded by
+the parent. The workers write their columns to files in a temporary directory (``TMPDIR``; about a
+quarter of the JSON's size) and the parent reads them into one builder, renumbering each part's
+symbols into its own table: no column is pickled, and the parent holds one copy of the columns.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from stepscope.traces.decode import _BOUNDARY, _EVENTS_KEY, CHUNK_BYTES, HEAD_SEARCH_BYTES, DecodeStats, _meta, iter_event_batches
+from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
+
+MIN_PART_BYTES = 64 * 1024 * 1024  # a range smaller than this is not worth a process
+CUT_SEARCH_BYTES = 4 * 1024 * 1024  # how far past an even offset a boundary between events is looked for
+_PREFIX = b'{"traceEvents": ['
+_SUFFIX = b"]}"
+
+
+def parts_for(size: int, workers: int) -> int:
+    """How many ranges a file of ``size`` bytes is cut into with ``workers`` processes (1: not cut)."""
+    return max(1, min(workers, size // max(1, MIN_PART_BYTES)))
+
+
+def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, DecodeStats], None],
+                 max_bytes: int, progress: Callable[[int, int], None] | None = None,
+                 ) -> tuple[TableBuilder, dict[str, Any], DecodeStats] | None:
+    """The builder, metadata and decode counters of ``path`` decoded in up to ``workers`` ranges, or
+    None (see the module docstring). ``add(builder, batch, stats)`` stores one decoded batch, as the
+    streaming load does. ``progress(done_bytes, total_bytes)`` is called as ranges finish."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            plan = _plan(fh, size, parts_for(size, workers), max_bytes)
+    except OSError:
+        return None
+    if plan is None:
+        return None
+    meta_head, ranges = plan
+    stats = DecodeStats()
+    try:
+        head_meta = _meta(meta_head, b"}", stats, 0)
+    except Exception:  # noqa: BLE001 - the streaming decode reports what is wrong with the head
+        return None
+    try:
+        with tempfile.TemporaryDirectory(prefix="stepscope-split-") as scratch:
+            parts = _run(path, ranges, scratch, add, max_bytes, progress, size)
+            if parts is None:
+                return None
+            builder = _assemble(parts)
+    except OSError:  # the temporary directory: full, read-only, gone
+        return None
+    meta = dict(head_meta)
+    for part in parts:
+        meta.update(part["meta"])
+        stats.replaced_utf8 += part["replaced_utf8"]
+        stats.big_int_pieces += part["big_int_pieces"]
+    stats.path = "split"
+    return builder, meta, stats
+
+
+def _plan(fh: BinaryIO, size: int, parts: int, max_bytes: int) -> tuple[bytes, list[tuple[int, int, bool]]] | None:
+    """The metadata head (up to and including ``"traceEvents":``) and the ranges ``(start, stop, last)``."""
+    if parts < 2 or fh.read(2) == b"\x1f\x8b":
+        return None
+    fh.seek(0)
+    head = bytearray()
+    match = None
+    while match is None and len(head) < min(HEAD_SEARCH_BYTES, max_bytes):
+        block = fh.read(CHUNK_BYTES)
+        if not block:
+            return None
+        head += block
+        match = _EVENTS_KEY.search(head)
+    if match is None or not head.lstrip().startswith(b"{"):
+        return None
+    start = match.end()
+    cuts = []
+    for i in range(1, parts):
+        fh.seek(start + (size - start) * i // parts)
+        window = fh.read(CUT_SEARCH_BYTES)
+        found = _BOUNDARY.search(window)
+        if found is None:
+            return None
+        offset = start + (size - start) * i // parts
+        cuts.append((offset + found.start() + 1, offset + found.end() - 1))  # (end of one range, start of next)
+    ranges = []
+    begin = start
+    for stop, following in cuts:
+        if stop <= begin:  # two even offsets found the same boundary (small events, many parts)
+            continue
+        ranges.append((begin, stop, False))
+        begin = following
+    if not ranges:
+        return None
+    ranges.append((begin, size, True))
+    return bytes(head[: match.end() - 1]), ranges
+
+
+def _run(path: str, ranges: list[tuple[int, int, bool]], scratch: str,
+         add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int,
+         progress: Callable[[int, int], None] | None, size: int) -> list[dict[str, Any]] | None:
+    from concurrent.futures import as_completed
+
+    from stepscope.executors import local_executor
+
+    done = ranges[0][0]
+    results: list[dict[str, Any] | None] = [None] * len(ranges)
+    with local_executor(len(ranges)) as pool:
+        futures = {pool.submit(_decode_range, path, start, stop, last, os.path.join(scratch, str(index)), add,
+                               max_bytes): index
+                   for index, (start, stop, last) in enumerate(ranges)}
+        for future in as_completed(futures):
+            index = futures[future]
+            try:
+                outcome = future.result()
+            except Exception:  # noqa: BLE001 - a worker that died (memory, a signal): decode in one stream
+                outcome = None
+            if outcome is None:
+                for other in futures:
+                    other.cancel()
+                return None
+            results[index] = outcome
+            done += ranges[index][1] - ranges[index][0]
+            if progress is not None:
+                progress(min(done, size), size)
+    return [r for r in results if r is not None]
+
+
+class _Range:
+    """``{"traceEvents": [`` + bytes ``start:stop`` of the file (+ ``]}`` unless it runs to the end)."""
+
+    def __init__(self, fh: BinaryIO, start: int, stop: int, last: bool):
+        fh.seek(start)
+        self.fh, self.left = fh, stop - start
+        self.prefix, self.suffix = _PREFIX, b"" if last else _SUFFIX
+
+    def read(self, size: int) -> bytes:
+        if self.prefix:
+            out, self.prefix = self.prefix, b""
+            return out
+        if self.left > 0:
+            block = self.fh.read(min(size, self.left))
+            self.left = self.left - len(block) if block else 0
+            return block
+        out, self.suffix = self.suffix, b""
+        return out
+
+
+def _decode_range(path: str, start: int, stop: int, last: bool, prefix: str,
+                  add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int) -> dict[str, Any] | None:
+    """A worker: one range decoded into columns written to ``prefix.<column>``; None when the range is
+    not a run of whole events (a cut inside an event, damage: the caller then decodes in one stream)."""
+    builder = TableBuilder()
+    stats = DecodeStats()
+    meta: dict[str, Any] | None = None
+    gc.disable()  # millions of short-lived acyclic objects: no cycle scans (as in the streaming load)
+    try:
+        with open(path, "rb") as fh:
+            for kind, payload in iter_event_batches(_Range(fh, start, stop, last), stats, None,  # type: ignore[arg-type]
+                                                    max_bytes=max_bytes):
+                if kind == "events":
+                    add(builder, payload, stats)
+                else:
+                    meta = payload
+        if meta is None or stats.path != "streaming" or (meta and not last):
+            return None
+        sizes = {}
+        for key, buffer in builder.buffers().items():
+            with open(f"{prefix}.{key}", "wb") as out:
+                buffer.tofile(out)
+            sizes[key] = len(buffer)
+    except Exception:  # noqa: BLE001 - whatever went wrong, the streaming decode says it properly
+        return None
+    return {"prefix": prefix, "symbols": builder.symbols.strings, "sizes": sizes, "meta": meta,
+            "skipped": builder.counts.skipped, "ignored": builder.counts.ignored,
+            "replaced_utf8": stats.replaced_utf8, "big_int_pieces": stats.big_int_pieces}
+
+
+def _assemble(parts: list[dict[str, Any]]) -> TableBuilder:
+    """One builder from the parts' column files, in file order; each part's symbols renumbered."""
+    builder = TableBuilder()
+    buffers = builder.buffers()
+    intern = builder.symbols.intern
+    for part in parts:
+        # index -1 (a missing symbol) stays -1
+        renumber = np.array([intern(s) for s in part["symbols"]] + [-1], dtype=np.int32)
+        rows = len(buffers["ts"])  # the part's wait rows count from here
+        for key, buffer in buffers.items():
+            count = part["sizes"][key]
+            if not count:
+                continue
+            before = len(buffer)
+            with open(f"{part['prefix']}.{key}", "rb") as fh:
+                buffer.fromfile(fh, count)
+            os.unlink(f"{part['prefix']}.{key}")
+            if key in SYMBOL_COLUMNS or key == "wait_rows":
+                view = np.frombuffer(buffer, dtype=np.int32 if key in SYMBOL_COLUMNS else np.int64)[before:]
+                if key == "wait_rows":
+                    view += rows
+                else:
+                    if len(view) and int(view.min()) < -1:
+                        raise OSError("a symbol column holds an id below -1")
+                    view[:] = renumber[view]
+                del view
+        builder.counts.skipped.update(part["skipped"])
+        builder.counts.ignored.update(part["ignored"])
+    return builder
+
+
+__all__ = ["MIN_PART_BYTES", "decode_split", "parts_for"]
