@@ -21,9 +21,11 @@ whole split decode into ``None``.
 
 The last range runs to the end of the file, so the array's closing ``]`` and the metadata after it
 are found exactly as the streaming decode finds them; the metadata before the array is decoded by
-the parent. The workers write their columns to files in a temporary directory (``TMPDIR``; about a
-quarter of the JSON's size) and the parent reads them into one builder, renumbering each part's
-symbols into its own table: no column is pickled, and the parent holds one copy of the columns.
+the parent. The parent decodes the first range itself, into the builder that becomes the table,
+while worker processes decode the others and write their columns to files in a temporary directory
+(``TMPDIR``; about a quarter of their share of the JSON); the parent then appends those, renumbering
+each part's symbols into its own table: no column is pickled, and the parent holds one copy of the
+columns.
 """
 
 from __future__ import annotations
@@ -72,14 +74,15 @@ def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, Deco
         return None
     try:
         with tempfile.TemporaryDirectory(prefix="stepscope-split-") as scratch:
-            parts = _run(path, ranges, scratch, add, max_bytes, progress, size)
-            if parts is None:
+            done = _run(path, ranges, scratch, add, max_bytes, progress, size)
+            if done is None:
                 return None
-            builder = _assemble(parts)
+            builder, first, parts = done
+            _append(builder, parts)
     except OSError:  # the temporary directory: full, read-only, gone
         return None
     meta = dict(head_meta)
-    for part in parts:
+    for part in (first, *parts):
         meta.update(part["meta"])
         stats.replaced_utf8 += part["replaced_utf8"]
         stats.big_int_pieces += part["big_int_pieces"]
@@ -127,32 +130,44 @@ def _plan(fh: BinaryIO, size: int, parts: int, max_bytes: int) -> tuple[bytes, l
 
 def _run(path: str, ranges: list[tuple[int, int, bool]], scratch: str,
          add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int,
-         progress: Callable[[int, int], None] | None, size: int) -> list[dict[str, Any]] | None:
+         progress: Callable[[int, int], None] | None, size: int,
+         ) -> tuple[TableBuilder, dict[str, Any], list[dict[str, Any]]] | None:
+    """The first range decoded here, into the builder that becomes the table, while worker processes
+    decode the others into column files: (builder, its part's counters, the other parts in order)."""
     from concurrent.futures import as_completed
 
     from stepscope.executors import local_executor
 
     done = ranges[0][0]
     results: list[dict[str, Any] | None] = [None] * len(ranges)
-    with local_executor(len(ranges)) as pool:
+    with local_executor(len(ranges) - 1) as pool:
         futures = {pool.submit(_decode_range, path, start, stop, last, os.path.join(scratch, str(index)), add,
                                max_bytes): index
-                   for index, (start, stop, last) in enumerate(ranges)}
-        for future in as_completed(futures):
-            index = futures[future]
-            try:
-                outcome = future.result()
-            except Exception:  # noqa: BLE001 - a worker that died (memory, a signal): decode in one stream
-                outcome = None
-            if outcome is None:
-                for other in futures:
-                    other.cancel()
-                return None
-            results[index] = outcome
+                   for index, (start, stop, last) in enumerate(ranges) if index}
+        builder = TableBuilder()
+        first = _decode_into(builder, path, *ranges[0], add, max_bytes)
+        if first is None:
+            _cancel(futures)
+            return None
+        for future in [None, *as_completed(futures)]:
+            index = 0 if future is None else futures[future]
+            if future is not None:
+                try:
+                    results[index] = future.result()
+                except Exception:  # noqa: BLE001 - a worker that died (memory, a signal): decode in one stream
+                    results[index] = None
+                if results[index] is None:
+                    _cancel(futures)
+                    return None
             done += ranges[index][1] - ranges[index][0]
             if progress is not None:
                 progress(min(done, size), size)
-    return [r for r in results if r is not None]
+    return builder, first, [r for r in results[1:] if r is not None]
+
+
+def _cancel(futures: dict[Any, int]) -> None:
+    for future in futures:
+        future.cancel()
 
 
 class _Range:
@@ -175,13 +190,14 @@ class _Range:
         return out
 
 
-def _decode_range(path: str, start: int, stop: int, last: bool, prefix: str,
-                  add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int) -> dict[str, Any] | None:
-    """A worker: one range decoded into columns written to ``prefix.<column>``; None when the range is
-    not a run of whole events (a cut inside an event, damage: the caller then decodes in one stream)."""
-    builder = TableBuilder()
+def _decode_into(builder: TableBuilder, path: str, start: int, stop: int, last: bool,
+                 add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int) -> dict[str, Any] | None:
+    """One range decoded into ``builder``: its metadata and decode counters, or None when the range
+    is not a run of whole events (a cut inside an event, damage: the caller then decodes in one
+    stream)."""
     stats = DecodeStats()
     meta: dict[str, Any] | None = None
+    collecting = gc.isenabled()
     gc.disable()  # millions of short-lived acyclic objects: no cycle scans (as in the streaming load)
     try:
         with open(path, "rb") as fh:
@@ -191,23 +207,37 @@ def _decode_range(path: str, start: int, stop: int, last: bool, prefix: str,
                     add(builder, payload, stats)
                 else:
                     meta = payload
-        if meta is None or stats.path != "streaming" or (meta and not last):
-            return None
-        sizes = {}
+    except Exception:  # noqa: BLE001 - whatever went wrong, the streaming decode says it properly
+        return None
+    finally:
+        if collecting:
+            gc.enable()
+    if meta is None or stats.path != "streaming" or (meta and not last):
+        return None
+    return {"meta": meta, "replaced_utf8": stats.replaced_utf8, "big_int_pieces": stats.big_int_pieces}
+
+
+def _decode_range(path: str, start: int, stop: int, last: bool, prefix: str,
+                  add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int) -> dict[str, Any] | None:
+    """A worker: one range decoded into columns written to ``prefix.<column>`` (None as :func:`_decode_into`)."""
+    builder = TableBuilder()
+    part = _decode_into(builder, path, start, stop, last, add, max_bytes)
+    if part is None:
+        return None
+    sizes = {}
+    try:
         for key, buffer in builder.buffers().items():
             with open(f"{prefix}.{key}", "wb") as out:
                 buffer.tofile(out)
             sizes[key] = len(buffer)
-    except Exception:  # noqa: BLE001 - whatever went wrong, the streaming decode says it properly
+    except OSError:
         return None
-    return {"prefix": prefix, "symbols": builder.symbols.strings, "sizes": sizes, "meta": meta,
-            "skipped": builder.counts.skipped, "ignored": builder.counts.ignored,
-            "replaced_utf8": stats.replaced_utf8, "big_int_pieces": stats.big_int_pieces}
+    return {**part, "prefix": prefix, "symbols": builder.symbols.strings, "sizes": sizes,
+            "skipped": builder.counts.skipped, "ignored": builder.counts.ignored}
 
 
-def _assemble(parts: list[dict[str, Any]]) -> TableBuilder:
-    """One builder from the parts' column files, in file order; each part's symbols renumbered."""
-    builder = TableBuilder()
+def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
+    """The parts' column files appended to ``builder``, in file order; each part's symbols renumbered."""
     buffers = builder.buffers()
     intern = builder.symbols.intern
     for part in parts:
@@ -233,7 +263,6 @@ def _assemble(parts: list[dict[str, Any]]) -> TableBuilder:
                 del view
         builder.counts.skipped.update(part["skipped"])
         builder.counts.ignored.update(part["ignored"])
-    return builder
 
 
 __all__ = ["MIN_PART_BYTES", "decode_split", "parts_for"]
