@@ -32,8 +32,9 @@ tool ``stepscope@LABEL``, interleaved with the others: a before/after comparison
 
 ``--one-job`` also runs ``stepscope analyze TRACE --jobs 1`` (tool ``stepscope@jobs1``): as typed, a
 single uncompressed trace of at least 128 MiB is decoded in byte ranges on every core, and this is
-its one-process baseline in the same run. ``--tree-rss`` samples the summed RSS of each command's
-processes (``ru_maxrss`` is the largest one process reached, not what the workers held together).
+its one-process baseline in the same run. ``--tree-rss`` samples the summed RSS and PSS of each
+command's processes (``ru_maxrss`` is the largest one process reached, not what the workers held
+together; a forked child's pages shared with its parent count twice in the RSS sum, once in PSS).
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ def stepscope_command() -> list[str]:
 def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str | None = None,
                 tree_rss: bool = False) -> dict:
     """Wall and CPU time and peak RSS of one command. The peak RSS is the kernel's (``ru_maxrss``: the
-    largest of the process and its children, not their sum); ``tree_rss`` also samples the sum of
-    the RSS of the process and its descendants 20 times a second (``tree_rss_mb``), what a command
-    that decodes on several processes holds at once."""
+    largest of the process and its children, not their sum); ``tree_rss`` also samples, 20 times a
+    second, the sum of the RSS of the process and its descendants (``tree_rss_mb``) and the sum of
+    their proportional set sizes (``tree_pss_mb``: a page a forked child shares with its parent
+    counts once, not twice): what a command that works on several processes holds at once."""
     env = dict(os.environ)
     env.update(env_extra)
     sink = open(stdout_path, "wb") if stdout_path else subprocess.PIPE  # noqa: SIM115 - closed below
@@ -116,7 +118,8 @@ def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str 
     out = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
            "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
     if sampled is not None:
-        out["tree_rss_mb"] = sampled.stop() / 2**20
+        rss, pss = sampled.stop()
+        out["tree_rss_mb"], out["tree_pss_mb"] = rss / 2**20, pss / 2**20
     return out
 
 
@@ -128,7 +131,7 @@ class _TreeRss:
 
         import psutil
 
-        self.root, self.peak, self.done = psutil.Process(pid), 0, threading.Event()
+        self.root, self.peak, self.peak_pss, self.done = psutil.Process(pid), 0, 0, threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
@@ -140,18 +143,20 @@ class _TreeRss:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.Error:
                 return
-            total = 0
+            total = shared = 0
             for item in procs:
                 try:
                     total += item.memory_info().rss
+                    shared += item.memory_full_info().pss
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
+            self.peak_pss = max(self.peak_pss, shared)
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, int]:
         self.done.set()
         self.thread.join()
-        return self.peak
+        return self.peak, self.peak_pss
 
 
 def run_child(code: str, args: list[str], env_extra: dict[str, str], python: str = sys.executable) -> dict:
@@ -323,12 +328,14 @@ def main() -> None:
                 row = {"trace": rel, "file_mb": size_mb, "tool": tool, "wall_s": statistics.median(walls),
                        "walls": walls, "cpu_s": statistics.median(r["cpu_s"] for r in runs),
                        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-                       **({"tree_rss_mb": max(r["tree_rss_mb"] for r in runs)} if args.tree_rss else {}),
+                       **({key: max(r[key] for r in runs) for key in ("tree_rss_mb", "tree_pss_mb")}
+                          if args.tree_rss else {}),
                        "exit": max(r["exit"] for r in runs), "tail": runs[0]["tail"]}
                 rows.append(row)
                 shown = " ".join(f"{w:.2f}" for w in walls)
                 print(f"{rel[-60:]:<60} {size_mb:7.1f} {tool:<9} {row['wall_s']:9.2f} {shown:>20} {row['cpu_s']:7.2f} "
-                      f"{row['peak_rss_mb']:7.0f}" + (f" tree {row['tree_rss_mb']:.0f} MB" if args.tree_rss else "")
+                      f"{row['peak_rss_mb']:7.0f}" + (f" tree {row['tree_rss_mb']:.0f} MB, PSS {row['tree_pss_mb']:.0f} MB"
+                                                      if args.tree_rss else "")
                       + ("" if row["exit"] == 0 else f"  exit {row['exit']}: {row['tail']!r}"),
                       flush=True)
     finally:

@@ -122,3 +122,32 @@ def test_dask_without_the_extra_is_one_line_exit_2(capsys, monkeypatch):
     assert main(["analyze", str(TRAIN), "--dask", "local"]) == 2
     err = capsys.readouterr().err
     assert err == "stepscope: error: --dask needs Dask's distributed scheduler: pip install 'stepscope[dask]'\n"
+
+
+def test_the_progress_bar_draws_without_a_thread(monkeypatch):
+    """The bar is drawn from the load's callback: no drawing thread, so the load's workers and the
+    views' child can be forked (beside.py refuses to fork beside another thread)."""
+    import argparse
+    import io
+    import sys
+    import threading
+
+    from stepscope.cli import analyze_cmd
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Tty()
+    monkeypatch.setattr(sys, "stderr", screen)
+    progress, callback = analyze_cmd._progress(argparse.Namespace(no_progress=False))
+    total = analyze_cmd.PROGRESS_MIN_BYTES
+    before = threading.active_count()
+    try:
+        callback("a.json", total // 2, total)
+        assert threading.active_count() == before
+        callback("a.json", total, total)
+        assert "loading a.json" in screen.getvalue() and "33.6/33.6 MB" in screen.getvalue()
+    finally:
+        progress.stop()
+    assert threading.active_count() == before

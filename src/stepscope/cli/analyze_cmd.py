@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,12 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
     progress = Progress(
         TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
         console=Console(stderr=True), transient=True,
+        # drawn from the callback, at most 10 times a second: no drawing thread, so the load's workers
+        # and the views' child can be forked (stepscope.executors, analysis/trace/beside.py)
+        auto_refresh=False,
     )
     tasks: dict[str, Any] = {}
+    drawn = [0.0]
 
     def callback(path: str, done: int, total: int) -> None:
         if total < PROGRESS_MIN_BYTES:
@@ -98,6 +103,10 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
                 progress.start()
             tasks[path] = progress.add_task(escape(printable(os.path.basename(path))), total=total)
         progress.update(tasks[path], completed=min(done, total))
+        now = time.monotonic()
+        if now - drawn[0] >= 0.1 or done >= total:
+            progress.refresh()
+            drawn[0] = now
 
     return progress, callback
 

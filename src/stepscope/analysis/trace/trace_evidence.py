@@ -100,7 +100,7 @@ def analyze_traces(
         for index, path in enumerate(paths):
             callback = None if progress is None else (lambda done, total, p=path: progress(p, done, total))
             results.append(_analyze_one(path, index, group_by_shape, callback, path_steps,
-                                        load_workers=jobs if len(paths) == 1 else 1))
+                                        workers=jobs if len(paths) == 1 else 1))
     seen: dict[int, str] = {}
     for item in results:
         if item.rank in seen and len(paths) > 1:
@@ -120,7 +120,7 @@ def analyze_traces(
 
 def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
                  progress: Callable[[int, int], None] | None = None,
-                 path_steps: int = DEFAULT_PATH_STEPS, load_workers: int = 1) -> RankAnalysis:
+                 path_steps: int = DEFAULT_PATH_STEPS, workers: int = 1) -> RankAnalysis:
     """The map step: one trace file to its rank's analysis (the event table is freed on return).
     Decoding allocates millions of short-lived acyclic objects, and the critical path a graph of
     hundreds of thousands of tuples: no cycle scans meanwhile (they cost the path ~25%). The event
@@ -130,8 +130,8 @@ def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        trace = load_trace(path, rank=index, progress=progress, workers=load_workers)
-        result = analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps)
+        trace = load_trace(path, rank=index, progress=progress, workers=workers)
+        result = analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps, workers=workers)
         del trace
     finally:
         if collecting:
