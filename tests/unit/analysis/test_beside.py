@@ -89,6 +89,15 @@ def test_another_thread_means_no_fork(trace, alone, delivered):
     assert delivered == []
 
 
+def test_a_machine_without_memory_to_spare_keeps_to_one_process(trace, alone, delivered, monkeypatch):
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=1024))
+    assert analyze_rank(trace, workers=2).to_dict() == alone
+    assert delivered == []
+
+
 def test_a_value_that_does_not_pickle_comes_back_as_none():
     child = beside_module.beside(lambda: (lambda: 1))
     assert child is not None and child.result() is None

@@ -6,7 +6,9 @@ event table and its links, already built, page for page without copying them —
 ``None`` when the child could not deliver it (an exception, a signal, memory, an unpicklable value):
 the caller then computes it itself, so the analysis never depends on the child. ``beside`` returns
 ``None`` where forking is unsafe or impossible: another thread runs in this process (a child forked
-beside a thread can deadlock on a lock that thread held), or the platform has no ``fork``.
+beside a thread can deadlock on a lock that thread held), the platform has no ``fork``, or the
+machine has less memory available than this process holds (the most a child could come to need,
+were it to touch every page it shares: a machine without that to spare keeps to one process).
 """
 
 from __future__ import annotations
@@ -61,6 +63,13 @@ def beside(work: Callable[[], T]) -> Beside[T] | None:
     import multiprocessing
 
     if threading.active_count() != 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    import psutil
+
+    try:
+        if psutil.virtual_memory().available < psutil.Process().memory_info().rss:
+            return None
+    except (psutil.Error, OSError):
         return None
     try:
         return Beside(work)
