@@ -42,11 +42,11 @@ from stepscope.traces import typed
 
 CHUNK_BYTES = 1024 * 1024  # bytes of JSON decoded at once: bounds the transient dicts
 HEAD_SEARCH_BYTES = 64 * 1024 * 1024
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _CLOSE = re.compile(rb"\}\s*\]")
 _ANY_CLOSE = re.compile(rb"\]")
-_KEY_OVERLAP = 4096  # "traceEvents" : [ split across two reads, with some whitespace
+KEY_OVERLAP = 4096  # "traceEvents" : [ split across two reads, with some whitespace
 
 
 class DecodeFailure(Exception):
@@ -163,7 +163,7 @@ def iter_event_batches(
         if progress:
             progress(len(block))
         head += block
-        match = _EVENTS_KEY.search(head, max(0, searched - _KEY_OVERLAP))
+        match = EVENTS_KEY.search(head, max(0, searched - KEY_OVERLAP))
         if match is not None:
             break
         searched = len(head)
@@ -182,7 +182,7 @@ def iter_event_batches(
         if not block:
             events, tail = _split_end(bytes(buffer), stats, consumed)
             yield "events", events  # also an empty list: the key is there (``"traceEvents": []``)
-            yield "meta", _meta(meta_head, tail, stats, consumed)
+            yield "meta", decode_meta(meta_head, tail, stats, consumed)
             return
         buffer += block
         if len(buffer) < attempt_at and len(buffer) <= max_bytes:
@@ -220,7 +220,7 @@ def _cut(buffer: bytearray, stats: DecodeStats, offset: int,
         brace = buffer.rfind(b"}", 0, start)
         if brace < 0:
             return None
-        found = _BOUNDARY.match(buffer, brace)
+        found = BOUNDARY.match(buffer, brace)
         start = brace
         if found is None:
             continue
@@ -287,7 +287,8 @@ def _split_end(buffer: bytes, stats: DecodeStats, offset: int) -> tuple[list[Any
     raise DecodeFailure("the traceEvents array is never closed (truncated file?)", offset + len(buffer))
 
 
-def _meta(head: bytes, tail: bytes, stats: DecodeStats, offset: int) -> dict[str, Any]:
+def decode_meta(head: bytes, tail: bytes, stats: DecodeStats, offset: int) -> dict[str, Any]:
+    """The top-level keys other than ``traceEvents``: ``head`` (up to ``"traceEvents":``) + ``[]`` + ``tail``."""
     doc = _loads(head + b"[]" + tail, stats, 0)
     if not isinstance(doc, dict):
         raise DecodeFailure("the top level is not a JSON object", 0)

@@ -38,7 +38,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from stepscope.traces.decode import _BOUNDARY, _EVENTS_KEY, CHUNK_BYTES, HEAD_SEARCH_BYTES, DecodeStats, _meta, iter_event_batches
+from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats, decode_meta,
+                                     iter_event_batches)
 from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
 
 MIN_PART_BYTES = 64 * 1024 * 1024  # a range smaller than this is not worth a process
@@ -69,7 +70,7 @@ def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, Deco
     meta_head, ranges = plan
     stats = DecodeStats()
     try:
-        head_meta = _meta(meta_head, b"}", stats, 0)
+        head_meta = decode_meta(meta_head, b"}", stats, 0)
     except Exception:  # noqa: BLE001 - the streaming decode reports what is wrong with the head
         return None
     try:
@@ -101,8 +102,9 @@ def _plan(fh: BinaryIO, size: int, parts: int, max_bytes: int) -> tuple[bytes, l
         block = fh.read(CHUNK_BYTES)
         if not block:
             return None
+        searched = len(head)
         head += block
-        match = _EVENTS_KEY.search(head)
+        match = EVENTS_KEY.search(head, max(0, searched - KEY_OVERLAP))
     if match is None or not head.lstrip().startswith(b"{"):
         return None
     start = match.end()
@@ -110,7 +112,7 @@ def _plan(fh: BinaryIO, size: int, parts: int, max_bytes: int) -> tuple[bytes, l
     for i in range(1, parts):
         fh.seek(start + (size - start) * i // parts)
         window = fh.read(CUT_SEARCH_BYTES)
-        found = _BOUNDARY.search(window)
+        found = BOUNDARY.search(window)
         if found is None:
             return None
         offset = start + (size - start) * i // parts

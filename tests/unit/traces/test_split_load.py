@@ -107,7 +107,7 @@ def test_a_cut_inside_a_string_is_never_taken_for_a_boundary(tmp_path, monkeypat
     def cut_inside_the_name(fh, size, parts, max_bytes):
         data = fh.read()
         start = data.index(b"[") + 1
-        fake = split_load._BOUNDARY.search(data, data.index(b"a}, {b"))
+        fake = split_load.BOUNDARY.search(data, data.index(b"a}, {b"))
         return data[: start - 1].rstrip(), [(start, fake.start() + 1, False), (fake.end() - 1, size, True)]
 
     monkeypatch.setattr(split_load, "MIN_PART_BYTES", 1)
