@@ -32,6 +32,9 @@ ENV_VAR = "STEPSCOPE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 64 * 1024**2
 #: Past :func:`max_bytes`, a stream's decompressed size may be at most this many times its compressed size.
 MAX_RATIO = 200
+# the smallest byte range of one trace decoded on a process of its own (stepscope.traces.split_load):
+# below it the process's start and the columns' round trip through TMPDIR outweigh the gain
+SPLIT_PART_MIN_BYTES = 64 * 1024 * 1024
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _override: int | None = None
 

@@ -157,8 +157,8 @@ def _decode_split(path: str, workers: int, store: Callable[[TableBuilder, Any, D
     """The file decoded in byte ranges on ``workers`` processes, or None where that does not apply (a
     gzip file, one too small to split, any doubt: :mod:`stepscope.traces.split_load`)."""
     size = _file_size(path)
-    if size > max_json_bytes:
-        return None  # the streaming decode refuses it, with the reason
+    if size > max_json_bytes or size < 2 * limits.SPLIT_PART_MIN_BYTES:
+        return None  # refused by the streaming decode, with the reason; or not worth cutting
     from stepscope.traces.split_load import decode_split, parts_for
 
     if parts_for(size, workers) < 2:

@@ -32,17 +32,16 @@ from __future__ import annotations
 
 import gc
 import os
-import tempfile
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from stepscope import limits
 from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats, decode_meta,
                                      iter_event_batches)
 from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
 
-MIN_PART_BYTES = 64 * 1024 * 1024  # a range smaller than this is not worth a process
 CUT_SEARCH_BYTES = 4 * 1024 * 1024  # how far past an even offset a boundary between events is looked for
 _PREFIX = b'{"traceEvents": ['
 _SUFFIX = b"]}"
@@ -50,7 +49,7 @@ _SUFFIX = b"]}"
 
 def parts_for(size: int, workers: int) -> int:
     """How many ranges a file of ``size`` bytes is cut into with ``workers`` processes (1: not cut)."""
-    return max(1, min(workers, size // max(1, MIN_PART_BYTES)))
+    return max(1, min(workers, size // max(1, limits.SPLIT_PART_MIN_BYTES)))
 
 
 def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, DecodeStats], None],
@@ -73,6 +72,8 @@ def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, Deco
         head_meta = decode_meta(meta_head, b"}", stats, 0)
     except Exception:  # noqa: BLE001 - the streaming decode reports what is wrong with the head
         return None
+    import tempfile  # here: a trace too small to cut never needs it (~4 ms to import)
+
     try:
         with tempfile.TemporaryDirectory(prefix="stepscope-split-") as scratch:
             done = _run(path, ranges, scratch, add, max_bytes, progress, size)
@@ -267,4 +268,4 @@ def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
         builder.counts.ignored.update(part["ignored"])
 
 
-__all__ = ["MIN_PART_BYTES", "decode_split", "parts_for"]
+__all__ = ["decode_split", "parts_for"]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from stepscope.analysis.trace.rank_analysis import analyze_rank
+from stepscope import limits
 from stepscope.errors import InputError
 from stepscope.traces import split_load
 from stepscope.traces.events import SYMBOL_COLUMNS
@@ -27,7 +28,7 @@ SYMBOL_FIELDS = {"name", "cat", "pid", "tid", "input_dims", "call_stack"}
 @pytest.fixture
 def small_parts(monkeypatch):
     """Every file is worth cutting: ranges of any size."""
-    monkeypatch.setattr(split_load, "MIN_PART_BYTES", 1)
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
 
 
 def _plain_copy(rel: str, tmp_path):
@@ -110,7 +111,7 @@ def test_a_cut_inside_a_string_is_never_taken_for_a_boundary(tmp_path, monkeypat
         fake = split_load.BOUNDARY.search(data, data.index(b"a}, {b"))
         return data[: start - 1].rstrip(), [(start, fake.start() + 1, False), (fake.end() - 1, size, True)]
 
-    monkeypatch.setattr(split_load, "MIN_PART_BYTES", 1)
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
     monkeypatch.setattr(split_load, "_plan", cut_inside_the_name)
     split = load_trace(path, workers=2)
     assert split.decode_path == "streaming"  # the first range, ending inside the string, did not decode
@@ -134,11 +135,11 @@ def test_a_gzip_trace_and_a_small_one_are_not_cut(tmp_path):
     assert load_trace(path, workers=4).decode_path == "streaming"  # under 128 MiB a range
     zipped = tmp_path / "small.json.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
-    split_load.MIN_PART_BYTES, saved = 1, split_load.MIN_PART_BYTES
+    limits.SPLIT_PART_MIN_BYTES, saved = 1, limits.SPLIT_PART_MIN_BYTES
     try:
         assert load_trace(zipped, workers=4).decode_path == "streaming"
     finally:
-        split_load.MIN_PART_BYTES = saved
+        limits.SPLIT_PART_MIN_BYTES = saved
 
 
 def test_a_worker_that_fails_or_no_temporary_directory_falls_back(tmp_path, small_parts, monkeypatch):
@@ -149,8 +150,10 @@ def test_a_worker_that_fails_or_no_temporary_directory_falls_back(tmp_path, smal
     assert failed.decode_path == "streaming"
     _same_tables(streamed, failed)
     monkeypatch.undo()
-    monkeypatch.setattr(split_load, "MIN_PART_BYTES", 1)
-    monkeypatch.setattr(split_load.tempfile, "tempdir", str(tmp_path / "missing"))
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
     nowhere = load_trace(path, workers=3)
     assert nowhere.decode_path == "streaming"
     _same_tables(streamed, nowhere)
