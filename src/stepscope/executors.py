@@ -1,10 +1,11 @@
 """Where the per-rank map of a job's trace analysis runs: local processes, or a Dask cluster.
 
 ``analyze_traces`` takes any :class:`concurrent.futures.Executor`. Local processes are the default
-(:func:`local_executor`). For trace sets that outgrow one
-machine, Dask's distributed scheduler is the optional engine (``pip install 'stepscope[dask]'``):
-``Client.get_executor()`` is a ``concurrent.futures`` executor, so the cluster runs the very same
-map as the local processes, with no code path of its own. (Ray would need an adapter around its
+(:func:`local_executor`, which also decodes one large trace in byte ranges:
+:mod:`stepscope.traces.split_load`). For trace sets that outgrow one machine, Dask's distributed
+scheduler is the optional engine (``pip install 'stepscope[dask]'``): ``Client.get_executor()`` is a
+``concurrent.futures`` executor, so the cluster runs the very same map as the local processes, with
+no code path of its own. (Ray would need an adapter around its
 tasks and a much heavier runtime: a C++ core, its own object store and dashboard.)
 
 Each Dask worker must be able to import stepscope (the same environment on every node) and read

@@ -38,8 +38,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from stepscope import limits
-from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats, decode_meta,
-                                     iter_event_batches)
+from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats,
+                                     decode_meta, iter_event_batches)
 from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
 
 CUT_SEARCH_BYTES = 4 * 1024 * 1024  # how far past an even offset a boundary between events is looked for
@@ -204,8 +204,9 @@ def _decode_into(builder: TableBuilder, path: str, start: int, stop: int, last: 
     gc.disable()  # millions of short-lived acyclic objects: no cycle scans (as in the streaming load)
     try:
         with open(path, "rb") as fh:
-            for kind, payload in iter_event_batches(_Range(fh, start, stop, last), stats, None,  # type: ignore[arg-type]
-                                                    max_bytes=max_bytes):
+            batches = iter_event_batches(_Range(fh, start, stop, last), stats, None,  # type: ignore[arg-type]
+                                         max_bytes=max_bytes)
+            for kind, payload in batches:
                 if kind == "events":
                     add(builder, payload, stats)
                 else:

@@ -82,8 +82,10 @@ def analyze_traces(
     (views, tables, the per-rank summary) where it runs, its event columns released there; the
     job-level parts (kernel-type breakdown, rank comparison, stragglers) are computed here from
     those results. ``jobs`` > 1 runs the map on that many local processes (one trace per process at
-    a time, so memory is bounded by ``jobs`` ranks' columns), or, for a single trace, decodes a large
-    uncompressed file in byte ranges on that many processes (:mod:`stepscope.traces.split_load`); ``executor`` is any
+    a time, so memory is bounded by ``jobs`` ranks' columns); for a single trace it decodes a large
+    uncompressed file in byte ranges on that many processes (:mod:`stepscope.traces.split_load`)
+    and computes part of a large trace's views in a forked child
+    (:mod:`stepscope.analysis.trace.beside`). ``executor`` is any
     :class:`concurrent.futures.Executor` — e.g. a Dask cluster's ``Client.get_executor()`` — whose
     workers can import stepscope. The result does not depend on how the map ran. ``progress`` is
     called with a file's decode progress (bytes) in one process, and with (file, ranks done, ranks)
