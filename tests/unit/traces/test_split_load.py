@@ -10,6 +10,7 @@ import dataclasses
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,3 +169,19 @@ def test_symbol_columns_are_named_as_the_builder_names_them():
 
     names = set(TableBuilder().buffers())
     assert SYMBOL_COLUMNS <= names and "memory.ts" in names and "ts" in names and "wait_rows" in names
+
+
+HOSTILE = sorted((Path(__file__).resolve().parents[2] / "data" / "hostile" / "traces").iterdir())
+
+
+@pytest.mark.parametrize("path", HOSTILE, ids=lambda path: path.name)
+def test_every_hostile_trace_ends_as_the_streaming_decode_ends(path, small_parts):
+    outcomes = []
+    for workers in (1, 3):
+        try:
+            trace = load_trace(path, workers=workers)
+        except InputError as exc:
+            outcomes.append(("error", str(exc)))
+        else:
+            outcomes.append(("table", len(trace.events), trace.warnings))
+    assert outcomes[0] == outcomes[1]
