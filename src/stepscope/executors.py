@@ -25,26 +25,33 @@ from stepscope.errors import UsageError
 if TYPE_CHECKING:  # concurrent.futures costs ~25 ms to import: only where a pool is made
     from concurrent.futures import Executor
 
-__all__ = ["dask_executor", "local_executor", "usable_cores"]
+__all__ = ["dask_executor", "fork_is_safe", "local_executor", "usable_cores"]
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask where the system has one)."""
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 
 
-def local_executor(workers: int) -> Executor:
-    """Worker processes on this machine: forked from this process when it runs a single thread
-    (what it imported is there already: no start-up per worker), else spawned (forking a process
-    that runs threads can deadlock in the child)."""
+def fork_is_safe() -> bool:
+    """This process may fork: the platform has ``fork`` and no other thread runs (a child forked
+    beside a thread can deadlock on a lock that thread held)."""
     import multiprocessing
     import threading
+
+    return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+
+
+def local_executor(workers: int) -> Executor:
+    """Worker processes on this machine: forked from this process where :func:`fork_is_safe` (what it
+    imported is there already: no start-up per worker), else spawned."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    method = "fork" if fork_is_safe() else "spawn"
     return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context(method))
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepscope.errors import UsageError
+from stepscope.executors import usable_cores
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -84,14 +85,6 @@ SETTING_KEYS: dict[str, str] = {
 
 def accepted_keys() -> str:
     return ", ".join(sorted(KEYS))
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the platform has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def maximum(key: str) -> tuple[int, str] | None:

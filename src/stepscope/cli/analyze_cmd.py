@@ -93,9 +93,10 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
         auto_refresh=False,
     )
     tasks: dict[str, Any] = {}
-    drawn = [0.0]
+    drawn = 0.0
 
     def callback(path: str, done: int, total: int) -> None:
+        nonlocal drawn
         if total < PROGRESS_MIN_BYTES:
             return
         if path not in tasks:
@@ -104,9 +105,9 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
             tasks[path] = progress.add_task(escape(printable(os.path.basename(path))), total=total)
         progress.update(tasks[path], completed=min(done, total))
         now = time.monotonic()
-        if now - drawn[0] >= 0.1 or done >= total:
+        if now - drawn >= 0.1 or done >= total:
             progress.refresh()
-            drawn[0] = now
+            drawn = now
 
     return progress, callback
 

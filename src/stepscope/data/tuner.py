@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from typing import Any
 from stepscope import children
 from stepscope.analysis.compare_stats import FASTER, range_verdict
 from stepscope.errors import UsageError
+from stepscope.executors import usable_cores
 
 WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
@@ -523,9 +523,3 @@ def batch_length(batch: Any) -> int:
     return 1
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1

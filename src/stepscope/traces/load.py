@@ -159,12 +159,10 @@ def _decode_split(path: str, workers: int, store: Callable[[TableBuilder, Any, D
     size = _file_size(path)
     if size > max_json_bytes or size < 2 * limits.SPLIT_PART_MIN_BYTES:
         return None  # refused by the streaming decode, with the reason; or not worth cutting
-    from stepscope.traces.split_load import decode_split, parts_for
+    from stepscope.traces.split_load import decode_split
 
-    if parts_for(size, workers) < 2:
-        return None
     limit = limits.max_bytes() if max_bytes is None else max_bytes
-    done = decode_split(path, workers, store, limit, progress)
+    done = decode_split(path, size, workers, store, limit, progress)
     return None if done is None else (*done, size)
 
 

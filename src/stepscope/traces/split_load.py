@@ -52,16 +52,19 @@ def parts_for(size: int, workers: int) -> int:
     return max(1, min(workers, size // max(1, limits.SPLIT_PART_MIN_BYTES)))
 
 
-def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, DecodeStats], None],
+def decode_split(path: str, size: int, workers: int, add: Callable[[TableBuilder, Any, DecodeStats], None],
                  max_bytes: int, progress: Callable[[int, int], None] | None = None,
                  ) -> tuple[TableBuilder, dict[str, Any], DecodeStats] | None:
-    """The builder, metadata and decode counters of ``path`` decoded in up to ``workers`` ranges, or
-    None (see the module docstring). ``add(builder, batch, stats)`` stores one decoded batch, as the
-    streaming load does. ``progress(done_bytes, total_bytes)`` is called as ranges finish."""
+    """The builder, metadata and decode counters of ``path`` (``size`` bytes) decoded in up to
+    ``workers`` ranges, or None (see the module docstring). ``add(builder, batch, stats)`` stores one
+    decoded batch, as the streaming load does. ``progress(done_bytes, total_bytes)`` is called as
+    ranges finish."""
+    count = parts_for(size, workers)
+    if count < 2:
+        return None
     try:
-        size = os.path.getsize(path)
         with open(path, "rb") as fh:
-            plan = _plan(fh, size, parts_for(size, workers), max_bytes)
+            plan = _plan(fh, size, count, max_bytes)
     except OSError:
         return None
     if plan is None:
@@ -94,7 +97,7 @@ def decode_split(path: str, workers: int, add: Callable[[TableBuilder, Any, Deco
 
 def _plan(fh: BinaryIO, size: int, parts: int, max_bytes: int) -> tuple[bytes, list[tuple[int, int, bool]]] | None:
     """The metadata head (up to and including ``"traceEvents":``) and the ranges ``(start, stop, last)``."""
-    if parts < 2 or fh.read(2) == b"\x1f\x8b":
+    if fh.read(2) == b"\x1f\x8b":
         return None
     fh.seek(0)
     head = bytearray()
@@ -141,8 +144,15 @@ def _run(path: str, ranges: list[tuple[int, int, bool]], scratch: str,
 
     from stepscope.executors import local_executor
 
-    done = ranges[0][0]
-    results: list[dict[str, Any] | None] = [None] * len(ranges)
+    done = ranges[0][0]  # the head counts as read
+
+    def finished(index: int) -> None:
+        nonlocal done
+        done += ranges[index][1] - ranges[index][0]
+        if progress is not None:
+            progress(min(done, size), size)
+
+    parts: dict[int, dict[str, Any]] = {}
     with local_executor(len(ranges) - 1) as pool:
         futures = {pool.submit(_decode_range, path, start, stop, last, os.path.join(scratch, str(index)), add,
                                max_bytes): index
@@ -152,25 +162,29 @@ def _run(path: str, ranges: list[tuple[int, int, bool]], scratch: str,
         if first is None:
             _cancel(futures)
             return None
-        for future in [None, *as_completed(futures)]:
-            index = 0 if future is None else futures[future]
-            if future is not None:
-                try:
-                    results[index] = future.result()
-                except Exception:  # noqa: BLE001 - a worker that died (memory, a signal): decode in one stream
-                    results[index] = None
-                if results[index] is None:
-                    _cancel(futures)
-                    return None
-            done += ranges[index][1] - ranges[index][0]
-            if progress is not None:
-                progress(min(done, size), size)
-    return builder, first, [r for r in results[1:] if r is not None]
+        finished(0)
+        for future in as_completed(futures):
+            part = _outcome(future)
+            if part is None:
+                _cancel(futures)
+                return None
+            parts[futures[future]] = part
+            finished(futures[future])
+    return builder, first, [parts[index] for index in range(1, len(ranges))]
 
 
 def _cancel(futures: dict[Any, int]) -> None:
     for future in futures:
         future.cancel()
+
+
+def _outcome(future: Any) -> dict[str, Any] | None:
+    """A worker's part, or None where it failed or died (memory, a signal): decode in one stream."""
+    try:
+        result: dict[str, Any] | None = future.result()
+    except Exception:  # noqa: BLE001
+        return None
+    return result
 
 
 class _Range:

@@ -131,16 +131,13 @@ def test_damage_gives_the_streaming_error_and_offset(tmp_path, small_parts):
     assert str(split.value) == str(streamed.value)
 
 
-def test_a_gzip_trace_and_a_small_one_are_not_cut(tmp_path):
+def test_a_gzip_trace_and_a_small_one_are_not_cut(tmp_path, monkeypatch):
     path = _write(tmp_path / "small.json", _events(2000))
     assert load_trace(path, workers=4).decode_path == "streaming"  # under 128 MiB a range
     zipped = tmp_path / "small.json.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
-    limits.SPLIT_PART_MIN_BYTES, saved = 1, limits.SPLIT_PART_MIN_BYTES
-    try:
-        assert load_trace(zipped, workers=4).decode_path == "streaming"
-    finally:
-        limits.SPLIT_PART_MIN_BYTES = saved
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
+    assert load_trace(zipped, workers=4).decode_path == "streaming"
 
 
 def test_a_worker_that_fails_or_no_temporary_directory_falls_back(tmp_path, small_parts, monkeypatch):

@@ -13,7 +13,6 @@ were it to touch every page it shares: a machine without that to spare keeps to 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -60,9 +59,9 @@ def _deliver(work: Callable[[], Any], send: Any) -> None:
 
 def beside(work: Callable[[], T]) -> Beside[T] | None:
     """``work`` started in a forked child, or None where forking is not safe (see the module docstring)."""
-    import multiprocessing
+    from stepscope.executors import fork_is_safe
 
-    if threading.active_count() != 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if not fork_is_safe():
         return None
     import psutil
 
