@@ -182,3 +182,15 @@ def test_every_hostile_trace_ends_as_the_streaming_decode_ends(path, small_parts
         else:
             outcomes.append(("table", len(trace.events), trace.warnings))
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_damaged_trace_cut_in_ranges_is_one_line_and_exit_2_on_the_command_line(tmp_path, small_parts, capsys):
+    from stepscope.cli.main import main
+
+    text = json.dumps({"traceEvents": _events(4000)})
+    path = tmp_path / "damaged.json"
+    path.write_text(text[: len(text) // 2] + "#" + text[len(text) // 2 + 1:])
+    assert main(["analyze", str(path), "--jobs", "3", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepscope: error: ") and err.count("\n") == 1 and str(path) in err
+    assert "Traceback" not in err
