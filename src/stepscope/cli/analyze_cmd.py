@@ -113,11 +113,30 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    with max_bytes_limit(args):
-        return _run(args)
+    with max_bytes_limit(args), _decoding_ahead(args) as decoding:
+        return _run(args, decoding=bool(decoding))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _decoding_ahead(args: argparse.Namespace) -> Any:
+    """One file analysed in this process, with no progress bar to draw for it, is decoded by a forked
+    child while this process imports the analysis (:mod:`stepscope.traces.ahead`; ``--jobs 1``: not)."""
+    from contextlib import nullcontext
+
+    if args.dask is not None or args.jobs == 1 or not os.path.isfile(args.trace):
+        return nullcontext()
+    from stepscope import limits
+
+    size = os.path.getsize(args.trace)
+    if size >= 2 * limits.SPLIT_PART_MIN_BYTES or (size >= PROGRESS_MIN_BYTES and not args.no_progress
+                                                    and sys.stderr.isatty()):
+        return nullcontext()  # cut in ranges on every core (traces/split_load.py), or a progress bar to draw
+    from stepscope.traces.ahead import decoding
+    from stepscope.traces.load import MAX_JSON_BYTES, decode_streaming
+
+    return decoding(args.trace, decode_streaming, MAX_JSON_BYTES)
+
+
+def _run(args: argparse.Namespace, decoding: bool = False) -> int:
     from stepscope.errors import UsageError
     from stepscope.pipeline.diagnose import ReportOptions, diagnose
     from stepscope.report.render import Output, render
@@ -141,6 +160,9 @@ def _run(args: argparse.Namespace) -> int:
         from stepscope.traces.load import discover_traces
 
         perfetto_path = check_output(args.perfetto, "Perfetto trace", [Path(p) for p in discover_traces(args.trace)])
+    if decoding and args.format != "json" and not html_path:
+        # this process waits for the child's decode: import the text renderer (rich, ~30 ms) meanwhile
+        import stepscope.report.render.trace_text  # noqa: F401
     progress, callback = _progress(args)
     try:
         inputs = _load(args, callback)

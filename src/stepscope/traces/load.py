@@ -34,6 +34,7 @@ from stepscope import limits
 from stepscope.errors import InputError
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
+from stepscope.traces.ahead import claim
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
 
 MAX_JSON_BYTES = 32 * 1024**3
@@ -114,13 +115,11 @@ def load_trace(
     """
     path = str(path)
     store = partial(_store, path)
-    split = _decode_split(path, workers, store, progress, max_json_bytes, max_bytes) if workers > 1 else None
-    if split is None:
-        builder = TableBuilder()
-        meta, stats, json_bytes = _decode(path, lambda batch, stats: store(builder, batch, stats), progress,
-                                          max_json_bytes, max_bytes)
-    else:
-        builder, meta, stats, json_bytes = split
+    decoded = None
+    if workers > 1:  # decoded by a child the command started (traces/ahead.py), or cut in ranges
+        decoded = claim(path, max_json_bytes, max_bytes) or _decode_split(path, workers, store, progress,
+                                                                           max_json_bytes, max_bytes)
+    builder, meta, stats, json_bytes = decoded or decode_streaming(path, max_json_bytes, max_bytes, progress)
     events, memory = builder.build()
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
@@ -138,6 +137,17 @@ def load_trace(
         json_bytes=json_bytes,
         decode_path=stats.path,
     )
+
+
+def decode_streaming(path: str, max_json_bytes: int = MAX_JSON_BYTES, max_bytes: int | None = None,
+                     progress: Callable[[int, int], None] | None = None,
+                     ) -> tuple[TableBuilder, dict[str, Any], DecodeStats, int]:
+    """The file decoded in one stream, in this process: (builder, metadata, counters, JSON bytes)."""
+    builder = TableBuilder()
+    store = partial(_store, path)
+    meta, stats, json_bytes = _decode(path, lambda batch, stats: store(builder, batch, stats), progress,
+                                      max_json_bytes, max_bytes)
+    return builder, meta, stats, json_bytes
 
 
 def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> None:
