@@ -151,3 +151,21 @@ def test_the_progress_bar_draws_without_a_thread(monkeypatch):
     finally:
         progress.stop()
     assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_reader_that_goes_away_ends_the_output_quietly(fmt):
+    """``stepscope analyze TRACE | head``: the reader is gone before the first line is written (it
+    closed the pipe at once), so that write fails; the process ends with the status the shell reports
+    for a process ended by SIGPIPE (141) and nothing on stderr: no traceback, no second error at exit."""
+    import subprocess
+    import sys
+
+    from support import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "stepscope", "analyze", str(TRAIN), "--format", fmt],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err

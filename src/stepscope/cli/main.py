@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"stepscope: error: {exc}")
         return EXIT_USAGE
     except OSError as exc:
+        if exc.errno == errno.EPIPE and args.command != "run":  # `stepscope analyze TRACE | head`: the reader left
+            _stdout_gone()
+            return EXIT_READER_GONE
         # a full or failing disk under what a command of stepscope's own writes (its output redirected
         # to a file, say); `run`'s own writes are warnings already, the script's errors are the script's
         if exc.errno not in _DISK_ERRNOS or args.command == "run":
@@ -101,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 #: Exit status when a command's output could not be written (not the user's mistake: not 2).
 EXIT_FAILED_WRITE = 1
+#: Exit status when the reader of stdout went away: the shell's status for a process ended by SIGPIPE.
+EXIT_READER_GONE = 128 + 13
 
 
 def _stdout_gone() -> None:
