@@ -80,17 +80,23 @@ class _Child:
             with open(self.memfd, "rb", closefd=False) as source:
                 source.seek(header_at)
                 header = pickle.load(source)  # noqa: S301 - written by this process's own child
-                source.seek(0)
                 builder = TableBuilder()
                 strings = header["symbols"]
                 builder.symbols.strings = strings
                 builder.symbols.ids = {text: index for index, text in enumerate(strings)}
                 builder.counts.skipped.update(header["skipped"])
                 builder.counts.ignored.update(header["ignored"])
-                for key, buffer in builder.buffers().items():
+                # read from the last column back, the file cut after each: the columns are never held twice
+                end = header_at
+                for key, buffer in reversed(builder.buffers().items()):
                     count = header["sizes"][key]
+                    end -= count * buffer.itemsize
+                    os.ftruncate(self.memfd, end + count * buffer.itemsize)
                     if count:
+                        source.seek(end)
                         buffer.fromfile(source, count)
+                if end != 0:
+                    return None
             return builder, header["meta"], header["stats"], header["json_bytes"]
         except (OSError, EOFError, ValueError, KeyError, TypeError, pickle.UnpicklingError):
             return None
