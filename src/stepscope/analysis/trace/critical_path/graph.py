@@ -67,9 +67,13 @@ class Graph:
 
     def node(self, pos: int, start: bool) -> int:
         """The node of an event's start or end, -1 when the event has none."""
-        if pos < 0:
+        rows = self._rows
+        if pos < 0 or not len(rows):
             return -1
-        return int((self.start_of if start else self.end_of)(np.array([pos]))[0])
+        at = int(rows.searchsorted(pos))  # one scalar: the array method, not _lookup's array round trip
+        if at == len(rows) or rows[at] != pos:
+            return -1
+        return int((self._starts if start else self._ends)[at])
 
     def set_ts(self, node: int, ts: float) -> None:
         self.ts[node] = ts

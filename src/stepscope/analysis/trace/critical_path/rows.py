@@ -73,8 +73,8 @@ class Rows:
         left = end - start
         for kind in (GPU_COMPUTE, COMM, GPU_MEMORY):
             starts, ends = busy[kind]
-            lo, hi = np.searchsorted(ends, start, side="right"), np.searchsorted(starts, end, side="left")
-            us = float(np.sum(np.minimum(ends[lo:hi], end) - np.maximum(starts[lo:hi], start))) if hi > lo else 0.0
+            lo, hi = int(ends.searchsorted(start, side="right")), int(starts.searchsorted(end, side="left"))
+            us = float((np.minimum(ends[lo:hi], end) - np.maximum(starts[lo:hi], start)).sum()) if hi > lo else 0.0
             if us > 0:
                 out.append((kind, us))
                 left -= us
