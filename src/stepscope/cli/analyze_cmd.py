@@ -76,8 +76,13 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _draws_progress(args: argparse.Namespace) -> bool:
+    """A progress bar is drawn (for files past :data:`PROGRESS_MIN_BYTES`): stderr is a terminal."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
 def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
-    if args.no_progress or not sys.stderr.isatty():
+    if not _draws_progress(args):
         return None, None
     from rich.console import Console
     from rich.markup import escape
@@ -127,8 +132,7 @@ def _decoding_ahead(args: argparse.Namespace) -> Any:
     from stepscope import limits
 
     size = os.path.getsize(args.trace)
-    if size >= 2 * limits.SPLIT_PART_MIN_BYTES or (size >= PROGRESS_MIN_BYTES and not args.no_progress
-                                                    and sys.stderr.isatty()):
+    if size >= 2 * limits.SPLIT_PART_MIN_BYTES or (size >= PROGRESS_MIN_BYTES and _draws_progress(args)):
         return nullcontext()  # cut in ranges on every core (traces/split_load.py), or a progress bar to draw
     from stepscope.traces.ahead import decoding
     from stepscope.traces.load import MAX_JSON_BYTES, decode_streaming

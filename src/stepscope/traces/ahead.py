@@ -1,12 +1,13 @@
 """Decode one trace in a forked child while this process imports the rest of the analysis.
 
-``stepscope analyze TRACE`` spends its first ~0.1 s importing the analysis, the diagnosis and the
+``stepscope analyze TRACE`` spends its first ~0.15 s importing the analysis, the diagnosis and the
 report (Python, one core), then decodes the trace (one core again). On a machine with a second core,
 :func:`decoding` forks a child as soon as the decoder is imported; the child decodes the file with
 the very code :func:`stepscope.traces.load.load_trace` runs and writes the columns to an anonymous
 in-memory file, while the parent goes on importing. :func:`claim`, called by ``load_trace``, waits
 for the child and takes its columns: the table, the metadata and the counters the streaming decode
-gives, without the decode's time where the imports already took it.
+gives, without the decode's time where the imports already took it. It reads the columns from the
+last back and cuts the file after each, so they are never held twice.
 
 Any doubt and the parent decodes the file itself, as without this module, so every error message
 and byte offset is the streaming decode's: the child fails on the file (damage, a size guard), dies,
@@ -45,7 +46,7 @@ class _Child:
 
     def __init__(self, path: str, identity: Identity, decode: Decode,
                  guards: tuple[int, int | None]) -> None:
-        self.path, self.identity, self.guards = path, identity, guards
+        self.identity, self.guards = identity, guards
         self.memfd = os.memfd_create("stepscope-decode", os.MFD_CLOEXEC)
         self.reader, writer = os.pipe()
         # SIGINT held back across the fork: one arriving before the child's handler is its own would

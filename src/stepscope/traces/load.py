@@ -32,9 +32,9 @@ from typing import Any
 
 from stepscope import limits
 from stepscope.errors import InputError
+from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
-from stepscope.traces.ahead import claim
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
 
 MAX_JSON_BYTES = 32 * 1024**3
@@ -109,7 +109,8 @@ def load_trace(
     """Decode one trace file. ``progress(done_bytes, total_bytes)`` is called per chunk.
 
     ``max_bytes``: the most JSON held at once (see the module docstring); ``None`` reads
-    :func:`stepscope.limits.max_bytes`. ``workers`` > 1: an uncompressed file of at least 128 MiB
+    :func:`stepscope.limits.max_bytes`. ``workers`` > 1: the table a child started by the command
+    decoded, if one did (:mod:`stepscope.traces.ahead`); else an uncompressed file of at least 128 MiB
     is decoded in byte ranges on that many processes (:mod:`stepscope.traces.split_load`; the same
     table), anything else in this process.
     """
