@@ -169,3 +169,36 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(fmt):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("entry", ["module", "console"])
+def test_the_console_script_ends_analyze_without_teardown_and_loses_no_output(tmp_path, entry):
+    """`analyze` ends by os._exit once its output is flushed (stepscope.cli.main.QUICK_EXIT_COMMANDS):
+    the text redirected to a file is the whole text `-o` writes, the status is the command's, and a
+    user mistake still ends in one line and exit 2."""
+    import subprocess
+    import sys
+
+    from support import CONSOLE_SCRIPT, cli_env, run_cli
+
+    to_file = tmp_path / "written.txt"
+    done = run_cli(["analyze", str(TRAIN), "-o", str(to_file)], tmp_path, entry=entry)
+    assert done.returncode == 0, done.stderr
+    prefix = [sys.executable, "-m", "stepscope"] if entry == "module" else [str(CONSOLE_SCRIPT)]
+    redirected = tmp_path / "redirected.txt"
+    with redirected.open("w") as out:
+        code = subprocess.run([*prefix, "analyze", str(TRAIN)], stdout=out, stderr=subprocess.PIPE, text=True,
+                              env=cli_env(), timeout=240)
+    assert code.returncode == 0 and code.stderr == "", code.stderr
+    assert redirected.read_text() == to_file.read_text() and "Verdict" in to_file.read_text()
+    missing = run_cli(["analyze", str(tmp_path / "missing.json")], tmp_path, entry=entry)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "missing.json" in missing.stderr
+
+
+def test_only_commands_that_run_no_user_code_end_without_teardown():
+    from stepscope.cli import main as cli
+
+    assert "run" not in cli.QUICK_EXIT_COMMANDS and "try" not in cli.QUICK_EXIT_COMMANDS
+    assert cli.QUICK_EXIT_COMMANDS <= set(cli.COMMANDS)
+    assert main(["analyze", str(TRAIN), "--top", "1"]) == 0 and cli.exits_quickly()
+    assert main(["demo", "--list"]) == 0 and not cli.exits_quickly()

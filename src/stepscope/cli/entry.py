@@ -24,6 +24,8 @@ def console_main() -> None:
         from stepscope.cli import main as cli
 
         code = cli.main()
+        if cli.exits_quickly():
+            quick_exit(code)
     except KeyboardInterrupt:
         interrupted()
     except RuntimeError as exc:
@@ -65,6 +67,22 @@ def _import_orjson_uninterrupted() -> None:
         pass
     finally:
         block(_signal.SIG_SETMASK, previous)
+
+
+def quick_exit(code: int) -> None:
+    """End now with ``code``, the output flushed, without the interpreter's teardown (see
+    ``stepscope.cli.main.QUICK_EXIT_COMMANDS``); returns (the caller exits as usual) where another
+    thread runs or the output cannot be flushed."""
+    import threading
+
+    if threading.active_count() != 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    os._exit(code)
 
 
 def interrupted() -> None:
