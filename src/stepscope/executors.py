@@ -39,10 +39,9 @@ def usable_cores() -> int:
 def fork_is_safe() -> bool:
     """This process may fork: the platform has ``fork`` and no other thread runs (a child forked
     beside a thread can deadlock on a lock that thread held)."""
-    import multiprocessing
     import threading
 
-    return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+    return threading.active_count() == 1 and hasattr(os, "fork")  # no fork on Windows
 
 
 def local_executor(workers: int) -> Executor:

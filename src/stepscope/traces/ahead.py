@@ -21,10 +21,6 @@ does, without a word: the parent reports it.
 from __future__ import annotations
 
 import os
-import pickle
-import signal
-import struct
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -32,7 +28,7 @@ from typing import Any, Optional
 from stepscope.traces.decode import DecodeStats
 from stepscope.traces.events import TableBuilder
 
-_HEADER = struct.Struct("<q")
+_HEADER_BYTES = 8  # the header's offset in the in-memory file, as the child reports it on the pipe
 #: A decoded file: (builder, metadata, counters, JSON bytes).
 Decoded = tuple[TableBuilder, dict[str, Any], DecodeStats, int]
 #: What the child runs, ``decode(path, max_json_bytes, max_bytes)``:
@@ -46,6 +42,8 @@ class _Child:
 
     def __init__(self, path: str, identity: Identity, decode: Decode,
                  guards: tuple[int, int | None]) -> None:
+        import signal
+
         self.identity, self.guards = identity, guards
         self.memfd = os.memfd_create("stepscope-decode", os.MFD_CLOEXEC)
         self.reader, writer = os.pipe()
@@ -73,11 +71,13 @@ class _Child:
 
     def take(self) -> Decoded | None:
         """The child's decode, once it has finished; None where it failed or died."""
+        import pickle
+
         try:
             report = _read_all(self.reader)
-            if len(report) != _HEADER.size:
+            if len(report) != _HEADER_BYTES:
                 return None
-            (header_at,) = _HEADER.unpack(report)
+            header_at = int.from_bytes(report, "little")
             with open(self.memfd, "rb", closefd=False) as source:
                 source.seek(header_at)
                 header = pickle.load(source)  # noqa: S301 - written by this process's own child
@@ -108,6 +108,8 @@ class _Child:
         if self.pid <= 0:
             return
         if kill:
+            import signal
+
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except OSError:
@@ -125,6 +127,7 @@ def _decode_to(path: str, decode: Decode, guards: tuple[int, int | None], memfd:
     """In the child: ``path`` decoded as ``load_trace`` decodes it, its columns and a header written
     to ``memfd``, the header's offset to ``writer``. 0 on success; 1 on any failure."""
     import gc
+    import pickle
 
     gc.disable()  # as in the parent's load: millions of acyclic objects, no cycle scans
     try:
@@ -138,7 +141,7 @@ def _decode_to(path: str, decode: Decode, guards: tuple[int, int | None], memfd:
             pickle.dump({"symbols": builder.symbols.strings, "sizes": sizes, "skipped": builder.counts.skipped,
                          "ignored": builder.counts.ignored, "meta": meta, "stats": stats, "json_bytes": json_bytes},
                         out, protocol=pickle.HIGHEST_PROTOCOL)
-        os.write(writer, _HEADER.pack(header_at))
+        os.write(writer, header_at.to_bytes(_HEADER_BYTES, "little"))
     except BaseException:  # noqa: BLE001 - the parent decodes the file itself and says what is wrong
         return 1
     return 0
@@ -167,9 +170,14 @@ _children: dict[Identity, _Child] = {}
 
 
 def _can_fork() -> bool:
-    return (hasattr(os, "fork") and hasattr(os, "memfd_create") and hasattr(signal, "pthread_sigmask")
-            and threading.active_count() == 1
-            and len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)) > 1)
+    """Forking is safe here (:func:`~stepscope.executors.fork_is_safe`), the platform has what the
+    child needs, and a second core is there to run it."""
+    import signal
+
+    from stepscope.executors import fork_is_safe, usable_cores
+
+    return (hasattr(os, "memfd_create") and hasattr(signal, "pthread_sigmask") and fork_is_safe()
+            and usable_cores() > 1)
 
 
 @contextmanager

@@ -162,13 +162,19 @@ def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> 
     builder.add_batch(batch)
 
 
+def cut_in_ranges(size: int) -> bool:
+    """A file of ``size`` bytes is large enough to be decoded in byte ranges (two of them at least;
+    an uncompressed one, with ``workers`` > 1: :mod:`stepscope.traces.split_load`)."""
+    return size >= 2 * limits.SPLIT_PART_MIN_BYTES
+
+
 def _decode_split(path: str, workers: int, store: Callable[[TableBuilder, Any, DecodeStats], None],
                   progress: Callable[[int, int], None] | None, max_json_bytes: int, max_bytes: int | None,
                   ) -> tuple[TableBuilder, dict[str, Any], DecodeStats, int] | None:
     """The file decoded in byte ranges on ``workers`` processes, or None where that does not apply (a
     gzip file, one too small to split, any doubt: :mod:`stepscope.traces.split_load`)."""
     size = _file_size(path)
-    if size > max_json_bytes or size < 2 * limits.SPLIT_PART_MIN_BYTES:
+    if size > max_json_bytes or not cut_in_ranges(size):
         return None  # refused by the streaming decode, with the reason; or not worth cutting
     from stepscope.traces.split_load import decode_split
 

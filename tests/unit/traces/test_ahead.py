@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -102,12 +103,24 @@ def test_damage_is_the_streaming_error_with_its_offset(tmp_path, forking):
     assert forking == [False]
 
 
-def test_a_child_killed_from_outside_leaves_the_decode_to_the_parent(tmp_path, forking):
+def _trace_file(tmp_path, events: int = 3000):
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(3000)}))
-    with ahead.decoding(str(path), decode_streaming, MAX_JSON_BYTES) as started:
+    path.write_text(json.dumps({"traceEvents": _events(events)}))
+    return path
+
+
+@contextmanager
+def _child_decoding(path, decode=decode_streaming):
+    """The child started for ``path`` (it must start), while the block runs."""
+    with ahead.decoding(str(path), decode, MAX_JSON_BYTES) as started:
         assert started
         (child,) = ahead._children.values()
+        yield child
+
+
+def test_a_child_killed_from_outside_leaves_the_decode_to_the_parent(tmp_path, forking):
+    path = _trace_file(tmp_path)
+    with _child_decoding(path) as child:
         os.kill(child.pid, signal.SIGKILL)
         trace = load_trace(path, workers=2)
     assert forking == [False]
@@ -115,10 +128,8 @@ def test_a_child_killed_from_outside_leaves_the_decode_to_the_parent(tmp_path, f
 
 
 def test_a_file_replaced_after_the_fork_is_read_again(tmp_path, forking):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(3000)}))
-    with ahead.decoding(str(path), decode_streaming, MAX_JSON_BYTES) as started:
-        assert started
+    path = _trace_file(tmp_path)
+    with _child_decoding(path):
         replacement = tmp_path / "new.json"
         replacement.write_text(json.dumps({"traceEvents": _events(10)}))
         os.replace(replacement, path)
@@ -127,20 +138,15 @@ def test_a_file_replaced_after_the_fork_is_read_again(tmp_path, forking):
 
 
 def test_other_size_guards_are_not_the_child_s(tmp_path, forking):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(3000)}))
-    with ahead.decoding(str(path), decode_streaming, MAX_JSON_BYTES):
+    path = _trace_file(tmp_path)
+    with _child_decoding(path):
         with pytest.raises(InputError, match="larger than"):
             load_trace(path, workers=2, max_json_bytes=1000)
     assert forking == [False]
 
 
 def test_a_child_nobody_claims_is_killed_and_reaped(tmp_path, forking):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(3000)}))
-    with ahead.decoding(str(path), decode_streaming, MAX_JSON_BYTES) as started:
-        assert started
-        (child,) = ahead._children.values()
+    with _child_decoding(_trace_file(tmp_path)) as child:
         pid = child.pid
     assert not ahead._children
     with pytest.raises(ChildProcessError):
@@ -148,8 +154,7 @@ def test_a_child_nobody_claims_is_killed_and_reaped(tmp_path, forking):
 
 
 def test_no_child_where_it_cannot_help_or_is_not_safe(tmp_path, monkeypatch):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(10)}))
+    path = _trace_file(tmp_path, 10)
     empty = tmp_path / "empty.json"
     empty.write_bytes(b"")
     fifo = tmp_path / "fifo.json"
@@ -233,11 +238,8 @@ def _slow_decode(path, max_json_bytes, max_bytes):
 def test_ctrl_c_ends_the_child_quietly_and_the_parent_decodes(tmp_path, forking, capfd):
     """A Ctrl-C reaches the whole process group: the child ends by it without a word (the command
     says it once), and a parent that went on anyway decodes the file itself."""
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(300)}))
-    with ahead.decoding(str(path), _slow_decode, MAX_JSON_BYTES) as started:
-        assert started
-        (child,) = ahead._children.values()
+    path = _trace_file(tmp_path, 300)
+    with _child_decoding(path, _slow_decode) as child:
         os.kill(child.pid, signal.SIGINT)
         trace = load_trace(path, workers=2)
     assert len(trace.events) == 300 and forking == [False]
@@ -245,8 +247,7 @@ def test_ctrl_c_ends_the_child_quietly_and_the_parent_decodes(tmp_path, forking,
 
 
 def test_an_interrupted_command_kills_and_reaps_its_child(tmp_path):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": _events(300)}))
+    path = _trace_file(tmp_path, 300)
     pid = None
     with pytest.raises(KeyboardInterrupt):
         with ahead.decoding(str(path), _slow_decode, MAX_JSON_BYTES) as started:
