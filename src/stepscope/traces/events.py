@@ -468,7 +468,7 @@ def narrowed(values: np.ndarray) -> np.ndarray:
     devices and the positions of a table under 2**31 rows nearly always do): the same values in
     half the memory (4.8 M events: 19 MB a column instead of 38 MB). A column holding a wider
     value stays int64."""
-    if not len(values):
+    if not len(values) or values.dtype == np.int32:
         return values
     if int(values.min()) >= _INT32.min and int(values.max()) <= _INT32.max:
         return values.astype(np.int32)

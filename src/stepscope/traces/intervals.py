@@ -20,11 +20,13 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     order = np.argsort(starts, kind="stable")
     s = np.asarray(starts, dtype=np.float64)[order]
     e = np.asarray(ends, dtype=np.float64)[order]
+    del order
     running = np.maximum.accumulate(e)
     # a new group starts where the start is beyond every earlier end
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
-    new_group[1:] = s[1:] > running[:-1]
+    np.greater(s[1:], running[:-1], out=new_group[1:])
+    del running
     out_s = s[new_group]
     out_e = np.maximum.reduceat(e, np.flatnonzero(new_group))
     return out_s, out_e

@@ -135,9 +135,16 @@ def int_isin(values: IntArray, keys: IntArray) -> BoolArray:
     if not len(keys) or not len(values):
         return np.zeros(len(values), dtype=bool)
     ordered = np.sort(keys)
-    pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
-    found: BoolArray = ordered[pos] == values
+    found: BoolArray = np.empty(len(values), dtype=bool)
+    for lo in range(0, len(values), _CHUNK):  # in chunks: the positions of a whole column would be 8 bytes a row
+        part = values[lo : lo + _CHUNK]
+        pos = np.minimum(np.searchsorted(ordered, part), len(ordered) - 1)
+        np.equal(ordered[pos], part, out=found[lo : lo + _CHUNK])
     return found
+
+
+#: Rows searched at a time by :func:`int_isin`.
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -227,22 +234,22 @@ def _roles(events: EventTable) -> tuple[npt.NDArray[np.int8], IntArray]:
     for ident in cat_ids.tolist():
         cat_kind[ident] = _CAT_TYPES.get(symbols.strings[ident].lower(), NONE)
     role = cat_kind[events.cat]
-    step_number = np.full(len(events), -1, dtype=np.int64)
     candidates = np.flatnonzero((role == OPERATOR) | (role == ANNOTATION))
-    if len(candidates):
-        names = events.name[candidates]
-        numbers = np.full(len(symbols.strings), -1, dtype=np.int64)
-        for ident in unique_ints(names).tolist():
-            text = symbols.strings[ident]
-            if text.startswith("ProfilerStep#"):
-                try:
-                    numbers[ident] = int(text.split("#", 1)[1])
-                except ValueError:
-                    pass
-        found = numbers[names]
-        is_step = found >= 0
-        role[candidates[is_step]] = STEP
-        step_number[candidates[is_step]] = found[is_step]
+    numbers = np.full(len(symbols.strings), -1, dtype=np.int64)
+    names = events.name[candidates]
+    for ident in unique_ints(names).tolist():
+        text = symbols.strings[ident]
+        if text.startswith("ProfilerStep#"):
+            try:
+                numbers[ident] = int(text.split("#", 1)[1])
+            except ValueError:
+                pass
+    # int32 unless a step number does not fit (the same values in half the memory)
+    step_number = np.full(len(events), -1, dtype=narrowed(numbers).dtype)
+    found = numbers[names]
+    is_step = found >= 0
+    role[candidates[is_step]] = STEP
+    step_number[candidates[is_step]] = found[is_step]
     return role, step_number
 
 
@@ -271,7 +278,7 @@ def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
 
 def _first_match(keys: IntArray, wanted: IntArray) -> IntArray:
     """For each wanted key, the position of the first equal element of ``keys``; -1 if none."""
-    out = np.full(len(wanted), -1, dtype=np.int64)
+    out = np.full(len(wanted), -1, dtype=np.int32 if len(keys) < np.iinfo(np.int32).max else np.int64)
     if not len(keys) or not len(wanted):
         return out
     order = np.argsort(keys, kind="stable")
@@ -297,7 +304,9 @@ def _hta_rows(
     trace_cat = symbols.get("Trace")
     if trace_cat >= 0:
         keep &= events.cat != trace_cat
-    index = np.flatnonzero(keep)
+    positions = np.int32 if len(events) < np.iinfo(np.int32).max else np.int64  # row positions: int32 below 2**31 rows
+    index = np.flatnonzero(keep).astype(positions, copy=False)
+    del keep
     names = events.name[index]
     n_symbols = len(symbols.strings)
     is_step_name = symbol_mask(names, step_names, n_symbols)
@@ -307,24 +316,30 @@ def _hta_rows(
         sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
         stream, corr = events.stream[index], events.correlation[index]
         gpu_like = ((stream >= 0) & (corr >= 0)) | symbol_mask(names, sync_names, n_symbols)
-        cpu_ts = events.ts[index]
+        cpu_ts = np.ceil(events.ts[index])
         steps = ~gpu_like & is_step_name
-        last_start = np.ceil(cpu_ts[steps]).max() if steps.any() else np.inf
-        cpu_keep = ~gpu_like & (np.ceil(cpu_ts) < last_start)
+        last_start = cpu_ts[steps].max() if steps.any() else np.inf
+        cpu_keep = ~gpu_like & (cpu_ts < last_start)
         gpu_keep = gpu_like & int_isin(corr, corr[cpu_keep])
         index = index[cpu_keep | gpu_keep]
-    raw_ts = events.ts[index]
-    ts = np.ceil(raw_ts)
-    end = np.floor(raw_ts + events.dur[index])
+        del stream, corr, gpu_like, cpu_ts, steps, cpu_keep, gpu_keep
+    del names, is_step_name
+    # HTA rounds inward: ts = ceil(ts), end = floor(ts + dur), each computed in its own array
+    ts = events.ts[index]
+    end = ts + events.dur[index]
+    np.floor(end, out=end)
+    np.ceil(ts, out=ts)
     kept_gpu = gpu[index]
     # HTA's correlation link: each GPU row -> the first kept host row sharing its correlation
     corr = events.correlation[index]
-    host = np.flatnonzero(~kept_gpu & (corr >= 0))
-    cpu_link = np.full(len(index), -1, dtype=np.int64)
-    gpu_pos = np.flatnonzero(kept_gpu)
+    host = np.flatnonzero(~kept_gpu & (corr >= 0)).astype(positions, copy=False)
+    cpu_link = np.full(len(index), -1, dtype=positions)
+    gpu_pos = np.flatnonzero(kept_gpu).astype(positions, copy=False)
     first = _first_match(corr[host], corr[gpu_pos])
+    del corr
     found = first >= 0
     cpu_link[gpu_pos[found]] = host[first[found]]
+    del host, gpu_pos, first, found
     return HtaRows(index=narrowed(index), ts=ts, end=end, gpu=kept_gpu, ktype=ktype[index], filtered=filtered,
                    cpu_link=narrowed(cpu_link))
 
@@ -365,8 +380,10 @@ def link_events(events: EventTable) -> EventLinks:
     ktype = _kernel_types(events, gpu)
     runtime = np.flatnonzero(role == RUNTIME)
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
-    launcher = np.full(len(events), -1, dtype=np.int64)
+    # row positions: int32 below 2**31 rows (the same values as int64, half the memory)
+    launcher = np.full(len(events), -1, dtype=np.int32 if len(events) < np.iinfo(np.int32).max else np.int64)
     launcher[device] = last_match(events.correlation[runtime], runtime, events.correlation[device])
+    del device
     step_rows = np.flatnonzero(role == STEP)
     name_ids = unique_ints(events.name).astype(np.int32)
     step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)

@@ -134,9 +134,9 @@ def timeline_of(links: EventLinks) -> GpuTimeline | None:
 
 def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     events, role = links.events, links.role
-    ts, end = events.ts, events.ts + events.dur
     host = (role == OPERATOR) | (role == ANNOTATION) | (role == PYTHON)
     loader = host & links.name_is(is_dataloader)
+    del host
     runtime = links.rows(RUNTIME)
     is_sync = links.name_is(lambda s: s in SYNC_CALLS, runtime)
     sync = runtime[is_sync]
@@ -147,11 +147,12 @@ def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     ops = np.flatnonzero((role == OPERATOR) & ~loader)
     issuing = ops[int_isin(events.external_id[ops], issuing_ext)]
     launch = np.concatenate((other_runtime, issuing))
-    return (
-        intervals.merge(ts[loader], end[loader]),
-        intervals.merge(ts[sync], end[sync]),
-        intervals.merge(ts[launch], end[launch]),
-    )
+    del ops, issuing, other_runtime, runtime
+
+    def merged(rows: np.ndarray) -> Intervals:  # each range's ends alone: no end column for the whole table
+        return intervals.merge(events.ts[rows], events.ts[rows] + events.dur[rows])
+
+    return merged(np.flatnonzero(loader)), merged(sync), merged(launch)
 
 
 __all__ = ["CAUSES", "GapCauses", "GpuTimeline", "SYNC_CALLS", "gpu_timeline", "timeline_of"]

@@ -42,26 +42,43 @@ def build_op_tree(links: EventLinks) -> OpTree:
     node = (role == OPERATOR) | (role == STEP) | (role == PYTHON)
     if len(comm):
         node |= (role == ANNOTATION) & links.name_in(comm)
-    rows = np.flatnonzero(node)
+    index = position_dtype(len(role))  # positions as int32 below 2**31 rows: half the temporaries
+    rows = np.flatnonzero(node).astype(index, copy=False)
+    del node
     n = len(rows)
-    ts, end = events.ts[rows], events.ts[rows] + events.dur[rows]
-    order = np.lexsort((-end, ts, events.tid[rows], events.pid[rows]))
-    rows, ts, end = rows[order], ts[order], end[order]
-    thread = (events.pid[rows].astype(np.int64) << 32) + events.tid[rows]
-    parent = np.full(n, -1, dtype=np.int64)
+    ts = events.ts[rows]
+    end = ts + events.dur[rows]
+    pid, tid = events.pid[rows], events.tid[rows]
+    order = np.lexsort((-end, ts, tid, pid)).astype(index, copy=False)
+    rows, ts, end, pid, tid = rows[order], ts[order], end[order], pid[order], tid[order]
+    del order
+    # one thread's rows are contiguous: a thread starts where the pid or the tid changes
+    changed = pid[1:] != pid[:-1]
+    changed |= tid[1:] != tid[:-1]
+    bounds = (np.flatnonzero(changed) + 1).tolist()
+    del pid, tid, changed
+    parent = np.full(n, -1, dtype=index)
     placed = np.zeros(n, dtype=bool)
-    bounds = np.flatnonzero(np.diff(thread)) + 1 if n else np.zeros(0, np.int64)
-    for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [n])).tolist()):
+    for lo, hi in zip([0, *bounds], [*bounds, n]):
         nested, walk = _nested_parents(ts[lo:hi], end[lo:hi])
-        parent[lo:hi] = np.where(nested >= 0, nested + lo, -1)
+        parent[lo:hi] = nested
+        del nested
+        thread = parent[lo:hi]
+        thread[thread >= 0] += lo  # in the tree's own type: a thread's positions may be narrower
         placed[lo:hi] = True
         for first, last in walk:  # stretches where rows overlap: the walk itself decides
             placed[lo + first : lo + last] = False
             parent[lo + first : lo + last] = -1
             _stack_parents(ts[lo + first : lo + last].tolist(), end[lo + first : lo + last].tolist(), lo + first, parent, placed)
+    del ts, end
     alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
-    kept = placed & (alias == np.arange(n))
+    kept = placed & (alias == np.arange(n, dtype=index))
     return OpTree(narrowed(rows), narrowed(parent), narrowed(alias), kept, dropped)  # int32 below 2**31 rows
+
+
+def position_dtype(rows: int) -> type[np.signedinteger]:
+    """The narrowest integer type for positions in (and signed differences of) ``rows`` rows."""
+    return np.int32 if rows < np.iinfo(np.int32).max else np.int64
 
 
 def _stack_parents(starts: list[float], ends: list[float], offset: int, parent: np.ndarray, placed: np.ndarray) -> None:
@@ -88,21 +105,34 @@ def _nested_parents(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, l
     n = len(starts)
     if n == 0:
         return np.zeros(0, dtype=np.int64), []
-    position = np.arange(n, dtype=np.int64)
-    close = np.maximum(np.searchsorted(starts, ends, side="left"), position + 1)
-    depth = position - np.searchsorted(np.sort(close), position, side="right")
-    order = np.lexsort((position, depth))  # by depth, then position
-    keys = depth[order] * (n + 1) + position[order]
-    want = (depth - 1) * (n + 1) + position
-    at = np.searchsorted(keys, want, side="left") - 1
+    index = position_dtype(n + 1)
+    position = np.arange(n, dtype=index)
+    close = np.searchsorted(starts, ends, side="left").astype(index)
+    np.maximum(close, position + 1, out=close)
+    depth = position - np.searchsorted(np.sort(close), position, side="right").astype(index)
+    order = np.argsort(depth, kind="stable").astype(index)  # by depth, then position
+    keys = depth[order].astype(np.int64)  # depth * (n + 1) + position needs 64 bits
+    keys *= n + 1
+    keys += position[order]
+    want = depth.astype(np.int64)
+    want -= 1
+    want *= n + 1
+    want += position
+    at = np.searchsorted(keys, want, side="left")
+    del keys, want
+    at -= 1
     found = order[np.maximum(at, 0)]
+    del order
     inner = depth > 0
-    par = np.where(inner & (at >= 0), found, -1)
+    par = np.where(inner & (at >= 0), found, index(-1))
+    del at, found
     p = np.maximum(par, 0)
-    good = (
-        (par >= 0) & (depth[p] == depth - 1) & (p < position) & (close[p] > position) & (close <= close[p])
-        & (ends <= ends[p])
-    )
+    good = par >= 0
+    good &= depth[p] == depth - 1
+    good &= p < position
+    good &= close[p] > position
+    good &= close <= close[p]
+    good &= ends <= ends[p]
     bad = inner & ~good
     if not bad.any():
         return par, []
@@ -129,14 +159,14 @@ def _fold_same_name(
     gives the parent the child's children, whose own fold test is the child's), so each folded row
     maps to the top of its chain, and every row with a folding edge below it loses its runtimes."""
     n = len(parent)
-    names_a = np.asarray(names, dtype=np.int64)
+    names_a = np.asarray(names)
     op = np.asarray(is_op, dtype=bool)
     child = np.flatnonzero(placed & (parent >= 0))
     counts = np.bincount(parent[child], minlength=n) if len(child) else np.zeros(n, np.int64)
     par = parent[child]
     folds = (counts[par] == 1) & op[par] & op[child] & (names_a[par] == names_a[child]) & placed[par]
     folded_child, folded_parent = child[folds], par[folds]
-    up = np.arange(n, dtype=np.int64)
+    up = np.arange(n, dtype=parent.dtype)
     up[folded_child] = folded_parent
     while True:  # pointer jumping to the top of each fold chain
         nxt = up[up]

@@ -87,16 +87,16 @@ def _python_stacks(links: EventLinks, op_rows: np.ndarray) -> dict[int, str]:
 
 def _levels(parent: np.ndarray, kept: np.ndarray) -> list[np.ndarray]:
     """Kept non-root tree positions grouped by depth, deepest first (children before parents)."""
-    linked = np.flatnonzero(kept & (parent >= 0))
-    depth = np.zeros(len(parent), dtype=np.int64)
-    current = parent[linked]
+    nodes = np.flatnonzero(kept & (parent >= 0)).astype(parent.dtype, copy=False)
+    if not len(nodes):
+        return []
+    depth = np.zeros(len(parent), dtype=np.int32)
+    linked, current = nodes, parent[nodes]
     while len(current):
         depth[linked] += 1
         more = parent[current] >= 0
         linked, current = linked[more], parent[current[more]]
-    nodes = np.flatnonzero(kept & (parent >= 0))
-    if not len(nodes):
-        return []
+    del linked, current
     order = nodes[np.argsort(-depth[nodes], kind="stable")]
     cuts = np.flatnonzero(np.diff(depth[order])) + 1
     return np.split(order, cuts)
@@ -118,6 +118,20 @@ def _most_frequent(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndar
     return out
 
 
+def _groups(names: np.ndarray, shapes: np.ndarray | None, n_symbols: int) -> tuple[np.ndarray, int]:
+    """Each operator's group and the number of groups, in ascending (name, shape) order: by name
+    alone, a table of the symbols present (no sort); by name and input shape, the distinct pairs."""
+    if shapes is None and (not len(names) or int(names.min()) >= 0):
+        present = np.zeros(n_symbols + 1, dtype=bool)
+        present[names] = True
+        group = np.cumsum(present, dtype=np.int32 if len(names) < np.iinfo(np.int32).max else np.int64)
+        group -= 1
+        return group[names], int(present.sum())
+    keys = names.astype(np.int64) * (1 << 31) + (1 + (shapes if shapes is not None else -1))
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return inverse.reshape(-1), len(uniq)
+
+
 def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
@@ -127,9 +141,10 @@ def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.nda
     first placed node with the call's external id, as the plugin pops them."""
     events, rows, alias = links.events, tree.rows, tree.alias
     ext = events.external_id[rows]
-    valid = tree.kept | (alias != np.arange(len(rows)))
+    valid = alias != np.arange(len(rows), dtype=alias.dtype)
+    valid |= tree.kept
     valid &= ext > 0
-    cand = np.flatnonzero(valid)
+    cand = np.flatnonzero(valid).astype(alias.dtype, copy=False)
     del valid
     ext_sorted_idx = cand[np.argsort(ext[cand], kind="stable")]
     del cand
@@ -156,7 +171,7 @@ def _device_self(links: EventLinks, rt_owner: np.ndarray, rt_rows: np.ndarray, s
 
 
 def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False) -> OperatorTable:
-    events, role = links.events, links.role
+    events, role, symbols = links.events, links.role, links.events.symbols
     rows, parent, alias, kept = tree.rows, tree.parent, tree.alias, tree.kept
     n = len(rows)
     if n == 0:
@@ -178,17 +193,14 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
         or s in ("DataParallel.forward", "DistributedDataParallel.forward")
     )
     is_op &= ~links.name_in(excluded, rows)
-    op_pos = np.flatnonzero(is_op & kept)
+    op_pos = np.flatnonzero(is_op & kept).astype(rows.dtype, copy=False)
     del is_op
     names = events.name[rows[op_pos]]
-    shapes = events.input_dims[rows[op_pos]] if group_by_shape else np.full(len(op_pos), -1, dtype=np.int32)
+    shapes = events.input_dims[rows[op_pos]] if group_by_shape else None
     stacks = events.call_stack[rows[op_pos]]
-    keys = names.astype(np.int64) * (1 << 31) + (shapes + 1)
     op_eligible = eligible[op_pos]
     del eligible
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    del keys
-    g = len(uniq)
+    inverse, g = _groups(names, shapes, len(symbols.strings))
     calls = np.bincount(inverse, minlength=g)
 
     def by_group(values: np.ndarray) -> np.ndarray:
@@ -197,7 +209,8 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     agg = {}
     dur = events.dur[rows]
     has_parent = (parent >= 0) & kept
-    host_self = dur - _sum_by(parent[has_parent], dur[has_parent], n)
+    host_self = _sum_by(parent[has_parent], dur[has_parent], n)
+    np.subtract(dur, host_self, out=host_self)  # its own time less its children's, in place
     del has_parent
     agg["ht"] = by_group(dur)
     del dur
@@ -212,16 +225,15 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
         np.add.at(device, parent[level], device[level])
     agg["dt"] = by_group(device)
     del device, levels
-    symbols = events.symbols
-    first = np.zeros(g, dtype=np.int64)
-    first[inverse[::-1]] = np.arange(len(inverse))[::-1]
+    first = np.zeros(g, dtype=inverse.dtype)
+    first[inverse[::-1]] = np.arange(len(inverse), dtype=inverse.dtype)[::-1]  # each group's first operator
     python_frames = _python_stacks(links, rows[op_pos[first]]) if len(links.rows(PYFUNC)) else None
     group_eligible = np.bincount(inverse, weights=op_eligible.astype(np.float64), minlength=g) > 0
     group_stack = _most_frequent(inverse, stacks, g)
     out = []
     for gi in range(g):
         name = symbols.strings[names[first[gi]]]
-        shape = symbols.decode(shapes[first[gi]]) if group_by_shape and shapes[first[gi]] >= 0 else None
+        shape = symbols.decode(shapes[first[gi]]) if shapes is not None and shapes[first[gi]] >= 0 else None
         stack: str | None
         if group_stack[gi] >= 0:
             stack = symbols.strings[int(group_stack[gi])]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.traces import intervals
+from stepscope.traces.events import EventTable
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
     FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
@@ -125,36 +126,49 @@ def _runtime_steps(r_ts: FloatArray, r_end: FloatArray, r_count: IntArray, host_
     return np.where(ok, pos, -1)
 
 
+def _ends(events: EventTable, rows: IntArray) -> FloatArray:
+    """The end of each of ``rows`` (start + duration), without an end column for the whole table."""
+    ends: FloatArray = events.ts[rows] + events.dur[rows]
+    return ends
+
+
+def _by_start(runtimes: IntArray, ts: FloatArray, linked: IntArray) -> tuple[IntArray, IntArray]:
+    """``runtimes`` (rows in file order) sorted by start, and the position in that order of each of
+    ``linked`` (runtime rows), -1 for a row that is not a runtime call."""
+    by_start = np.argsort(ts[runtimes], kind="stable")
+    rank = np.empty(len(runtimes), dtype=np.int64)
+    rank[by_start] = np.arange(len(runtimes))
+    at = np.minimum(np.searchsorted(runtimes, linked), max(len(runtimes) - 1, 0))
+    found = runtimes[at] == linked if len(runtimes) else np.zeros(len(linked), dtype=bool)
+    return runtimes[by_start], np.where(found, rank[at] if len(runtimes) else -1, -1)
+
+
 def find_steps(links: EventLinks) -> TraceSteps:
     events = links.events
-    ts, end = events.ts, events.ts + events.dur
+    ts = events.ts
     step_rows = links.step_rows
     if len(step_rows):
         names = tuple(str(n) for n in links.step_number[step_rows].tolist())  # file order, as the plugin keeps them
-        host_s, host_e, synthetic = ts[step_rows].copy(), end[step_rows].copy(), False
+        host_s, host_e, synthetic = ts[step_rows].copy(), _ends(events, step_rows), False
     else:
         cpu = links.rows(PYTHON, OPERATOR, STEP)
         if not len(cpu):
             return TraceSteps((), np.zeros(0), np.zeros(0), (), 0, True)
         names, synthetic = ("0",), True
-        host_s, host_e = np.array([ts[cpu].min()]), np.array([end[cpu].max()])
+        host_s, host_e = np.array([ts[cpu].min()]), np.array([_ends(events, cpu).max()])
     n = len(host_s)
     device = links.rows(KERNEL, MEMCPY, MEMSET)
     launcher = links.launcher[device]
     linked = launcher >= 0
     dev_rows, rt_rows = device[linked], launcher[linked]
     # per runtime call (sorted by start): its device ops' first start, last end and count
-    runtimes = links.rows(RUNTIME)
-    runtimes = runtimes[np.argsort(ts[runtimes], kind="stable")]
-    slot = np.full(len(events), -1, dtype=np.int64)
-    slot[runtimes] = np.arange(len(runtimes))
-    link = slot[rt_rows]
+    runtimes, link = _by_start(links.rows(RUNTIME), ts, rt_rows)
     r_min = np.full(len(runtimes), np.inf)
     r_max = np.full(len(runtimes), -np.inf)
     r_count = np.bincount(link, minlength=len(runtimes)) if len(link) else np.zeros(len(runtimes), np.int64)
     np.minimum.at(r_min, link, ts[dev_rows])
-    np.maximum.at(r_max, link, end[dev_rows])
-    r_step = _runtime_steps(ts[runtimes], end[runtimes], r_count, host_s, host_e)
+    np.maximum.at(r_max, link, _ends(events, dev_rows))
+    r_step = _runtime_steps(ts[runtimes], _ends(events, runtimes), r_count, host_s, host_e)
     hit = r_step >= 0
     dev_min = np.full(n, np.inf)
     dev_max = np.full(n, -np.inf)
@@ -169,7 +183,8 @@ def find_steps(links: EventLinks) -> TraceSteps:
             inside[dev_rows[hit[link]]] = True
             loose = device[~inside[device]]
             if len(loose):
-                early = end[loose][end[loose] < dev_min[0]]
+                loose_end = _ends(events, loose)
+                early = loose_end[loose_end < dev_min[0]]
                 if len(early):
                     prev_end = max(prev_end, early.max())
         for i in range(n):
@@ -194,7 +209,6 @@ def find_steps(links: EventLinks) -> TraceSteps:
 def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
     events = links.events
     role = links.role
-    ts, end = events.ts, events.ts + events.dur
     host_kinds = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
     comm_names = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
     host_comm = host_kinds & links.name_in(comm_names) if len(comm_names) else np.zeros(len(role), bool)
@@ -207,16 +221,21 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
     loader_ids = links.names_where(is_plugin_dataloader)
     loader = ((role == OPERATOR) | (role == ANNOTATION)) & links.name_in(loader_ids)
     cpu_exec = host_kinds & ~loader & ~host_comm
-    masks = {
-        "Kernel": kernel & ~comm_kernel,
-        "Memcpy": role == MEMCPY,
-        "Memset": role == MEMSET,
-        "Communication": comm_kernel | host_comm,
-        "Runtime": role == RUNTIME,
-        "DataLoader": loader,
-        "CPU Exec": cpu_exec,
+    masks = {  # built one at a time: seven masks of the whole table at once were the step breakdown's peak
+        "Kernel": lambda: kernel & ~comm_kernel,
+        "Memcpy": lambda: role == MEMCPY,
+        "Memset": lambda: role == MEMSET,
+        "Communication": lambda: comm_kernel | host_comm,
+        "Runtime": lambda: role == RUNTIME,
+        "DataLoader": lambda: loader,
+        "CPU Exec": lambda: cpu_exec,
     }
-    return {k: intervals.merge(ts[m], end[m]) for k, m in masks.items()}
+    ranges = {}
+    for key, mask in masks.items():
+        rows = np.flatnonzero(mask())
+        ranges[key] = intervals.merge(events.ts[rows], _ends(events, rows))
+        del rows
+    return ranges
 
 
 def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
