@@ -463,6 +463,12 @@ class TableBuilder:
 _INT32 = np.iinfo(np.int32)
 
 
+def position_dtype(rows: int) -> np.dtype[Any]:
+    """The type of positions in (and signed differences of) a table of ``rows`` rows: int32 below
+    2**31 rows, as :func:`narrowed` would make them, built narrow instead of narrowed after."""
+    return np.dtype(np.int32) if rows < _INT32.max else np.dtype(np.int64)
+
+
 def narrowed(values: np.ndarray) -> np.ndarray:
     """An int64 column of ids or row positions as int32 when every value fits (ids, streams,
     devices and the positions of a table under 2**31 rows nearly always do): the same values in

@@ -32,6 +32,26 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return out_s, out_e
 
 
+#: Rows merged at a time by :func:`merge_rows`.
+MERGE_CHUNK = 1 << 20
+
+
+def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge` of the intervals ``[ts, ts + dur)`` of ``rows``. Rows that nest (host operators)
+    are merged a chunk at a time: the union of the chunks' unions is the union, and the sort's
+    temporaries are then a chunk's, not a whole column's. Rows that barely overlap (runtime calls,
+    kernels) would not shrink by chunks, and are merged at once: the first chunk tells which."""
+    if len(rows) <= MERGE_CHUNK:
+        return merge(ts[rows], ts[rows] + dur[rows])
+    chunks = np.array_split(rows, -(-len(rows) // MERGE_CHUNK))
+    first = merge(ts[chunks[0]], ts[chunks[0]] + dur[chunks[0]])
+    if len(first[0]) * 2 > len(chunks[0]):
+        del first, chunks
+        return merge(ts[rows], ts[rows] + dur[rows])
+    parts = [first, *(merge(ts[part], ts[part] + dur[part]) for part in chunks[1:])]
+    return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
 def total(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(ends - starts)) if len(starts) else 0.0
 

@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.traces.events import EventTable, narrowed
+from stepscope.traces.events import EventTable, narrowed, position_dtype
 from stepscope.traces.events import symbol_mask as symbol_mask
 
 IntArray = npt.NDArray[np.int64]
@@ -278,7 +278,7 @@ def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
 
 def _first_match(keys: IntArray, wanted: IntArray) -> IntArray:
     """For each wanted key, the position of the first equal element of ``keys``; -1 if none."""
-    out = np.full(len(wanted), -1, dtype=np.int32 if len(keys) < np.iinfo(np.int32).max else np.int64)
+    out = np.full(len(wanted), -1, dtype=position_dtype(len(keys)))
     if not len(keys) or not len(wanted):
         return out
     order = np.argsort(keys, kind="stable")
@@ -304,7 +304,7 @@ def _hta_rows(
     trace_cat = symbols.get("Trace")
     if trace_cat >= 0:
         keep &= events.cat != trace_cat
-    positions = np.int32 if len(events) < np.iinfo(np.int32).max else np.int64  # row positions: int32 below 2**31 rows
+    positions = position_dtype(len(events))
     index = np.flatnonzero(keep).astype(positions, copy=False)
     del keep
     names = events.name[index]
@@ -381,7 +381,7 @@ def link_events(events: EventTable) -> EventLinks:
     runtime = np.flatnonzero(role == RUNTIME)
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
     # row positions: int32 below 2**31 rows (the same values as int64, half the memory)
-    launcher = np.full(len(events), -1, dtype=np.int32 if len(events) < np.iinfo(np.int32).max else np.int64)
+    launcher = np.full(len(events), -1, dtype=position_dtype(len(events)))
     launcher[device] = last_match(events.correlation[runtime], runtime, events.correlation[device])
     del device
     step_rows = np.flatnonzero(role == STEP)

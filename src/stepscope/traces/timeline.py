@@ -148,11 +148,9 @@ def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     issuing = ops[int_isin(events.external_id[ops], issuing_ext)]
     launch = np.concatenate((other_runtime, issuing))
     del ops, issuing, other_runtime, runtime
-
-    def merged(rows: np.ndarray) -> Intervals:  # each range's ends alone: no end column for the whole table
-        return intervals.merge(events.ts[rows], events.ts[rows] + events.dur[rows])
-
-    return merged(np.flatnonzero(loader)), merged(sync), merged(launch)
+    loading = np.flatnonzero(loader)
+    return (intervals.merge_rows(events.ts, events.dur, loading), intervals.merge_rows(events.ts, events.dur, sync),
+            intervals.merge_rows(events.ts, events.dur, launch))
 
 
 __all__ = ["CAUSES", "GapCauses", "GpuTimeline", "SYNC_CALLS", "gpu_timeline", "timeline_of"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.traces.events import narrowed
+from stepscope.traces.events import narrowed, position_dtype
 from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks, unique_ints
 
 
@@ -49,14 +49,22 @@ def build_op_tree(links: EventLinks) -> OpTree:
     ts = events.ts[rows]
     end = ts + events.dur[rows]
     pid, tid = events.pid[rows], events.tid[rows]
-    order = np.lexsort((-end, ts, tid, pid)).astype(index, copy=False)
-    rows, ts, end, pid, tid = rows[order], ts[order], end[order], pid[order], tid[order]
-    del order
+    np.negative(end, out=end)  # longer first on ties: the negated end as a key, without a copy (negation is exact)
+    order = np.lexsort((end, ts, tid, pid)).astype(index, copy=False)
+    np.negative(end, out=end)
+    # each column put in order on its own, the unordered one released before the next
+    rows = rows[order]
+    ts = ts[order]
+    end = end[order]
     # one thread's rows are contiguous: a thread starts where the pid or the tid changes
+    pid = pid[order]
     changed = pid[1:] != pid[:-1]
+    del pid
+    tid = tid[order]
     changed |= tid[1:] != tid[:-1]
+    del tid, order
     bounds = (np.flatnonzero(changed) + 1).tolist()
-    del pid, tid, changed
+    del changed
     parent = np.full(n, -1, dtype=index)
     placed = np.zeros(n, dtype=bool)
     for lo, hi in zip([0, *bounds], [*bounds, n]):
@@ -74,11 +82,6 @@ def build_op_tree(links: EventLinks) -> OpTree:
     alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n, dtype=index))
     return OpTree(narrowed(rows), narrowed(parent), narrowed(alias), kept, dropped)  # int32 below 2**31 rows
-
-
-def position_dtype(rows: int) -> type[np.signedinteger]:
-    """The narrowest integer type for positions in (and signed differences of) ``rows`` rows."""
-    return np.int32 if rows < np.iinfo(np.int32).max else np.int64
 
 
 def _stack_parents(starts: list[float], ends: list[float], offset: int, parent: np.ndarray, placed: np.ndarray) -> None:
@@ -124,7 +127,7 @@ def _nested_parents(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, l
     found = order[np.maximum(at, 0)]
     del order
     inner = depth > 0
-    par = np.where(inner & (at >= 0), found, index(-1))
+    par = np.where(inner & (at >= 0), found, -1).astype(index, copy=False)
     del at, found
     p = np.maximum(par, 0)
     good = par >= 0

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
+from stepscope.traces.events import position_dtype
 from stepscope.traces.links import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, EventLinks
 
 TC_ELIGIBLE_OPS = frozenset(
@@ -124,7 +125,7 @@ def _groups(names: np.ndarray, shapes: np.ndarray | None, n_symbols: int) -> tup
     if shapes is None and (not len(names) or int(names.min()) >= 0):
         present = np.zeros(n_symbols + 1, dtype=bool)
         present[names] = True
-        group = np.cumsum(present, dtype=np.int32 if len(names) < np.iinfo(np.int32).max else np.int64)
+        group = np.cumsum(present, dtype=position_dtype(len(names)))
         group -= 1
         return group[names], int(present.sum())
     keys = names.astype(np.int64) * (1 << 31) + (1 + (shapes if shapes is not None else -1))

@@ -155,10 +155,12 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: i
     links = links_of(events)  # the linked-events table: classified, joined and step-assigned once
     steps = find_steps(links)
     origin = float(events.ts.min()) if len(events) else 0.0
-    child = None
+    child = causes = None
     if workers > 1 and len(events) >= BESIDE_MIN_EVENTS:
         from stepscope.analysis.trace.beside import beside
 
+        causes = idle_causes(links)  # here: its peak beside the child's would come on top of it
+        heap.trim()  # freed pages shared with the child would be copied once this process reused them
         child = beside(partial(_operator_views, links, trace.memory, origin, group_by_shape))
     breakdown = step_breakdown(links, steps)
     heap.trim()
@@ -189,7 +191,8 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: i
     kernels = kernel_table(links)
     python = python_overhead(links, steps)
     counters = _counters(links, steps)
-    causes = idle_causes(links)
+    if causes is None:
+        causes = idle_causes(links)
     compiled = compiled_regions(links, steps)
     if child is not None:  # collected before the critical path, whose peak is the largest: the two never add up
         done = child.result()

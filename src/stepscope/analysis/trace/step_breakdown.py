@@ -232,9 +232,7 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
     }
     ranges = {}
     for key, mask in masks.items():
-        rows = np.flatnonzero(mask())
-        ranges[key] = intervals.merge(events.ts[rows], _ends(events, rows))
-        del rows
+        ranges[key] = intervals.merge_rows(events.ts, events.dur, np.flatnonzero(mask()))
     return ranges
 
 

@@ -56,13 +56,14 @@ def _thread_of(rows: Rows, cpu: IntArray, window: IntArray, hta: bool) -> IntArr
     pid, tid = rows.pid[cpu].astype(np.int64), rows.tid[cpu].astype(np.int64)
     key = pid * (rows.n_symbols + 1) + tid
     cats = rows.names(("cpu_op", "user_annotation"))
-    typed = symbol_mask(rows.cat, cats, rows.n_symbols)  # (over all rows: cheap, and indexed by window below)
+    typed = symbol_mask(rows.cat[window], cats, rows.n_symbols)  # per row of the window
     if not hta:  # the 2021 spelling too
-        typed |= (rows.role == OPERATOR_ROLE) | (rows.role == ANNOTATION_ROLE)
+        role = rows.role[window]
+        typed |= (role == OPERATOR_ROLE) | (role == ANNOTATION_ROLE)
 
     def only_thread(word: str) -> int | None:
         ids = rows.names_containing(word)
-        hits = window[symbol_mask(rows.name[window], ids, rows.n_symbols) & typed[window]]
+        hits = window[symbol_mask(rows.name[window], ids, rows.n_symbols) & typed]
         tids = set(rows.tid[hits].tolist())
         return tids.pop() if len(tids) == 1 else None
 

@@ -11,9 +11,25 @@ import numpy.typing as npt
 
 from stepscope.analysis.trace.critical_path.model import COMM, GPU_COMPUTE, GPU_MEMORY, SYNC_WAIT, IntArray
 from stepscope.traces import intervals
-from stepscope.traces.events import EventTable, narrowed
+from stepscope.traces.events import EventTable, position_dtype
 from stepscope.traces.links import COMMUNICATION, COMPUTATION, is_dataloader, last_match, links_of, symbol_mask
 from stepscope.traces.timeline import timeline_of
+
+
+class Gathered:
+    """A column of the event table at HTA's kept rows, read at positions (``column[index[pos]]``)
+    without a copy of the whole column: the columns a window reads only at its own rows."""
+
+    __slots__ = ("column", "index")
+
+    def __init__(self, column: np.ndarray, index: IntArray):
+        self.column, self.index = column, index
+
+    def __getitem__(self, pos: IntArray | npt.NDArray[np.bool_] | int) -> np.ndarray:
+        return self.column[self.index[pos]]
+
+    def __len__(self) -> int:
+        return len(self.index)
 
 
 class Rows:
@@ -27,21 +43,20 @@ class Rows:
         self.dur = self.end - self.ts
         rows = hta.index
         self.name = events.name[rows]
-        self.cat = events.cat[rows]
         self.stream = events.stream[rows]
-        self.corr = events.correlation[rows]
-        self.pid = events.pid[rows]
-        self.tid = events.tid[rows]
+        # read only at a window's rows: gathered from the table on use rather than kept as copies
+        self.cat = Gathered(events.cat, rows)
+        self.corr = Gathered(events.correlation, rows)
+        self.pid = Gathered(events.pid, rows)
+        self.tid = Gathered(events.tid, rows)
+        self.role = Gathered(links.role, rows)
         self.ktype = hta.ktype
-        self.role = links.role[rows]
         symbols = events.symbols
         self.n_symbols = len(symbols.strings)
         self.strings = symbols.strings
         ids = symbols.ids
         self.sym = lambda text: ids.get(text, -2)
-        sync_names = [i for i in (self.sym("Event Sync"), self.sym("Context Sync")) if i >= 0]
-        self.is_gpu = ((self.stream >= 0) & (self.corr >= 0)) | symbol_mask(self.name, sync_names, self.n_symbols)
-        self.ic = narrowed(self._index_correlation())
+        self.ic = self._index_correlation(events.correlation[rows])
         wait_pos = np.searchsorted(rows, events.wait_rows)
         ok = np.zeros(len(wait_pos), dtype=bool)
         if len(rows):
@@ -49,15 +64,17 @@ class Rows:
         self.wait_stream = dict(zip(wait_pos[ok].tolist(), events.wait_on_stream[ok].tolist()))
         self.wait_record = dict(zip(wait_pos[ok].tolist(), events.wait_on_record[ok].tolist()))
 
-    def _index_correlation(self) -> IntArray:
+    def _index_correlation(self, corr: IntArray) -> IntArray:
         """HTA's ``index_correlation`` (positions): -1 unlinked, a CPU row -> the last GPU row with its
         correlation, a GPU row (or Event/Context Sync) -> the last CPU row with it; -2 = correlated
-        but the partner is not in the trace (HTA's 0)."""
-        corr = self.corr
-        ic = np.where(corr == -1, -1, -2).astype(np.int64)
+        but the partner is not in the trace (HTA's 0). Positions as int32 below 2**31 rows."""
+        ic = np.where(corr == -1, -1, -2).astype(position_dtype(len(corr)))
         linked = np.flatnonzero(corr != -1)
-        cpu = linked[~self.is_gpu[linked]]
-        gpu = linked[self.is_gpu[linked]]
+        sync_names = [i for i in (self.sym("Event Sync"), self.sym("Context Sync")) if i >= 0]
+        is_gpu = ((self.stream[linked] >= 0) & (corr[linked] >= 0)) | symbol_mask(self.name[linked], sync_names,
+                                                                                   self.n_symbols)
+        cpu, gpu = linked[~is_gpu], linked[is_gpu]
+        del linked, is_gpu
         for side, other in ((cpu, gpu), (gpu, cpu)):
             partner = last_match(corr[other], other, corr[side])
             found = partner >= 0
