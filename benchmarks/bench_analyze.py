@@ -95,22 +95,24 @@ def stepscope_command() -> list[str]:
 
 
 def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str | None = None,
-                tree_rss: bool = False) -> dict:
+                tree_rss: bool = False, pss_every: int = 10, cwd: str | None = None) -> dict:
     """Wall and CPU time and peak RSS of one command. The peak RSS is the kernel's (``ru_maxrss``: the
     largest of the process and its children, not their sum); ``tree_rss`` also samples the sum of
     the RSS of the process and its descendants 20 times a second (``tree_rss_mb``) and the sum of
-    their proportional set sizes twice a second (``tree_pss_mb``: a page a forked child shares with
-    its parent counts once, not twice): what a command that works on several processes holds at once."""
+    their proportional set sizes every ``pss_every`` samples (default twice a second; ``tree_pss_mb``:
+    a page a forked child shares with its parent counts once, not twice): what a command that works
+    on several processes holds at once."""
     env = dict(os.environ)
     env.update(env_extra)
     sink = open(stdout_path, "wb") if stdout_path else subprocess.PIPE  # noqa: SIM115 - closed below
     start = time.perf_counter()
     try:
-        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE if stdout_path else subprocess.STDOUT)
+        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.PIPE if stdout_path else subprocess.STDOUT,
+                                cwd=cwd)
     finally:
         if stdout_path:
             sink.close()
-    sampled = _TreeRss(proc.pid) if tree_rss else None
+    sampled = _TreeRss(proc.pid, pss_every) if tree_rss else None
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     stream = proc.stderr if stdout_path else proc.stdout
@@ -126,12 +128,13 @@ def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str 
 class _TreeRss:
     """The peak of the summed RSS of a process and its descendants, sampled on a thread."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, pss_every: int = 10) -> None:
         import threading
 
         import psutil
 
         self.root, self.peak, self.peak_pss, self.done = psutil.Process(pid), 0, 0, threading.Event()
+        self.pss_every = pss_every
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
@@ -148,8 +151,8 @@ class _TreeRss:
             for item in procs:
                 try:
                     total += item.memory_info().rss
-                    # PSS walks the page tables (~10 ms for 5 GB): twice a second, not to slow the run
-                    shared += item.memory_full_info().pss if tick % 10 == 0 else 0
+                    # PSS walks the page tables (~10 ms for 5 GB): by default twice a second, not to slow the run
+                    shared += item.memory_full_info().pss if tick % self.pss_every == 0 else 0
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)

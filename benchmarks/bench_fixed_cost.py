@@ -30,6 +30,13 @@ sum. Medians over the rounds.
 
 ``--src LABEL=DIR`` (repeatable) runs stepscope from each source tree (``PYTHONPATH=DIR``), all
 interleaved in the same rounds: a before/after comparison on the same load.
+
+``--memory N`` then runs ``python SCRIPT`` and ``stepscope run`` N more times each, alternating, with
+the memory sampled (apart from the timed rounds, whose times it would disturb): the largest single
+process (``ru_maxrss`` from ``wait4``: the training process, or a DataLoader worker or the
+sampler if larger) and the process tree's summed RSS and proportional set size, sampled 20 and 10
+times a second (``bench_analyze.run_command``); the tree includes the DataLoader workers and, under
+stepscope, its sampler process. The largest value over the N runs of each.
 """
 
 from __future__ import annotations
@@ -222,6 +229,8 @@ def main() -> None:
     parser.add_argument("--html", action="store_true", help="also time `stepscope run --html` (report.html)")
     parser.add_argument("--src", action="append", default=[], metavar="LABEL=DIR",
                         help="run stepscope from this source tree (repeatable; default: the one importable here)")
+    parser.add_argument("--memory", type=int, default=0, metavar="N",
+                        help="also N runs of each with the memory sampled (peak of the largest process and of the tree)")
     parser.add_argument("--inner", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
@@ -260,6 +269,38 @@ def main() -> None:
             for label in sources:
                 report(f"{name}{' (' + label + ')' if label else ''}",
                        {"python": runs["python"], "stepscope": runs[f"stepscope{label}"], "parts": runs[f"parts{label}"]})
+            if args.memory:
+                measured = [key for key in variants if not key.startswith("parts")]
+                memory_report(name, measured, [
+                    (key, peak_memory(variants[key][0], work, marks, variants[key][1]))
+                    for index in range(args.memory)
+                    for key in (measured if index % 2 == 0 else list(reversed(measured)))])
+
+
+def peak_memory(command: list[str], cwd: Path, marks: Path, extra_env: dict[str, str]) -> dict[str, float]:
+    """One run's peak memory: the largest process and the tree's summed RSS and PSS (MB)."""
+    sys.path.insert(0, str(HERE))
+    from bench_analyze import run_command
+
+    marks.write_text("")
+    result = run_command(command, dict(extra_env, BENCH_MARKS=str(marks)), os.devnull, tree_rss=True, pss_every=2,
+                         cwd=str(cwd))
+    if result["exit"] != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {result['tail']}")
+    return {"largest": result["peak_rss_mb"], "tree_rss": result["tree_rss_mb"], "tree_pss": result["tree_pss_mb"]}
+
+
+def memory_report(name: str, keys: list[str], runs: list[tuple[str, dict[str, float]]]) -> None:
+    peaks = {key: {part: max(run[part] for label, run in runs if label == key) for part in ("largest", "tree_rss", "tree_pss")}
+             for key in keys}
+    bare = peaks["python"]
+    print(f"   peak memory, {name} (largest of {len(runs) // len(keys)} runs each): ")
+    for key in keys:
+        row = peaks[key]
+        added = "" if key == "python" else (f"  => +{row['largest'] - bare['largest']:.0f} MB largest, "
+                                            f"+{row['tree_pss'] - bare['tree_pss']:.0f} MB tree PSS")
+        print(f"     {key:18s} largest process {row['largest']:6.0f} MB, tree RSS {row['tree_rss']:6.0f} MB, "
+              f"tree PSS {row['tree_pss']:6.0f} MB{added}")
 
 
 def report(name: str, runs: dict[str, list[dict[str, float]]]) -> None:
