@@ -149,8 +149,9 @@ def analyze_rank(trace: LoadedTrace, group_by_shape: bool = False, path_steps: i
     ``workers`` > 1 and a trace of at least :data:`BESIDE_MIN_EVENTS` complete events: the operator
     tree, the operator table and the memory view (about 40 % of the views' time) are computed in a
     child forked once the links are built (:mod:`~stepscope.analysis.trace.beside`), while this
-    process computes the others, up to the critical path (5-15 % more memory in all); the same
-    values, and computed here whenever the child cannot or may not run."""
+    process computes the others, up to the critical path; the idle causes are computed before the
+    fork, so their peak never meets the child's. The same values, and computed here whenever the
+    child cannot or may not run."""
     events = trace.events
     links = links_of(events)  # the linked-events table: classified, joined and step-assigned once
     steps = find_steps(links)
