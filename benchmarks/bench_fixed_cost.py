@@ -279,7 +279,8 @@ def main() -> None:
 
 def peak_memory(command: list[str], cwd: Path, marks: Path, extra_env: dict[str, str]) -> dict[str, float]:
     """One run's peak memory: the largest process and the tree's summed RSS and PSS (MB)."""
-    sys.path.insert(0, str(HERE))
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
     from bench_analyze import run_command
 
     marks.write_text("")

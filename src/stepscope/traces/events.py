@@ -121,6 +121,11 @@ class EventTable:
         ends: np.ndarray = self.ts + self.dur
         return ends
 
+    def end_at(self, rows: np.ndarray) -> np.ndarray:
+        """The end of each of ``rows`` (:attr:`end` at those rows, without the whole column)."""
+        ends: np.ndarray = self.ts[rows] + self.dur[rows]
+        return ends
+
     def cat_mask(self, *names: str) -> np.ndarray:
         ids = [self.symbols.get(n) for n in names]
         return symbol_mask(self.cat, [i for i in ids if i >= 0], len(self.symbols.strings))

@@ -90,7 +90,7 @@ def between_graphs_us(events: Any, regions: np.ndarray, graphs: np.ndarray) -> f
         own = own[np.argsort(events.ts[own], kind="stable")]
         own_graphs = graph_rows[events.tid[graph_rows] == tid]
         own_graphs = own_graphs[np.argsort(events.ts[own_graphs], kind="stable")]
-        graph_start, graph_end = events.ts[own_graphs], events.ts[own_graphs] + events.dur[own_graphs]
+        graph_start, graph_end = events.ts[own_graphs], events.end_at(own_graphs)
         outer_end = -np.inf
         for row in own:
             start, end = float(events.ts[row]), float(events.ts[row] + events.dur[row])

@@ -105,7 +105,7 @@ def device_summaries(links: EventLinks, steps: TraceSteps) -> tuple[DeviceSummar
     pids = events.pid[kernels]
     for pid in unique_ints(pids).tolist():
         rows = kernels[pids == pid]
-        s, e = events.ts[rows], events.ts[rows] + events.dur[rows]
+        s, e = events.ts[rows], events.end_at(rows)
         device = _device_number(symbols.strings[pid], events.device[rows])
         window = hi - lo
         util = sm = occ = None

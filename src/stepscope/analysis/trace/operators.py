@@ -123,7 +123,7 @@ def _groups(names: np.ndarray, shapes: np.ndarray | None, n_symbols: int) -> tup
     """Each operator's group and the number of groups, in ascending (name, shape) order: by name
     alone, a table of the symbols present (no sort); by name and input shape, the distinct pairs."""
     if shapes is None and (not len(names) or int(names.min()) >= 0):
-        present = np.zeros(n_symbols + 1, dtype=bool)
+        present = np.zeros(n_symbols, dtype=bool)
         present[names] = True
         group = np.cumsum(present, dtype=position_dtype(len(names)))
         group -= 1

@@ -56,7 +56,7 @@ def python_overhead(links: EventLinks, steps: TraceSteps) -> PythonOverhead | No
 
         def union(kind: int) -> tuple[np.ndarray, np.ndarray]:
             sel = np.flatnonzero(on & (role == kind))
-            merged = intervals.merge(events.ts[sel], events.ts[sel] + events.dur[sel])
+            merged = intervals.merge(events.ts[sel], events.end_at(sel))
             return intervals.clip(merged, lo, hi)
 
         rt = union(RUNTIME)

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from stepscope.traces import intervals
-from stepscope.traces.events import EventTable
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
     FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
@@ -126,12 +125,6 @@ def _runtime_steps(r_ts: FloatArray, r_end: FloatArray, r_count: IntArray, host_
     return np.where(ok, pos, -1)
 
 
-def _ends(events: EventTable, rows: IntArray) -> FloatArray:
-    """The end of each of ``rows`` (start + duration), without an end column for the whole table."""
-    ends: FloatArray = events.ts[rows] + events.dur[rows]
-    return ends
-
-
 def _by_start(runtimes: IntArray, ts: FloatArray, linked: IntArray) -> tuple[IntArray, IntArray]:
     """``runtimes`` (rows in file order) sorted by start, and the position in that order of each of
     ``linked`` (runtime rows), -1 for a row that is not a runtime call."""
@@ -149,13 +142,13 @@ def find_steps(links: EventLinks) -> TraceSteps:
     step_rows = links.step_rows
     if len(step_rows):
         names = tuple(str(n) for n in links.step_number[step_rows].tolist())  # file order, as the plugin keeps them
-        host_s, host_e, synthetic = ts[step_rows].copy(), _ends(events, step_rows), False
+        host_s, host_e, synthetic = ts[step_rows].copy(), events.end_at(step_rows), False
     else:
         cpu = links.rows(PYTHON, OPERATOR, STEP)
         if not len(cpu):
             return TraceSteps((), np.zeros(0), np.zeros(0), (), 0, True)
         names, synthetic = ("0",), True
-        host_s, host_e = np.array([ts[cpu].min()]), np.array([_ends(events, cpu).max()])
+        host_s, host_e = np.array([ts[cpu].min()]), np.array([events.end_at(cpu).max()])
     n = len(host_s)
     device = links.rows(KERNEL, MEMCPY, MEMSET)
     launcher = links.launcher[device]
@@ -167,8 +160,8 @@ def find_steps(links: EventLinks) -> TraceSteps:
     r_max = np.full(len(runtimes), -np.inf)
     r_count = np.bincount(link, minlength=len(runtimes)) if len(link) else np.zeros(len(runtimes), np.int64)
     np.minimum.at(r_min, link, ts[dev_rows])
-    np.maximum.at(r_max, link, _ends(events, dev_rows))
-    r_step = _runtime_steps(ts[runtimes], _ends(events, runtimes), r_count, host_s, host_e)
+    np.maximum.at(r_max, link, events.end_at(dev_rows))
+    r_step = _runtime_steps(ts[runtimes], events.end_at(runtimes), r_count, host_s, host_e)
     hit = r_step >= 0
     dev_min = np.full(n, np.inf)
     dev_max = np.full(n, -np.inf)
@@ -183,7 +176,7 @@ def find_steps(links: EventLinks) -> TraceSteps:
             inside[dev_rows[hit[link]]] = True
             loose = device[~inside[device]]
             if len(loose):
-                loose_end = _ends(events, loose)
+                loose_end = events.end_at(loose)
                 early = loose_end[loose_end < dev_min[0]]
                 if len(early):
                     prev_end = max(prev_end, early.max())
