@@ -10,6 +10,8 @@ Two operations, used by every writer:
   removed and the ``OSError`` is raised: the destination is either the old file or the new one,
   whole — a process killed at any instant (SIGKILL, the OOM killer, a power cut) never leaves a
   half-written file under the final name, only at worst a ``.NAME.<random>.tmp`` beside it.
+  A process that ends itself by a signal mid-write (:func:`stepscope.capture.launcher.die_by`)
+  first removes its writes' temporaries (:func:`remove_unfinished`), so it leaves none.
 - :func:`create_exclusive` — create a new file for streaming (samples, roles): fails if anything,
   a symlink included, already has the name.
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -42,10 +46,48 @@ def create_exclusive(path: str | Path, *, append: bool = False, mode: int = 0o66
     return os.fdopen(descriptor, "ab" if append else "wb")
 
 
+#: The temporary files of this process's writes under way, by name, with the id of the process
+#: that creates them (a forked child inherits the dict, never the writes).
+_UNFINISHED: dict[str, int] = {}
+
+
+def remove_unfinished() -> None:
+    """Remove the temporary files of this process's writes under way: the process is about to end
+    by a signal (which runs no ``except`` clause), and a write cut short has nothing to keep."""
+    me = os.getpid()
+    for name, owner in list(_UNFINISHED.items()):
+        if owner == me:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+
+@contextmanager
+def unfinished(*paths: Path) -> Iterator[None]:
+    """Within the block, ``paths`` are temporaries of a write under way: :func:`remove_unfinished`
+    removes them."""
+    me = os.getpid()
+    for path in paths:
+        _UNFINISHED[str(path)] = me
+    try:
+        yield
+    finally:
+        for path in paths:
+            _UNFINISHED.pop(str(path), None)
+
+
 def atomic_write(path: str | Path, payload: bytes) -> Path:
     """Replace ``path`` with ``payload`` atomically, never following a symlink; see the module doc."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    with unfinished(tmp):
+        _write_into_place(tmp, path, payload)
+    sync_directory(path.parent)
+    return path
+
+
+def _write_into_place(tmp: Path, path: Path, payload: bytes) -> None:
     try:
         with create_exclusive(tmp) as handle:
             handle.write(payload)
@@ -61,8 +103,6 @@ def atomic_write(path: str | Path, payload: bytes) -> Path:
             # the temporary name is gone and means nothing to the reader: name the file not written
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
-    sync_directory(path.parent)
-    return path
 
 
 def sync_directory(directory: str | Path) -> None:
@@ -113,4 +153,5 @@ def json_bytes(document: Any, option: int = 0) -> bytes:
         return orjson.dumps(escape_strings(document), option=option)
 
 
-__all__ = ["atomic_write", "create_exclusive", "escape_strings", "escape_text", "json_bytes", "sync_directory"]
+__all__ = ["atomic_write", "create_exclusive", "escape_strings", "escape_text", "json_bytes", "remove_unfinished",
+           "sync_directory", "unfinished"]

@@ -21,8 +21,9 @@ needs_lightning = pytest.mark.skipif(importlib.util.find_spec("lightning") is No
                                      reason="lightning is not installed")
 
 
-def _no_temp_files(directory) -> bool:
-    return not [path for path in directory.rglob("*") if path.name.endswith(".tmp")]
+def _temp_files(directory) -> list[str]:
+    """The temporary files of unfinished writes left in ``directory`` (none is ever expected)."""
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*") if path.name.endswith(".tmp"))
 
 
 # -- 1. exactly two optimizer steps --------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_second_signal_during_finalisation_keeps_the_record(tmp_path, signum):
     record = load_record(tmp_path / "out")
     assert record.meta.interrupted_by == signal.Signals(signum).name
     assert len(record.steps) >= 4
-    assert _no_temp_files(tmp_path / "out")
+    assert not _temp_files(tmp_path / "out")
 
 
 # -- 5. the script's own SIGTERM handlers run --------------------------------------------------
@@ -256,7 +257,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))
     assert bare.returncode == wrapped.returncode == 0, wrapped.stderr
     assert wrapped.stdout == bare.stdout
     assert "Traceback" not in wrapped.stderr
-    assert _no_temp_files(tmp_path / "out")
+    assert not _temp_files(tmp_path / "out")
     assert not (tmp_path / "out" / "report.json").exists()
     if limit > 1000:  # the record fits, the report does not
         assert len(load_record(tmp_path / "out").steps) == 3

@@ -278,7 +278,11 @@ def finish_process(outcome: Outcome) -> None:
 
 
 def die_by(signum: int) -> None:
-    """End the process by ``signum`` with its default action (as if nothing had handled it)."""
+    """End the process by ``signum`` with its default action (as if nothing had handled it), first
+    removing the temporary files of the writes it cuts short."""
+    from stepscope.safe_write import remove_unfinished
+
+    remove_unfinished()
     flush_std_streams()
     signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})

@@ -112,12 +112,18 @@ def _export_whole(profiler: Any, path: Path) -> None:
     name — at worst a ``.NAME.<random>.tmp`` that no reader picks up."""
     import secrets
 
-    from stepscope.safe_write import sync_directory
+    from stepscope.safe_write import sync_directory, unfinished
 
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     # torch writes its own temporary beside the name it is given and renames it when whole; a write
     # that fails (a full disk) is one line on stderr, the export returns, and its temporary stays
     staging = tmp.with_name(tmp.name + ".tmp")
+    with unfinished(tmp, staging):
+        _export_into_place(profiler, tmp, staging, path)
+    sync_directory(path.parent)
+
+
+def _export_into_place(profiler: Any, tmp: Path, staging: Path, path: Path) -> None:
     try:
         profiler.export_chrome_trace(str(tmp))
         if not tmp.exists():
@@ -138,7 +144,6 @@ def _export_whole(profiler: Any, path: Path) -> None:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror, str(path)) from None  # the name not written, not the temporary
         raise
-    sync_directory(path.parent)
 
 
 def _release_results(profiler: Any) -> None:

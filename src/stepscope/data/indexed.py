@@ -19,8 +19,8 @@ refused (use :class:`~stepscope.data.sharded.ShardedJsonl`, or decompress once).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from torch.utils.data import Dataset
 
 from stepscope.data.sharding import is_gzip
 from stepscope.errors import InputError, UsageError
+from stepscope.safe_write import atomic_write
 
 INDEX_VERSION = 1
 _BLOCK = 16 * 1024 * 1024
@@ -99,14 +100,14 @@ class IndexCache:
             return None
 
     def save(self, kind: str, arrays: dict[str, np.ndarray], fingerprint: np.ndarray) -> None:
-        """Write atomically (temporary file + rename); a cache that cannot be written is skipped."""
+        """Write atomically (:func:`~stepscope.safe_write.atomic_write`); a cache that cannot be
+        written is skipped, leaving no temporary file."""
         location = self.location(kind)
+        buffer = io.BytesIO()
+        np.savez(buffer, fingerprint=fingerprint, **arrays)  # type: ignore[arg-type]
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=location.parent, suffix=".npz.tmp")
-            with os.fdopen(handle, "wb") as out:
-                np.savez(out, fingerprint=fingerprint, **arrays)  # type: ignore[arg-type]
-            os.replace(temporary, location)
+            atomic_write(location, buffer.getvalue())
         except OSError:
             return
 
