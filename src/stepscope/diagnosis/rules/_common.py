@@ -25,6 +25,16 @@ INPUT_HIGH = 0.20
 LOADER_CPU_BUSY = 0.5
 #: Below this share of one core the loading process is mostly waiting, not computing.
 LOADER_CPU_IDLE = 0.3
+#: From this share of one core the loading process mostly computes. Between :data:`LOADER_CPU_IDLE`
+#: and this level it computes and waits in comparable parts: the side of :data:`LOADER_CPU_BUSY` it
+#: falls on decides which input rule reports the wait, but neither "CPU-bound" nor "the loaders are
+#: idle" is a claim to make with confidence. The cold-files scenario's warm epochs on a 2-core machine
+#: (the workers at 0.38-0.52 of a core across runs; a third of the step waits in the per-batch
+#: handoff) were called either, the CPU-bound one at 96 %, by the side a run fell on.
+LOADER_CPU_COMPUTING = 0.7
+#: A rule's own confidence at most when its verdict rests on the side of :data:`LOADER_CPU_BUSY` a
+#: loader of that mixed band fell on (shown through the calibration's lower band).
+LOADER_CPU_MIXED_CONFIDENCE = 0.6
 #: Utilisation of all cores above which the machine has no CPU left to give (cf. the sampler's
 #: 90 % saturation level for a core).
 CPU_SATURATED = 0.85
@@ -165,6 +175,11 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
                           f"{pct(runnable)} of the samples: blocked, not starved (sampler)")
         return None, "not conclusive: all cores are busy, so the loaders may be starved rather than idle"
     return util, source
+
+
+def loader_cpu_mixed(util: float | None) -> bool:
+    """The loaders both computed and waited in comparable parts (:data:`LOADER_CPU_COMPUTING`)."""
+    return util is not None and LOADER_CPU_IDLE <= util < LOADER_CPU_COMPUTING
 
 
 def steal_share(ev: RunEvidence) -> float:

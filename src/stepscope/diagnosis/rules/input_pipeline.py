@@ -210,18 +210,29 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     if ev.cpu_count:
         evidence.append(Evidence("cpu_count", ev.cpu_count, None, "meta", "count", "machine"))
     near = common.near_threshold(wait, INPUT_MODERATE)
+    mixed = common.loader_cpu_mixed(util)
     confidence = (0.9 if util is not None else 0.6) - (0.2 if near else 0.0)
+    if mixed:
+        confidence = min(confidence, common.LOADER_CPU_MIXED_CONFIDENCE)
     level = "highly" if wait >= INPUT_HIGH else "moderately" if wait >= INPUT_MODERATE else "slightly"
-    # the title says only what was measured: "CPU-bound" needs the loaders' CPU
-    title = (f"Input pipeline is CPU-bound: the step waits {common.pct(wait)} of its time for data"
-             if util is not None else
-             f"Input pipeline: the step waits {common.pct(wait)} of its time for data (CPU-bound or waiting "
-             "on storage: the loaders' CPU is not conclusive)")
+    # the title says only what was measured: "CPU-bound" needs the loaders' CPU, busy beyond the mixed band
+    if util is None:
+        title = (f"Input pipeline: the step waits {common.pct(wait)} of its time for data (CPU-bound or waiting "
+                 "on storage: the loaders' CPU is not conclusive)")
+    elif mixed:
+        title = (f"Input pipeline: the step waits {common.pct(wait)} of its time for data while the loaders "
+                 f"compute {util:.0%} of a core and wait the rest")
+    else:
+        title = f"Input pipeline is CPU-bound: the step waits {common.pct(wait)} of its time for data"
     summary = (f"The run is {level} input-bound (XProf levels 5%/20%): {common.pct(wait)} of the "
                f"step is spent waiting for the next batch")
     summary += (f", while the process(es) producing batches use {util:.0%} of a core."
                 if util is not None else f"; whether loading is CPU-bound is {util_source}"
                 " (storage or latency would look the same).")
+    if mixed:
+        summary += (f" Between {common.LOADER_CPU_IDLE:.0%} and {common.LOADER_CPU_COMPUTING:.0%} of a core the "
+                    "loaders compute and wait in comparable parts: cheaper samples shorten one part, faster "
+                    "reads or a shorter handoff the other, and this run does not say which is larger.")
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
     holder = _gil_may_hold_the_fetch(ev, wait)
@@ -245,15 +256,18 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
         summary += (f" The workers' CPU also made the training thread wait for a core outside the data wait: "
                     f"{common.pct(elsewhere)} of the step (the thread account), which cheaper samples give back.")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
-    if util is None:
+    if util is None or mixed:
         prescriptions.append(Prescription(
             "If the data comes from a network or a cold disk: stage it locally, or raise prefetch_factor",
-            "the same wait would follow from storage latency, which these measurements cannot rule out"))
+            "the same wait would follow from storage latency, which these measurements cannot rule out"
+            if util is None else
+            f"the loaders were off CPU {1 - util:.0%} of the time the step waited: reads or a slow source "
+            "may be that part"))
     return common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", title, impact, confidence,
                           evidence, prescriptions, summary,
                           severity=Severity.LOW if near else None,
                           claims=("data_wait", "compute", "other") if elsewhere else ("data_wait",),
-                          conclusive={"cpu_bound": util is not None})
+                          conclusive={"cpu_bound": util is not None and not mixed})
 
 
 #: The input finding's confidence when a single-process loader's wait may be the GIL's and the wait

@@ -91,9 +91,21 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                                  "steps", "x", "first epoch vs later"))
     confidence = 0.5 + 0.15 * sum(signs) + (0.25 if util is not None and util < LOADER_CPU_IDLE else 0.0)
     kind = "storage" if any(signs) else "latency"
-    if idle:
+    mixed = common.loader_cpu_mixed(util)
+    if idle and mixed and not strong:
+        # computing a third to a half of a core, the loaders are not idle: the side of LOADER_CPU_BUSY
+        # they fell on names this rule rather than the CPU-bound one, which is no claim to make
+        confidence = min(confidence, common.LOADER_CPU_MIXED_CONFIDENCE)
+        title = (f"Input pipeline: the step waits {common.pct(wait)} of its time for data while the loaders "
+                 f"compute only {util:.0%} of a core (mostly waiting, partly computing)")
+        summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound; the processes producing "
+                   f"batches compute {util:.0%} of a core and wait the rest, for reads, a slow source or the "
+                   "handoff of batches. Between "
+                   f"{common.LOADER_CPU_IDLE:.0%} and {common.LOADER_CPU_COMPUTING:.0%} of a core this run does "
+                   "not say which part is larger. More workers overlap the waiting while cores are free.")
+    elif idle:
         title = (f"Input pipeline waits on {kind}: the step waits {common.pct(wait)} of its time for data "
-                 "while the loaders are idle")
+                 f"while the loaders are {'idle' if not mixed else f'on CPU only {util:.0%} of the time'}")
         summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound, but the processes "
                    f"producing batches are not busy on CPU ({util:.0%} of a core): they wait for reads or a "
                    "slow source. More workers overlap the waiting.")
@@ -139,7 +151,8 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, impact, confidence,
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
                           summary, claims=("data_wait",),
-                          conclusive={"storage": any(signs), "latency": idle, "cpu_bound": False})
+                          conclusive={"storage": any(signs), "latency": idle and not (mixed and not strong),
+                                      "cpu_bound": False})
 
 
 def _cold_data(ev: RunEvidence) -> Finding:
