@@ -41,14 +41,18 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
     are merged a chunk at a time: the union of the chunks' unions is the union, and the sort's
     temporaries are then a chunk's, not a whole column's. Rows that barely overlap (runtime calls,
     kernels) would not shrink by chunks, and are merged at once: the first chunk tells which."""
+    def merged(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = ts[part]
+        return merge(start, start + dur[part])
+
     if len(rows) <= MERGE_CHUNK:
-        return merge(ts[rows], ts[rows] + dur[rows])
+        return merged(rows)
     chunks = np.array_split(rows, -(-len(rows) // MERGE_CHUNK))
-    first = merge(ts[chunks[0]], ts[chunks[0]] + dur[chunks[0]])
+    first = merged(chunks[0])
     if len(first[0]) * 2 > len(chunks[0]):
         del first, chunks
-        return merge(ts[rows], ts[rows] + dur[rows])
-    parts = [first, *(merge(ts[part], ts[part] + dur[part]) for part in chunks[1:])]
+        return merged(rows)
+    parts = [first, *(merged(part) for part in chunks[1:])]
     return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 

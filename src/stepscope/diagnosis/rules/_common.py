@@ -182,6 +182,10 @@ def loader_cpu_mixed(util: float | None) -> bool:
     return util is not None and LOADER_CPU_IDLE <= util < LOADER_CPU_COMPUTING
 
 
+#: How a summary names the mixed band (:func:`loader_cpu_mixed`).
+LOADER_CPU_MIXED_BAND = f"Between {LOADER_CPU_IDLE:.0%} and {LOADER_CPU_COMPUTING:.0%} of a core"
+
+
 def steal_share(ev: RunEvidence) -> float:
     """Share of all CPU time a virtual machine's hypervisor gave other guests (0 when unknown)."""
     return (ev.signals.steal_share if ev.signals is not None else None) or 0.0

@@ -230,9 +230,9 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                 if util is not None else f"; whether loading is CPU-bound is {util_source}"
                 " (storage or latency would look the same).")
     if mixed:
-        summary += (f" Between {common.LOADER_CPU_IDLE:.0%} and {common.LOADER_CPU_COMPUTING:.0%} of a core the "
-                    "loaders compute and wait in comparable parts: cheaper samples shorten one part, faster "
-                    "reads or a shorter handoff the other, and this run does not say which is larger.")
+        summary += (f" {common.LOADER_CPU_MIXED_BAND} the loaders compute and wait in comparable parts: cheaper "
+                    "samples shorten one part, faster reads or a shorter handoff the other, and this run does not "
+                    "say which is larger.")
     if near:
         summary += " The share is near the 5% threshold, so this is reported as minor."
     holder = _gil_may_hold_the_fetch(ev, wait)

@@ -100,12 +100,12 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                  f"compute only {util:.0%} of a core (mostly waiting, partly computing)")
         summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound; the processes producing "
                    f"batches compute {util:.0%} of a core and wait the rest, for reads, a slow source or the "
-                   "handoff of batches. Between "
-                   f"{common.LOADER_CPU_IDLE:.0%} and {common.LOADER_CPU_COMPUTING:.0%} of a core this run does "
-                   "not say which part is larger. More workers overlap the waiting while cores are free.")
+                   f"handoff of batches. {common.LOADER_CPU_MIXED_BAND} this run does not say which part is "
+                   "larger. More workers overlap the waiting while cores are free.")
     elif idle:
+        loaders = f"on CPU only {util:.0%} of the time" if mixed else "idle"
         title = (f"Input pipeline waits on {kind}: the step waits {common.pct(wait)} of its time for data "
-                 f"while the loaders are {'idle' if not mixed else f'on CPU only {util:.0%} of the time'}")
+                 f"while the loaders are {loaders}")
         summary = (f"{'Highly' if wait >= INPUT_HIGH else 'Moderately'} input-bound, but the processes "
                    f"producing batches are not busy on CPU ({util:.0%} of a core): they wait for reads or a "
                    "slow source. More workers overlap the waiting.")
