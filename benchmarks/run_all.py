@@ -38,6 +38,7 @@ SHORT = {
     "bench_jobs.py": ["--small", "16,64", "--large", "2"],
     "bench_worker_batches.py": ["--rounds", "5", "--batches", "1000"],
     "bench_bytecode.py": ["--rounds", "2"],
+    "bench_gc_pause.py": ["--rounds", "1"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 

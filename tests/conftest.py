@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -67,3 +69,31 @@ def pytest_collection_modifyitems(config, items):
     """End-to-end (``slow``) tests first, each group in its own order: the parallel part then ends
     on short tests that spread over the workers, not on one long run that leaves a core idle."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# -- the workers' long-lived objects out of the cycle collector's scans --------------------------
+# A worker holds every test module, torch and, once a test imported them, Lightning and Hugging
+# Face (~360k objects): each full collection scans them all, and a test that builds a trace's tables
+# in-process triggers dozens (the 87 MB reference trace's dict decode took 3.6 s beside those modules,
+# 1.0 s with them frozen). Frozen after collection, and again once tests imported many more modules;
+# a collection first, so that no garbage is frozen with them.
+
+#: how many modules a worker had when its objects were last frozen
+_frozen_at: list[int] = []
+#: imports since then that call for freezing again
+_FREEZE_AFTER_MODULES = 200
+
+
+def _freeze_long_lived() -> None:
+    gc.collect()
+    gc.freeze()
+    _frozen_at[:] = [len(sys.modules)]
+
+
+def pytest_collection_finish(session):
+    _freeze_long_lived()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _frozen_at and len(sys.modules) - _frozen_at[0] >= _FREEZE_AFTER_MODULES:
+        _freeze_long_lived()

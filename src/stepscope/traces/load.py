@@ -32,6 +32,7 @@ from typing import Any
 
 from stepscope import limits
 from stepscope.errors import InputError
+from stepscope.heap import no_cycle_scans
 from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
@@ -213,7 +214,7 @@ def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: C
     any_event = False
     tracker = _Progress(progress, size)
     try:
-        with open_binary(path) as stream:
+        with no_cycle_scans(), open_binary(path) as stream:  # millions of acyclic objects (stepscope.heap)
             tracker.raw = getattr(stream, "fileobj", None) or stream
             guard = _GuardedStream(stream, max_json_bytes, path, limit, tracker.raw if tracker.raw is not stream else None)
             for kind, payload in iter_event_batches(guard, stats, tracker, max_bytes=limit,  # type: ignore[arg-type]

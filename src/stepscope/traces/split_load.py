@@ -30,7 +30,6 @@ columns.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -38,6 +37,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from stepscope import limits
+from stepscope.heap import no_cycle_scans
 from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats,
                                      decode_meta, iter_event_batches)
 from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
@@ -214,10 +214,8 @@ def _decode_into(builder: TableBuilder, path: str, start: int, stop: int, last: 
     stream)."""
     stats = DecodeStats()
     meta: dict[str, Any] | None = None
-    collecting = gc.isenabled()
-    gc.disable()  # millions of short-lived acyclic objects: no cycle scans (as in the streaming load)
     try:
-        with open(path, "rb") as fh:
+        with no_cycle_scans(), open(path, "rb") as fh:
             batches = iter_event_batches(_Range(fh, start, stop, last), stats, None,  # type: ignore[arg-type]
                                          max_bytes=max_bytes)
             for kind, payload in batches:
@@ -227,9 +225,6 @@ def _decode_into(builder: TableBuilder, path: str, start: int, stop: int, last: 
                     meta = payload
     except Exception:  # noqa: BLE001 - whatever went wrong, the streaming decode says it properly
         return None
-    finally:
-        if collecting:
-            gc.enable()
     if meta is None or stats.path != "streaming" or (meta and not last):
         return None
     return {"meta": meta, "replaced_utf8": stats.replaced_utf8, "big_int_pieces": stats.big_int_pieces}

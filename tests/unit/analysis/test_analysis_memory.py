@@ -6,10 +6,12 @@ without a sort, columns gathered at a window's rows) give what the plain ways gi
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import sys
 import tracemalloc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,7 @@ from stepscope.analysis.trace.step_breakdown import find_steps, step_breakdown
 from stepscope.traces import intervals
 from stepscope.traces.events import narrowed
 from stepscope.traces.links import link_events, links_of
+from stepscope.traces import load as load_module
 from stepscope.traces.load import load_trace
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "traces" / "reference"
@@ -114,6 +117,53 @@ def test_trim_hands_freed_heap_pages_back():
     if not trimmed and after == before:
         pytest.skip("this C library has no malloc_trim (not glibc)")
     assert (before - after) * 4096 > 100 << 20, (before, after)
+
+
+def test_no_cycle_scans_pauses_the_collector_and_restores_it_as_found():
+    assert gc.isenabled()
+    with heap.no_cycle_scans():
+        assert not gc.isenabled()
+        with heap.no_cycle_scans(collect_young=True):  # nested: the outermost block restores
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with heap.no_cycle_scans():
+            pass
+        assert not gc.isenabled()  # a caller's own pause stays
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError), heap.no_cycle_scans():
+        raise ValueError("restored on the way out")
+    assert gc.isenabled()
+
+
+def test_the_young_collection_frees_the_cycles_made_meanwhile():
+    class Node:
+        pass
+
+    with heap.no_cycle_scans(collect_young=True):
+        node = Node()
+        node.me = node  # a cycle: only the collector frees it
+        gone = weakref.ref(node)
+        del node
+        assert gone() is not None
+    assert gone() is None
+
+
+def test_a_decode_runs_without_cycle_scans_and_leaves_the_collector_on(monkeypatch):
+    states = []
+    original = load_module.iter_event_batches
+
+    def spy(*args, **kwargs):
+        for item in original(*args, **kwargs):
+            states.append(gc.isenabled())
+            yield item
+
+    monkeypatch.setattr(load_module, "iter_event_batches", spy)
+    assert len(load_trace(RESNET).events) > 0
+    assert states and not any(states) and gc.isenabled()
 
 
 def _merge_cases() -> list[tuple[np.ndarray, np.ndarray]]:

@@ -15,7 +15,6 @@ event table released before the next is loaded, so memory holds one rank's colum
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,16 +128,12 @@ def _analyze_one(path: str | Path, index: int, group_by_shape: bool,
     table and the views cached on it form cycles: one collection of the youngest generation at the
     end frees them at once (everything allocated meanwhile is in it: 2 ms where a full collection,
     which also scans every imported module's objects, takes 7-9 ms)."""
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        trace = load_trace(path, rank=index, progress=progress, workers=workers)
-        result = analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps, workers=workers)
-        del trace
+        with heap.no_cycle_scans(collect_young=True):
+            trace = load_trace(path, rank=index, progress=progress, workers=workers)
+            result = analyze_rank(trace, group_by_shape=group_by_shape, path_steps=path_steps, workers=workers)
+            del trace
     finally:
-        if collecting:
-            gc.enable()
-            gc.collect(0)
         heap.trim()  # the next rank in this process starts from the pages this one freed
     return result
 
