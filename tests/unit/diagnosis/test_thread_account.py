@@ -17,7 +17,7 @@ from stepscope.diagnosis.findings import Severity
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.pipeline.views import account_summary
 from stepscope.analysis.run.account import MIN_WAIT_SAMPLES
-from stepscope.record.run import PHASES, WAIT_CLASSES, StepTable, ThreadAccount, ThreadInfo
+from stepscope.record.run import PHASES, WAIT_CLASSES, StepTable, ThreadAccount, ThreadInfo, WorkerBatches
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
 PEAK = 1e11
@@ -496,3 +496,47 @@ def test_the_intra_op_threads_wait_is_charged_to_what_ran_beside_them_not_to_the
     assert top.family == "foreign_load", [(item.rule_id, item.impact) for item in run_rules(evidence).findings]
     assert top.impact == pytest.approx(0.3, abs=0.02)
     assert "intra-op threads" in top.title
+
+
+def _gil_thread_beside_workers(worker_wall_s: float, worker_runq_s: float):
+    """A training thread waiting for a core 40 % of its model phases (off CPU 10 %), a Python thread
+    at 0.3 of a core and two DataLoader workers at 0.4 each, whose timed batches take ``worker_wall_s``, of it
+    ``worker_runq_s`` waiting for a core: the Python thread and the workers are each charged the whole wait (without either
+    group the rest would fit in the core the training thread leaves)."""
+    shares = {"data_wait": 0.1, "forward": 0.45, "backward": 0.35, "optimizer": 0.05}
+    record = make_record(step_s=0.01, shares=shares, num_workers=2, extra=_low_mfu_extra())
+    runq = {name: 0.4 for name in COMPUTE}
+    record = _account(record, {name: 0.5 for name in COMPUTE}, runq,
+                      threads=(_python_thread(record, 0.3, name="telemetry", function="train.telemetry_loop"),))
+    account = record.facts.thread_account  # the process's CPU: the training thread's and the Python thread's 0.3
+    process = tuple(tuple(int(cpu + 0.3 * wall) for cpu, wall in zip(cpu_row, wall_row))
+                    for cpu_row, wall_row in zip(account.cpu_ns, account.wall_ns))
+    record = replace(record, facts=replace(record.facts, thread_account=replace(account, process_cpu_ns=process)))
+    steps = record.steps
+    pids = (4242, 4243)
+    rows = [(pids[index % 2], int(steps.start_ns[index]), round(worker_wall_s * 1e9),
+             round((worker_wall_s - worker_runq_s) * 1e9), round(worker_runq_s * 1e9)) for index in range(len(steps))]
+    loader = replace(record.loaders[0], num_workers=2, worker_pids=pids)
+    record = replace(record, loaders=(loader,),
+                     facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
+    loads = (WorkerLoad(1, "main", 1.3), WorkerLoad(4242, "dataloader_worker", 0.4),
+             WorkerLoad(4243, "dataloader_worker", 0.4))
+    evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 1.0, "workers": loads})
+    return evidence, next(item for item in run_rules(evidence).findings if item.family == "gil_contention")
+
+
+def test_a_wait_for_a_core_that_starved_workers_share_gives_the_gil_price_a_lower_end_and_no_high_confidence():
+    """Blind seed 968692081, w038: the workers waited for a core half their time per batch, so they
+    take the cores the GIL thread leaves; its price (mostly that wait) comes back only in part."""
+    evidence, found = _gil_thread_beside_workers(0.02, 0.01)
+    account = evidence.account
+    assert account.taker("own processes").step_share >= 0.5 * account.python_core_wait > 0
+    assert found.impact > account.gil_wait and found.confidence < 0.7
+    assert found.extra["impact_low"]["value"] == pytest.approx(account.gil_wait, abs=1e-3)
+    assert "come back only in part" in found.summary
+    assert any(item.metric == "workers_waiting_core_share" and item.value == pytest.approx(0.5) for item in found.evidence)
+    # workers as fast on a CPU that never waited for one (the same floor) take none of the thread's
+    # cores: the same price, confident
+    _, alone = _gil_thread_beside_workers(0.01, 0.0)
+    assert alone.impact == pytest.approx(found.impact) and alone.confidence > 0.9
+    assert "impact_low" not in alone.extra and "come back only in part" not in alone.summary

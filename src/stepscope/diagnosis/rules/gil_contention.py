@@ -9,9 +9,18 @@ counts (a sleep or a read is not the GIL's), and a single-process loader's fetch
 counts too (its samples' Python runs in the training thread). Its cost is that off-CPU time — at most the share of the step the other Python
 threads ran, since only a running thread holds the GIL — plus the wait for a core the process's
 Python threads caused, both measured; the fix is the other thread's, named with its function.
+
+That wait for a core is charged as what would come back without the Python threads alone, from the
+cores each group used. Where the DataLoader's workers were starved (measured waiting for a core
+much of their time per batch) and are charged the same wait, their demand is above the cores they
+used: they would take what the thread leaves, and the wait comes back only in part. The price then
+states its lower end (the GIL's own wait: :mod:`stepscope.diagnosis.near_tie` checks it against the
+next cause) and the finding's confidence stays below the calibration's upper band.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
@@ -20,6 +29,17 @@ from stepscope.diagnosis.rules import _common as common
 
 #: Off-CPU time for the GIL worth a finding (share of the step; XProf's 5 % "moderate" level).
 GIL_NOTED = 0.05
+#: DataLoader workers measured waiting for a core at least this share of their time per batch are
+#: starved: they would use more cores than they got, and take the ones another thread leaves.
+STARVED_WORKERS = 0.3
+#: The finding's rule confidence when its price is mostly a wait for a core that starved workers are
+#: charged as well (below the calibration's upper band), whatever the other findings cost: the
+#: input finding beside it may be priced low for the same reason (its workers "keep pace" by their
+#: time on a CPU). Blind seed 968692081, w038: a GIL thread at 0.28 of a core beside two workers
+#: waiting for a core half their time per batch; the finding priced the thread at 45-51 % of the
+#: step (9-12 % the GIL's own wait, the rest the wait for a core) at 96 %, three runs of three, where
+#: removing it gained 17 % and removing the costly samples 70 % (the input finding: 0-10 %).
+SHARED_WAIT_CONFIDENCE = 0.6
 
 
 def gil_held(ev: RunEvidence) -> Finding | None:
@@ -44,6 +64,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     if waiting > 0:
         evidence.insert(1, Evidence("own_thread_core_wait_share", round(waiting, 4), None, "account", "ratio",
                                     "waiting for a core the process's Python threads held"))
+    starved = _starved_workers_share_the_wait(ev, off, waiting)
     title = (f"Another Python thread held the GIL: the training thread waited {common.pct(cost)} of the step "
              f"({who})" if off >= waiting else
              f"Another Python thread took the cores the step needed: the training thread waited {common.pct(cost)} "
@@ -60,13 +81,43 @@ def gil_held(ev: RunEvidence) -> Finding | None:
                f"{who} used {top.cores:.2f} of a core: a pure-Python thread takes the GIL for a switch interval "
                f"({common.ms(0.005)}) every time the training thread releases it. "
                + "; ".join(lines[:3]) + ".")
+    low: dict[str, Any] = {}
+    if starved is not None:
+        summary += (f" Most of that price is the wait for a core, and the DataLoader's workers are charged the same "
+                    f"wait: they waited for a core {common.pct(starved)} of their time per batch, so they would "
+                    "take the cores this thread leaves, and the wait would come back only in part.")
+        evidence.append(Evidence("workers_waiting_core_share", round(starved, 4), STARVED_WORKERS, "record", "ratio",
+                                 "of the workers' time per batch: they share the wait for a core this price counts"))
+        low = common.lower_end(cost, off, "the wait for the GIL alone: starved DataLoader workers share the wait "
+                               "for a core", evidence, "gil_cost_low", "the training thread off CPU while the "
+                               "other Python thread ran")
     action = (f"Take `{top.function or top.name}` out of the training process (a multiprocessing.Process, or do "
               "its work between steps), or make it block instead of spinning (a queue.get, an Event.wait, "
               "time.sleep)")
     prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: "
                                           f"{common.pct(cost)} of the step, measured", expected_gain=round(cost, 4))]
-    return common.finding("thread_account.gil_held", "gil_contention", title, cost, 0.8, evidence, prescriptions,
-                          summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"))
+    confidence = 0.8 if starved is None else SHARED_WAIT_CONFIDENCE
+    return common.finding("thread_account.gil_held", "gil_contention", title, cost, confidence, evidence, prescriptions,
+                          summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"),
+                          **low)
+
+
+def _starved_workers_share_the_wait(ev: RunEvidence, off: float, waiting: float) -> float | None:
+    """The share of their time per batch the DataLoader's workers waited for a core, where that makes
+    the finding's price uncertain: the price is mostly the wait for a core (``waiting`` above the
+    GIL's own ``off``), the run's own processes are charged at least half of that wait as well (each
+    charge is what would come back without that group alone, computed from the cores each used),
+    and the workers were starved (:data:`STARVED_WORKERS`, measured in them). A starved worker's
+    demand is above the cores it used: without the thread it takes the cores the thread leaves, and
+    the wait comes back only in part. None where that does not hold."""
+    account, floor = ev.account, ev.loader_floor
+    if account is None or floor is None or waiting <= off or not floor.runq_measured or floor.wall_s <= 0:
+        return None
+    own = account.taker("own processes")
+    if own is None or own.step_share < 0.5 * waiting:
+        return None
+    starved = floor.runq_s / floor.wall_s
+    return starved if starved >= STARVED_WORKERS else None
 
 
 FAMILY = FamilyEntry(
