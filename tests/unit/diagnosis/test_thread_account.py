@@ -498,6 +498,18 @@ def test_the_intra_op_threads_wait_is_charged_to_what_ran_beside_them_not_to_the
     assert "intra-op threads" in top.title
 
 
+def _timed_workers(record, wall_s: float, runq_s: float, workers: int = 2):
+    """``record`` with ``workers`` DataLoader workers taking turns, one timed batch a step, each
+    ``wall_s`` long: ``runq_s`` waiting for a core, the rest on a CPU."""
+    steps = record.steps
+    pids = tuple(4242 + index for index in range(workers))
+    rows = [(pids[index % workers], int(steps.start_ns[index]), round(wall_s * 1e9), round((wall_s - runq_s) * 1e9),
+             round(runq_s * 1e9)) for index in range(len(steps))]
+    loader = replace(record.loaders[0], num_workers=workers, worker_pids=pids)
+    return replace(record, loaders=(loader,),
+                   facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
+
+
 def _gil_thread_beside_workers(worker_wall_s: float, worker_runq_s: float):
     """A training thread waiting for a core 40 % of its model phases (off CPU 10 %), a Python thread
     at 0.3 of a core and two DataLoader workers at 0.4 each, whose timed batches take ``worker_wall_s``, of it
@@ -512,13 +524,7 @@ def _gil_thread_beside_workers(worker_wall_s: float, worker_runq_s: float):
     process = tuple(tuple(int(cpu + 0.3 * wall) for cpu, wall in zip(cpu_row, wall_row))
                     for cpu_row, wall_row in zip(account.cpu_ns, account.wall_ns))
     record = replace(record, facts=replace(record.facts, thread_account=replace(account, process_cpu_ns=process)))
-    steps = record.steps
-    pids = (4242, 4243)
-    rows = [(pids[index % 2], int(steps.start_ns[index]), round(worker_wall_s * 1e9),
-             round((worker_wall_s - worker_runq_s) * 1e9), round(worker_runq_s * 1e9)) for index in range(len(steps))]
-    loader = replace(record.loaders[0], num_workers=2, worker_pids=pids)
-    record = replace(record, loaders=(loader,),
-                     facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
+    record = _timed_workers(record, worker_wall_s, worker_runq_s)
     loads = (WorkerLoad(1, "main", 1.3), WorkerLoad(4242, "dataloader_worker", 0.4),
              WorkerLoad(4243, "dataloader_worker", 0.4))
     evidence = ctx_of(record, {"cpu_count": 2, "cpu_util_mean": 1.0, "workers": loads})
@@ -540,3 +546,35 @@ def test_a_wait_for_a_core_that_starved_workers_share_gives_the_gil_price_a_lowe
     _, alone = _gil_thread_beside_workers(0.01, 0.0)
     assert alone.impact == pytest.approx(found.impact) and alone.confidence > 0.9
     assert "impact_low" not in alone.extra and "come back only in part" not in alone.summary
+
+
+def test_starved_workers_beside_busy_cores_are_busy_and_their_wait_for_a_core_is_the_input_finding_s():
+    """Every core busy, the loaders' CPU while the step waits (0.3 of a core) is not conclusive; the
+    workers' own timing is: half of each batch waiting for a core, never off CPU. The wait for a
+    core their CPU caused in the model's phases is then the input finding's cost too: cheaper
+    samples give it back."""
+    shares = {"data_wait": 0.2, "forward": 0.4, "backward": 0.3}
+    record = make_record(step_s=0.01, shares=shares, num_workers=2, persistent=True)
+    record = _account(record, on_cpu={"forward": 0.5, "backward": 0.5}, runq={"forward": 0.5, "backward": 0.5})
+    record = _timed_workers(record, 0.008, 0.004)
+    evidence = _busy_workers(record, 0.35)
+    from stepscope.analysis.evidence import MacroSignals
+    from stepscope.diagnosis.rules._common import loader_cpu_util, starved_workers
+
+    evidence = replace(evidence, loader_cpu=replace(evidence.loader_cpu, util=0.3),
+                       signals=MacroSignals(cpu_count=2, cpu_util_mean=1.0))
+
+    assert loader_cpu_util(evidence)[0] is None and starved_workers(evidence) == pytest.approx(0.5)
+    loading = next(item for item in run_rules(evidence).findings if item.family == "input_pipeline")
+    caused = next(item for item in loading.evidence if item.metric == "core_wait_workers_caused")
+    assert caused.value == pytest.approx(0.35, abs=0.02)
+    assert loading.impact == pytest.approx(0.2 + 0.35, abs=0.02) and "compute" in loading.claims
+    assert "starved" in loading.summary
+    # workers that wait on reads (off CPU a third of each batch) are not starved: nothing is added
+    idle = _timed_workers(record, 0.008, 0.003)
+    idle = replace(idle, facts=replace(idle.facts, worker_batches=replace(
+        idle.facts.worker_batches, cpu_ns=tuple(round(0.002 * 1e9) for _ in idle.facts.worker_batches.cpu_ns))))
+    evidence = replace(_busy_workers(idle, 0.35), signals=evidence.signals, loader_cpu=evidence.loader_cpu)
+    assert starved_workers(evidence) is None
+    assert not any(e.metric == "core_wait_workers_caused" for item in run_rules(evidence).findings
+                   for e in item.evidence)

@@ -177,6 +177,25 @@ def loader_cpu_util(ev: RunEvidence) -> tuple[float | None, str]:
     return util, source
 
 
+#: DataLoader workers measured waiting for a core at least this share of their time per batch are
+#: starved: they would use more cores than they got, and take the ones another thread leaves.
+STARVED_WORKERS = 0.3
+#: ... while off CPU at most this share of it: what they wait for is a core, not a read.
+STARVED_WORKERS_BLOCKED = 0.1
+
+
+def starved_workers(ev: RunEvidence) -> float | None:
+    """The share of their time per batch the main loader's workers waited for a core, measured in
+    them (:mod:`stepscope.analysis.run.loader_floor`), when they were starved: waiting for a core at
+    least :data:`STARVED_WORKERS` of it and off CPU at most :data:`STARVED_WORKERS_BLOCKED` — they
+    compute or wait for a core, CPU-bound whatever the sampler could tell beside busy cores. Else None."""
+    floor = ev.loader_floor
+    if floor is None or not floor.runq_measured or floor.wall_s <= 0:
+        return None
+    waiting, blocked = floor.runq_s / floor.wall_s, floor.blocked_s / floor.wall_s
+    return waiting if waiting >= STARVED_WORKERS and blocked <= STARVED_WORKERS_BLOCKED else None
+
+
 def loader_cpu_mixed(util: float | None) -> bool:
     """The loaders both computed and waited in comparable parts (:data:`LOADER_CPU_COMPUTING`)."""
     return util is not None and LOADER_CPU_IDLE <= util < LOADER_CPU_COMPUTING

@@ -29,9 +29,6 @@ from stepscope.diagnosis.rules import _common as common
 
 #: Off-CPU time for the GIL worth a finding (share of the step; XProf's 5 % "moderate" level).
 GIL_NOTED = 0.05
-#: DataLoader workers measured waiting for a core at least this share of their time per batch are
-#: starved: they would use more cores than they got, and take the ones another thread leaves.
-STARVED_WORKERS = 0.3
 #: The finding's rule confidence when its price is mostly a wait for a core that starved workers are
 #: charged as well (below the calibration's upper band), whatever the other findings cost: the
 #: input finding beside it may be priced low for the same reason (its workers "keep pace" by their
@@ -86,7 +83,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         summary += (f" Most of that price is the wait for a core, and the DataLoader's workers are charged the same "
                     f"wait: they waited for a core {common.pct(starved)} of their time per batch, so they would "
                     "take the cores this thread leaves, and the wait would come back only in part.")
-        evidence.append(Evidence("workers_waiting_core_share", round(starved, 4), STARVED_WORKERS, "record", "ratio",
+        evidence.append(Evidence("workers_waiting_core_share", round(starved, 4), common.STARVED_WORKERS, "record", "ratio",
                                  "of the workers' time per batch: they share the wait for a core this price counts"))
         low = common.lower_end(cost, off, "the wait for the GIL alone: starved DataLoader workers share the wait "
                                "for a core", evidence, "gil_cost_low", "the training thread off CPU while the "
@@ -107,17 +104,16 @@ def _starved_workers_share_the_wait(ev: RunEvidence, off: float, waiting: float)
     the finding's price uncertain: the price is mostly the wait for a core (``waiting`` above the
     GIL's own ``off``), the run's own processes are charged at least half of that wait as well (each
     charge is what would come back without that group alone, computed from the cores each used),
-    and the workers were starved (:data:`STARVED_WORKERS`, measured in them). A starved worker's
+    and the workers were starved (:func:`~stepscope.diagnosis.rules._common.starved_workers`). A starved worker's
     demand is above the cores it used: without the thread it takes the cores the thread leaves, and
     the wait comes back only in part. None where that does not hold."""
-    account, floor = ev.account, ev.loader_floor
-    if account is None or floor is None or waiting <= off or not floor.runq_measured or floor.wall_s <= 0:
+    account = ev.account
+    if account is None or waiting <= off:
         return None
     own = account.taker("own processes")
     if own is None or own.step_share < 0.5 * waiting:
         return None
-    starved = floor.runq_s / floor.wall_s
-    return starved if starved >= STARVED_WORKERS else None
+    return common.starved_workers(ev)
 
 
 FAMILY = FamilyEntry(

@@ -253,6 +253,10 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     elsewhere = _core_wait_its_workers_caused(ev, util, evidence)
     if elsewhere:
         impact += elsewhere
+        starved = common.starved_workers(ev) if util is None else None
+        if starved is not None:
+            summary += (f" The workers' own timing settles it: they waited for a core {common.pct(starved)} of their "
+                        "time per batch and were hardly ever off CPU — starved, computing when they could.")
         summary += (f" The workers' CPU also made the training thread wait for a core outside the data wait: "
                     f"{common.pct(elsewhere)} of the step (the thread account), which cheaper samples give back.")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
@@ -310,9 +314,13 @@ def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence:
     own processes are its DataLoader workers (in a job the other ranks on the machine are its own
     processes too), the workers measured busy and kept across epochs (workers started anew spend
     their CPU starting, the epoch-boundary finding's cost, which the charge cannot tell from the
-    samples'), and at least :data:`CORE_WAIT_PRICED` of the step."""
+    samples'), and at least :data:`CORE_WAIT_PRICED` of the step. Busy means above
+    :data:`LOADER_CPU_BUSY` of a core while the step waits, or, where every core was busy and that
+    share is not conclusive, starved as the workers' own timing measured
+    (:func:`~stepscope.diagnosis.rules._common.starved_workers`)."""
     account, record = ev.account, ev.record
-    if account is None or record is None or util is None or util < LOADER_CPU_BUSY or record.meta.world_size > 1:
+    busy = util >= LOADER_CPU_BUSY if util is not None else common.starved_workers(ev) is not None
+    if account is None or record is None or not busy or record.meta.world_size > 1:
         return 0.0
     if common.restarts_workers(ev):
         return 0.0
