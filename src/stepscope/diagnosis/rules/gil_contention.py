@@ -91,8 +91,10 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     action = (f"Take `{top.function or top.name}` out of the training process (a multiprocessing.Process, or do "
               "its work between steps), or make it block instead of spinning (a queue.get, an Event.wait, "
               "time.sleep)")
-    prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: "
-                                          f"{common.pct(cost)} of the step, measured", expected_gain=round(cost, 4))]
+    measured = (f"{common.pct(cost)} of the step, measured" if starved is None else
+                f"{common.pct(cost)} of the step charged, at least {common.pct(off)} (the wait for the GIL alone)")
+    prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: {measured}",
+                                  expected_gain=round(cost, 4))]
     confidence = 0.8 if starved is None else SHARED_WAIT_CONFIDENCE
     return common.finding("thread_account.gil_held", "gil_contention", title, cost, confidence, evidence, prescriptions,
                           summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"),

@@ -250,17 +250,18 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
                     "core other processes or the process's other Python threads held: faster loading does not give "
                     "that back, so the cost is priced "
                     f"on the rest ({common.pct(impact)} of the step).")
+    # where the sampler could not tell, the workers' own timing can: starved, not waiting on storage
+    starved = common.starved_workers(ev) if util is None else None
+    if starved is not None:
+        summary += (f" The workers' own timing settles it: they waited for a core {common.pct(starved)} of their "
+                    "time per batch and were hardly ever off CPU — starved for cores, not waiting on storage.")
     elsewhere = _core_wait_its_workers_caused(ev, util, evidence)
     if elsewhere:
         impact += elsewhere
-        starved = common.starved_workers(ev) if util is None else None
-        if starved is not None:
-            summary += (f" The workers' own timing settles it: they waited for a core {common.pct(starved)} of their "
-                        "time per batch and were hardly ever off CPU — starved, computing when they could.")
         summary += (f" The workers' CPU also made the training thread wait for a core outside the data wait: "
                     f"{common.pct(elsewhere)} of the step (the thread account), which cheaper samples give back.")
     prescriptions = _minor_prescriptions(ev) if near else _prescriptions(ev, util)
-    if util is None or mixed:
+    if (util is None and starved is None) or mixed:
         prescriptions.append(Prescription(
             "If the data comes from a network or a cold disk: stage it locally, or raise prefetch_factor",
             "the same wait would follow from storage latency, which these measurements cannot rule out"
