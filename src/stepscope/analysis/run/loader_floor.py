@@ -66,6 +66,16 @@ class LoaderFloor:
         (receiving and unpacking batches, or waiting for a core meanwhile)."""
         return min(wait_share, max(0.0, self.pace_share + wait_share + PACE_MARGIN - 1.0))
 
+    @property
+    def waiting_fraction(self) -> float:
+        """Share of a worker's time per batch spent waiting for a core (0 where not measured)."""
+        return self.runq_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def blocked_fraction(self) -> float:
+        """Share of a worker's time per batch spent off CPU, not waiting for a core (reads, sleeps, locks)."""
+        return self.blocked_s / self.wall_s if self.wall_s > 0 else 0.0
+
     def blocked_share(self) -> float:
         """The workers' time off CPU per step, as a share of the step: what faster reads take away."""
         made = self.wall_s - self.runq_s

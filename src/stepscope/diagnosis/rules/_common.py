@@ -190,10 +190,10 @@ def starved_workers(ev: RunEvidence) -> float | None:
     least :data:`STARVED_WORKERS` of it and off CPU at most :data:`STARVED_WORKERS_BLOCKED` — they
     compute or wait for a core, CPU-bound whatever the sampler could tell beside busy cores. Else None."""
     floor = ev.loader_floor
-    if floor is None or not floor.runq_measured or floor.wall_s <= 0:
+    if floor is None or not floor.runq_measured:
         return None
-    waiting, blocked = floor.runq_s / floor.wall_s, floor.blocked_s / floor.wall_s
-    return waiting if waiting >= STARVED_WORKERS and blocked <= STARVED_WORKERS_BLOCKED else None
+    waiting = floor.waiting_fraction
+    return waiting if waiting >= STARVED_WORKERS and floor.blocked_fraction <= STARVED_WORKERS_BLOCKED else None
 
 
 def loader_cpu_mixed(util: float | None) -> bool:

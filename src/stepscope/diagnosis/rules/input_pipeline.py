@@ -255,7 +255,8 @@ def loader_cpu_bound(ev: RunEvidence) -> Finding | None:
     if starved is not None:
         summary += (f" The workers' own timing settles it: they waited for a core {common.pct(starved)} of their "
                     "time per batch and were hardly ever off CPU — starved for cores, not waiting on storage.")
-    elsewhere = _core_wait_its_workers_caused(ev, util, evidence)
+    busy = util >= LOADER_CPU_BUSY if util is not None else starved is not None
+    elsewhere = _core_wait_its_workers_caused(ev, busy, evidence)
     if elsewhere:
         impact += elsewhere
         summary += (f" The workers' CPU also made the training thread wait for a core outside the data wait: "
@@ -307,7 +308,7 @@ def _gil_may_hold_the_fetch(ev: RunEvidence, wait: float) -> PythonThread | None
     return holder
 
 
-def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence: list[Evidence]) -> float:
+def _core_wait_its_workers_caused(ev: RunEvidence, busy: bool, evidence: list[Evidence]) -> float:
     """The training thread's (and its intra-op threads') wait for a core outside the data wait that
     the loader's busy workers caused (the thread account's charge to the run's own processes,
     :mod:`~stepscope.analysis.run.account`): the workers' CPU takes the cores the model needs, and
@@ -315,12 +316,11 @@ def _core_wait_its_workers_caused(ev: RunEvidence, util: float | None, evidence:
     own processes are its DataLoader workers (in a job the other ranks on the machine are its own
     processes too), the workers measured busy and kept across epochs (workers started anew spend
     their CPU starting, the epoch-boundary finding's cost, which the charge cannot tell from the
-    samples'), and at least :data:`CORE_WAIT_PRICED` of the step. Busy means above
+    samples'), and at least :data:`CORE_WAIT_PRICED` of the step. ``busy``: the loaders above
     :data:`LOADER_CPU_BUSY` of a core while the step waits, or, where every core was busy and that
     share is not conclusive, starved as the workers' own timing measured
     (:func:`~stepscope.diagnosis.rules._common.starved_workers`)."""
     account, record = ev.account, ev.record
-    busy = util >= LOADER_CPU_BUSY if util is not None else common.starved_workers(ev) is not None
     if account is None or record is None or not busy or record.meta.world_size > 1:
         return 0.0
     if common.restarts_workers(ev):

@@ -92,7 +92,8 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     confidence = 0.5 + 0.15 * sum(signs) + (0.25 if util is not None and util < LOADER_CPU_IDLE else 0.0)
     kind = "storage" if any(signs) else "latency"
     mixed = common.loader_cpu_mixed(util)
-    if idle and mixed and not strong:
+    hedged = idle and mixed and not strong  # neither idle nor CPU-bound: no claim of either
+    if hedged:
         # computing a third to a half of a core, the loaders are not idle: the side of LOADER_CPU_BUSY
         # they fell on names this rule rather than the CPU-bound one, which is no claim to make
         confidence = min(confidence, common.LOADER_CPU_MIXED_CONFIDENCE)
@@ -130,7 +131,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
         evidence.append(Evidence("workers_blocked_per_batch_s", round(floor.blocked_s, 6), None, "record", "s",
                                  f"of {floor.wall_s * 1e3:.3g} ms per batch, {floor.workers} worker(s), measured "
                                  "in the workers: off CPU and not waiting for a core"))
-        summary += (f" The workers spent {common.pct(floor.blocked_s / floor.wall_s)} of each batch's "
+        summary += (f" The workers spent {common.pct(floor.blocked_fraction)} of each batch's "
                     f"{floor.wall_s * 1e3:.3g} ms off CPU: without it the loader would keep pace with the step.")
     elif blocked is not None:
         # asleep on a lock while another Python thread computed, a single-process loader waited for
@@ -151,7 +152,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     return common.finding("storage_io.loader_waits_on_io", "storage_io", title, impact, confidence,
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
                           summary, claims=("data_wait",),
-                          conclusive={"storage": any(signs), "latency": idle and not (mixed and not strong),
+                          conclusive={"storage": any(signs), "latency": idle and not hedged,
                                       "cpu_bound": False})
 
 
