@@ -112,3 +112,32 @@ def test_a_record_claiming_an_absurd_core_count_gets_a_plan_at_once():
     plan = plan_workers(model)
     assert time.perf_counter() - started < 5.0
     assert 1 <= plan.workers <= MAX_PLANNED_CORES
+
+
+def test_keeping_restarted_workers_states_one_gain_with_its_measured_error_in_both_findings():
+    # workers saturated on costly samples, and started anew every 4 steps: 10 ms in __iter__, then 20 ms
+    # more for the first batch the new workers owe. The input finding and the epoch-boundary finding
+    # both prescribe persistent_workers, at the same gain: the epoch starts' whole excess wait
+    from dataclasses import replace
+
+    from stepscope.diagnosis.engine import run_rules
+    from stepscope.diagnosis.rules._common import GAIN_ERROR
+
+    shares = {"data_wait": 0.15, "forward": 0.4, "backward": 0.25, "optimizer": 0.05}
+    starts = range(0, 40, 4)
+    record = make_record(shares=shares, num_workers=2, cpu_count=2, loader_init={i: 0.01 for i in starts},
+                         added={i: {"data_wait": 0.02} for i in starts})
+    record = replace(record, loaders=(replace(record.loaders[0], iterators=10, init_ns=int(10 * 0.01e9)),))
+    signals = dict(cpu_count=2, worker_cpu_util_mean=0.97, cpu_util_mean=0.98, workers=workers(2, 0.97))
+    diagnosis = run_rules(ctx_of(record, signals))
+    findings = [*diagnosis.findings, *(item for item, _ in diagnosis.superseded)]
+    kept = [(finding.rule_id, item) for finding in findings for item in finding.prescriptions
+            if item.setting == "persistent_workers" and item.expected_gain is not None]
+    assert {rule for rule, _ in kept} == {"input_pipeline.loader_cpu_bound", "epoch_boundary.worker_startup"}
+    gains = {item.expected_gain for _, item in kept}
+    steady = ctx_of(record, signals).steady
+    assert len(gains) == 1 and gains.pop() > 2 * steady.loader_init_share  # not __iter__'s time alone
+    over, under = GAIN_ERROR["restarts"]
+    for _, item in kept:
+        assert item.expected_range == pytest.approx((max(-1.0, item.expected_gain - over),
+                                                     min(0.99, item.expected_gain + under)), abs=1e-4)

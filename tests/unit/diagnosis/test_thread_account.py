@@ -14,6 +14,7 @@ from stepscope.analysis.evidence import WorkerLoad
 from stepscope.analysis.bundle import ForeignLoad, MfuEstimate, job_evidence, rank_basis
 from stepscope.diagnosis.engine import diagnose_job, run_rules
 from stepscope.diagnosis.findings import Severity
+from stepscope.diagnosis.rules._common import GAIN_ERROR
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.pipeline.views import account_summary
 from stepscope.analysis.run.account import MIN_WAIT_SAMPLES
@@ -49,6 +50,15 @@ def _python_thread(record, cores: float, name: str = "logger", function: str = "
                       python=True)
 
 
+def _assert_stated_with_its_error(prescription, model: str) -> None:
+    """The gain is stated as a range: the estimate less its measured overshoot, plus its undershoot."""
+    over, under = GAIN_ERROR[model]
+    low, high = prescription.expected_range
+    assert low == pytest.approx(max(-1.0, prescription.expected_gain - over), abs=1e-4)
+    assert high == pytest.approx(min(0.99, prescription.expected_gain + under), abs=1e-4)
+    assert low < high
+
+
 def _low_mfu_extra() -> dict:
     return {"flops": {"step_index": 3, "flops": 2e6}, "cpu_matmul_peak_flops": PEAK}
 
@@ -63,6 +73,7 @@ def test_a_python_thread_holding_the_gil_is_the_verdict_not_low_mfu():
     assert "`logger`" in top.title and "train.spin" in top.prescriptions[0].action
     assert top.impact == pytest.approx(0.95 * 0.8, abs=0.02)  # the model's phases, 80 % off CPU
     assert "compute" not in {item.family for item in diagnosis.findings}
+    _assert_stated_with_its_error(top.prescriptions[0], "gil")
 
 
 def test_time_off_cpu_that_nothing_explains_is_said_to_be_unexplained():
@@ -101,6 +112,7 @@ def test_the_wait_for_a_core_others_caused_is_the_foreign_finding_s_measured_cos
     assert top.family == "foreign_load" and top.impact_measured
     assert top.impact == pytest.approx(0.6) and top.severity == Severity.CRITICAL
     assert top.title.startswith("Other processes took 60% of the step")
+    _assert_stated_with_its_error(top.prescriptions[0], "foreign")
     # a low MFU beside them is their symptom
     assert "compute" not in {item.family for item in diagnosis.findings}
     # others that held the cores but took little from the step rank low, measured
@@ -132,6 +144,10 @@ def test_workers_restarted_every_epoch_are_the_finding_with_persistent_workers_f
     assert finding.rule_id == "epoch_boundary.worker_startup"
     assert finding.prescriptions[0].action == "DataLoader(persistent_workers=True)"
     assert "each epoch start costs" in finding.title
+    _assert_stated_with_its_error(finding.prescriptions[0], "restarts")
+    # the input finding's own persistent_workers prescription states the same gain
+    same = [item for other in findings[1:] for item in other.prescriptions if item.setting == "persistent_workers"]
+    assert all(item.expected_gain == finding.prescriptions[0].expected_gain for item in same)
 
 
 def _alternating_rank(rank: int, steps: int = 40, step_s: float = 0.01):

@@ -36,7 +36,7 @@ def worker_startup(ev: RunEvidence) -> Finding | None:
     if steady is None or loader is None or not common.restarts_workers(ev):
         return None
     # the epoch-start steps' wait beyond an ordinary step's: the start-up and the first batch owed
-    startup = edges.cost_share if edges is not None else steady.loader_init_share
+    startup = common.restart_share(ev)
     ordinary = edges.ordinary_wait_share if edges is not None else common.warm_fetch_wait_share(ev)
     if startup < EPOCH_START_MODERATE or startup < ordinary:
         return None
@@ -63,7 +63,8 @@ def worker_startup(ev: RunEvidence) -> Finding | None:
     prescriptions = [Prescription(
         "DataLoader(persistent_workers=True)", f"epoch starts cost {common.pct(startup)} of the step, "
         f"~{common.ms(per_boundary)} at each of {boundaries}", "persistent_workers", False, True,
-        expected_gain=round(startup, 4), set={"dataloader.persistent_workers": True})]
+        expected_gain=round(startup, 4), set={"dataloader.persistent_workers": True},
+        expected_range=common.rounded_range(startup, "restarts"))]
     return common.finding("epoch_boundary.worker_startup", "epoch_boundary", title, startup, 0.8, evidence,
                           prescriptions, summary, claims=("data_wait",), boundaries=boundaries)
 

@@ -85,7 +85,8 @@ def others_on_the_machine(ev: RunEvidence) -> Finding | None:
         "measure on a quiet machine" + (f"; check what pid {named[0].pid} is" if named else ""),
         "numbers taken beside a busy neighbour move with the neighbour's load"
         + (f"; the wait for a core they caused is {common.pct(cost)} of the step" if cost is not None else ""),
-        expected_gain=round(cost, 4) if cost is not None else None)]
+        expected_gain=round(cost, 4) if cost is not None else None,
+        expected_range=common.rounded_range(cost, "foreign") if cost is not None else None)]
     if cost is not None:
         # the lower end: the training thread's own wait in the model's phases
         low = common.lower_end(

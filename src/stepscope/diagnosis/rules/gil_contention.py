@@ -94,7 +94,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     measured = (f"{common.pct(cost)} of the step, measured" if starved is None else
                 f"{common.pct(cost)} of the step charged, at least {common.pct(off)} (the wait for the GIL alone)")
     prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: {measured}",
-                                  expected_gain=round(cost, 4))]
+                                  expected_gain=round(cost, 4), expected_range=common.rounded_range(cost, "gil"))]
     confidence = 0.8 if starved is None else SHARED_WAIT_CONFIDENCE
     return common.finding("thread_account.gil_held", "gil_contention", title, cost, confidence, evidence, prescriptions,
                           summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"),

@@ -404,7 +404,7 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
         foreign = ev.foreign.cpu_share if ev.foreign is not None else 0.0
         if foreign >= 0.1:
             cost += f"; other processes held {foreign:.0%} of the cores, so the run had ~{model.cores:.1f}"
-        low, high = common.gain_range(plan.gain, "workers")
+        low, high = common.rounded_range(plan.gain, "workers")
         if plan.gain >= common.MIN_GAIN:
             why = (f"loading one batch takes ~{common.ms(model.load_cpu_s)} of CPU and the model "
                    f"~{common.ms(model.compute_s)}; with {plan.workers} worker(s)")
@@ -423,7 +423,7 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
                 why += f", the {cores} cores then shared by loading and the model"
             out.append(Prescription(action, why, "num_workers", workers, plan.workers,
                                     expected_gain=round(plan.gain, 4), cost=cost, set=settings,
-                                    expected_range=(round(low, 4), round(high, 4))))
+                                    expected_range=(low, high)))
         else:
             out.append(_cheaper_loading(ev, cores, workers,
                                         f"more workers are not expected to help: the model already uses "
@@ -435,11 +435,12 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
                                     "more workers cannot help"))
     if loader is not None and workers > 0 and not loader.persistent_workers \
             and steady.loader_init_share >= LOADER_INIT_MODERATE:
+        restarts = common.restart_share(ev)
         out.append(Prescription("DataLoader(persistent_workers=True)",
-                                f"worker start-up costs {common.pct(steady.loader_init_share)} of the step",
-                                "persistent_workers", False, True,
-                                expected_gain=round(steady.loader_init_share, 4),
-                                set={"dataloader.persistent_workers": True}))
+                                f"worker start-up costs {common.pct(restarts)} of the step",
+                                "persistent_workers", False, True, expected_gain=round(restarts, 4),
+                                set={"dataloader.persistent_workers": True},
+                                expected_range=common.rounded_range(restarts, "restarts")))
     return out
 
 
