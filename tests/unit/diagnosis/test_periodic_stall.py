@@ -62,3 +62,22 @@ def test_the_models_phases_stall_on_exact_step_counts():
     timed = {index: {"other": 0.04} for index in jittered}
     finding = recurring_slow_steps(ctx_of(make_record(steps=60, added=timed)))
     assert finding is not None and finding.extra["period_steps"] in (6, 7)
+
+
+def test_restarted_workers_short_epochs_are_the_boundary_s_and_their_catch_up_keeps_the_workers():
+    # workers started anew every 6 steps: the epoch-start steps wait 50 ms for the first batch, and three
+    # steps later the new worker, not caught up yet, holds the step 20 ms more
+    starts = range(6, 60, 6)
+    waits = {**{step: {"data_wait": 0.05} for step in starts}, **{step + 3: {"data_wait": 0.02} for step in starts}}
+    kwargs = dict(steps=63, num_workers=1, loader_init={step: 0.002 for step in starts}, added=waits)
+    evidence = ctx_of(make_record(**kwargs))
+    stall = evidence.stall
+    # the starts' own wait is the epoch boundary's: the stall is the catch-up steps alone
+    assert (stall.phase, stall.period_steps) == ("data_wait", 6) and not set(stall.slow_steps) & set(starts)
+    finding = recurring_slow_steps(evidence)
+    assert finding.prescriptions[0].setting == "persistent_workers" and "catching up" in finding.summary
+    assert finding.impact < 0.2
+    # kept workers: the same waits every 3 steps are a data source's, the starts included
+    kept = ctx_of(make_record(**kwargs, persistent=True))
+    assert (kept.stall.phase, kept.stall.period_steps) == ("data_wait", 3) and set(starts) <= set(kept.stall.slow_steps)
+    assert recurring_slow_steps(kept).prescriptions[0].action.startswith("Raise prefetch_factor")

@@ -18,7 +18,9 @@ Detection (steady-state steps; warm-up and the FLOP-counted step excluded), per 
 4. the cost is the stalls' excess over the baseline divided by all steady time;
 5. the phase with the costliest periodic stall wins. A data-wait period up to ``num_workers`` is
    skipped: workers deliver batches in turn (or in bursts), so a starved pipeline waits every few
-   batches — the input pipeline's pattern, not a stall.
+   batches — the input pipeline's pattern, not a stall. Where the workers restart every epoch, the
+   data wait of the steps that start an epoch is left out (:func:`without_epoch_starts`): it is the
+   epoch boundary's.
 
 **Who stalled the step.** A loop's own periodic work (a checkpoint, an evaluation, a log flush)
 runs on the training tree's CPU or waits on the disk. A neighbour's periodic burst — a monitoring
@@ -165,8 +167,11 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
     if total_s <= 0:
         return None
     round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
+    columns = phase_columns(steps, mask)
+    if restarts_every_epoch(loader):
+        columns["data_wait"] = without_epoch_starts(columns["data_wait"], steps.loader_init_ns[mask] > 0)
     found: dict[str, PhaseStall] = {}
-    for phase, values in phase_columns(steps, mask).items():
+    for phase, values in columns.items():
         stall = periodic_stall(values, step_time_s, exact=phase in STEP_LOCKED)
         if stall is None or (phase == "data_wait" and round_robin and stall.period <= round_robin):
             continue  # workers deliver in turn/bursts: the input pipeline's pattern, not a stall
@@ -183,6 +188,24 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
                          limit_s=stall.limit_s, cost_share=stall.excess_s / total_s, step_time_s=step_time_s,
                          wall_period_s=wall)
     return _with_neighbour_test(base, record, index, siblings)
+
+
+def restarts_every_epoch(loader: LoaderInfo | None) -> bool:
+    """The loader starts its worker processes anew with every iterator (no ``persistent_workers``)."""
+    return loader is not None and loader.num_workers > 0 and not loader.persistent_workers
+
+
+def without_epoch_starts(data_wait: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The data-wait column with the epoch-start steps' wait set to the other steps' median, where the
+    workers restart every epoch: that wait (their start-up's first batch, beyond ``__iter__``) is the
+    epoch boundary's, priced by its own finding; a stall counted there would name a refilling data
+    source for what is the restarts' cycle (short epochs make the starts recur every few steps, and
+    the steps after a start, waiting for the new workers to catch up, fill in a shorter period)."""
+    if not starts.any() or starts.all():
+        return data_wait
+    out = data_wait.copy()
+    out[starts] = float(np.median(data_wait[~starts]))
+    return out
 
 
 def _with_neighbour_test(stall: PeriodicStall, record: RunRecord, steady: np.ndarray,

@@ -4,8 +4,10 @@ The detection is the evidence bundle's (:mod:`stepscope.analysis.run.stalls`: pe
 that exceeds 2× its median at a regular period). This rule names the likely cause from the phase
 that stalls: DataLoader start-up → workers restarted every epoch; ``other`` (outside
 forward/backward/optimizer) → checkpointing, logging, evaluation or garbage collection;
-``forward`` → an evaluation loop; ``data_wait`` → a data source that refills every N batches.
-When the stalled steps ran beside a neighbour's burst of CPU (the stall is the neighbour's, see
+``forward`` → an evaluation loop; ``data_wait`` → a data source that refills every N batches, or,
+where the DataLoader starts its workers anew every epoch, the new workers catching up after each
+start (the epoch-start steps' own wait is left out of the detection: the epoch-boundary finding
+prices it). When the stalled steps ran beside a neighbour's burst of CPU (the stall is the neighbour's, see
 the analysis module), this rule stands down: the foreign-load rule reports it, and this rule's
 prescriptions would send the user after a checkpoint that is not there.
 """
@@ -40,6 +42,12 @@ _CAUSES: dict[str, tuple[str, list[tuple[str, str | None, str | None, Any, Any]]
     "optimizer": ("periodically more expensive optimizer steps (e.g. gradient accumulation boundary, "
                   "scheduler or EMA work)", []),
 }
+#: A data-wait stall where the workers restart every epoch (see ``recurring_slow_steps``).
+_RESTARTED = ("the DataLoader's workers, started anew at every epoch, catching up after each start "
+              "(or a data source that refills every N batches)",
+              [("DataLoader(persistent_workers=True)", "kept workers go on making batches across the epoch boundary",
+                "persistent_workers", False, True),
+               *_CAUSES["data_wait"][1]])
 
 
 def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
@@ -50,11 +58,11 @@ def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
 
     if stall.cost_share < MIN_COST:
         return None
-    if _at_epoch_starts(ev):
-        return None  # the workers' start-up at each epoch: input_pipeline.worker_startup names and prices it
     phase, period, regular, count = stall.phase, stall.period_steps, stall.regularity, stall.count
     cost, stall_s = stall.cost_share, stall.stall_s
-    cause, fixes = _CAUSES[phase]
+    # the epoch-start steps' own wait is the epoch boundary's (the analysis leaves it out); with workers
+    # restarted every epoch, the steps after a start wait while the new workers catch up
+    cause, fixes = _RESTARTED if phase == "data_wait" and common.restarts_workers(ev) else _CAUSES[phase]
     evidence = [
         Evidence("period_steps", int(period), None, "steps", "steps", f"{count} slow steps"),
         Evidence("stall_s", round(stall_s, 4), round(stall.limit_s - stall.baseline_s, 4), "steps", "s",
@@ -77,20 +85,6 @@ def recurring_slow_steps(ev: RunEvidence) -> Finding | None:
                           min(0.95, 0.5 + 0.45 * regular), evidence, prescriptions, summary,
                           period_steps=int(period), slow_steps=list(stall.slow_steps[:50]))
 
-
-
-#: A data-wait stall is the epoch starts' when at least this share of its slow steps start an epoch.
-EPOCH_START_STALLS = 0.8
-
-
-def _at_epoch_starts(ev: RunEvidence) -> bool:
-    """The stall is in the data wait of the steps that start an epoch, with workers restarted each epoch."""
-    stall, record = ev.stall, ev.record
-    if stall is None or record is None or stall.phase != "data_wait" or not common.restarts_workers(ev):
-        return False
-    starts = record.steps.loader_init_ns > 0
-    slow = [step for step in stall.slow_steps if 0 <= step < len(starts)]
-    return bool(slow) and sum(bool(starts[step]) for step in slow) >= EPOCH_START_STALLS * len(slow)
 
 FAMILY = FamilyEntry(
     "periodic_stall", (recurring_slow_steps,),
