@@ -203,9 +203,7 @@ def without_epoch_starts(data_wait: np.ndarray, starts: np.ndarray) -> np.ndarra
     the steps after a start, waiting for the new workers to catch up, fill in a shorter period)."""
     if not starts.any() or starts.all():
         return data_wait
-    out = data_wait.copy()
-    out[starts] = float(np.median(data_wait[~starts]))
-    return out
+    return np.where(starts, float(np.median(data_wait[~starts])), data_wait)
 
 
 def _with_neighbour_test(stall: PeriodicStall, record: RunRecord, steady: np.ndarray,
