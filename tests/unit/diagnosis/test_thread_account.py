@@ -388,6 +388,27 @@ def test_a_single_process_loader_asleep_on_a_lock_waits_for_the_gil_and_in_a_rea
     assert "data_wait" in gil.claims and "single-process loader" in gil.summary
 
 
+def test_the_wait_for_the_gil_after_a_single_process_loader_s_reads_is_charged_to_both_causes():
+    # half the step in a single-process loader's fetch, off CPU 80 % of it: half of that asleep in reads,
+    # half on a lock while another Python thread held the GIL. Each read releases the GIL and the thread
+    # takes it: fewer or faster reads remove the wait to take it back as removing the thread would
+    shares = {"data_wait": 0.5, **{name: share / 2 for name, share in COMPUTE.items()}}
+    record = _slept(_gil_thread_record(shares), {"data_wait": {"lock": 1, "pipe": 1}})
+    findings = {item.family: item for item in run_rules(ctx_of(record, dict(cpu_count=2, main_cpu_util=0.3,
+                                                                              cpu_util_mean=0.4))).findings}
+    source, gil = findings["storage_io"], findings["gil_contention"]
+    after_reads = 0.5 * 0.8 * 0.5
+    assert source.impact == pytest.approx(0.5 * 0.8, abs=0.01)  # the whole blocked wait, reads and GIL
+    assert source.extra["impact_low"]["value"] == pytest.approx(0.5 * 0.8 - after_reads, abs=0.01)  # the reads
+    assert "take the GIL back" in source.summary
+    assert gil.extra["impact_low"]["value"] == pytest.approx(gil.impact - after_reads, abs=0.01)
+    assert "after the single-process loader's blocking reads" in gil.summary
+    # a fetch that never blocked in a read: the GIL's wait there is the thread's alone
+    locked = _slept(_gil_thread_record(shares), {"data_wait": {"lock": 1}})
+    alone = next(item for item in run_rules(ctx_of(locked)).findings if item.family == "gil_contention")
+    assert "impact_low" not in alone.extra
+
+
 def _busy_workers(record, own_share: float):
     """The record's evidence with its one DataLoader worker measured busy and the training thread's
     wait for a core (in the model's phases) charged ``own_share`` to the run's own processes."""

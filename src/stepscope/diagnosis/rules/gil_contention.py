@@ -16,16 +16,23 @@ much of their time per batch) and are charged the same wait, their demand is abo
 used: they would take what the thread leaves, and the wait comes back only in part. The price then
 states its lower end (the GIL's own wait: :mod:`stepscope.diagnosis.near_tie` checks it against the
 next cause) and the finding's confidence stays below the calibration's upper band.
+
+A single-process loader whose fetch blocks in reads releases the GIL at every read, and the other
+thread takes it: the fetch's wait to take it back comes with the reads as much as with the thread.
+The storage finding is charged it too, and this price states its lower end without it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.family import FamilyEntry
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
+
+if TYPE_CHECKING:  # a run record's: analysing a trace does not load it
+    from stepscope.analysis.run.account import PhaseAccount
 
 #: Off-CPU time for the GIL worth a finding (share of the step; XProf's 5 % "moderate" level).
 GIL_NOTED = 0.05
@@ -88,6 +95,13 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         low = common.lower_end(cost, off, "the wait for the GIL alone: starved DataLoader workers share the wait "
                                "for a core", evidence, "gil_cost_low", "the training thread off CPU while the "
                                "other Python thread ran")
+    elif (after_reads := _after_reads(loading)) > 0:
+        summary += (f" Of it, {common.pct(after_reads)} of the step is the wait to take the GIL back after the "
+                    "single-process loader's blocking reads: fewer or faster reads remove it as well, and the "
+                    "loader's finding counts it too.")
+        low = common.lower_end(cost, cost - after_reads, "without the waits for the GIL after the loader's reads, "
+                               "which fewer or faster reads remove as well", evidence, "gil_cost_low",
+                               "the price less the waits for the GIL inside the single-process loader's fetch")
     action = (f"Take `{top.function or top.name}` out of the training process (a multiprocessing.Process, or do "
               "its work between steps), or make it block instead of spinning (a queue.get, an Event.wait, "
               "time.sleep)")
@@ -99,6 +113,19 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     return common.finding("thread_account.gil_held", "gil_contention", title, cost, confidence, evidence, prescriptions,
                           summary, claims=("compute", "other", "data_wait") if in_loader else ("compute", "other"),
                           **low)
+
+
+def _after_reads(loading: PhaseAccount | None) -> float:
+    """The share of the step the training thread waited for the GIL inside a single-process loader's
+    fetch that also blocked in reads (at least :data:`GIL_NOTED` of the step asleep in them): each
+    blocking read releases the GIL, the other thread takes it, and the fetch waits to take it back —
+    a wait the reads cause as much as the thread. 0 where the fetch did not both."""
+    if loading is None:
+        return 0.0
+    blocked = loading.share * loading.off_cpu
+    if blocked * loading.off_part("io") < GIL_NOTED:
+        return 0.0
+    return blocked * loading.off_part("gil")
 
 
 def _starved_workers_share_the_wait(ev: RunEvidence, off: float, waiting: float) -> float | None:

@@ -14,6 +14,7 @@ loading the cores are the cap.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 from stepscope.analysis.bundle import RunEvidence
@@ -122,6 +123,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
     # was off CPU: the rest it computed (unpickling batches) or waited for a core, which no read explains
     blocked = ev.account.phase("data_wait") if ev.account is not None else None
     impact = wait
+    low: dict[str, Any] = {}
     floor = ev.loader_floor
     if floor is not None and floor.blocked_s > 0 and floor.sets_the_pace(wait):
         # measured in the workers, whose pace the step waits for: their time off CPU per batch is
@@ -134,12 +136,23 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
         summary += (f" The workers spent {common.pct(floor.blocked_fraction)} of each batch's "
                     f"{floor.wall_s * 1e3:.3g} ms off CPU: without it the loader would keep pace with the step.")
     elif blocked is not None:
-        # asleep on a lock while another Python thread computed, a single-process loader waited for
-        # the GIL (measured: what the thread slept in), which is the GIL rule's, not the source's
-        gil = blocked.off_part("gil")  # 0 unless sampled: unmeasured, the loader's wait is the source's
-        impact = wait * blocked.off_cpu * (1.0 - gil)
-        if gil > 0 and impact < INPUT_MODERATE and not any(signs):
+        # asleep on a lock while another Python thread computed, a single-process loader waited for the
+        # GIL (measured: what the thread slept in). Each blocking read releases the GIL and the other
+        # thread takes it: the wait to take it back comes with every read, so fewer or faster reads
+        # remove it as removing the thread would. Both findings are charged it; the source's lower end
+        # is its reads alone
+        gil = blocked.off_part("gil")  # 0 unless sampled
+        impact = wait * blocked.off_cpu
+        reads = impact * (1.0 - gil)
+        if gil > 0 and reads < INPUT_MODERATE and not any(signs):
             return None
+        low = common.lower_end(impact, reads, "without the waits for the GIL after the reads, which the other "
+                               "Python thread's finding is charged as well", evidence, "data_wait_reads_share",
+                               "the training thread blocked in the loader's reads alone, not waiting for the GIL")
+        if low:
+            summary += (f" After each read the training thread waited to take the GIL back from another Python "
+                        f"thread ({common.pct(impact - reads)} of the step): fewer or faster reads remove that "
+                        "wait, as would removing the thread, so the other thread's finding counts it too.")
         evidence.append(Evidence("data_wait_off_cpu", blocked.off_cpu, None, "account", "ratio",
                                  "of the data wait the training thread was blocked, not computing or waiting for a core"))
         if blocked.waits:
@@ -153,7 +166,7 @@ def loader_waits_on_io(ev: RunEvidence) -> Finding | None:
                           evidence, _prescriptions(ev, warming or (epoch_ratio or 0) >= FIRST_EPOCH_SLOWER, idle),
                           summary, claims=("data_wait",),
                           conclusive={"storage": any(signs), "latency": idle and not hedged,
-                                      "cpu_bound": False})
+                                      "cpu_bound": False}, **low)
 
 
 def _cold_data(ev: RunEvidence) -> Finding:
