@@ -437,7 +437,8 @@ def _prescriptions(ev: RunEvidence, util: float | None) -> list[Prescription]:
             and steady.loader_init_share >= LOADER_INIT_MODERATE:
         restarts = common.restart_share(ev)
         out.append(Prescription("DataLoader(persistent_workers=True)",
-                                f"worker start-up costs {common.pct(restarts)} of the step",
+                                f"the epoch starts cost {common.pct(restarts)} of the step (the workers' "
+                                "start-up and their first batch)",
                                 "persistent_workers", False, True, expected_gain=round(restarts, 4),
                                 set={"dataloader.persistent_workers": True},
                                 expected_range=common.rounded_range(restarts, "restarts")))

@@ -7,9 +7,9 @@ forward/backward/optimizer) → checkpointing, logging, evaluation or garbage co
 ``forward`` → an evaluation loop; ``data_wait`` → a data source that refills every N batches, or,
 where the DataLoader starts its workers anew every epoch, the new workers catching up after each
 start (the epoch-start steps' own wait is left out of the detection: the epoch-boundary finding
-prices it). When the stalled steps ran beside a neighbour's burst of CPU (the stall is the neighbour's, see
-the analysis module), this rule stands down: the foreign-load rule reports it, and this rule's
-prescriptions would send the user after a checkpoint that is not there.
+prices it). When the stalled steps ran beside a neighbour's burst of CPU (the stall is the
+neighbour's, see the analysis module), this rule stands down: the foreign-load rule reports it, and
+this rule's prescriptions would send the user after a checkpoint that is not there.
 """
 
 from __future__ import annotations
