@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +16,10 @@ from fakes.clock import FakeClock
 from support import CONSOLE_SCRIPT
 
 # Runs made by tests (and their subprocesses, which inherit this) go to a throw-away run index,
-# never to the user's history.
-os.environ["STEPSCOPE_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="stepscope-index-"), "runs.sqlite")
+# never to the user's history; it is removed when this test process ends.
+_INDEX_DIR = tempfile.mkdtemp(prefix="stepscope-index-")
+os.environ["STEPSCOPE_INDEX"] = os.path.join(_INDEX_DIR, "runs.sqlite")
+atexit.register(shutil.rmtree, _INDEX_DIR, ignore_errors=True)
 
 # The tests send Ctrl-C to the scripts they start, which inherit an ignored SIGINT: a shell without
 # job control starts a background job (`make test &`) with SIGINT ignored, and python then installs

@@ -99,10 +99,15 @@ class Browser:
     def __init__(self, width: int = 1280, height: int = 2000):
         assert CHROMIUM, "chromium is not installed"
         self.profile = tempfile.mkdtemp(prefix="stepscope-chromium-")
+        # Chromium's own temporary files (its singleton socket's directory) go inside the profile, which
+        # is removed with it: in the system's temporary directory, a killed browser leaves them behind
+        scratch = os.path.join(self.profile, "tmp")
+        os.mkdir(scratch)
         self.process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
              "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "TMPDIR": scratch})
         try:
             self._connect()
         except BaseException:
