@@ -20,26 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from blind.kept import evaluations, kept_rows, rediagnose  # noqa: E402
 from blind.score import read_verdict, score, summarise  # noqa: E402
 from blind.truth import Truth  # noqa: E402
 
 #: Bands of the rules' own confidence for ``--calibration``: [low, high).
 RULE_BANDS = ((0.0, 0.6), (0.6, 0.7), (0.7, 0.75), (0.75, 0.8), (0.8, 0.85), (0.85, 0.9), (0.9, 1.01))
-
-
-def rediagnose(run_dir: Path) -> dict:
-    """report.json as the current code writes it for the run in ``run_dir``."""
-    result = subprocess.run([sys.executable, "-m", "stepscope", "report", str(run_dir), "--format", "json"],
-                            capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise RuntimeError(f"stepscope report {run_dir}: exit {result.returncode}: {result.stderr.strip()[-400:]}")
-    return json.loads(result.stdout)
 
 
 def rescore(row: dict) -> dict:
@@ -74,17 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", action="store_true", help="print the rule-confidence calibration table")
     parser.add_argument("--out", type=Path, help="write the re-scored rows as JSON")
     args = parser.parse_args(argv)
+    loaded = evaluations(args.evaluations, "blind_rescore")
+    if loaded is None:
+        return 2
     every: list[dict] = []
-    for path in args.evaluations:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"blind_rescore: cannot read {path}: {exc}", file=sys.stderr)
-            return 2
+    for path, data in loaded:
         rows = []
-        for row in data["workloads"]:
-            if "truth" not in row or not row.get("directory"):
-                continue
+        for row in kept_rows(data):
             try:
                 new = rescore(row)
             except (OSError, RuntimeError, ValueError) as exc:

@@ -31,13 +31,13 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from blind.kept import evaluations, kept_rows, rediagnose  # noqa: E402
 from blind.score import map_finding  # noqa: E402
 
 
@@ -81,13 +81,8 @@ def gain_model(finding: dict, prescription: dict) -> str:
 
 
 def report_of(run_dir: Path, stored: bool) -> dict:
-    if stored:
-        return json.loads((run_dir / "report.json").read_text())
-    result = subprocess.run([sys.executable, "-m", "stepscope", "report", str(run_dir), "--format", "json"],
-                            capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise RuntimeError(f"stepscope report {run_dir}: exit {result.returncode}: {result.stderr.strip()[-300:]}")
-    return json.loads(result.stdout)
+    """The run's report: the one it wrote (``stored``), else re-diagnosed with the current code."""
+    return json.loads((run_dir / "report.json").read_text()) if stored else rediagnose(run_dir)
 
 
 def pairs_of(row: dict, report: dict, seed: str) -> tuple[list[Pair], int]:
@@ -177,17 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stored", action="store_true", help="read each run's report.json instead of re-diagnosing")
     parser.add_argument("--out", type=Path, help="write every pair as JSON")
     args = parser.parse_args(argv)
+    loaded = evaluations(args.evaluations, "gain_error")
+    if loaded is None:
+        return 2
     pairs: list[Pair] = []
     unpaired = 0
-    for path in args.evaluations:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"gain_error: cannot read {path}: {exc}", file=sys.stderr)
-            return 2
-        for row in data.get("workloads") or []:
-            if "truth" not in row or not row.get("directory"):
-                continue
+    for path, data in loaded:
+        for row in kept_rows(data):
             try:
                 report = report_of(Path(row["directory"]) / "stepscope-run", args.stored)
             except (OSError, RuntimeError, ValueError) as exc:

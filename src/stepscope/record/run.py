@@ -151,6 +151,12 @@ class LoaderInfo:
     wait_ns: int = 0
     init_ns: int = 0
 
+    @property
+    def restarts_workers(self) -> bool:
+        """Whether it starts its worker processes anew with every iterator (every epoch): workers, and
+        not ``persistent_workers``."""
+        return self.num_workers > 0 and not self.persistent_workers
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -168,7 +168,7 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
         return None
     round_robin = loader.num_workers if loader is not None and loader.num_workers > 1 else None
     columns = phase_columns(steps, mask)
-    if restarts_every_epoch(loader):
+    if loader is not None and loader.restarts_workers:
         columns["data_wait"] = without_epoch_starts(columns["data_wait"], steps.loader_init_ns[mask] > 0)
     found: dict[str, PhaseStall] = {}
     for phase, values in columns.items():
@@ -188,11 +188,6 @@ def find_periodic_stall(record: RunRecord, mask: np.ndarray, step_time_s: float,
                          limit_s=stall.limit_s, cost_share=stall.excess_s / total_s, step_time_s=step_time_s,
                          wall_period_s=wall)
     return _with_neighbour_test(base, record, index, siblings)
-
-
-def restarts_every_epoch(loader: LoaderInfo | None) -> bool:
-    """The loader starts its worker processes anew with every iterator (no ``persistent_workers``)."""
-    return loader is not None and loader.num_workers > 0 and not loader.persistent_workers
 
 
 def without_epoch_starts(data_wait: np.ndarray, starts: np.ndarray) -> np.ndarray:

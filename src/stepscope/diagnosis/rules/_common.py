@@ -147,8 +147,7 @@ def restart_wait_in_next(ev: RunEvidence) -> float:
 
 def restarts_workers(ev: RunEvidence) -> bool:
     """The busiest DataLoader starts its worker processes anew at every epoch."""
-    loader = ev.main_loader
-    return loader is not None and loader.num_workers > 0 and not loader.persistent_workers
+    return ev.main_loader is not None and ev.main_loader.restarts_workers
 
 
 def mfu_text(estimate: MfuEstimate) -> str:

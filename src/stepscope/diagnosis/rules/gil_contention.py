@@ -32,7 +32,7 @@ from stepscope.diagnosis.findings import Evidence, Finding, Prescription
 from stepscope.diagnosis.rules import _common as common
 
 if TYPE_CHECKING:  # a run record's: analysing a trace does not load it
-    from stepscope.analysis.run.account import PhaseAccount
+    from stepscope.analysis.run.account import ThreadAccountView
 
 #: Off-CPU time for the GIL worth a finding (share of the step; XProf's 5 % "moderate" level).
 GIL_NOTED = 0.05
@@ -95,7 +95,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         low = common.lower_end(cost, off, "the wait for the GIL alone: starved DataLoader workers share the wait "
                                "for a core", evidence, "gil_cost_low", "the training thread off CPU while the "
                                "other Python thread ran")
-    elif (after_reads := _after_reads(loading)) > 0:
+    elif (after_reads := _after_reads(account)) > 0:
         summary += (f" Of it, {common.pct(after_reads)} of the step is the wait to take the GIL back after the "
                     "single-process loader's blocking reads: fewer or faster reads remove it as well, and the "
                     "loader's finding counts it too.")
@@ -115,17 +115,14 @@ def gil_held(ev: RunEvidence) -> Finding | None:
                           **low)
 
 
-def _after_reads(loading: PhaseAccount | None) -> float:
+def _after_reads(account: ThreadAccountView) -> float:
     """The share of the step the training thread waited for the GIL inside a single-process loader's
     fetch that also blocked in reads (at least :data:`GIL_NOTED` of the step asleep in them): each
     blocking read releases the GIL, the other thread takes it, and the fetch waits to take it back —
     a wait the reads cause as much as the thread. 0 where the fetch did not both."""
-    if loading is None:
+    if account.share_off("io", ("data_wait",)) < GIL_NOTED:
         return 0.0
-    blocked = loading.share * loading.off_cpu
-    if blocked * loading.off_part("io") < GIL_NOTED:
-        return 0.0
-    return blocked * loading.off_part("gil")
+    return account.share_off("gil", ("data_wait",))
 
 
 def _starved_workers_share_the_wait(ev: RunEvidence, off: float, waiting: float) -> float | None:
