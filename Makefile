@@ -40,7 +40,14 @@ demo: venv
 # two workers, 445 s with three; the same tests pass).
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
-test: venv typecheck bytecode
+# mypy runs beside a collection-only pass of pytest that writes the test modules' assertion-rewritten
+# bytecode (pytest writes it only where Python may write bytecode, which PYTHONDONTWRITEBYTECODE
+# forbids): each of the test processes then reads them instead of rewriting every assert again
+# (collection 6.9 s -> 3.3 s a process; the pass itself takes mypy's idle core).
+test: venv bytecode
+	@PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --collect-only -p no:xdist -p no:cacheprovider \
+		>/dev/null 2>&1 & warm=$$!; \
+	$(BIN)/python -m mypy; typed=$$?; wait $$warm; [ $$typed -eq 0 ]
 	@status=0; cache=$$(mktemp -d); \
 	XDG_CACHE_HOME=$$cache $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" || status=1; \
 	rm -rf "$$cache"; \
