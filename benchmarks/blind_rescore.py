@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from blind.kept import evaluations, kept_rows, rediagnose  # noqa: E402
+from blind.kept import each_kept, evaluations, rediagnose  # noqa: E402
 from blind.score import read_verdict, score, summarise  # noqa: E402
 from blind.truth import Truth  # noqa: E402
 
@@ -71,12 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     every: list[dict] = []
     for path, data in loaded:
         rows = []
-        for row in kept_rows(data):
-            try:
-                new = rescore(row)
-            except (OSError, RuntimeError, ValueError) as exc:
-                print(f"{path.name} {row.get('name')}: not re-scored: {exc}", file=sys.stderr)
-                continue
+        for row, new in each_kept(path, data, rescore, "not re-scored"):
             rows.append(new)
             if args.changed_only and new["outcome"] == row["outcome"]:
                 continue

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from blind.kept import evaluations, kept_rows, rediagnose  # noqa: E402
+from blind.kept import each_kept, evaluations, rediagnose  # noqa: E402
 from blind.score import map_finding  # noqa: E402
 
 
@@ -178,12 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs: list[Pair] = []
     unpaired = 0
     for path, data in loaded:
-        for row in kept_rows(data):
-            try:
-                report = report_of(Path(row["directory"]) / "stepscope-run", args.stored)
-            except (OSError, RuntimeError, ValueError) as exc:
-                print(f"{path} {row.get('name')}: skipped: {exc}", file=sys.stderr)
-                continue
+        for row, report in each_kept(path, data, lambda row: report_of(Path(row["directory"]) / "stepscope-run",
+                                                                       args.stored), "skipped"):
             found, missed = pairs_of(row, report, str(data.get("seed")))
             pairs += found
             unpaired += missed

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def evaluations(paths: list[Path], tool: str) -> list[tuple[Path, dict]] | None:
@@ -29,6 +32,19 @@ def kept_rows(data: dict) -> Iterator[dict]:
     for row in data.get("workloads") or []:
         if "truth" in row and row.get("directory"):
             yield row
+
+
+def each_kept(path: Path, data: dict, work: Callable[[dict], T], failed: str) -> Iterator[tuple[dict, T]]:
+    """``(row, work(row))`` for each kept workload of the evaluation read from ``path``; a workload
+    whose ``work`` fails (its run unreadable, its re-diagnosis failing) is left out with one line on
+    stderr: the evaluation's name, the workload's, ``failed`` and why."""
+    for row in kept_rows(data):
+        try:
+            result = work(row)
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f"{path.name} {row.get('name')}: {failed}: {exc}", file=sys.stderr)
+            continue
+        yield row, result
 
 
 def rediagnose(run_dir: Path) -> dict:

@@ -50,10 +50,12 @@ def _out_of_the_final_collections() -> None:
 
     At exit Python's collector scans every object torch and its compiler left (~290k once an
     optimizer step imported ``torch._dynamo``): 0.9 s of a demo's wall (oversubscribed, median of
-    5: 5.9 s -> 5.0 s), after its report is written. A scenario is stepscope's own code and keeps no finalizer in a reference cycle, so
-    nothing is lost: exit handlers, the modules' teardown and every finalizer reached by reference
-    counting still run. ``run`` never does this: a user's script may hold such a finalizer (a
-    buffered file in a cycle, flushed by its collection).
+    5: 5.9 s -> 5.0 s), after its report is written. A scenario is stepscope's own code and keeps no
+    finalizer in a reference cycle, so nothing is lost: exit handlers, the modules' teardown and every
+    finalizer reached by reference counting still run (the milder kin of the whole teardown skipped
+    for ``QUICK_EXIT_COMMANDS``, :mod:`stepscope.cli.main`, which would skip torch's exit handlers).
+    ``run`` never does this: a user's script may hold such a finalizer (a buffered file in a cycle,
+    flushed by its collection).
     """
     import gc
 

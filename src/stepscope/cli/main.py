@@ -111,7 +111,8 @@ EXIT_READER_GONE = 128 + 13
 #: Commands that run no code but stepscope's own and leave nothing to finish at exit (their outputs
 #: are closed, their children reaped): the console script ends them without the interpreter's
 #: teardown, which frees every object and module one by one (~30 ms after `analyze` of a 15 MB
-#: trace). `run` never: the user's script may have exit handlers of its own.
+#: trace). `run` never: the user's script may have exit handlers of its own. `demo` keeps the teardown
+#: but leaves its scenario's objects out of the final collections (stepscope.cli.demo_cmd).
 QUICK_EXIT_COMMANDS = frozenset({"analyze"})
 _ran: str | None = None  # the command main() ran last
 
