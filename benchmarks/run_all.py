@@ -39,6 +39,7 @@ SHORT = {
     "bench_worker_batches.py": ["--rounds", "5", "--batches", "1000"],
     "bench_bytecode.py": ["--rounds", "2"],
     "bench_gc_pause.py": ["--rounds", "1"],
+    "bench_demo_exit.py": ["--rounds", "2"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 
