@@ -27,6 +27,8 @@ class WorkerLoad:
     cpu_util: float  # mean share of one core, 0..1 (can exceed 1 for multi-threaded processes)
     rss_bytes: int | None = None
     threads: int | None = None  # OS threads of the process (max over the steady state)
+    #: threads it ran on, on average: its CPU over its main thread's (None: not measured)
+    running_threads: float | None = None
 
 
 @dataclass(frozen=True)

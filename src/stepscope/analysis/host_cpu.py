@@ -45,6 +45,11 @@ class CpuDemand:
     demand: int | None  # main intra-op threads + busy workers' threads
     main_threads: int
     tree_cores: float  # cores the training tree (main + workers) uses
+    #: most threads a busy worker ran on, on average (its CPU over its main thread's), when every
+    #: busy worker's was measured; None otherwise (older files, another platform)
+    worker_running_threads: float | None = None
+    #: main intra-op threads + the threads the busy workers ran on, when every one was measured
+    running_demand: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,12 +151,16 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     threads = [load.threads for load in busy if load.threads]
     main_threads = intra_op_threads or 1
     known = bool(threads) and len(threads) == len(busy)
+    running = [load.running_threads for load in busy if load.running_threads is not None]
+    measured = bool(running) and len(running) == len(busy)
     return CpuDemand(
         cores=cores, cpu_util=float(signals.cpu_util_mean),
         runnable_per_core=signals.runnable_threads_per_core, busy_workers=len(busy),
         worker_threads=max(threads) if known else None,
         demand=main_threads + sum(threads) if known else None,
         main_threads=main_threads, tree_cores=sum(load.cpu_util for load in signals.workers),
+        worker_running_threads=max(running) if measured else None,
+        running_demand=main_threads + sum(running) if measured else None,
     )
 
 

@@ -188,12 +188,13 @@ class _Tracked:
     io: tuple[int, int, int] = (-1, -1, -1)  # last reading
     samples: int = 0
     statm_file: procfs.ProcFile | None = None  # anonymous resident memory (tree mode on Linux)
+    leader_file: procfs.ProcFile | None = None  # the main thread's own stat (tree mode on Linux)
     first_ticks: int = -1  # CPU and reaped children's CPU at the first reading, and the last CPU read
     first_child_ticks: int = 0
     last_ticks: int = 0
 
     def close(self) -> None:
-        for handle in (self.stat_file, self.io_file, self.statm_file):
+        for handle in (self.stat_file, self.io_file, self.statm_file, self.leader_file):
             if handle is not None:
                 handle.close()
 
@@ -267,9 +268,10 @@ class ProcessTree:
                                "ts_ns": ts_ns})
         columns: dict[str, list[Any]] = {name: [] for name in (
             "id", "cpu_ticks", "rss_bytes", "read_bytes", "write_bytes", "read_chars", "threads", "state",
-            "rss_anon_bytes")}
+            "rss_anon_bytes", "leader_ticks")}
         reaped = 0  # growth of the tree's reaped-children CPU since each process was first read
         for pid, entry in list(self.tracked.items()):
+            leader = self._leader_ticks(entry)  # first: the process's CPU, read after, includes it
             stat = self._tracked_stat(entry)
             if stat is None or stat.start_ticks != entry.start_ticks or (stat.state == "Z" and self._tree_mode):
                 del self.tracked[pid]
@@ -289,7 +291,7 @@ class ProcessTree:
             reaped += stat.child_ticks - entry.first_child_ticks
             io = entry.io
             for name, value in zip(columns, (entry.proc_id, stat.cpu_ticks, stat.rss_bytes, *io,
-                                             stat.threads, stat.state, self._anon(entry))):
+                                             stat.threads, stat.state, self._anon(entry), leader)):
                 columns[name].append(value)
         if self.target_pid is not None and self.target_pid not in self.tracked:
             self.target_alive = False
@@ -354,6 +356,7 @@ class ProcessTree:
         if stat_file is not None:
             try:
                 entry.statm_file = procfs.ProcFile(f"/proc/{pid}/statm")
+                entry.leader_file = procfs.ProcFile(f"/proc/{pid}/task/{pid}/stat")
             except OSError:
                 pass
         self.count += 1
@@ -425,6 +428,16 @@ class ProcessTree:
             return -1
         try:
             return procfs.parse_statm_anon(entry.statm_file.read())
+        except (OSError, ValueError, IndexError):
+            return -1
+
+    def _leader_ticks(self, entry: _Tracked) -> int:
+        """CPU ticks of the process's main thread alone: against the process's, whether its other
+        threads (an intra-op pool, a BLAS pool) run or only exist."""
+        if entry.leader_file is None:
+            return -1
+        try:
+            return procfs.parse_proc_stat(entry.leader_file.read()).cpu_ticks
         except (OSError, ValueError, IndexError):
             return -1
 

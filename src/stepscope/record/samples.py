@@ -113,6 +113,8 @@ PROCESS_COLUMNS: dict[str, str] = {
     "state": "scheduler state letter: R running, S sleeping, D disk wait, Z zombie, T stopped",
     "rss_anon_bytes": "anonymous resident bytes (RSS less file-backed and shared pages: heap and stacks; "
                       "-1 unknown or in older files)",
+    "leader_ticks": "cumulative user + system clock ticks of the process's main thread alone (its other threads' "
+                    "are cpu_ticks less these; -1 unknown or in older files)",
 }
 
 #: Rows of processes holding GPU memory (read about once a second, see ``gpu_procs_read``).

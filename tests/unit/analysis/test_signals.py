@@ -152,6 +152,28 @@ def test_workers_coming_and_going_each_epoch():
     assert signals.worker_cpu_util_mean == pytest.approx((1 + 0.9 + 1 + 0.2) / 4)
 
 
+def leader_rows(proc_id, samples, ticks, leader, threads=4):
+    """Process rows with ``leader_ticks`` (the main thread's CPU, after ``rss_anon_bytes``)."""
+    return [(s, proc_id, ticks * k, 100, 0, 0, 0, threads, "R", -1, leader(k)) for k, s in enumerate(samples)]
+
+
+def test_running_threads_are_the_process_cpu_over_its_main_thread_s():
+    rows = (leader_rows(0, range(11), 4, lambda k: 4 * k)  # all on the main thread: 1
+            + leader_rows(1, range(11), 6, lambda k: 2 * k)  # the others ran twice the main thread's: 3
+            + leader_rows(2, range(11), 6, lambda k: 0, threads=3)  # the main thread sleeps: capped at 3
+            + leader_rows(3, range(11), 6, lambda k: k // 4)  # main thread barely ran: capped at 4
+            + leader_rows(4, range(11), 0, lambda k: 0)  # idle: not read
+            + leader_rows(5, range(11), 6, lambda k: -1))  # the main thread's CPU unknown (older files)
+    running = sig.process_running_threads(make(11, proc_rows=rows), mask(11))
+    assert running == {0: 1.0, 1: 3.0, 2: 3.0, 3: 4.0}
+    assert sig.process_running_threads(make(11, proc_rows=rows_for(0, range(11), 4)), mask(11)) == {}
+    # only intervals inside the window count: the second half ran on one thread
+    halves = leader_rows(0, range(11), 4, lambda k: k if k <= 5 else 5 + 4 * (k - 5))
+    second = np.arange(10) >= 5
+    assert sig.process_running_threads(make(11, proc_rows=halves), second) == {0: 1.0}
+    assert sig.process_running_threads(make(11, proc_rows=halves), ~second) == {0: 4.0}
+
+
 def test_thread_count_max_sums_the_tree():
     rows = rows_for(0, range(5), 0, threads=10) + rows_for(1, range(2, 4), 0, threads=5)
     assert sig.thread_count_max(make(5, proc_rows=rows), instants(5)) == 15

@@ -17,7 +17,8 @@ import orjson
 import pytest
 from fakes.fake_nvml import FakeGpu, FakeNvml
 
-from stepscope.analysis.run.signals import compute_signals, core_busy_shares, core_extremes, process_cpu_utils
+from stepscope.analysis.run.signals import (compute_signals, core_busy_shares, core_extremes, process_cpu_utils,
+                                            process_running_threads)
 from stepscope.capture.gpu import open_gpus
 from stepscope.capture.sampler import SystemSampler, run_sampler, start_sidecar
 from stepscope.capture.system import ProcessTree
@@ -386,3 +387,33 @@ def test_anonymous_memory_grows_with_the_heap_not_with_mapped_files(tmp_path, ch
     assert (anon >= 0).all() and (anon <= rss).all()
     assert rss.max() - rss.min() > 100 << 20  # both the file and the heap
     assert 48 << 20 < anon.max() - anon.min() < 80 << 20  # only the heap
+
+
+def test_threads_that_run_are_told_from_threads_that_only_exist(tmp_path, children):
+    # a process computing on its main thread beside two sleeping threads ran on one thread; the same
+    # with a second thread hashing (hashlib lets the GIL go while it hashes) ran on about two,
+    # however the machine's cores are shared (both threads wait for a core alike)
+    burner = """
+        import hashlib, threading, time, sys
+        for _ in range(2):
+            threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        if sys.argv[1] == "hash":
+            block = bytes(64 << 20)  # ~30 ms a hash without the GIL, then up to 5 ms to get it back
+            threading.Thread(target=lambda: [hashlib.sha256(block).digest() for _ in iter(int, 1)], daemon=True).start()
+        while True:
+            pass
+    """
+    running = {}
+    for mode in ("alone", "hash"):
+        target = spawn(burner, mode)
+        children.append(target)
+        time.sleep(0.3)
+        samples = sample_in_process(tmp_path / f"{mode}.jsonl.gz", target.pid, 1.2, interval=0.05)
+        target.kill()
+        (main,) = samples.processes_with_role("main")
+        assert (samples.proc["leader_ticks"] >= 0).all()
+        assert (samples.proc["leader_ticks"] <= samples.proc["cpu_ticks"]).all()
+        running[mode] = process_running_threads(samples, np.ones(len(samples) - 1, dtype=bool))[main.id]
+        assert compute_signals(samples).workers[0].running_threads == pytest.approx(running[mode])
+    assert 1.0 <= running["alone"] < 1.2, running
+    assert 1.6 < running["hash"] <= 2.4, running

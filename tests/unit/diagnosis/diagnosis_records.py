@@ -59,9 +59,9 @@ def gpu(name: str = "NVIDIA H200") -> tuple:
     return (DeviceInfo(index=0, kind="cuda", name=name, total_memory_bytes=141 * 2**30),)
 
 
-def workers(count: int, util: float, threads: int | None = None) -> tuple:
-    return tuple(WorkerLoad(pid=100 + index, role="dataloader_worker", cpu_util=util, threads=threads)
-                 for index in range(count))
+def workers(count: int, util: float, threads: int | None = None, running: float | None = None) -> tuple:
+    return tuple(WorkerLoad(pid=100 + index, role="dataloader_worker", cpu_util=util, threads=threads,
+                            running_threads=running) for index in range(count))
 
 
 def ctx_of(record=None, signals: dict | MacroSignals | None = None, trace: dict | None = None, ranks=()):

@@ -116,3 +116,41 @@ def test_costly_samples_in_single_threaded_workers_are_ranked_by_cost_beside_the
     threaded = run_rules(ctx_of(record, dict(single, runnable_threads_per_core=4.0)))
     assert threaded.findings[0].family == "cpu_oversubscription"
     assert "input_pipeline" in {item.family for item, _ in threaded.superseded}
+
+
+def test_workers_measured_on_one_thread_do_not_fill_a_queue_of_their_own():
+    """Zoo worker-tokenize as a CI run once measured it: two default workers (3 OS threads each)
+    busy on their main threads, the training process on one intra-op thread waiting for data,
+    2 cores, a run queue of 2.1 a core. The tree's threads that run are 1 + 2 × 1.05: they cannot
+    fill 4.2; the crowd is short-lived threads, and the input finding leads. Without the measured
+    threads (older files) the run queue's inference is kept."""
+    from stepscope.diagnosis.engine import run_rules
+
+    record = make_record(shares={"data_wait": 0.85, "forward": 0.08, "backward": 0.05}, num_workers=2,
+                         persistent=True, intra_op_threads=1)
+    main = (WorkerLoad(pid=1, role="main", cpu_util=0.2, threads=5, running_threads=1.1),)
+    measured = dict(cpu_count=2, cpu_util_mean=0.97, runnable_threads_per_core=2.1,
+                    workers=main + workers(2, 0.95, threads=3, running=1.05))
+    assert oversubscribed_cpu(ctx_of(record, measured)) is None
+    assert run_rules(ctx_of(record, measured)).findings[0].family == "input_pipeline"
+    inferred = dict(measured, workers=main + workers(2, 0.95, threads=3))
+    assert oversubscribed_cpu(ctx_of(record, inferred)) is not None
+
+
+def test_workers_measured_on_several_threads_are_the_crowd():
+    """Zoo oversubscribed as measured: 4 workers × 6 OS threads running on ~2.6 each (4 intra-op
+    threads), the training process's 2, on 2 cores: threaded, and the measure is shown."""
+    record = make_record(shares=INPUT, num_workers=4)
+    signals = dict(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=4.4,
+                   workers=MAIN + workers(4, 0.34, threads=6, running=2.6))
+    finding = oversubscribed_cpu(ctx_of(record, signals))
+    assert finding is not None and finding.extra["threaded_workers"] is True
+    shown = {item.metric: item.value for item in finding.evidence}
+    assert shown["worker_running_threads"] == 2.6
+    assert any(item.setting == "worker_threads" for item in finding.prescriptions)
+    # the same run queue with workers measured on one thread each: the training process's 2 intra-op
+    # threads and 4 busy workers can fill 2 a core, so the crowd is still the run's, but one thread
+    # per worker is not the fix (the run queue alone would have called them threaded)
+    single = oversubscribed_cpu(ctx_of(record, dict(signals, workers=MAIN + workers(4, 0.45, threads=6, running=1.0))))
+    assert single is not None and single.extra["threaded_workers"] is False
+    assert not any(item.setting == "worker_threads" for item in single.prescriptions)

@@ -271,6 +271,18 @@ def runnable_threads_per_core(samples: Samples, instants: np.ndarray) -> float |
 
 
 # -- processes -------------------------------------------------------------------------------------
+def _interval_pairs(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each process's consecutive rows whose interval lies inside the window: the process ids, and
+    the rows (into the ordered table) at each interval's start and end."""
+    proc = samples.proc
+    order = np.lexsort((proc["sample"], proc["id"]))
+    ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
+    pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1)
+    pair &= mask[np.minimum(rows[:-1], len(mask) - 1)] & (ticks[1:] >= ticks[:-1]) & (ticks[:-1] >= 0)
+    starts = order[:-1][pair]
+    return ids[1:][pair], starts, order[1:][pair]
+
+
 def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
     """Mean CPU of each process (share of one core) over its intervals inside the window.
 
@@ -279,25 +291,55 @@ def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
     proc = samples.proc
     if not len(proc["id"]):
         return {}
+    ids, first, last = _interval_pairs(samples, mask)
     ts = samples.ts_ns
-    order = np.lexsort((proc["sample"], proc["id"]))
-    ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
-    pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1)
-    pair &= mask[np.minimum(rows[:-1], len(mask) - 1)] & (ticks[1:] >= ticks[:-1]) & (ticks[:-1] >= 0)
-    busy_s = (ticks[1:] - ticks[:-1])[pair] / samples.meta.clock_ticks_per_s
-    span_s = (ts[rows[1:]] - ts[rows[:-1]])[pair] / 1e9
-    busy = np.bincount(ids[1:][pair], weights=busy_s)
-    span = np.bincount(ids[1:][pair], weights=span_s)
+    busy_s = (proc["cpu_ticks"][last] - proc["cpu_ticks"][first]) / samples.meta.clock_ticks_per_s
+    span_s = (ts[proc["sample"][last]] - ts[proc["sample"][first]]) / 1e9
+    busy = np.bincount(ids, weights=busy_s)
+    span = np.bincount(ids, weights=span_s)
     return {int(proc_id): float(busy[proc_id] / span[proc_id]) for proc_id in np.flatnonzero(span > 0)}
+
+
+#: CPU ticks a process must use in the window before its threads' shares are read (at 100 ticks a
+#: second, a tick is 10 ms: fewer make the ratio a matter of rounding).
+RUNNING_THREADS_MIN_TICKS = 10
+
+
+def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, float]:
+    """Threads each process ran on, on average, over its intervals inside the window: its CPU over
+    its main thread's. 1.0 is a process computing on its main thread alone (its other threads exist
+    but sleep: a DataLoader worker's queue feeder, an idle intra-op pool); 4.0 four threads sharing
+    the work evenly. Capped at the process's thread count; left out where the main thread's CPU was
+    not read (older files, another platform) or the process used fewer than
+    :data:`RUNNING_THREADS_MIN_TICKS`."""
+    proc = samples.proc
+    if not len(proc["id"]) or "leader_ticks" not in proc:
+        return {}
+    ids, first, last = _interval_pairs(samples, mask)
+    leader = proc["leader_ticks"]
+    known = (leader[first] >= 0) & (leader[last] >= leader[first])
+    ids, first, last = ids[known], first[known], last[known]
+    if not len(ids):
+        return {}
+    total = np.bincount(ids, weights=proc["cpu_ticks"][last] - proc["cpu_ticks"][first])
+    main = np.bincount(ids, weights=leader[last] - leader[first])
+    threads = _max_by_id(proc["id"], proc["threads"])
+    out = {}
+    for proc_id in np.flatnonzero(total >= RUNNING_THREADS_MIN_TICKS):
+        cap = float(max(1, threads.get(int(proc_id), 1)))
+        out[int(proc_id)] = min(cap, float(total[proc_id] / main[proc_id])) if main[proc_id] > 0 else cap
+    return out
 
 
 def process_loads(samples: Samples, mask: np.ndarray) -> list[WorkerLoad]:
     """A :class:`WorkerLoad` per process of the tree: main first, then the busiest."""
     utils = process_cpu_utils(samples, mask)
+    running = process_running_threads(samples, mask)
     rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
     threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
     loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id),
-                        threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None)
+                        threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None,
+                        running_threads=running.get(info.id))
              for info in samples.processes if info.id in utils]
     return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
 

@@ -8,6 +8,11 @@ This rule fires first and the input-pipeline rule stands down when it does.
 
 Evidence (sampler): all cores busy, and either the run queue far above the core count or the
 threads the training tree runs (main intra-op threads + workers' threads) far above the cores.
+Which of a worker's threads run is measured where the sampler read each worker's main thread's
+CPU beside the whole process's: a worker computing on its main thread alone (the default) adds
+one thread, whatever helper threads it holds, and a run queue the tree's own threads cannot fill
+is not the tree's doing (zoo ``worker-tokenize``: two such workers and the training thread on 2
+cores, a run queue of 1.5-2.1 per core from the training tree plus short-lived threads).
 On a virtual machine whose hypervisor serves other guests (steal), "most of the cores" is
 measured against the cores the guest got.
 """
@@ -63,32 +68,43 @@ def oversubscription(ev: RunEvidence) -> dict[str, Any] | None:
     steal = common.steal_share(ev) * cores
     ours = demand.tree_cores >= TREE_SHARE_OF_CORES * max(1.0, cores - steal)
     threaded = threaded_workers(demand)
-    by_threads = (demand.demand is not None and threaded and queue_agrees and ours
-                  and demand.demand / cores >= THREAD_DEMAND_PER_CORE_HIGH)
+    # the threads that run where they were measured, else the threads that exist
+    wanted = demand.running_demand if demand.running_demand is not None else demand.demand
+    by_threads = (wanted is not None and threaded and queue_agrees and ours
+                  and wanted / cores >= THREAD_DEMAND_PER_CORE_HIGH)
+    # a queue the tree's measured threads cannot fill is someone else's (or short-lived threads')
+    tree_fills = demand.running_demand is None or demand.running_demand / cores >= RUNNABLE_PER_CORE_HIGH
     by_queue = (demand.runnable_per_core is not None and demand.runnable_per_core >= RUNNABLE_PER_CORE_HIGH
-                and demand.busy_workers > 0 and ours
+                and demand.busy_workers > 0 and ours and tree_fills
                 and wait >= common.INPUT_MODERATE)
     if not (by_threads or by_queue):
         return None
     return {"cores": cores, "runnable_per_core": demand.runnable_per_core, "demand": demand.demand,
             "cpu_util": demand.cpu_util, "worker_threads": demand.worker_threads,
             "tree_cores": demand.tree_cores, "main_threads": demand.main_threads, "workers": demand.busy_workers,
-            "threaded_workers": threaded}
+            "threaded_workers": threaded, "worker_running_threads": demand.worker_running_threads}
 
 
 #: Runnable threads beyond the training process's intra-op threads and one per busy worker that a
 #: run queue may hold before the workers' own threads are taken to run (another Python thread, the
 #: sampler, a pin-memory thread).
 QUEUE_SLACK = 1.0
+#: Threads a worker runs on, on average (its CPU over its main thread's), from which its extra
+#: threads count as running: the others did at least half the main thread's work.
+RUNNING_THREADED = 1.5
 
 
 def threaded_workers(demand: CpuDemand) -> bool:
     """Whether the busy workers' extra threads run. A DataLoader worker has several OS threads (a
     queue's feeder, an idle intra-op pool: 3 for a default worker on torch 2.x) but computes on one
     unless its ``worker_init_fn`` or a BLAS pool says otherwise; threads that exist are not threads
-    that run. Measured by the run queue: more runnable threads than the training process's intra-op
-    threads plus one per busy worker (and :data:`QUEUE_SLACK`) are the workers' own. Without a
-    measured run queue, a worker of more than one thread counts as threaded."""
+    that run. Measured directly where the sampler read the workers' main threads' CPU (a worker
+    that ran on :data:`RUNNING_THREADED` threads or more); else inferred from the run queue: more
+    runnable threads than the training process's intra-op threads plus one per busy worker (and
+    :data:`QUEUE_SLACK`) are the workers' own. Without either, a worker of more than one thread
+    counts as threaded."""
+    if demand.worker_running_threads is not None:
+        return demand.worker_running_threads >= RUNNING_THREADED
     if (demand.worker_threads or 0) <= 1:
         return False
     if demand.runnable_per_core is None:
@@ -117,6 +133,9 @@ def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
     if facts["demand"] is not None:
         evidence.append(Evidence("thread_demand", facts["demand"], THREAD_DEMAND_PER_CORE_HIGH * cores,
                                  "sampler", "count", "main intra-op threads + busy workers' threads"))
+    if facts["worker_running_threads"] is not None:
+        evidence.append(Evidence("worker_running_threads", round(facts["worker_running_threads"], 2), RUNNING_THREADED,
+                                 "sampler", "count", "threads a busy worker ran on (its CPU over its main thread's)"))
     evidence.append(Evidence("training_tree_cores", round(facts["tree_cores"], 2), None, "sampler", "cores",
                              "main process + workers"))
     evidence.append(Evidence("data_wait_share", round(stats.data_wait_share, 4), None, "steps", "ratio",
@@ -184,6 +203,6 @@ def _input_is_moot(cause: Finding, symptom: Finding) -> bool:
 FAMILY = FamilyEntry(
     "cpu_oversubscription", (oversubscribed_cpu,),
     diagnoses="More runnable threads than cores: workers and intra-op threads fight each other",
-    evidence="All cores busy with busy workers' threads + intra-op threads ≥ 2 per core (when the run queue was measured, it holds more threads than the intra-op threads and one per worker: the workers' extra threads run), or a run queue ≥ 2 per core while this run uses ≥ 75 % of the cores",
+    evidence="All cores busy with busy workers' threads + intra-op threads ≥ 2 per core (the workers' extra threads run: measured from their main threads' CPU, else the run queue holds more threads than the intra-op threads and one per worker), or a run queue ≥ 2 per core while this run uses ≥ 75 % of the cores and, where measured, its running threads could fill it",
     supersedes=frozenset({"input_pipeline", "storage_io", "compute", "launch_overhead"}),
     supersedes_when=(("input_pipeline", _input_is_moot),), cpu_based=True)
