@@ -4,6 +4,8 @@
 
 1. One full sample in-process (every counter of the machine and a 3-process tree), median µs,
    against psutil reading the same. At 10 Hz the sampler reads the slower counters at 2 Hz only.
+   Then the part of it that reads each process's main-thread CPU (the threads a worker runs on):
+   the same sampler with and without those reads, alternating blocks, median µs of each.
 2. The sidecar's CPU over ``--seconds`` at 10 Hz while it follows a training-like process with two
    busy children: steady state (start-up excluded) and with its start-up, as a share of one core.
    Budget: ≤ 1% of one core.
@@ -103,6 +105,37 @@ def per_sample_cost(repeats: int = 300) -> tuple[float, float]:
         tree.wait()
 
 
+def leader_read_cost(blocks: int = 20, per_block: int = 30) -> tuple[float, float]:
+    """Median µs of one full sample with and without the processes' main-thread reads, alternating
+    blocks of the same sampler on the same tree."""
+    tree = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
+    try:
+        time.sleep(0.5)
+        sampler = SystemSampler(tree.pid, gpu=None, interval_s=SLOW_EVERY_S)
+        sampler.sample()  # the tree found, its files opened
+        entries = list(sampler.tree.tracked.values())
+        files = [entry.leader_file for entry in entries]
+        assert all(handle is not None for handle in files), "no main-thread reads to measure"
+        timed: dict[bool, list[float]] = {True: [], False: []}
+        for block in range(blocks):
+            reading = block % 2 == 0
+            for entry, handle in zip(entries, files):
+                entry.leader_file = handle if reading else None
+            for _ in range(per_block):
+                start = time.perf_counter()
+                sampler.sample()
+                timed[reading].append(time.perf_counter() - start)
+        for entry, handle in zip(entries, files):
+            entry.leader_file = handle
+        sampler.close()
+        return statistics.median(timed[True]) * 1e6, statistics.median(timed[False]) * 1e6
+    finally:
+        for child in psutil.Process(tree.pid).children(recursive=True):
+            child.kill()
+        tree.kill()
+        tree.wait()
+
+
 def sidecar_cpu(seconds: float) -> None:
     tree = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
     try:
@@ -186,6 +219,9 @@ def main() -> None:
     ours, theirs = per_sample_cost()
     print(f"one full sample (machine + 3-process tree): stepscope /proc readers {ours:.0f} µs, "
           f"psutil {theirs:.0f} µs ({theirs / ours:.1f}x)")
+    with_reads, without = leader_read_cost()
+    print(f"  of which the 3 main-thread reads: {with_reads:.0f} µs with, {without:.0f} µs without "
+          f"({with_reads / without:.3f}x)")
     sidecar_cpu(args.seconds)
     loop_slowdown(args.rounds, args.steps)
 
