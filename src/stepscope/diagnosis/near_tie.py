@@ -10,7 +10,9 @@ confidence at :data:`NEAR_TIE_CONFIDENCE` and makes it say which finding is that
 (``extra["near_tie"]``, a ``runner_up_margin`` evidence item and one sentence of its summary).
 
 A cost stated with a lower end (``extra["impact_low"]``: ``{"value", "why"}``) is checked by that end
-too: the foreign-load finding counts the intra-op threads' wait for a core, which came back in full
+too, and against the next cause's upper end where that one states one (``extra["impact_high"]``: a
+cost priced on part of what its cause took, such as a loader's reads priced on the training
+thread's blocked part of the data wait, whose whole wait is its upper end). The lower end: the foreign-load finding counts the intra-op threads' wait for a core, which came back in full
 beside an always-busy neighbour (pytorch/examples mnist: 70.0 % charged, 70.6 % measured) and in part
 beside neighbours that sleep between bursts (blind workloads: 47.6 % charged, 15.8 % measured; 56 %
 and 18 %). Its lower end, the training thread's own wait in the model's phases (18.6 % and 20.7 %
@@ -33,6 +35,7 @@ measured verdict. And not against a finding of the same family, whose fix is the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import replace
 
 from stepscope.diagnosis.findings import Evidence, Finding
@@ -83,22 +86,27 @@ def mark_near_tie(findings: tuple[Finding, ...], by_cost: Callable[[Finding], bo
         return findings
     top = findings[0]
     margin = round(top.impact - rival.impact, 4)
-    low = top.extra.get("impact_low") if isinstance(top.extra.get("impact_low"), dict) else None
-    low_margin = round(float(low["value"]) - rival.impact, 4) if low is not None else margin
-    if margin >= NEAR_TIE_MARGIN and low_margin >= NEAR_TIE_MARGIN:
+    low = _end(top, "impact_low")
+    high = _end(rival, "impact_high")
+    top_end = min(float(low["value"]), top.impact) if low is not None else top.impact
+    rival_end = max(float(high["value"]), rival.impact) if high is not None else rival.impact
+    end_margin = round(top_end - rival_end, 4)
+    if margin >= NEAR_TIE_MARGIN and end_margin >= NEAR_TIE_MARGIN:
         return findings
     check = (f"on the blind evaluation's kept runs, verdicts within {NEAR_TIE_MARGIN * 100:.0f} points of the "
              f"next cause named the right one {NEAR_TIE_RIGHT} times in {NEAR_TIE_SEEN}: check both before "
              "acting (`stepscope try` measures the prescriptions it can apply).")
-    if margin >= NEAR_TIE_MARGIN and low is not None:
-        # the cost clears the next cause, its lower end does not
-        margin = low_margin
+    if margin >= NEAR_TIE_MARGIN:
+        # the costs clear each other; the first one's lower end, or the next one's upper end, does not
+        margin = end_margin
+        ours = (f"its cost's lower end, {top_end:.1%} of the step ({low['why']})" if low is not None
+                else f"its cost, {top_end:.1%} of the step")
+        theirs = (f"the {rival.family} finding's upper end, {rival_end:.1%} ({high['why']})" if high is not None
+                  else f"the {rival.family} finding's {rival_end:.1%}")
         note = Evidence("runner_up_margin", margin, NEAR_TIE_MARGIN, "diagnosis", "ratio",
-                        f"of this cost's lower end ({float(low['value']):.1%} of the step: {low['why']}) over "
-                        f"the {rival.family} finding ({rival.impact:.1%} of the step)")
+                        f"of {ours} over {theirs}")
         relation = "below" if margin < 0 else f"only {margin * 100:.1f} points above"
-        sentence = (f"Borderline: its cost's lower end, {float(low['value']):.1%} of the step ({low['why']}), "
-                    f"is {relation} the {rival.family} finding's {rival.impact:.1%}; {check}")
+        sentence = f"Borderline: {ours}, is {relation} {theirs}; {check}"
     else:
         note = Evidence("runner_up_margin", margin, NEAR_TIE_MARGIN, "diagnosis", "ratio",
                         f"over the {rival.family} finding ({rival.impact:.1%} of the step)")
@@ -109,3 +117,9 @@ def mark_near_tie(findings: tuple[Finding, ...], by_cost: Callable[[Finding], bo
                      extra={**top.extra, "near_tie": {"rule_id": rival.rule_id, "family": rival.family,
                                                       "impact": rival.impact, "margin": margin}})
     return (capped, *findings[1:])
+
+
+def _end(finding: Finding, key: str) -> dict[str, Any] | None:
+    """A finding's stated lower (``impact_low``) or upper (``impact_high``) end: ``{"value", "why"}``."""
+    end = finding.extra.get(key)
+    return end if isinstance(end, dict) else None

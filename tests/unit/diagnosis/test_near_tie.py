@@ -145,7 +145,7 @@ def test_a_cost_whose_lower_end_does_not_clear_the_next_cause_is_a_near_tie():
     assert top.rule_id == "input_pipeline.loader_cpu_bound" and second.rule_id == "host_device_sync.syncs"
     assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["margin"] == -0.1
     note = next(item for item in top.evidence if item.metric == "runner_up_margin")
-    assert note.value == -0.1 and "lower end (20.0% of the step" in note.scope
+    assert note.value == -0.1 and "lower end, 20.0% of the step" in note.scope
     assert "its cost's lower end, 20.0% of the step (without the peers' wait), is below the host_device_sync " \
            "finding's 30.0%" in top.summary
     close, _ = _diagnosed(_with_low_end(_wait(0.45), 0.33), _sync(0.30))
@@ -171,3 +171,22 @@ def test_a_straggler_s_lower_end_meets_the_next_cause_past_its_own_costlier_caus
     assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["family"] == "input_pipeline"
     assert top.extra["near_tie"]["margin"] == pytest.approx(-0.08)
     assert "its cost's lower end, 14.0% of the step (asleep while the cores loaded data), is below" in top.summary
+
+
+def _with_high_end(item, high: float):
+    return replace(item, extra={**item.extra, "impact_high": {"value": high, "why": "the whole data wait"}})
+
+
+def test_a_next_cause_whose_upper_end_reaches_the_verdict_is_a_near_tie():
+    """A cost priced on part of what its cause took (a loader's reads on the blocked part of the data
+    wait) states its upper end: the verdict is checked against it, and against its lower end too."""
+    top, second = _diagnosed(_wait(0.45), _with_high_end(_sync(0.30), 0.42))
+    assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["margin"] == 0.03
+    assert "is only 3.0 points above the host_device_sync finding's upper end, 42.0% (the whole data wait)" \
+        in top.summary
+    clear, _ = _diagnosed(_wait(0.45), _with_high_end(_sync(0.30), 0.38))
+    assert clear.confidence == 0.96 and "near_tie" not in clear.extra
+    both, _ = _diagnosed(_with_low_end(_wait(0.45), 0.36), _with_high_end(_sync(0.30), 0.38))
+    assert both.confidence == NEAR_TIE_CONFIDENCE and both.extra["near_tie"]["margin"] == -0.02
+    assert "its cost's lower end, 36.0% of the step (without the peers' wait), is below the host_device_sync " \
+           "finding's upper end, 38.0% (the whole data wait)" in both.summary

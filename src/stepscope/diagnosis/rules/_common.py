@@ -86,6 +86,18 @@ def lower_end(cost: float, low: float | None, why: str, evidence: list[Evidence]
     return {"impact_low": {"value": round(low, 4), "why": why}}
 
 
+def upper_end(cost: float, high: float | None, why: str, evidence: list[Evidence], metric: str,
+              scope: str, source: str = "steps") -> dict[str, Any]:
+    """The ``extra`` of a finding whose measured ``cost`` is priced on part of what its cause took
+    and has an upper end ``high`` (the next cause's end a verdict is checked against by
+    :mod:`stepscope.diagnosis.near_tie`): ``{"impact_high": {"value", "why"}}``, with an evidence item
+    ``metric`` appended to ``evidence``; empty where the end is not materially higher."""
+    if high is None or high <= cost + LOW_END_SHOWN:
+        return {}
+    evidence.append(Evidence(metric, round(high, 4), None, source, "ratio", scope))
+    return {"impact_high": {"value": round(high, 4), "why": why}}
+
+
 #: The measured error of each gain model, in shares of the step: how far its estimate overshot the
 #: measured gain at the 90th percentile, and undershot it at the 10th. ``workers``: the worker plan's
 #: predictions of a gain against real trials of the change (BENCHMARKS.md, "Worker plan calibration").
