@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stepscope.analysis.evidence import MacroSignals
+from stepscope.analysis.evidence import MacroSignals, WorkerLoad
 from stepscope.analysis.run.steady import SteadyState
 
 if TYPE_CHECKING:  # annotations: a trace's evidence is built without the run record's classes
@@ -151,7 +151,7 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     threads = [load.threads for load in busy if load.threads]
     main_threads = intra_op_threads or 1
     known = bool(threads) and len(threads) == len(busy)
-    running = [load.running_threads for load in busy if load.running_threads is not None]
+    running = [_threads_that_compete(load) for load in busy if load.running_threads is not None]
     measured = bool(running) and len(running) == len(busy)
     return CpuDemand(
         cores=cores, cpu_util=float(signals.cpu_util_mean),
@@ -162,6 +162,17 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
         worker_running_threads=max(running) if measured else None,
         running_demand=main_threads + sum(running) if measured else None,
     )
+
+
+def _threads_that_compete(load: WorkerLoad) -> float:
+    """The threads a busy worker ran on, counting its threads beyond the main one only where
+    together they used :data:`BUSY_WORKER` of a core or more: a worker whose main thread mostly
+    sleeps (slow reads, cheap samples) spends a large share of its little CPU in its queue's feeder
+    thread, pickling batches (blind workers at 0.10-0.22 of a core read 1.5-2.1 threads), which
+    competes for nothing, as an idle worker does not."""
+    running = float(load.running_threads or 1.0)
+    extra = load.cpu_util * (1.0 - 1.0 / running) if running > 1.0 else 0.0
+    return running if extra >= BUSY_WORKER else 1.0
 
 
 def foreign_load(signals: MacroSignals | None, cores: int | None, sibling_cores: float = 0.0,

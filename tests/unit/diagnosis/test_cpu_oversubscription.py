@@ -154,3 +154,20 @@ def test_workers_measured_on_several_threads_are_the_crowd():
     single = oversubscribed_cpu(ctx_of(record, dict(signals, workers=MAIN + workers(4, 0.45, threads=6, running=1.0))))
     assert single is not None and single.extra["threaded_workers"] is False
     assert not any(item.setting == "worker_threads" for item in single.prescriptions)
+
+
+def test_a_light_worker_s_feeder_thread_is_no_thread_that_competes():
+    """Workers whose main threads mostly sleep (slow reads) at 0.12 of a core spend a large share of
+    that in their queue's feeder thread: 1.6 threads measured, 0.05 of a core beyond the main
+    thread. That competes for nothing: the workers count one thread each, as the run queue alone
+    would have counted them."""
+    from stepscope.analysis.host_cpu import cpu_demand
+    from stepscope.analysis.evidence import MacroSignals
+
+    light = MacroSignals(cpu_count=2, cpu_util_mean=0.98, runnable_threads_per_core=2.6,
+                         workers=MAIN + workers(2, 0.12, threads=3, running=1.6))
+    demand = cpu_demand(light, 2, 2)
+    assert demand.worker_running_threads == 1.0 and demand.running_demand == 4.0
+    busy = cpu_demand(MacroSignals(**{**light.__dict__, "workers": MAIN + workers(2, 0.4, threads=3, running=1.6)}),
+                      2, 2)
+    assert busy.worker_running_threads == 1.6 and busy.running_demand == pytest.approx(5.2)
