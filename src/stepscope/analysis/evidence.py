@@ -61,6 +61,9 @@ class MacroSignals:
     # source, an empty index queue), not starved of cores; None under LOADER_STATE_MIN samples
     loader_runnable_share: float | None = None
     thread_count_max: int | None = None
+    #: the DataLoader workers' threads they ran on, pooled over every worker process of the window
+    #: (their CPU over their main threads'): for workers too short-lived to be read one by one
+    worker_running_threads: float | None = None
     # storage
     disk_read_bytes_per_s: float | None = None
     disk_read_bytes_per_s_early: float | None = None  # first part of the run

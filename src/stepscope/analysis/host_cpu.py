@@ -151,7 +151,10 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     threads = [load.threads for load in busy if load.threads]
     main_threads = intra_op_threads or 1
     known = bool(threads) and len(threads) == len(busy)
-    running = [_threads_that_compete(load) for load in busy if load.running_threads is not None]
+    # each busy worker's own measure, or where one was too short-lived to read, the workers' pooled one
+    pooled = signals.worker_running_threads
+    running = [_threads_that_compete(load, pooled) for load in busy
+               if load.running_threads is not None or pooled is not None]
     measured = bool(running) and len(running) == len(busy)
     return CpuDemand(
         cores=cores, cpu_util=float(signals.cpu_util_mean),
@@ -164,13 +167,14 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     )
 
 
-def _threads_that_compete(load: WorkerLoad) -> float:
+def _threads_that_compete(load: WorkerLoad, pooled: float | None = None) -> float:
     """The threads a busy worker ran on, counting its threads beyond the main one only where
     together they used :data:`BUSY_WORKER` of a core or more: a worker whose main thread mostly
     sleeps (slow reads, cheap samples) spends a large share of its little CPU in its queue's feeder
-    thread, pickling batches (blind workers at 0.10-0.22 of a core read 1.5-2.1 threads), which
-    competes for nothing, as an idle worker does not."""
-    running = float(load.running_threads or 1.0)
+    thread, pickling batches (blind workers at 0.10-0.22 of a core read 1.5-2.1 threads), which,
+    like an idle worker, competes for nothing. ``pooled``: the workers' measure pooled over
+    all of them, for a worker too short-lived to be read alone."""
+    running = float(load.running_threads or pooled or 1.0)
     extra = load.cpu_util * (1.0 - 1.0 / running) if running > 1.0 else 0.0
     return running if extra >= BUSY_WORKER else 1.0
 

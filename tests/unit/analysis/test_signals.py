@@ -174,6 +174,18 @@ def test_running_threads_are_the_process_cpu_over_its_main_thread_s():
     assert sig.process_running_threads(make(11, proc_rows=halves), ~second) == {0: 4.0}
 
 
+def test_short_lived_workers_are_read_pooled():
+    # workers restarted every short epoch: each lives 3 samples (4 ticks), too few to read alone;
+    # together they ran on 2 threads (their main threads did half their work)
+    processes = [ProcessInfo(k, 100 + k, role="dataloader_worker") for k in range(4)]
+    rows = [row for k in range(4) for row in leader_rows(k, range(3 * k, 3 * k + 3), 2, lambda i: i, threads=3)]
+    samples = make(12, processes=processes, proc_rows=rows)
+    assert sig.process_running_threads(samples, mask(12)) == {}
+    assert sig.pooled_running_threads(samples, mask(12), "dataloader_worker") == 2.0
+    assert sig.pooled_running_threads(samples, mask(12), "main") is None
+    assert sig.compute_signals(samples).worker_running_threads == 2.0
+
+
 def test_thread_count_max_sums_the_tree():
     rows = rows_for(0, range(5), 0, threads=10) + rows_for(1, range(2, 4), 0, threads=5)
     assert sig.thread_count_max(make(5, proc_rows=rows), instants(5)) == 15
@@ -281,7 +293,7 @@ def test_no_samples():
 
 def test_every_field_is_filled_on_a_full_run_and_serialises():  # noqa: D103
     processes = [ProcessInfo(0, 10, role="main"), ProcessInfo(1, 11, role="dataloader_worker")]
-    rows = rows_for(0, range(30), 3, rss=lambda k: 1000 + k) + rows_for(1, range(30), 10)
+    rows = rows_for(0, range(30), 3, rss=lambda k: 1000 + k) + leader_rows(1, range(30), 10, lambda k: 10 * k)
     samples = make(30, gpus=1, processes=processes, proc_rows=rows,
                    **cpu_columns(np.tile([0.95, 0.3], (29, 1))),
                    disk_read_bytes=np.arange(30) * 1000, net_recv_bytes=np.arange(30) * 10,

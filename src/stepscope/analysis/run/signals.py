@@ -102,6 +102,7 @@ def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWi
         worker_cpu_util_mean=_mean(np.array([load.cpu_util for load in workers])) if workers else None,
         worker_saturation=(sum(load.cpu_util > SATURATED for load in workers) / len(workers)) if workers else None,
         thread_count_max=thread_count_max(samples, instants),
+        worker_running_threads=pooled_running_threads(samples, mask, "dataloader_worker"),
         disk_read_bytes_per_s=reads,
         disk_read_bytes_per_s_early=early,
         disk_read_bytes_per_s_late=late,
@@ -283,26 +284,61 @@ def _interval_pairs(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.
     return ids[1:][pair], starts, order[1:][pair]
 
 
+def _busy_and_span(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each process's CPU seconds and sampled seconds over its intervals inside the window, by id."""
+    proc = samples.proc
+    ids, first, last = _interval_pairs(samples, mask)
+    ts = samples.ts_ns
+    busy_s = (proc["cpu_ticks"][last] - proc["cpu_ticks"][first]) / samples.meta.clock_ticks_per_s
+    span_s = (ts[proc["sample"][last]] - ts[proc["sample"][first]]) / 1e9
+    return np.bincount(ids, weights=busy_s), np.bincount(ids, weights=span_s)
+
+
 def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
     """Mean CPU of each process (share of one core) over its intervals inside the window.
 
     An interval counts for a process when the process was sampled at both of its ends.
     """
-    proc = samples.proc
-    if not len(proc["id"]):
+    if not len(samples.proc["id"]):
         return {}
-    ids, first, last = _interval_pairs(samples, mask)
-    ts = samples.ts_ns
-    busy_s = (proc["cpu_ticks"][last] - proc["cpu_ticks"][first]) / samples.meta.clock_ticks_per_s
-    span_s = (ts[proc["sample"][last]] - ts[proc["sample"][first]]) / 1e9
-    busy = np.bincount(ids, weights=busy_s)
-    span = np.bincount(ids, weights=span_s)
+    busy, span = _busy_and_span(samples, mask)
     return {int(proc_id): float(busy[proc_id] / span[proc_id]) for proc_id in np.flatnonzero(span > 0)}
 
 
 #: CPU ticks a process must use in the window before its threads' shares are read (at 100 ticks a
 #: second, a tick is 10 ms: fewer make the ratio a matter of rounding).
 RUNNING_THREADS_MIN_TICKS = 10
+
+
+def _leader_pairs(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_interval_pairs` where the main thread's CPU was read at both ends."""
+    ids, first, last = _interval_pairs(samples, mask)
+    leader = samples.proc["leader_ticks"]
+    known = (leader[first] >= 0) & (leader[last] >= leader[first])
+    return ids[known], first[known], last[known]
+
+
+def pooled_running_threads(samples: Samples, mask: np.ndarray, role: str) -> float | None:
+    """The threads the processes of ``role`` ran on, pooled: their CPU over their main threads', over
+    every one of them inside the window (DataLoader workers restarted every short epoch live a few
+    samples each, too few ticks to read one by one). Capped at the most threads one of them had;
+    None where the main threads' CPU was not read or they used fewer than
+    :data:`RUNNING_THREADS_MIN_TICKS` together."""
+    proc = samples.proc
+    if not len(proc["id"]) or "leader_ticks" not in proc:
+        return None
+    ids = np.array([info.id for info in samples.processes if info.role == role], dtype=np.int64)
+    if not ids.size:
+        return None
+    pair_ids, first, last = _leader_pairs(samples, mask)
+    chosen = np.isin(pair_ids, ids)
+    total = float((proc["cpu_ticks"][last] - proc["cpu_ticks"][first])[chosen].sum())
+    main = float((proc["leader_ticks"][last] - proc["leader_ticks"][first])[chosen].sum())
+    if total < RUNNING_THREADS_MIN_TICKS:
+        return None
+    threads = _max_by_id(proc["id"], proc["threads"])
+    cap = float(max([1, *(threads.get(int(proc_id), 1) for proc_id in ids)]))
+    return min(cap, total / main) if main > 0 else cap
 
 
 def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, float]:
@@ -315,10 +351,8 @@ def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, flo
     proc = samples.proc
     if not len(proc["id"]) or "leader_ticks" not in proc:
         return {}
-    ids, first, last = _interval_pairs(samples, mask)
+    ids, first, last = _leader_pairs(samples, mask)
     leader = proc["leader_ticks"]
-    known = (leader[first] >= 0) & (leader[last] >= leader[first])
-    ids, first, last = ids[known], first[known], last[known]
     if not len(ids):
         return {}
     total = np.bincount(ids, weights=proc["cpu_ticks"][last] - proc["cpu_ticks"][first])
