@@ -12,7 +12,8 @@ confidence at :data:`NEAR_TIE_CONFIDENCE` and makes it say which finding is that
 A cost stated with a lower end (``extra["impact_low"]``: ``{"value", "why"}``) is checked by that end
 too, and against the next cause's upper end where that one states one (``extra["impact_high"]``: a
 cost priced on part of what its cause took, such as a loader's reads priced on the training
-thread's blocked part of the data wait, whose whole wait is its upper end). The lower end: the foreign-load finding counts the intra-op threads' wait for a core, which came back in full
+thread's blocked part of the data wait, whose whole wait is its upper end). A lower end: the
+foreign-load finding counts the intra-op threads' wait for a core, which came back in full
 beside an always-busy neighbour (pytorch/examples mnist: 70.0 % charged, 70.6 % measured) and in part
 beside neighbours that sleep between bursts (blind workloads: 47.6 % charged, 15.8 % measured; 56 %
 and 18 %). Its lower end, the training thread's own wait in the model's phases (18.6 % and 20.7 %
@@ -35,8 +36,8 @@ measured verdict. And not against a finding of the same family, whose fix is the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 from dataclasses import replace
+from typing import Any
 
 from stepscope.diagnosis.findings import Evidence, Finding
 
