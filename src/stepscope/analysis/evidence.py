@@ -29,6 +29,9 @@ class WorkerLoad:
     threads: int | None = None  # OS threads of the process (max over the steady state)
     #: threads it ran on, on average: its CPU over its main thread's (None: not measured)
     running_threads: float | None = None
+    #: share of the window's time it was sampled in: below 1 for DataLoader workers restarted every
+    #: epoch, each living part of the window (``cpu_util`` is over its own time)
+    presence: float = 1.0
 
 
 @dataclass(frozen=True)

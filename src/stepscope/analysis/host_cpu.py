@@ -156,14 +156,20 @@ def cpu_demand(signals: MacroSignals | None, cores: int | None, intra_op_threads
     running = [_threads_that_compete(load, pooled) for load in busy
                if load.running_threads is not None or pooled is not None]
     measured = bool(running) and len(running) == len(busy)
+    # workers restarted every epoch are several processes in turn, each over its own part of the
+    # window: each counts for that part, so the threads and cores counted are those that ran at once
+    # (a zoo run beside four busy processes, workers restarted each epoch: six worker processes, two
+    # at a time, counted as six read "oversubscribed" where the crowd was the other processes')
+    share = [load.presence for load in busy]
     return CpuDemand(
         cores=cores, cpu_util=float(signals.cpu_util_mean),
-        runnable_per_core=signals.runnable_threads_per_core, busy_workers=len(busy),
+        runnable_per_core=signals.runnable_threads_per_core,
+        busy_workers=max(1, round(sum(share))) if busy else 0,
         worker_threads=max(threads) if known else None,
-        demand=main_threads + sum(threads) if known else None,
-        main_threads=main_threads, tree_cores=sum(load.cpu_util for load in signals.workers),
+        demand=main_threads + round(sum(count * part for count, part in zip(threads, share))) if known else None,
+        main_threads=main_threads, tree_cores=sum(load.cpu_util * load.presence for load in signals.workers),
         worker_running_threads=max(running) if measured else None,
-        running_demand=main_threads + sum(running) if measured else None,
+        running_demand=main_threads + sum(count * part for count, part in zip(running, share)) if measured else None,
     )
 
 

@@ -163,9 +163,10 @@ def test_running_threads_are_the_process_cpu_over_its_main_thread_s():
             + leader_rows(2, range(11), 6, lambda k: 0, threads=3)  # the main thread sleeps: capped at 3
             + leader_rows(3, range(11), 6, lambda k: k // 4)  # main thread barely ran: capped at 4
             + leader_rows(4, range(11), 0, lambda k: 0)  # idle: not read
-            + leader_rows(5, range(11), 6, lambda k: -1))  # the main thread's CPU unknown (older files)
+            + leader_rows(5, range(11), 6, lambda k: -1)  # the main thread's CPU unknown (older files)
+            + leader_rows(6, range(11), 5, lambda k: 5 * k + (1 if k == 10 else 0)))  # read a tick apart: 1
     running = sig.process_running_threads(make(11, proc_rows=rows), mask(11))
-    assert running == {0: 1.0, 1: 3.0, 2: 3.0, 3: 4.0}
+    assert running == {0: 1.0, 1: 3.0, 2: 3.0, 3: 4.0, 6: 1.0}
     assert sig.process_running_threads(make(11, proc_rows=rows_for(0, range(11), 4)), mask(11)) == {}
     # only intervals inside the window count: the second half ran on one thread
     halves = leader_rows(0, range(11), 4, lambda k: k if k <= 5 else 5 + 4 * (k - 5))
@@ -357,3 +358,12 @@ def test_loader_runnable_share_counts_the_workers_running_or_runnable_samples_on
     assert sig.loader_runnable_share(samples, few) is None
     assert sig.loader_runnable_share(make(20, processes=processes[:1], proc_rows=rows_for(0, range(20), 5)),
                                      instants(20)) is None
+
+
+def test_a_process_s_presence_is_the_share_of_the_window_it_was_sampled_in():
+    processes = [ProcessInfo(0, 10, role="main")] + [ProcessInfo(k, 10 + k, role="dataloader_worker") for k in (1, 2)]
+    rows = rows_for(0, range(11), 3) + rows_for(1, range(0, 6), 5) + rows_for(2, range(5, 11), 5)
+    loads = {load.pid: load for load in sig.compute_signals(make(11, processes=processes, proc_rows=rows)).workers}
+    assert loads[10].presence == pytest.approx(1.0)
+    assert loads[11].presence == pytest.approx(0.5) and loads[12].presence == pytest.approx(0.5)
+    assert loads[11].cpu_util == pytest.approx(5 / TICKS / DT)  # over its own time

@@ -412,7 +412,8 @@ def test_threads_that_run_are_told_from_threads_that_only_exist(tmp_path, childr
         target.kill()
         (main,) = samples.processes_with_role("main")
         assert (samples.proc["leader_ticks"] >= 0).all()
-        assert (samples.proc["leader_ticks"] <= samples.proc["cpu_ticks"]).all()
+        # read first, the main thread's count stays within the process's (a tick: the kernel scales each)
+        assert (samples.proc["leader_ticks"] <= samples.proc["cpu_ticks"] + 1).all()
         running[mode] = process_running_threads(samples, np.ones(len(samples) - 1, dtype=bool))[main.id]
         assert compute_signals(samples).workers[0].running_threads == pytest.approx(running[mode])
     assert 1.0 <= running["alone"] < 1.2, running

@@ -171,3 +171,30 @@ def test_a_light_worker_s_feeder_thread_is_no_thread_that_competes():
     busy = cpu_demand(MacroSignals(**{**light.__dict__, "workers": MAIN + workers(2, 0.4, threads=3, running=1.6)}),
                       2, 2)
     assert busy.worker_running_threads == 1.6 and busy.running_demand == pytest.approx(5.2)
+
+
+def test_workers_restarted_every_epoch_count_for_the_part_of_the_window_they_lived():
+    """Zoo cold-files as a CI run measured it beside four busy processes of another job (0.85 of a
+    core): workers restarted every epoch, six worker processes in the window, two at a time, each on
+    one thread; a run queue of 3.3 a core. Counted as if all six ran at once, the tree's threads
+    (1 + 6) could fill the queue and its cores (2.2 on 2) were most of the machine: "oversubscribed",
+    critical. Each counted for the third of the window it lived, they cannot: the crowd is not the
+    run's."""
+    from stepscope.analysis.host_cpu import cpu_demand
+    from stepscope.analysis.evidence import MacroSignals
+
+    main = (WorkerLoad(pid=1, role="main", cpu_util=0.4, threads=5, running_threads=1.1),)
+    restarted = tuple(WorkerLoad(pid=100 + index, role="dataloader_worker", cpu_util=0.3, threads=3,
+                                 running_threads=1.0, presence=1 / 3) for index in range(6))
+    signals = dict(cpu_count=2, cpu_util_mean=0.99, runnable_threads_per_core=3.3, workers=main + restarted)
+    demand = cpu_demand(MacroSignals(**signals), 2, 1)
+    assert demand.busy_workers == 2 and demand.running_demand == pytest.approx(3.0)
+    assert demand.tree_cores == pytest.approx(0.4 + 0.6)
+    record = make_record(shares={"data_wait": 0.6, "forward": 0.2, "backward": 0.1}, num_workers=2,
+                         intra_op_threads=1)
+    assert oversubscribed_cpu(ctx_of(record, signals)) is None
+    # the same six as persistent workers, all at once, with threads that run: the run's own crowd
+    crowded = dict(signals, workers=main + tuple(WorkerLoad(pid=200 + index, role="dataloader_worker",
+                                                            cpu_util=0.3, threads=3, running_threads=2.0)
+                                                 for index in range(6)))
+    assert oversubscribed_cpu(ctx_of(record, crowded)) is not None

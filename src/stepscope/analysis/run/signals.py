@@ -338,15 +338,22 @@ def pooled_running_threads(samples: Samples, mask: np.ndarray, role: str) -> flo
         return None
     threads = _max_by_id(proc["id"], proc["threads"])
     cap = float(max([1, *(threads.get(int(proc_id), 1) for proc_id in ids)]))
-    return min(cap, total / main) if main > 0 else cap
+    return _ran_on(total, main, cap)
+
+
+def _ran_on(total: float, main: float, cap: float) -> float:
+    """Threads a process ran on from its CPU ticks and its main thread's: at least one (the two
+    are read a moment apart, and the kernel scales each count on its own: a process computing on
+    its main thread alone reads 0.98-1.0), at most its threads."""
+    return min(cap, max(1.0, total / main)) if main > 0 else cap
 
 
 def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, float]:
     """Threads each process ran on, on average, over its intervals inside the window: its CPU over
     its main thread's. 1.0 is a process computing on its main thread alone (its other threads exist
     but sleep: a DataLoader worker's queue feeder, an idle intra-op pool); 4.0 four threads sharing
-    the work evenly. Capped at the process's thread count; left out where the main thread's CPU was
-    not read (older files, another platform) or the process used fewer than
+    the work evenly. At least 1 and at most the process's thread count; left out where the main
+    thread's CPU was not read (older files, another platform) or the process used fewer than
     :data:`RUNNING_THREADS_MIN_TICKS`."""
     proc = samples.proc
     if not len(proc["id"]) or "leader_ticks" not in proc:
@@ -361,7 +368,7 @@ def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, flo
     out = {}
     for proc_id in np.flatnonzero(total >= RUNNING_THREADS_MIN_TICKS):
         cap = float(max(1, threads.get(int(proc_id), 1)))
-        out[int(proc_id)] = min(cap, float(total[proc_id] / main[proc_id])) if main[proc_id] > 0 else cap
+        out[int(proc_id)] = _ran_on(float(total[proc_id]), float(main[proc_id]), cap)
     return out
 
 
@@ -369,11 +376,14 @@ def process_loads(samples: Samples, mask: np.ndarray) -> list[WorkerLoad]:
     """A :class:`WorkerLoad` per process of the tree: main first, then the busiest."""
     utils = process_cpu_utils(samples, mask)
     running = process_running_threads(samples, mask)
+    window_s = float(np.sum(np.diff(samples.ts_ns)[mask[:len(samples.ts_ns) - 1]])) / 1e9
+    span = _busy_and_span(samples, mask)[1] if utils else np.zeros(0)
     rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
     threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
     loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id),
                         threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None,
-                        running_threads=running.get(info.id))
+                        running_threads=running.get(info.id),
+                        presence=min(1.0, float(span[info.id]) / window_s) if window_s > 0 else 1.0)
              for info in samples.processes if info.id in utils]
     return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
 
