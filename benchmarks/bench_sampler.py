@@ -27,6 +27,8 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -75,11 +77,23 @@ BUSY_TREE = textwrap.dedent("""
 """)
 
 
-def per_sample_cost(repeats: int = 300) -> tuple[float, float]:
-    """Median µs of one stepscope sample and of the same reading through psutil."""
+@contextmanager
+def busy_tree() -> Iterator[subprocess.Popen]:
+    """:data:`BUSY_TREE` running (its children started), killed with its children on the way out."""
     tree = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
     try:
         time.sleep(0.5)
+        yield tree
+    finally:
+        for child in psutil.Process(tree.pid).children(recursive=True):
+            child.kill()
+        tree.kill()
+        tree.wait()
+
+
+def per_sample_cost(repeats: int = 300) -> tuple[float, float]:
+    """Median µs of one stepscope sample and of the same reading through psutil."""
+    with busy_tree() as tree:
         sampler = SystemSampler(tree.pid, gpu=None, interval_s=SLOW_EVERY_S)  # every counter, every sample
         ours = []
         for _ in range(repeats):
@@ -98,19 +112,12 @@ def per_sample_cost(repeats: int = 300) -> tuple[float, float]:
                     process.cpu_times(), process.memory_info(), process.io_counters(), process.num_threads()
             theirs.append(time.perf_counter() - start)
         return statistics.median(ours) * 1e6, statistics.median(theirs) * 1e6
-    finally:
-        for child in psutil.Process(tree.pid).children(recursive=True):
-            child.kill()
-        tree.kill()
-        tree.wait()
 
 
 def leader_read_cost(blocks: int = 20, per_block: int = 30) -> tuple[float, float]:
     """Median µs of one full sample with and without the processes' main-thread reads, alternating
     blocks of the same sampler on the same tree."""
-    tree = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
-    try:
-        time.sleep(0.5)
+    with busy_tree() as tree:
         sampler = SystemSampler(tree.pid, gpu=None, interval_s=SLOW_EVERY_S)
         sampler.sample()  # the tree found, its files opened
         entries = list(sampler.tree.tracked.values())
@@ -129,39 +136,27 @@ def leader_read_cost(blocks: int = 20, per_block: int = 30) -> tuple[float, floa
             entry.leader_file = handle
         sampler.close()
         return statistics.median(timed[True]) * 1e6, statistics.median(timed[False]) * 1e6
-    finally:
-        for child in psutil.Process(tree.pid).children(recursive=True):
-            child.kill()
-        tree.kill()
-        tree.wait()
 
 
 def sidecar_cpu(seconds: float) -> None:
-    tree = subprocess.Popen([sys.executable, "-c", BUSY_TREE])
-    try:
-        with tempfile.TemporaryDirectory() as run_dir:
-            started = time.monotonic()
-            sidecar = start_sidecar(Path(run_dir), tree.pid, rank=0, interval_s=0.1)
-            process = psutil.Process(sidecar.pid)
-            time.sleep(3.0)  # imports and first samples
-            warm = process.cpu_times()
-            warm_at = time.monotonic()
-            time.sleep(seconds)
-            end = process.cpu_times()
-            end_at = time.monotonic()
-            sidecar.stop()
-            samples = load_samples(layout.samples_path(Path(run_dir), 0))
-        steady = (end.user + end.system - warm.user - warm.system) / (end_at - warm_at)
-        total = (end.user + end.system) / (end_at - started)
-        print(f"sidecar at 10 Hz, {len(samples)} samples, {len(samples.processes)} processes followed:")
-        print(f"  steady state: {steady * 100:.2f}% of one core  (budget 1%)")
-        print(f"  with start-up ({warm.user + warm.system:.2f} s CPU to import and start): {total * 100:.2f}% "
-              f"of one core over {end_at - started:.0f} s")
-    finally:
-        for child in psutil.Process(tree.pid).children(recursive=True):
-            child.kill()
-        tree.kill()
-        tree.wait()
+    with busy_tree() as tree, tempfile.TemporaryDirectory() as run_dir:
+        started = time.monotonic()
+        sidecar = start_sidecar(Path(run_dir), tree.pid, rank=0, interval_s=0.1)
+        process = psutil.Process(sidecar.pid)
+        time.sleep(3.0)  # imports and first samples
+        warm = process.cpu_times()
+        warm_at = time.monotonic()
+        time.sleep(seconds)
+        end = process.cpu_times()
+        end_at = time.monotonic()
+        sidecar.stop()
+        samples = load_samples(layout.samples_path(Path(run_dir), 0))
+    steady = (end.user + end.system - warm.user - warm.system) / (end_at - warm_at)
+    total = (end.user + end.system) / (end_at - started)
+    print(f"sidecar at 10 Hz, {len(samples)} samples, {len(samples.processes)} processes followed:")
+    print(f"  steady state: {steady * 100:.2f}% of one core  (budget 1%)")
+    print(f"  with start-up ({warm.user + warm.system:.2f} s CPU to import and start): {total * 100:.2f}% "
+          f"of one core over {end_at - started:.0f} s")
 
 
 def loop_slowdown(rounds: int, steps: int) -> None:

@@ -77,7 +77,8 @@ def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWi
     cores = cpu_count(samples)
     shares = core_busy_shares(samples)[mask]
     busiest, idlest, saturated = core_extremes(shares)
-    loads = process_loads(samples, mask)
+    ticks = ProcessTicks.of(samples, mask) if len(samples.proc["id"]) else None
+    loads = process_loads(samples, mask, ticks)
     workers = [load for load in loads if load.role == "dataloader_worker"]
     reads = counter_rate(samples["disk_read_bytes"], seconds, mask)
     early, late = early_late_rates(samples["disk_read_bytes"], seconds, mask)
@@ -102,7 +103,7 @@ def compute_signals(samples: Samples | None, steps: Any = None, window: SteadyWi
         worker_cpu_util_mean=_mean(np.array([load.cpu_util for load in workers])) if workers else None,
         worker_saturation=(sum(load.cpu_util > SATURATED for load in workers) / len(workers)) if workers else None,
         thread_count_max=thread_count_max(samples, instants),
-        worker_running_threads=pooled_running_threads(samples, mask, "dataloader_worker"),
+        worker_running_threads=pooled_running_threads(samples, mask, "dataloader_worker", ticks),
         disk_read_bytes_per_s=reads,
         disk_read_bytes_per_s_early=early,
         disk_read_bytes_per_s_late=late,
@@ -272,26 +273,39 @@ def runnable_threads_per_core(samples: Samples, instants: np.ndarray) -> float |
 
 
 # -- processes -------------------------------------------------------------------------------------
-def _interval_pairs(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each process's consecutive rows whose interval lies inside the window: the process ids, and
-    the rows (into the ordered table) at each interval's start and end."""
-    proc = samples.proc
-    order = np.lexsort((proc["sample"], proc["id"]))
-    ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
-    pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1)
-    pair &= mask[np.minimum(rows[:-1], len(mask) - 1)] & (ticks[1:] >= ticks[:-1]) & (ticks[:-1] >= 0)
-    starts = order[:-1][pair]
-    return ids[1:][pair], starts, order[1:][pair]
+@dataclass(frozen=True)
+class ProcessTicks:
+    """The tree's processes over a window's intervals (those a process was sampled at both ends of),
+    summed by process id (the arrays' index): CPU seconds and sampled seconds; and, over the
+    intervals whose main-thread CPU was read at both ends, the CPU ticks of the whole process and of
+    its main thread. One ordering of the process table serves every per-process signal."""
 
+    busy_s: np.ndarray
+    span_s: np.ndarray
+    total_ticks: np.ndarray
+    main_ticks: np.ndarray
 
-def _busy_and_span(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each process's CPU seconds and sampled seconds over its intervals inside the window, by id."""
-    proc = samples.proc
-    ids, first, last = _interval_pairs(samples, mask)
-    ts = samples.ts_ns
-    busy_s = (proc["cpu_ticks"][last] - proc["cpu_ticks"][first]) / samples.meta.clock_ticks_per_s
-    span_s = (ts[proc["sample"][last]] - ts[proc["sample"][first]]) / 1e9
-    return np.bincount(ids, weights=busy_s), np.bincount(ids, weights=span_s)
+    @classmethod
+    def of(cls, samples: Samples, mask: np.ndarray) -> ProcessTicks:
+        proc = samples.proc
+        order = np.lexsort((proc["sample"], proc["id"]))
+        ids, rows, ticks = proc["id"][order], proc["sample"][order], proc["cpu_ticks"][order]
+        pair = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1] + 1)
+        pair &= mask[np.minimum(rows[:-1], len(mask) - 1)] & (ticks[1:] >= ticks[:-1]) & (ticks[:-1] >= 0)
+        ids, first, last = ids[1:][pair], order[:-1][pair], order[1:][pair]
+        cpu = proc["cpu_ticks"][last] - proc["cpu_ticks"][first]
+        span = samples.ts_ns[proc["sample"][last]] - samples.ts_ns[proc["sample"][first]]
+        leader = proc["leader_ticks"] if "leader_ticks" in proc else np.full(len(proc["id"]), -1, dtype=np.int64)
+        known = (leader[first] >= 0) & (leader[last] >= leader[first])
+        return cls(np.bincount(ids, weights=cpu / samples.meta.clock_ticks_per_s), np.bincount(ids, weights=span / 1e9),
+                   np.bincount(ids[known], weights=cpu[known], minlength=len(ids) and int(ids.max()) + 1),
+                   np.bincount(ids[known], weights=(leader[last] - leader[first])[known],
+                               minlength=len(ids) and int(ids.max()) + 1))
+
+    def utils(self) -> dict[int, float]:
+        """Each process's mean CPU (share of one core) over its own intervals."""
+        return {int(proc_id): float(self.busy_s[proc_id] / self.span_s[proc_id])
+                for proc_id in np.flatnonzero(self.span_s > 0)}
 
 
 def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
@@ -301,8 +315,7 @@ def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
     """
     if not len(samples.proc["id"]):
         return {}
-    busy, span = _busy_and_span(samples, mask)
-    return {int(proc_id): float(busy[proc_id] / span[proc_id]) for proc_id in np.flatnonzero(span > 0)}
+    return ProcessTicks.of(samples, mask).utils()
 
 
 #: CPU ticks a process must use in the window before its threads' shares are read (at 100 ticks a
@@ -310,80 +323,68 @@ def process_cpu_utils(samples: Samples, mask: np.ndarray) -> dict[int, float]:
 RUNNING_THREADS_MIN_TICKS = 10
 
 
-def _leader_pairs(samples: Samples, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_interval_pairs` where the main thread's CPU was read at both ends."""
-    ids, first, last = _interval_pairs(samples, mask)
-    leader = samples.proc["leader_ticks"]
-    known = (leader[first] >= 0) & (leader[last] >= leader[first])
-    return ids[known], first[known], last[known]
-
-
-def pooled_running_threads(samples: Samples, mask: np.ndarray, role: str) -> float | None:
-    """The threads the processes of ``role`` ran on, pooled: their CPU over their main threads', over
-    every one of them inside the window (DataLoader workers restarted every short epoch live a few
-    samples each, too few ticks to read one by one). Capped at the most threads one of them had;
-    None where the main threads' CPU was not read or they used fewer than
-    :data:`RUNNING_THREADS_MIN_TICKS` together."""
-    proc = samples.proc
-    if not len(proc["id"]) or "leader_ticks" not in proc:
-        return None
-    ids = np.array([info.id for info in samples.processes if info.role == role], dtype=np.int64)
-    if not ids.size:
-        return None
-    pair_ids, first, last = _leader_pairs(samples, mask)
-    chosen = np.isin(pair_ids, ids)
-    total = float((proc["cpu_ticks"][last] - proc["cpu_ticks"][first])[chosen].sum())
-    main = float((proc["leader_ticks"][last] - proc["leader_ticks"][first])[chosen].sum())
+def _ran_on(total: float, main: float, cap: float) -> float | None:
+    """Threads a process (or processes, pooled) ran on from its CPU ticks and its main thread's: at
+    least one (the two are read a moment apart, and the kernel scales each count on its own: a
+    process computing on its main thread alone reads 0.98-1.0), at most ``cap``, its threads; None
+    under :data:`RUNNING_THREADS_MIN_TICKS`."""
     if total < RUNNING_THREADS_MIN_TICKS:
         return None
-    threads = _max_by_id(proc["id"], proc["threads"])
-    cap = float(max([1, *(threads.get(int(proc_id), 1) for proc_id in ids)]))
-    return _ran_on(total, main, cap)
-
-
-def _ran_on(total: float, main: float, cap: float) -> float:
-    """Threads a process ran on from its CPU ticks and its main thread's: at least one (the two
-    are read a moment apart, and the kernel scales each count on its own: a process computing on
-    its main thread alone reads 0.98-1.0), at most its threads."""
     return min(cap, max(1.0, total / main)) if main > 0 else cap
 
 
-def process_running_threads(samples: Samples, mask: np.ndarray) -> dict[int, float]:
+def process_running_threads(samples: Samples, mask: np.ndarray,
+                            ticks: ProcessTicks | None = None) -> dict[int, float]:
     """Threads each process ran on, on average, over its intervals inside the window: its CPU over
     its main thread's. 1.0 is a process computing on its main thread alone (its other threads exist
     but sleep: a DataLoader worker's queue feeder, an idle intra-op pool); 4.0 four threads sharing
     the work evenly. At least 1 and at most the process's thread count; left out where the main
     thread's CPU was not read (older files, another platform) or the process used fewer than
     :data:`RUNNING_THREADS_MIN_TICKS`."""
-    proc = samples.proc
-    if not len(proc["id"]) or "leader_ticks" not in proc:
+    if not len(samples.proc["id"]):
         return {}
-    ids, first, last = _leader_pairs(samples, mask)
-    leader = proc["leader_ticks"]
-    if not len(ids):
-        return {}
-    total = np.bincount(ids, weights=proc["cpu_ticks"][last] - proc["cpu_ticks"][first])
-    main = np.bincount(ids, weights=leader[last] - leader[first])
-    threads = _max_by_id(proc["id"], proc["threads"])
+    ticks = ticks or ProcessTicks.of(samples, mask)
+    threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
     out = {}
-    for proc_id in np.flatnonzero(total >= RUNNING_THREADS_MIN_TICKS):
-        cap = float(max(1, threads.get(int(proc_id), 1)))
-        out[int(proc_id)] = _ran_on(float(total[proc_id]), float(main[proc_id]), cap)
+    for proc_id in np.flatnonzero(ticks.total_ticks):
+        ran = _ran_on(float(ticks.total_ticks[proc_id]), float(ticks.main_ticks[proc_id]),
+                      float(max(1, threads.get(int(proc_id), 1))))
+        if ran is not None:
+            out[int(proc_id)] = ran
     return out
 
 
-def process_loads(samples: Samples, mask: np.ndarray) -> list[WorkerLoad]:
+def pooled_running_threads(samples: Samples, mask: np.ndarray, role: str,
+                           ticks: ProcessTicks | None = None) -> float | None:
+    """The threads the processes of ``role`` ran on, pooled: their CPU over their main threads', over
+    every one of them inside the window (DataLoader workers restarted every short epoch live a few
+    samples each, too few ticks to read one by one). Capped at the most threads one of them had;
+    None where the main threads' CPU was not read or they used fewer than
+    :data:`RUNNING_THREADS_MIN_TICKS` together."""
+    ids = np.array([info.id for info in samples.processes if info.role == role], dtype=np.int64)
+    if not len(samples.proc["id"]) or not ids.size:
+        return None
+    ticks = ticks or ProcessTicks.of(samples, mask)
+    threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
+    cap = float(max([1, *(threads.get(int(proc_id), 1) for proc_id in ids)]))
+    paired = ids[ids < len(ticks.total_ticks)]  # the others had no interval in the window
+    return _ran_on(float(ticks.total_ticks[paired].sum()), float(ticks.main_ticks[paired].sum()), cap)
+
+
+def process_loads(samples: Samples, mask: np.ndarray, ticks: ProcessTicks | None = None) -> list[WorkerLoad]:
     """A :class:`WorkerLoad` per process of the tree: main first, then the busiest."""
-    utils = process_cpu_utils(samples, mask)
-    running = process_running_threads(samples, mask)
-    window_s = float(np.sum(np.diff(samples.ts_ns)[mask[:len(samples.ts_ns) - 1]])) / 1e9
-    span = _busy_and_span(samples, mask)[1] if utils else np.zeros(0)
+    if not len(samples.proc["id"]):
+        return []
+    ticks = ticks or ProcessTicks.of(samples, mask)
+    utils = ticks.utils()
+    running = process_running_threads(samples, mask, ticks)
+    window_s = float(np.diff(samples.ts_ns)[mask[:len(samples.ts_ns) - 1]].sum()) / 1e9
     rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
     threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
     loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id),
                         threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None,
                         running_threads=running.get(info.id),
-                        presence=min(1.0, float(span[info.id]) / window_s) if window_s > 0 else 1.0)
+                        presence=min(1.0, float(ticks.span_s[info.id]) / window_s) if window_s > 0 else 1.0)
              for info in samples.processes if info.id in utils]
     return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
 
