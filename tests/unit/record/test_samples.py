@@ -179,3 +179,27 @@ def test_load_record_attaches_samples(tmp_path):
     write_file(layout.samples_path(tmp_path, 0))
     loaded = load_record(tmp_path)
     assert len(loaded.samples) == 25
+
+
+def _with_leader_ticks(path, values: list) -> None:
+    writer = SamplesWriter(path, META)
+    writer.add_event({"type": "process", "id": 0, "pid": 100, "ppid": 1, "name": "python", "uid": 0, "role": "main",
+                      "cmdline": ["python", "t.py"], "start_ns": 5, "first_seen_ns": 1_000_000_000})
+    for index, value in enumerate(values):
+        sample = make_sample(index)
+        sample["proc"]["leader_ticks"] = [value]
+        writer.add(sample)
+        writer.flush()  # a member each: a damaged one before the last is damage, not a cut-short end
+    writer.close()
+
+
+def test_the_main_thread_s_ticks_are_read_and_a_damaged_column_is_an_input_error(tmp_path):
+    _with_leader_ticks(tmp_path / "s.jsonl.gz", [0, 4, 8])
+    assert load_samples(tmp_path / "s.jsonl.gz").proc["leader_ticks"].tolist() == [0, 4, 8]
+    write_file(tmp_path / "older.jsonl.gz", count=3)  # written before the column: unknown
+    assert load_samples(tmp_path / "older.jsonl.gz").proc["leader_ticks"].tolist() == [-1, -1, -1]
+    damaged = tmp_path / "damaged.jsonl.gz"
+    _with_leader_ticks(damaged, [0, "x", 8])
+    with pytest.raises(InputError, match="damaged samples") as caught:
+        load_samples(damaged)
+    assert str(damaged) in str(caught.value)
