@@ -107,7 +107,12 @@ SERIAL_SCENARIOS = [name for name in SCENARIOS if not name.startswith("compile-"
 def warm_wait_without_a_claim(finding: dict) -> bool:
     """cold-files on two cores: its warm epochs wait too, on the handoff of the workers' batches (the
     loaders at 0.38-0.52 of a core, computing and waiting), and that wait can cost more than the cold
-    epoch. Reported first, it is an input finding that claims no CPU-bound loading and no confidence."""
+    epoch. Reported first, it is an input finding that claims no CPU-bound loading and no confidence,
+    or — where the workers' measured pace explains only part of it (a slower machine: once in ~18
+    clean CI runs, 26 % against the cold epoch's 16 %) — the wait in next() that is not the
+    DataLoader's pace, which names no cause and no fix."""
+    if finding["rule_id"] == "thread_account.wait_not_the_workers":
+        return finding["family"] == "unexplained" and finding["confidence"] < 0.75
     return (finding["rule_id"] == "input_pipeline.loader_cpu_bound"
             and not finding["extra"]["conclusive"]["cpu_bound"] and finding["confidence"] < 0.75)
 
@@ -139,7 +144,7 @@ def test_planted_family_is_the_top_finding(zoo_run, name):
         assert leak["family"] == "memory_pressure" and leak["severity"] in {"high", "critical"}, describe(findings)
         assert "runs out" in risk["what"] and top["impact_basis"].startswith("measured"), describe(findings, report)
         return
-    if name == "cold-files" and top["family"] == "input_pipeline":
+    if name == "cold-files" and top["family"] in ("input_pipeline", "unexplained"):
         assert warm_wait_without_a_claim(top), describe(findings, report)
         assert any(item["rule_id"] == "storage_io.cold_data" for item in findings), describe(findings, report)
         return

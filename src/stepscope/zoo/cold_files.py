@@ -11,7 +11,9 @@ than from the disk. The first epoch waits for the disk. The files are removed at
 The later epochs wait too, on two cores: the steps compute ~1 ms, and receiving each batch from the
 workers (and their restart every epoch) costs the training process 1.5-2 ms a step — 30-50 % of the
 warm steps, measured on a 2-core VM. The loaders then compute 0.38-0.52 of a core: that wait may be
-reported first, as an input finding that claims neither CPU-bound loading nor idle loaders.
+reported first, as an input finding that claims neither CPU-bound loading nor idle loaders, or, where
+the workers' measured pace explains only part of it, as the wait in next() that is not the
+DataLoader's pace (no cause named).
 """
 
 from __future__ import annotations
