@@ -59,6 +59,19 @@ PACED_OFF_CPU = 0.8
 PACED_ERROR = "on 6 blind workloads within 15 points of the gain measured by removing the cause, mean 7"
 #: The parts of the step whose findings shorten the training thread's own work.
 OWN_WORK_CLAIMS = frozenset({"compute", "other"})
+#: The families whose findings are about the cores the run waited for (other processes, too many
+#: threads). What removing their cause gives back is waits for a core: the training thread's, and
+#: the workers' — which the loader's floor leaves out — so their whole-step claims are capped by the
+#: floor as the training thread's own work is (blind w021 of seed 1699417522: "other processes took
+#: 49 %" at a floor 76 % of the step; removing the neighbour gained +16 %, and the slow reads +75 %).
+CORE_WAIT_FAMILIES = frozenset({"foreign_load", "cpu_oversubscription"})
+
+
+def _under_the_floor_only(item: Finding) -> bool:
+    """Whether ``item``'s cause, removed, leaves the workers' own time per batch as it was: a finding
+    that shortens the training thread's own work, or the cores the run waited for."""
+    claims = set(item.claims)
+    return bool(claims) and (claims <= OWN_WORK_CLAIMS or (item.family in CORE_WAIT_FAMILIES and claims == {"step"}))
 
 
 def paced_by_the_loader(findings: list[Finding], evidence: RunEvidence) -> list[Finding]:
@@ -102,20 +115,37 @@ def _floor_note(floor: LoaderFloor) -> Evidence:
 
 def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     """``item`` with its impact capped by the loader's floor when it shortens only the training
-    thread's own work (its claims) and claims more than lies above that floor."""
+    thread's own work or its waits for a core (:func:`_under_the_floor_only`) and claims more than
+    lies above that floor; its prescriptions' expected gains with it."""
     ceiling = floor.ceiling
-    if item.impact <= ceiling or not item.claims or not set(item.claims) <= OWN_WORK_CLAIMS:
+    if item.impact <= ceiling or not _under_the_floor_only(item):
         return item
     impact = round(ceiling, 4)
+    less = "fewer waits for a core" if item.family in CORE_WAIT_FAMILIES else "less work in the training thread"
     summary = (f" The DataLoader sets a floor of {floor.floor_s * 1e3:.3g} ms under the {floor.step_s * 1e3:.3g} ms "
-               f"step ({floor.describe()}; its waits for a core not counted): less work in the training thread "
+               f"step ({floor.describe()}; its waits for a core not counted): {less} "
                f"can save at most {pct(ceiling)} before it waits for data instead; faster loading lowers that floor.")
     basis = item.impact_basis if item.impact_measured else (
         f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
     title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
     return replace(item, title=title, impact=impact, severity=lowered_severity(item, impact), impact_basis=basis,
                    summary=item.summary + summary, evidence=(*item.evidence, _floor_note(floor)),
+                   prescriptions=tuple(_gain_under(p, impact) for p in item.prescriptions),
                    extra={**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact})
+
+
+def _gain_under(prescription: Prescription, ceiling: float) -> Prescription:
+    """``prescription`` with its expected gain and range at most ``ceiling`` (the loader's floor
+    bounds what any change to the training thread saves; a gain measured in trials is kept). A
+    range whose low end the floor cuts off becomes "up to the ceiling": the model's low end assumed
+    a step that could shrink by it, and the steps still wait near the floor (w021 of seed 1699417522:
+    the neighbour's range 23.7-60.7 %, a ceiling of 23.6 %, +16 % gained)."""
+    gain, span = prescription.expected_gain, prescription.expected_range
+    if (gain is None or gain <= ceiling) and (span is None or span[1] <= ceiling):
+        return prescription
+    low = None if span is None else (span[0] if span[0] < ceiling else 0.0)
+    return replace(prescription, expected_gain=None if gain is None else min(gain, ceiling),
+                   expected_range=None if low is None else (low, ceiling))
 
 
 #: The families whose findings are about the workers' pace (their prescriptions: more workers,

@@ -11,7 +11,7 @@ from diagnosis_records import ctx_of, make_record
 from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
 from stepscope.diagnosis.engine import run_rules
 from stepscope.diagnosis.loader_pace import loader_pace, paced_by_the_loader
-from stepscope.diagnosis.findings import Severity
+from stepscope.diagnosis.findings import Prescription, Severity
 from stepscope.diagnosis.rules._common import finding
 from stepscope.record.run import WorkerBatches
 
@@ -145,6 +145,35 @@ def test_a_floor_under_the_step_caps_what_the_training_thread_s_own_work_can_sav
     # below the ceiling, nothing changes; the idle-worker heuristic is not applied on top
     (small,) = paced_by_the_loader([_own_work(0.03)], evidence)
     assert small.impact == 0.03 and "capped_by_loader" not in small.extra and "paced_by_loader" not in small.extra
+
+
+def _core_wait(family: str, impact: float, claims: tuple[str, ...] = ("step",)):
+    gain = Prescription("Stop or move the other processes off the training cores", "", expected_gain=impact,
+                        expected_range=(round(impact / 2, 4), round(impact * 1.25, 4)))
+    return finding(f"{family}.x", family, "the run waited for cores", impact, 0.8, [], [gain], claims=claims)
+
+
+@pytest.mark.parametrize("family", ["foreign_load", "cpu_oversubscription"])
+def test_a_floor_caps_what_fewer_waits_for_a_core_save_and_the_prescription_s_gain_with_it(family):
+    """Blind w021 of seed 1699417522: one worker asleep in slow reads 16 of its 20 ms a batch (3 ms
+    waiting for a core) under a 22 ms step, a neighbour charged 49 % of the step: the step cannot go
+    below the worker's 17 ms, so removing the neighbour saves at most ~24 % (it gained +16 %, the slow
+    reads +75 %). The floor leaves out the workers' waits for a core, which the neighbour's removal
+    does give back, so the cap holds for those too."""
+    evidence = ctx_of(_timed(make_record(shares=SHARES, num_workers=1), 0.0095, 0.0005, 0.002), IDLE)
+    ceiling = evidence.loader_floor.ceiling
+    assert 0.2 < ceiling < 0.3
+    (crowd,) = paced_by_the_loader([_core_wait(family, 0.49)], evidence)
+    assert crowd.impact == pytest.approx(ceiling, abs=1e-4) and crowd.extra["impact_uncapped"] == 0.49
+    assert "fewer waits for a core can save at most" in crowd.summary
+    (action,) = crowd.prescriptions
+    assert action.expected_gain == crowd.impact and action.expected_range[1] == crowd.impact
+    assert action.expected_range[0] == pytest.approx(0.245)  # below the ceiling: kept
+    (cut,) = paced_by_the_loader([_core_wait(family, 0.6)], evidence)[0].prescriptions
+    assert cut.expected_range == (0.0, pytest.approx(ceiling, abs=1e-4))  # its low end above the ceiling: "up to"
+    # another family's whole-step claim (a memory leak's risk, a periodic stall) is not capped here
+    (other,) = paced_by_the_loader([_core_wait("memory_pressure", 0.49)], evidence)
+    assert other.impact == 0.49 and other.prescriptions[0].expected_gain == 0.49
 
 
 def test_a_fast_loader_leaves_the_own_work_whole_where_the_heuristic_would_have_scaled_it():

@@ -182,3 +182,15 @@ def test_renderer_only_formats():
     text = " ".join(render_text(sentinel_report()).replace("│", " ").split())
     for sentinel in SENTINELS:
         assert text.count(sentinel) == 1, (sentinel, text)
+
+
+@pytest.mark.parametrize("span, text", [
+    ((0.12, 0.36), "expected to save 12.0%–36.0% of the step (estimate, not verified)"),
+    ((0.0, 0.236), "expected to save up to 23.6% of the step (estimate, not verified)"),
+    ((-0.05, 0.2), "expected to save up to 20.0% of the step (estimate, not verified: it may not help)")])
+def test_an_expected_gain_reads_its_range_or_only_its_upper_end(span, text):
+    """A range cut to "0 to the ceiling" (the DataLoader's floor bounds it, its low end is unknown)
+    reads as an upper end, not as a gain that may be nothing."""
+    from stepscope.report.render.lines import gain_line
+
+    assert gain_line(Prescription("do it", expected_gain=span[1], expected_range=span)) == text

@@ -92,6 +92,8 @@ def gain_line(prescription: Any) -> str:
         return ""
     if prescription.expected_range:
         low, high = prescription.expected_range
+        if low == 0 < high:  # only an upper end is known (e.g. the DataLoader's floor)
+            return f"expected to save up to {format_ratio(high)} of the step (estimate, not verified)"
         if low >= 0:
             return f"expected to save {format_ratio(low)}–{format_ratio(high)} of the step (estimate, not verified)"
         return (f"expected to save up to {format_ratio(max(high, 0.0))} of the step (estimate, not verified: "
