@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from stepscope.analysis.evidence import MacroSignals, TraceEvidence, WorkerLoad
 from stepscope.analysis.bundle import build_evidence
 from stepscope.record.store import facts_from_v1_extra
-from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, StepTable
+from stepscope.record.run import DeviceInfo, LoaderInfo, RunMeta, RunRecord, StepTable, WorkerBatches
 
 DEFAULT_SHARES = {"forward": 0.5, "backward": 0.35, "optimizer": 0.1}
 
@@ -71,3 +73,20 @@ def ctx_of(record=None, signals: dict | MacroSignals | None = None, trace: dict 
     if isinstance(trace, dict):
         trace = TraceEvidence(**trace)
     return build_evidence(record, signals, trace, tuple(ranks))
+
+
+#: The first timed worker's pid (:func:`timed_workers`).
+WORKER = 4242
+
+
+def timed_workers(record, wall_s: float, cpu_s: float, runq_s: float, workers: int = 1, every: int = 1):
+    """``record`` with one timed batch per step (ending at each step's start), ``workers`` DataLoader
+    workers taking turns, each batch ``wall_s`` long of which ``cpu_s`` on a CPU and ``runq_s``
+    waiting for a core (the rest off CPU); only every ``every``-th step's batch is kept."""
+    steps = record.steps
+    pids = tuple(WORKER + index for index in range(workers))
+    rows = [(pids[index % workers], int(steps.start_ns[index]), round(wall_s * 1e9), round(cpu_s * 1e9),
+             round(runq_s * 1e9)) for index in range(0, len(steps), every)]
+    loader = replace(record.loaders[0], num_workers=workers, worker_pids=pids)
+    return replace(record, loaders=(loader,),
+                   facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))

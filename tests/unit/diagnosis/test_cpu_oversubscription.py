@@ -198,3 +198,28 @@ def test_workers_restarted_every_epoch_count_for_the_part_of_the_window_they_liv
                                                             cpu_util=0.3, threads=3, running_threads=2.0)
                                                  for index in range(6)))
     assert oversubscribed_cpu(ctx_of(record, crowded)) is not None
+
+
+def test_workers_that_timed_themselves_keeping_pace_leave_the_crowd_the_model_s_time_not_the_wait():
+    """Blind w036 of seed 348790310: a crowd of the run's own threads (2 intra-op + a worker on 2.2
+    threads, run queue 2.1 a core), the step waiting 50 % in next(), but the one worker made a batch
+    in 0.38 ms of the 2.7 ms step; the wait was the training process's own (a Python thread spinning
+    beside it, +66 % when removed). Priced at the whole wait, "oversubscribed" led; the workers'
+    pace explains none of it, so the crowd costs the model's time it slows. Workers that do set the
+    pace (their waits for a core included) keep the wait as the crowd's."""
+    from diagnosis_records import timed_workers
+
+    record = make_record(shares=INPUT, num_workers=1, intra_op_threads=2)
+    main = (WorkerLoad(pid=1, role="main", cpu_util=1.7, threads=9),)
+    signals = dict(cpu_count=2, cpu_util_mean=0.97, runnable_threads_per_core=2.1,
+                   workers=main + workers(1, 0.22, threads=3, running=2.2))
+    untimed = oversubscribed_cpu(ctx_of(record, signals))
+    assert untimed is not None and untimed.impact == pytest.approx(0.5, abs=0.01)
+    keeping_pace = ctx_of(timed_workers(record, 0.0004, 0.00037, 0.00002), signals)
+    found = oversubscribed_cpu(keeping_pace)
+    compute = keeping_pace.steady.compute_share
+    assert found.impact == pytest.approx((1 - 1 / 2.1) * compute, abs=0.01) and found.impact < 0.3
+    assert "none of that wait is theirs" in found.summary
+    # the same worker slowed to 9 ms a batch by the queue (5 ms of it waiting for a core): its pace is the wait
+    slowed = oversubscribed_cpu(ctx_of(timed_workers(record, 0.009, 0.004, 0.005), signals))
+    assert slowed.impact == pytest.approx(untimed.impact) and "keep pace" not in slowed.summary

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from diagnosis_records import ctx_of, make_record
+from diagnosis_records import WORKER, ctx_of, make_record
+from diagnosis_records import timed_workers as _timed
 from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
 from stepscope.diagnosis.engine import run_rules
 from stepscope.diagnosis.loader_pace import loader_pace, paced_by_the_loader
 from stepscope.diagnosis.findings import Prescription, Severity
 from stepscope.diagnosis.rules._common import finding
-from stepscope.record.run import WorkerBatches
 
 SHARES = {"data_wait": 0.3, "forward": 0.25, "backward": 0.25, "optimizer": 0.05}
 IDLE = dict(cpu_count=2, worker_cpu_util_mean=0.05, iowait_share=0.2)
@@ -90,22 +90,6 @@ def test_the_pace_reaches_the_verdict():
 
 
 # -- the floor measured in the workers (analysis/run/loader_floor.py) ---------------------------------
-WORKER = 4242
-
-
-def _timed(record, wall_s: float, cpu_s: float, runq_s: float, workers: int = 1, every: int = 1):
-    """``record`` with one timed batch per step (ending at each step's start), ``workers`` workers
-    taking turns, each batch ``wall_s`` long of which ``cpu_s`` on a CPU and ``runq_s`` waiting for
-    a core; only every ``every``-th step's batch is kept."""
-    steps = record.steps
-    pids = tuple(WORKER + index for index in range(workers))
-    rows = [(pids[index % workers], int(steps.start_ns[index]), round(wall_s * 1e9), round(cpu_s * 1e9),
-             round(runq_s * 1e9)) for index in range(0, len(steps), every)]
-    loader = replace(record.loaders[0], num_workers=workers, worker_pids=pids)
-    return replace(record, loaders=(loader,),
-                   facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
-
-
 def test_the_floor_is_the_workers_time_per_batch_less_their_waits_for_a_core_over_the_workers():
     record = _timed(make_record(shares=SHARES, num_workers=1), wall_s=0.012, cpu_s=0.002, runq_s=0.004, workers=2)
     evidence = ctx_of(record, IDLE)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from diagnosis_records import ctx_of, make_record
+from diagnosis_records import ctx_of, make_record, timed_workers
 from stepscope.analysis.evidence import WorkerLoad
 from stepscope.analysis.bundle import ForeignLoad, MfuEstimate, job_evidence, rank_basis
 from stepscope.diagnosis.engine import diagnose_job, run_rules
@@ -18,7 +18,7 @@ from stepscope.diagnosis.rules._common import GAIN_ERROR
 from stepscope.diagnosis.rules.launch_overhead import tiny_ops_dominate
 from stepscope.pipeline.views import account_summary
 from stepscope.analysis.run.account import MIN_WAIT_SAMPLES
-from stepscope.record.run import PHASES, WAIT_CLASSES, StepTable, ThreadAccount, ThreadInfo, WorkerBatches
+from stepscope.record.run import PHASES, WAIT_CLASSES, StepTable, ThreadAccount, ThreadInfo
 
 COMPUTE = {"forward": 0.5, "backward": 0.4, "optimizer": 0.05}
 PEAK = 1e11
@@ -574,13 +574,7 @@ def test_the_intra_op_threads_wait_is_charged_to_what_ran_beside_them_not_to_the
 def _timed_workers(record, wall_s: float, runq_s: float, workers: int = 2):
     """``record`` with ``workers`` DataLoader workers taking turns, one timed batch a step, each
     ``wall_s`` long: ``runq_s`` waiting for a core, the rest on a CPU."""
-    steps = record.steps
-    pids = tuple(4242 + index for index in range(workers))
-    rows = [(pids[index % workers], int(steps.start_ns[index]), round(wall_s * 1e9), round((wall_s - runq_s) * 1e9),
-             round(runq_s * 1e9)) for index in range(len(steps))]
-    loader = replace(record.loaders[0], num_workers=workers, worker_pids=pids)
-    return replace(record, loaders=(loader,),
-                   facts=replace(record.facts, worker_batches=WorkerBatches(*map(tuple, zip(*rows)))))
+    return timed_workers(record, wall_s, wall_s - runq_s, runq_s, workers)
 
 
 def _gil_thread_beside_workers(worker_wall_s: float, worker_runq_s: float):
