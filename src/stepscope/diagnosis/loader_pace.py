@@ -168,8 +168,7 @@ def _keeping_pace(item: Finding, evidence: RunEvidence) -> Finding:
     if item.impact - paced < KEEPING_PACE_FROM:  # within the pace's own margin: the workers' wait
         return item
     impact = round(paced, 4)
-    summary = (f" The workers keep pace ({floor.describe()}: a batch every {floor.floor_s * 1e3:.3g} ms against "
-               f"the {floor.step_s * 1e3:.3g} ms step), so at most {pct(paced)} of the step's wait is theirs; the "
+    summary = (f" The workers keep pace ({floor.pace()}), so at most {pct(paced)} of the step's wait is theirs; the "
                "rest is the training process's own time inside next() — receiving and unpacking batches, or "
                "waiting for a core meanwhile — which more workers do not shorten.")
     title = f"{item.title} (the workers keep pace: at most {pct(paced)} of it is theirs)"

@@ -278,12 +278,14 @@ class ProcessTicks:
     """The tree's processes over a window's intervals (those a process was sampled at both ends of),
     summed by process id (the arrays' index): CPU seconds and sampled seconds; and, over the
     intervals whose main-thread CPU was read at both ends, the CPU ticks of the whole process and of
-    its main thread. One ordering of the process table serves every per-process signal."""
+    its main thread. One ordering of the process table serves every per-process signal.
+    ``window_s``: the window's sampled seconds, against which a process's own span is its presence."""
 
     busy_s: np.ndarray
     span_s: np.ndarray
     total_ticks: np.ndarray
     main_ticks: np.ndarray
+    window_s: float
 
     @classmethod
     def of(cls, samples: Samples, mask: np.ndarray) -> ProcessTicks:
@@ -300,7 +302,12 @@ class ProcessTicks:
         return cls(np.bincount(ids, weights=cpu / samples.meta.clock_ticks_per_s), np.bincount(ids, weights=span / 1e9),
                    np.bincount(ids[known], weights=cpu[known], minlength=len(ids) and int(ids.max()) + 1),
                    np.bincount(ids[known], weights=(leader[last] - leader[first])[known],
-                               minlength=len(ids) and int(ids.max()) + 1))
+                               minlength=len(ids) and int(ids.max()) + 1),
+                   float(np.diff(samples.ts_ns)[mask[:len(samples.ts_ns) - 1]].sum()) / 1e9)
+
+    def presence(self, proc_id: int) -> float:
+        """The share of the window process ``proc_id`` was sampled in (1.0 for a window of no length)."""
+        return min(1.0, float(self.span_s[proc_id]) / self.window_s) if self.window_s > 0 else 1.0
 
     def utils(self) -> dict[int, float]:
         """Each process's mean CPU (share of one core) over its own intervals."""
@@ -378,13 +385,12 @@ def process_loads(samples: Samples, mask: np.ndarray, ticks: ProcessTicks | None
     ticks = ticks or ProcessTicks.of(samples, mask)
     utils = ticks.utils()
     running = process_running_threads(samples, mask, ticks)
-    window_s = float(np.diff(samples.ts_ns)[mask[:len(samples.ts_ns) - 1]].sum()) / 1e9
     rss = _max_by_id(samples.proc["id"], samples.proc["rss_bytes"])
     threads = _max_by_id(samples.proc["id"], samples.proc["threads"])
     loads = [WorkerLoad(pid=info.pid, role=info.role, cpu_util=utils[info.id], rss_bytes=rss.get(info.id),
                         threads=threads.get(info.id) if threads.get(info.id, -1) >= 0 else None,
                         running_threads=running.get(info.id),
-                        presence=min(1.0, float(ticks.span_s[info.id]) / window_s) if window_s > 0 else 1.0)
+                        presence=ticks.presence(info.id))
              for info in samples.processes if info.id in utils]
     return sorted(loads, key=lambda load: (load.role != "main", -load.cpu_util, load.pid))
 

@@ -128,7 +128,8 @@ def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
     # pace, their waits for a core included, are not what the step waited for (blind w036 of seed
     # 348790310: one worker at 0.38 ms a batch under a 2.7 ms step, a Python thread spinning in the
     # training process +66 %, and "oversubscribed" priced at the whole 50 % wait led it)
-    waited = stats.fetch_wait_share if ev.loader_floor is None else ev.loader_floor.paced_wait(stats.fetch_wait_share)
+    floor = ev.loader_floor
+    waited = stats.fetch_wait_share if floor is None else floor.paced_wait(stats.fetch_wait_share)
     impact = max(waited, contention * stats.compute_share)
     evidence = [Evidence("cpu_util_mean", round(facts["cpu_util"], 3), CPU_SATURATED, "sampler", "ratio",
                          "all cores")]
@@ -154,10 +155,8 @@ def oversubscribed_cpu(ev: RunEvidence) -> Finding | None:
     summary = (f"All cores are busy ({facts['cpu_util']:.0%}) and threads queue for them; the step "
                f"waits {common.pct(stats.data_wait_share)} of its time for data. This looks "
                "input-bound, but adding DataLoader workers adds threads to the queue.")
-    if waited < stats.fetch_wait_share and ev.loader_floor is not None:
-        floor = ev.loader_floor
-        summary += (f" The workers keep pace, though ({floor.describe()}: a batch every "
-                    f"{floor.floor_s * 1e3:.3g} ms against the {floor.step_s * 1e3:.3g} ms step): "
+    if floor is not None and waited < stats.fetch_wait_share:
+        summary += (f" The workers keep pace, though ({floor.pace()}): "
                     f"{'none' if waited <= 0 else 'only ' + common.pct(waited)} of that wait is theirs, so the "
                     "cost is the model's time slowed by the queue for cores.")
     return common.finding("cpu_oversubscription.threads_exceed_cores", "cpu_oversubscription", title,
