@@ -128,10 +128,19 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     basis = item.impact_basis if item.impact_measured else (
         f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
     title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
+    evidence = (*item.evidence, _floor_note(floor))
+    extra = {**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact}
+    low = round(floor.ceiling_low, 4)
+    stated = item.extra.get("impact_low")
+    if not isinstance(stated, dict) or float(stated["value"]) > low:
+        # the cap is a bound, not a measured cost: its lower end goes to the near-tie check
+        evidence = (*evidence, Evidence("loader_ceiling_low", low, None, "record", "ratio",
+                                        "the part above the DataLoader's floor less the steps' spread about it"))
+        extra["impact_low"] = {"value": low, "why": "what lies above the DataLoader's floor less the steps' "
+                                                    "spread about that pace"}
     return replace(item, title=title, impact=impact, severity=lowered_severity(item, impact), impact_basis=basis,
-                   summary=item.summary + summary, evidence=(*item.evidence, _floor_note(floor)),
-                   prescriptions=tuple(_gain_under(p, impact) for p in item.prescriptions),
-                   extra={**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact})
+                   summary=item.summary + summary, evidence=evidence,
+                   prescriptions=tuple(_gain_under(p, impact) for p in item.prescriptions), extra=extra)
 
 
 def _gain_under(prescription: Prescription, ceiling: float) -> Prescription:

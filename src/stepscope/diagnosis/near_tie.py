@@ -19,7 +19,9 @@ beside neighbours that sleep between bursts (blind workloads: 47.6 % charged, 15
 and 18 %). Its lower end, the training thread's own wait in the model's phases (18.6 % and 20.7 %
 there), is what comes back for certain; a verdict whose lower end does not clear the next cause by
 :data:`NEAR_TIE_MARGIN` is capped the same way. The straggler states one where the slow rank slept
-while the job's own processes kept the cores busy (:func:`stepscope.diagnosis.rules.straggler._capacity_low`).
+while the job's own processes kept the cores busy (:func:`stepscope.diagnosis.rules.straggler._capacity_low`),
+and a finding capped at the DataLoader's floor does (:mod:`stepscope.diagnosis.loader_pace`): the cap is
+what the step saves if it shrinks exactly to the workers' mean pace, less the steps' spread about it.
 
 It applies only where the first finding is first *because of its measured cost* — the tier a
 measured cost of at least ``MEASURED_FIRST`` of the step ranks in (the engine's predicate

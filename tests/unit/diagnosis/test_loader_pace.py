@@ -10,9 +10,11 @@ import pytest
 from diagnosis_records import WORKER, ctx_of, make_record
 from diagnosis_records import timed_workers as _timed
 from stepscope.analysis.run.account import PhaseAccount, ThreadAccountView
+from stepscope.analysis.run.loader_floor import PACE_MARGIN
 from stepscope.diagnosis.engine import run_rules
 from stepscope.diagnosis.loader_pace import loader_pace, paced_by_the_loader
 from stepscope.diagnosis.findings import Prescription, Severity
+from stepscope.diagnosis.near_tie import NEAR_TIE_CONFIDENCE, mark_near_tie
 from stepscope.diagnosis.rules._common import finding
 
 SHARES = {"data_wait": 0.3, "forward": 0.25, "backward": 0.25, "optimizer": 0.05}
@@ -125,10 +127,33 @@ def test_a_floor_under_the_step_caps_what_the_training_thread_s_own_work_can_sav
     assert own.extra["capped_by_loader"] == pytest.approx(ceiling, abs=1e-4) and own.extra["impact_uncapped"] == 0.4
     assert "the DataLoader sets the pace" in own.title and "sets a floor of 9.5 ms" in own.summary
     assert any(item.metric == "loader_floor_share" for item in own.evidence)
+    # the cap is a bound, not a measured cost: its lower end, less the steps' spread, goes to the near-tie check
+    assert own.extra["impact_low"]["value"] == pytest.approx(max(0.0, ceiling - PACE_MARGIN), abs=1e-4)
+    assert any(item.metric == "loader_ceiling_low" for item in own.evidence)
     assert loading.impact == 0.25
     # below the ceiling, nothing changes; the idle-worker heuristic is not applied on top
     (small,) = paced_by_the_loader([_own_work(0.03)], evidence)
     assert small.impact == 0.03 and "capped_by_loader" not in small.extra and "paced_by_loader" not in small.extra
+
+
+def test_a_verdict_ranked_by_the_floor_s_bound_is_a_near_tie_with_a_cause_within_the_steps_spread():
+    """Blind w028 of seed 1041549001: two workers asleep in slow reads set a floor 75 % of the step, and
+    tiny operators, priced at 60 % of it, were capped at the 25 % above that floor and led at 96 %
+    ahead of a 12 % wait; removing them gained 6 %, the slow reads 29 %. A cap is what the step could
+    save at most if it shrank exactly to the workers' mean pace, which the steps spread about: its
+    lower end clears the next cause by less than the near-tie margin, so the verdict says it is
+    borderline. A cap that clears the next cause by more than the spread keeps its confidence."""
+    evidence = ctx_of(_timed(make_record(shares=SHARES, num_workers=1), 0.0075, 0.0005, 0.0), IDLE)
+    ceiling = evidence.loader_floor.ceiling
+    assert 0.2 < ceiling < 0.3
+    ranked = [*paced_by_the_loader([_own_work(0.6)], evidence), finding(
+        "thread_account.wait_not_the_workers", "unexplained", "the wait in next()", round(ceiling - 0.12, 4), 0.57,
+        [], [], claims=("data_wait",))]
+    (top, _) = mark_near_tie(tuple(ranked), lambda item: True)
+    assert top.confidence == NEAR_TIE_CONFIDENCE and top.extra["near_tie"]["family"] == "unexplained"
+    assert "Borderline: its cost's lower end" in top.summary and "the steps' spread" in top.summary
+    clear = [ranked[0], replace(ranked[1], impact=round(ceiling - 0.2, 4))]
+    assert mark_near_tie(tuple(clear), lambda item: True)[0].confidence == 0.75
 
 
 def _core_wait(family: str, impact: float, claims: tuple[str, ...] = ("step",)):

@@ -99,6 +99,13 @@ class LoaderFloor:
         """What shortening the training thread's own work can save at most (share of the step)."""
         return max(0.0, 1.0 - self.share)
 
+    @property
+    def ceiling_low(self) -> float:
+        """The lower end of :attr:`ceiling`: the floor is the workers' mean pace, and the steps spread
+        about it by up to :data:`PACE_MARGIN` of the step (the margin :meth:`paced_wait` allows the
+        other way), so a step shortened to the floor may wait for data that much sooner."""
+        return max(0.0, self.ceiling - PACE_MARGIN)
+
 
 def loader_floor(record: RunRecord, steady: SteadyState | None, loader: LoaderInfo | None) -> LoaderFloor | None:
     """The :class:`LoaderFloor` of ``loader`` (the one the steps waited for most); None without
