@@ -52,7 +52,24 @@ _MATMUL_OPS = frozenset({
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_flash_attention_forward", "_efficient_attention_forward", "addbmm", "_scaled_mm",
+    "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn", "_cudnn_rnn_backward",
+    "miopen_rnn", "miopen_rnn_backward",
 })
+
+#: Recurrent layers run as one fused operator per layer (mkldnn on a CPU) or per module (cuDNN,
+#: MIOpen): ``torch.utils.flop_counter`` has no formula for them, and an LSTM's matmuls would be
+#: missing from the step's FLOPs and its MFU (pytorch/examples word_language_model: 8.3 of its 11.0
+#: GFLOP a step counted). ``name -> (index of the input, index of the weights (a tensor or a list),
+#: how many weight-sized passes the call makes)``: forward one; a backward two — the gradient of
+#: the inputs and hidden states, and of the weights (cuDNN's only where its ``output_mask`` asks).
+_RNN_OPS: dict[str, tuple[int, tuple[int, ...], int]] = {
+    "mkldnn_rnn_layer": (0, (1, 2), 1),
+    "mkldnn_rnn_layer_backward": (0, (1, 2), 2),
+    "_cudnn_rnn": (0, (1,), 1),
+    "_cudnn_rnn_backward": (0, (1,), 2),
+    "miopen_rnn": (0, (1,), 1),
+    "miopen_rnn_backward": (0, (1,), 2),
+}
 
 #: Aten operators that copy between devices (``tensor.to(device)``/``.cuda()`` and ``dst.copy_(src)``).
 _COPY_OPS = frozenset({"_to_copy", "copy_"})
@@ -229,8 +246,9 @@ class OpCounter:
             if name in _MATMUL_OPS:
                 counter._note_matmul(name, args)
             flop_count = flop_registry.get(func._overloadpacket)
-            if flop_count is not None:
-                flops = int(flop_count(*args, **kwargs, out_val=out))
+            flops = (int(flop_count(*args, **kwargs, out_val=out)) if flop_count is not None
+                     else rnn_flops(name, args) if name in _RNN_OPS else 0)
+            if flops:
                 counter.flops += flops
                 counter.flops_by_op[name] = counter.flops_by_op.get(name, 0) + flops
             return out
@@ -311,6 +329,28 @@ class OpCounter:
             self._function_mode.__exit__(*exc)
         self._mode = None
         self._function_mode = None
+
+
+def rnn_flops(name: str, args: tuple[Any, ...]) -> int:
+    """FLOPs of one fused recurrent operator (:data:`_RNN_OPS`): each token (time step × sequence,
+    packed or padded) goes through every weight matrix of the call once a pass — the input-to-hidden,
+    hidden-to-hidden and projection matrices of each layer and direction —, two FLOPs a
+    multiply-add; the gates' elementwise work is not counted, as ``torch.utils.flop_counter`` counts
+    none. 0 where the arguments are not what the operator takes."""
+    source, weights, passes = _RNN_OPS[name]
+    if name == "_cudnn_rnn_backward" and args and isinstance(args[-1], (list, tuple)) and len(args[-1]) == 4:
+        passes = 1 + bool(args[-1][3])  # output_mask: input, hx, cx, weight
+    tokens_of: Any = args[source] if len(args) > source else None
+    if getattr(tokens_of, "dim", None) is None or tokens_of.dim() < 2 or not tokens_of.shape[-1]:
+        return 0
+    tokens = tokens_of.numel() // tokens_of.shape[-1]
+    matrices = 0
+    for index in weights:
+        held = args[index] if len(args) > index else None
+        for weight in held if isinstance(held, (list, tuple)) else (held,):
+            if getattr(weight, "dim", None) is not None and weight.dim() == 2:
+                matrices += weight.numel()
+    return 2 * tokens * matrices * passes
 
 
 def _user_frame(library: tuple[str, ...], user: tuple[str, ...]) -> tuple[str, int, str]:

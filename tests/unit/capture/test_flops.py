@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stepscope.capture.flops import FlopProbe, OpCounter  # noqa: E402
+from stepscope.capture.flops import FlopProbe, OpCounter, rnn_flops  # noqa: E402
 from stepscope.capture.warn import WarningSink  # noqa: E402
 
 
@@ -40,6 +40,49 @@ def test_probe_sees_the_dtype_autocast_runs():
     assert probe.result.compute_dtype == "bf16"
     assert probe.result.autocast == "cpu:bf16"
     assert set(probe.result.matmul_flops_by_dtype) == {"bf16"}
+
+
+def _count(module, inputs, fused: bool):
+    with torch.backends.mkldnn.flags(enabled=fused), OpCounter() as counter:
+        output, _ = module(inputs)
+        output.sum().backward()
+    return counter
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # oneDNN's TF32 note when its flags are set
+def test_a_fused_lstm_counts_the_flops_its_unfused_matmuls_count():
+    """On a CPU an LSTM runs as one oneDNN operator a layer, which torch's FLOP registry does not
+    know: its matmuls were missing from the step's FLOPs and MFU. With oneDNN off the same layers run
+    as the registry's mm/addmm: the forward's count is the same to the FLOP, the backward's within
+    2 % (the fused kernel also computes the initial hidden state's gradient)."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(48, 32, 2, bidirectional=True)
+    inputs = torch.randn(7, 5, 48, requires_grad=True)
+    fused, unfused = _count(lstm, inputs, True), _count(lstm, inputs, False)
+    assert set(fused.flops_by_op) == {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"}
+    # per layer: 2 directions x 2 FLOPs x 35 tokens x its weights' elements (layer 2 reads both directions)
+    per_layer = [2 * 2 * 35 * (128 * 48 + 128 * 32), 2 * 2 * 35 * (128 * 64 + 128 * 32)]
+    assert fused.flops_by_op["mkldnn_rnn_layer"] == unfused.flops_by_op["addmm"] == sum(per_layer)
+    assert fused.flops == pytest.approx(unfused.flops, rel=0.02)
+    assert fused.matmul_dtypes["mkldnn_rnn_layer"] == "fp32"
+    gru = torch.nn.GRU(48, 32, 2)  # decomposed into the registry's matmuls whatever the flags: unchanged
+    assert _count(gru, inputs, True).flops == _count(gru, inputs, False).flops > 0
+
+
+def test_cudnn_and_miopen_rnn_flops_from_their_arguments():
+    """cuDNN's and MIOpen's fused RNNs take every layer's weights in one list; a packed sequence is one
+    row a token. Checked on CPU tensors of the shapes those operators receive (no GPU here)."""
+    w = [torch.empty(128, 48), torch.empty(128, 32), torch.empty(128), torch.empty(128)]  # one LSTM layer
+    padded, packed = torch.empty(7, 5, 48), torch.empty(23, 48)
+    forward = 2 * 35 * (128 * 48 + 128 * 32)
+    assert rnn_flops("_cudnn_rnn", (padded, w, 4)) == forward
+    assert rnn_flops("miopen_rnn", (padded, w, 4)) == forward
+    assert rnn_flops("_cudnn_rnn", (packed, w, 4)) == 2 * 23 * (128 * 48 + 128 * 32)
+    tail = ("mode", "hidden", "proj", "layers", "first", 0.0, True, False, [], None, None)
+    assert rnn_flops("_cudnn_rnn_backward", (padded, w, *tail, [True, False, False, True])) == 2 * forward
+    assert rnn_flops("_cudnn_rnn_backward", (padded, w, *tail, [True, False, False, False])) == forward
+    assert rnn_flops("mkldnn_rnn_layer", (padded, w[0], w[1], w[2], w[3])) == forward
+    assert rnn_flops("_cudnn_rnn", (None, w)) == rnn_flops("_cudnn_rnn", ()) == 0  # not what it takes: none
 
 
 def test_ops_inside_data_loading_are_counted_apart():
