@@ -12,9 +12,9 @@ Evidence, either:
   shorter than their launch (``small_kernel_share``), or a large exclusive Python share of host
   time once data loading and the "other" phase (logging, checkpoints) are taken out.
 
-Fires at XProf's "HIGH kernel launch" level (15 %) — or, on tiny operators priced at 5 % to 15 %
-(a bare operator's price leaves out the module calls around it), where the measured cost below
-reaches that level. Its cost, on a CPU run whose training thread
+Fires at XProf's "HIGH kernel launch" level (15 %) — or, on at least 500 tiny operators a step
+priced at 5 % to 15 % (a bare operator's price leaves out the module calls around it), where the
+measured cost below reaches that level. Its cost, on a CPU run whose training thread
 was accounted (:mod:`stepscope.analysis.run.account`), is measured: the time the thread spent on a
 CPU in the model's phases less the time their FLOPs take at this CPU's measured matmul peak (the
 MFU's upper bound) — what tiny operators spend not computing. Otherwise the operator count × the
