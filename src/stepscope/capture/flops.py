@@ -46,16 +46,6 @@ from stepscope.record.run import ComputeFacts, DeviceCopy, is_library_path
 #: Index of the step whose FLOPs are counted (0-based; the first steps are warm-up).
 FLOP_STEP = 4
 
-#: Aten operators whose inputs' dtype decides which peak the FLOPs are measured against.
-_MATMUL_OPS = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    "_flash_attention_forward", "_efficient_attention_forward", "addbmm", "_scaled_mm",
-    "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn", "_cudnn_rnn_backward",
-    "miopen_rnn", "miopen_rnn_backward",
-})
-
 #: Recurrent layers run as one fused operator per layer (mkldnn on a CPU) or per module (cuDNN,
 #: MIOpen): ``torch.utils.flop_counter`` has no formula for them, and an LSTM's matmuls would be
 #: missing from the step's FLOPs and its MFU (pytorch/examples word_language_model: 8.3 of its 11.0
@@ -70,6 +60,14 @@ _RNN_OPS: dict[str, tuple[int, tuple[int, ...], int]] = {
     "miopen_rnn": (0, (1,), 1),
     "miopen_rnn_backward": (0, (1,), 2),
 }
+
+#: Aten operators whose inputs' dtype decides which peak the FLOPs are measured against.
+_MATMUL_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_flash_attention_forward", "_efficient_attention_forward", "addbmm", "_scaled_mm", *_RNN_OPS,
+})
 
 #: Aten operators that copy between devices (``tensor.to(device)``/``.cuda()`` and ``dst.copy_(src)``).
 _COPY_OPS = frozenset({"_to_copy", "copy_"})

@@ -16,7 +16,7 @@ from dataclasses import replace
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.analysis.run.loader_floor import LoaderFloor
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, lowered_severity
-from stepscope.diagnosis.rules._common import finding as finding_of, pct, restart_wait_in_next
+from stepscope.diagnosis.rules._common import finding as finding_of, lower_end, pct, restart_wait_in_next
 
 
 def loader_pace(evidence: RunEvidence) -> float | None:
@@ -128,18 +128,16 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     basis = item.impact_basis if item.impact_measured else (
         f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
     title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
-    evidence = (*item.evidence, _floor_note(floor))
+    evidence = [*item.evidence, _floor_note(floor)]
     extra = {**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact}
-    low = round(floor.ceiling_low, 4)
     stated = item.extra.get("impact_low")
-    if not isinstance(stated, dict) or float(stated["value"]) > low:
+    if not isinstance(stated, dict) or float(stated["value"]) > round(floor.ceiling_low, 4):
         # the cap is a bound, not a measured cost: its lower end goes to the near-tie check
-        evidence = (*evidence, Evidence("loader_ceiling_low", low, None, "record", "ratio",
-                                        "the part above the DataLoader's floor less the steps' spread about it"))
-        extra["impact_low"] = {"value": low, "why": "what lies above the DataLoader's floor less the steps' "
-                                                    "spread about that pace"}
+        extra.update(lower_end(impact, floor.ceiling_low, "what lies above the DataLoader's floor less the steps' "
+                               "spread about that pace", evidence, "loader_ceiling_low",
+                               "the part above the DataLoader's floor less the steps' spread about it", "record"))
     return replace(item, title=title, impact=impact, severity=lowered_severity(item, impact), impact_basis=basis,
-                   summary=item.summary + summary, evidence=evidence,
+                   summary=item.summary + summary, evidence=tuple(evidence),
                    prescriptions=tuple(_gain_under(p, impact) for p in item.prescriptions), extra=extra)
 
 

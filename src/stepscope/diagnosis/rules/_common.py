@@ -76,13 +76,13 @@ LOW_END_SHOWN = 0.005
 
 
 def lower_end(cost: float, low: float | None, why: str, evidence: list[Evidence], metric: str,
-              scope: str) -> dict[str, Any]:
+              scope: str, source: str = "account") -> dict[str, Any]:
     """The ``extra`` of a finding whose measured ``cost`` has a lower end ``low`` (checked against the
     next cause by :mod:`stepscope.diagnosis.near_tie`): ``{"impact_low": {"value", "why"}}``, with an
     evidence item ``metric`` appended to ``evidence``; empty where the end is not materially lower."""
     if low is None or low >= cost - LOW_END_SHOWN:
         return {}
-    evidence.append(Evidence(metric, round(low, 4), None, "account", "ratio", scope))
+    evidence.append(Evidence(metric, round(low, 4), None, source, "ratio", scope))
     return {"impact_low": {"value": round(low, 4), "why": why}}
 
 
