@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import zygote
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_ROOT.parent / "shared"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("stepscope")
@@ -27,17 +29,35 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_cli(args: list[str], cwd: Path, *, entry: str = "module", timeout: float = 240,
-            env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``stepscope ARGS`` (``python -m stepscope`` or the console script) in a subprocess."""
-    prefix = [sys.executable, "-m", "stepscope"] if entry == "module" else [str(CONSOLE_SCRIPT)]
-    return subprocess.run(prefix + list(args), cwd=cwd, env=cli_env(env), capture_output=True,
+            env: dict[str, str] | None = None, cold: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``stepscope ARGS`` (``python -m stepscope`` or the console script) in a subprocess: forked
+    from the warm interpreter (``zygote.py``) where it can stand for a cold start, else cold."""
+    if entry == "module":
+        return _run([sys.executable, "-m", "stepscope", *args], cwd, timeout, env, cold, kwargs)
+    return subprocess.run([str(CONSOLE_SCRIPT), *args], cwd=cwd, env=cli_env(env), capture_output=True,
                           text=True, timeout=timeout, **kwargs)
 
 
 def run_python(args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None,
-               **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=cli_env(env), capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
+               cold: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` in a subprocess, forked from the warm interpreter where it can be."""
+    return _run([sys.executable, *args], cwd, timeout, env, cold, kwargs)
+
+
+def _run(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None, cold: bool,
+         kwargs: dict) -> subprocess.CompletedProcess:
+    return run_command(command, cwd, cli_env(env), timeout=timeout, cold=cold or bool(kwargs), **kwargs)
+
+
+def run_command(command: list[str], cwd: Path | None, env: dict[str, str], *, timeout: float, cold: bool = False,
+                **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True)`` for a ``python`` command: forked
+    from a warm interpreter where one can stand for the cold start (``zygote.py``), else cold."""
+    if not cold and not kwargs:
+        forked = zygote.run(command, Path(cwd or os.getcwd()), env, timeout)
+        if forked is not None:
+            return forked
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
 def write_script(directory: Path, name: str, body: str) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support import cli_env
+from support import cli_env, run_command
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 
@@ -35,8 +35,8 @@ def test_the_groups_hold_every_check_once():
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_gpu_check_in_cpu_mode(group):
     checks = GROUPS[group]
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--only", *checks], capture_output=True,
-                          text=True, timeout=600, env=cli_env())
+    proc = run_command([sys.executable, str(SCRIPT), "--device", "cpu", "--only", *checks], None, cli_env(),
+                       timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert [line.split()[1] for line in lines] == list(checks), lines

@@ -1,7 +1,8 @@
 """The zoo end to end: every scenario under ``stepscope demo`` must be diagnosed as planted.
 
 Each scenario runs as a user would run it (``python -m stepscope demo NAME``, in a subprocess, with
-the machine's default threads) and its ``report.json`` is read back. The planted family must be
+the machine's default threads; forked from a warm interpreter where that stands for a cold start,
+see ``tests/zygote.py``) and its ``report.json`` is read back. The planted family must be
 the **top** finding; the healthy scenario must have no finding above LOW severity.
 
 The verdicts depend on the cores being free: the tests are ``serial`` (``make test`` runs them
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import run_command
 
 from stepscope.diagnosis.rules import FAMILIES
 from stepscope.zoo import SCENARIOS
@@ -65,9 +67,8 @@ def run_demo(name: str, out: Path) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_SRC) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("OMP_NUM_THREADS", None)  # scenarios see the machine's default threads
-    proc = subprocess.run([sys.executable, "-m", "stepscope", "demo", name, "-o", str(out), "--no-summary",
-                           *DEMO_OPTIONS.get(name, ())],
-                          env=env, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
+    proc = run_command([sys.executable, "-m", "stepscope", "demo", name, "-o", str(out), "--no-summary",
+                        *DEMO_OPTIONS.get(name, ())], None, env, timeout=SCENARIO_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "report.json").read_text(encoding="utf-8"))
 

@@ -1,0 +1,140 @@
+"""The warm interpreter the end-to-end tests fork their processes from (``tests/zygote.py``) must
+stand for a cold start: the same argv, path, ``__main__``, streams, exit status, traceback and
+death by signal as ``subprocess.run`` of the same command, and a cold start wherever it could not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zygote
+from support import cli_env, run_command, write_script
+
+pytestmark = pytest.mark.slow
+
+#: A torch script (so it is served warm) that prints what a program sees of its own start.
+PROBE = """
+    import os, sys
+    warm = "torch" in sys.modules
+    import torch
+    print(sys.argv, sys.path[0], __name__, __file__, __spec__, type(__loader__).__name__, os.getcwd())
+    print(os.environ.get("PROBE_VALUE"), sys.stdin.fileno(), flush=True)
+    print("to stderr", file=sys.stderr)
+    print("WARM" if warm else "COLD", file=sys.stderr)
+    if len(sys.argv) > 1 and sys.argv[1] == "exit":
+        sys.exit(7)
+    if len(sys.argv) > 1 and sys.argv[1] == "raise":
+        def inner():
+            raise ValueError("planted")
+        inner()
+    if len(sys.argv) > 1 and sys.argv[1] == "interrupt":
+        import atexit
+        atexit.register(print, "atexit ran", flush=True)
+        raise KeyboardInterrupt
+"""
+
+
+def both(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """The same command run cold and forked warm (served warm from the second request on)."""
+    command = [sys.executable, "probe.py", *args]
+    env = cli_env({"PROBE_VALUE": "42"})
+    cold = run_command(command, tmp_path, env, timeout=120, cold=True)
+    warm = None
+    for _ in range(2):
+        warm = zygote.run(command, tmp_path, env, timeout=120)
+        if warm is not None:
+            break
+    assert warm is not None, "a torch script in the tests' environment is served warm from its second request"
+    return cold, warm
+
+
+def strip_marker(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line not in ("WARM", "COLD"))
+
+
+@pytest.mark.parametrize("args, code", [((), 0), (("exit",), 7), (("raise",), 1), (("interrupt",), -2)])
+def test_a_warm_fork_looks_to_the_program_as_a_cold_start(tmp_path, args, code):
+    write_script(tmp_path, "probe.py", PROBE)
+    cold, warm = both(tmp_path, *args)
+    assert cold.stderr.splitlines()[1] == "COLD" and warm.stderr.splitlines()[1] == "WARM"
+    assert (cold.returncode, warm.returncode) == (code, code)
+    assert warm.stdout == cold.stdout
+    assert strip_marker(warm.stderr) == strip_marker(cold.stderr)
+    if args == ("raise",):
+        assert 'probe.py", line' in warm.stderr and "zygote" not in warm.stderr and "runpy" not in warm.stderr
+    if args == ("interrupt",):
+        assert warm.stdout.splitlines()[-1] == "atexit ran"
+
+
+def test_a_module_run_with_m_sees_what_python_m_sets(tmp_path):
+    package = tmp_path / "pkg"
+    write_script(package, "__init__.py", "")
+    write_script(package, "__main__.py", "import sys, torch\nprint(sys.argv[1:], sys.path[0], __name__)\n")
+    command = [sys.executable, "-m", "pkg", "a", "b"]
+    cold = run_command(command, tmp_path, cli_env(), timeout=120, cold=True)
+    assert zygote._warm_enough(command[1:], tmp_path) is False  # not a torch module by name: cold
+    assert cold.stdout == f"['a', 'b'] {tmp_path} __main__\n"
+
+
+def test_a_timeout_kills_the_fork_and_raises_as_subprocess_does(tmp_path):
+    write_script(tmp_path, "slow.py", "import time, torch\ntime.sleep(60)\n")
+    command = [sys.executable, "slow.py"]
+    env = cli_env()
+    for _ in range(2):
+        try:
+            result = zygote.run(command, tmp_path, env, timeout=3)
+        except subprocess.TimeoutExpired as expired:
+            assert expired.timeout == 3
+            break
+        assert result is None  # the first request of an environment runs cold
+    else:
+        pytest.fail("the warm fork did not time out")
+
+
+@pytest.mark.parametrize("argv, text, warm", [
+    (["train.py"], "import torch\n", True),
+    (["train.py"], "print('no framework')\n", False),  # cold starts faster without torch
+    (["train.py"], "import torch\nmodel = torch.compile(model)\n", False),  # the compiler's import is timed
+    (["train.py"], "import gc, torch\ngc.collect()\n", False),  # the collector walks torch's objects
+    (["-m", "stepscope", "run", "--no-monitor", "train.py"], "import lightning\n", True),
+    (["-m", "stepscope", "report", "run"], "", False),
+    (["-m", "stepscope", "demo", "input-cpu"], "", True),
+    (["-m", "stepscope", "demo", "compile-short"], "", False),
+    (["-m", "stepscope", "demo", "gc-cycles"], "", False),
+    (["-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], "", True),
+    (["-c", "import torch"], "", False),
+    (["-X", "dev", "train.py"], "import torch\n", False),
+])
+def test_what_is_served_warm(tmp_path, argv, text, warm):
+    write_script(tmp_path, "train.py", text)
+    assert zygote._warm_enough(argv, tmp_path) is warm
+
+
+@pytest.fixture
+def own_servers(monkeypatch):
+    """Servers of this test only (a worker serves at most three environments), closed after it."""
+    monkeypatch.setattr(zygote, "_SERVERS", {})
+    monkeypatch.setattr(zygote, "_SEEN", set())
+    yield
+    zygote._close_all()
+
+
+def test_an_environment_torch_reads_at_start_gets_its_own_server(tmp_path, own_servers):
+    write_script(tmp_path, "probe.py", "import os, torch\nprint(torch.get_num_threads())\n")
+    command = [sys.executable, "probe.py"]
+    seen = []
+    for threads in ("1", "1", "2", "2"):
+        env = cli_env({"OMP_NUM_THREADS": threads})
+        result = zygote.run(command, tmp_path, env, timeout=120)
+        seen.append(None if result is None else result.stdout.strip())
+    # the first of each environment cold; then each is served by a server started with it
+    assert seen[1] == "1" and seen[3] == "2", seen
+    assert zygote.start_up_env({"OMP_NUM_THREADS": "1", "HOME": "/x"}) == (("OMP_NUM_THREADS", "1"),)
+
+
+def test_everything_runs_cold_when_asked(tmp_path, monkeypatch):
+    write_script(tmp_path, "probe.py", "import torch\n")
+    monkeypatch.setenv("STEPSCOPE_TESTS_COLD", "1")
+    assert all(zygote.run([sys.executable, "probe.py"], tmp_path, cli_env(), timeout=60) is None for _ in range(2))

@@ -1,0 +1,299 @@
+"""Warm interpreters the tests fork their ``python -m stepscope …`` and ``python script.py``
+processes from, instead of starting each cold.
+
+Why: the end-to-end tests start a few hundred Python processes, and most of their CPU is each one
+importing torch (~1.5 s on a 2-core machine), for any optimizer step, DDP or Lightning
+``torch._dynamo`` too (~2 s more), and at exit the interpreter's last collections walking every
+object those imports made (~0.5 s): BENCHMARKS.md, "Test suite". A server imports both once and
+freezes what it imported out of the collector, then forks one child per request. The child is a
+real process running real torch: it takes the request's working directory, environment, arguments
+and standard streams, sets up ``__main__``, ``sys.argv`` and ``sys.path[0]`` as ``python -m MOD`` /
+``python SCRIPT`` do, and exits through the interpreter's normal shutdown (atexit, finalizers,
+death by SIGINT after an uncaught Ctrl-C).
+
+A request runs cold where a warm fork would not stand for a cold start (``run`` returns None):
+- a process that would not import torch (a script that names neither torch nor a library built on
+  it, stepscope's commands other than ``run``/``demo``/``tune-loader``): cold it starts faster;
+- what the start leaves behind is what the test measures: ``torch.compile``'s first call imports the
+  compiler and stepscope times it, and the collector's pauses walk torch's objects in a cold process
+  (a script or zoo scenario that compiles or uses ``gc``);
+- options of the interpreter, or arguments other than a script or ``-m MODULE``;
+- the first request of each environment that differs in what the interpreter or torch read when
+  they start (``PYTHON*``, ``OMP_*``, ``TORCH*``…): the second starts a server with it.
+Tests that check the start itself pass ``cold=True``; ``STEPSCOPE_TESTS_COLD=1`` runs everything cold.
+
+Protocol (a Unix socket pair per server): the client sends one JSON line with the three standard
+streams' descriptors attached; the server answers ``{"pid": …}`` once forked and ``{"status": …}``
+(the ``returncode`` convention: negative for a signal) once the child is reaped.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import locale
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+#: Read by the interpreter or by torch when they start: requests whose environments differ in any of
+#: these are served by different servers.
+START_UP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TORCH", "PYTORCH", "CUDA",
+                     "NVIDIA_", "LD_", "MALLOC", "GLIBC", "DNNL_", "ONEDNN_", "LC_", "LANG", "TMPDIR")
+#: What a script that imports torch names.
+TORCH_WORDS = ("torch", "lightning", "transformers", "accelerate")
+#: stepscope's commands that run PyTorch in their own process.
+TORCH_COMMANDS = ("run", "demo", "tune-loader")
+#: What a process measures that a warm fork would change (see the module's docstring).
+_COLD_TEXT = re.compile(r"\bcompile\b|\bgc\b")
+_MAX_SERVERS = 3
+
+
+def start_up_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((key, value) for key, value in env.items() if key.startswith(START_UP_PREFIXES)))
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.sendall(data)
+
+
+def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One JSON line and the descriptors sent with it; (None, []) at end of stream."""
+    fds = array.array("i")
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk, ancillary, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(16 * fds.itemsize))
+        if not chunk:
+            return None, []
+        data += chunk
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return json.loads(data), list(fds)
+
+
+# --- the client (in the test process) ----------------------------------------------------------
+
+
+def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
+    """``command`` (``python …``) forked from a warm interpreter, as ``subprocess.run(command,
+    capture_output=True, text=True)`` would return it; None where it must run cold."""
+    if os.environ.get("STEPSCOPE_TESTS_COLD") == "1" or not _warm_enough(command[1:], cwd):
+        return None
+    with _LOCK:
+        key = start_up_env(env)
+        server = _SERVERS.get(key)
+        if server is None:
+            if key not in _SEEN or len(_SERVERS) >= _MAX_SERVERS:
+                _SEEN.add(key)
+                return None
+            server = _SERVERS[key] = _Server(env)
+        try:
+            return server.run(command, cwd, env, timeout)
+        except (OSError, ValueError, KeyError):  # the server died: this environment runs cold from now on
+            server.close()
+            _SERVERS[key] = _Broken()
+            return None
+
+
+def _warm_enough(argv: list[str], cwd: Path) -> bool:
+    """Whether the process is to import torch and measures nothing a warm start changes."""
+    if not argv or argv[0].startswith("-") and not (argv[0] == "-m" and len(argv) > 1):
+        return False
+    if argv[0] == "-m" and argv[1] != "stepscope":
+        return argv[1].split(".")[0] in TORCH_WORDS
+    rest = argv[2:] if argv[0] == "-m" else argv
+    if argv[0] == "-m" and (not rest or rest[0] not in TORCH_COMMANDS):
+        return False
+    if argv[0] == "-m" and rest[0] == "demo":
+        return not any(_COLD_TEXT.search(arg.replace("-", " ")) for arg in rest[1:2])
+    script = next((arg for arg in rest if arg.endswith(".py")), None)
+    if script is None:
+        return argv[0] == "-m" and rest[0] == "tune-loader"
+    try:
+        text = (cwd / script).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(word in text for word in TORCH_WORDS) and not _COLD_TEXT.search(text)
+
+
+class _Server:
+    """One warm interpreter, started with ``env``."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        ours, theirs = socket.socketpair()
+        self.process = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                        env=env, stdin=subprocess.DEVNULL, cwd=Path(__file__).parent)
+        theirs.close()
+        self.sock: socket.socket | None = ours
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+            self.process.wait()
+
+    def run(self, command: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess:
+        sock = self.sock
+        if sock is None:
+            raise OSError("closed")
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env}, [0, out.fileno(), err.fileno()])
+            pid = _reply(sock)["pid"]
+            sock.settimeout(timeout)
+            try:
+                status = _reply(sock)["status"]
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                sock.settimeout(None)
+                _reply(sock)
+                raise subprocess.TimeoutExpired(command, timeout, _text(out), _text(err)) from None
+            finally:
+                sock.settimeout(None)
+            return subprocess.CompletedProcess(command, status, _text(out), _text(err))
+
+
+class _Broken(_Server):
+    def __init__(self) -> None:  # noqa: D107 - a server that runs nothing
+        self.sock = None
+
+    def close(self) -> None:
+        pass
+
+
+def _reply(sock: socket.socket) -> dict:
+    message, _ = receive(sock)
+    if message is None:
+        raise OSError("the warm interpreter exited")
+    return message
+
+
+def _text(handle) -> str:
+    """A captured stream as ``subprocess.run(text=True)`` decodes it."""
+    handle.seek(0)
+    data = handle.read().decode(locale.getpreferredencoding(False))
+    return data.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _close_all() -> None:
+    for server in _SERVERS.values():
+        server.close()
+
+
+_LOCK = threading.Lock()
+_SERVERS: dict[tuple, _Server] = {}
+_SEEN: set[tuple] = set()
+if __name__ != "__main__":
+    import atexit
+
+    atexit.register(_close_all)
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+def _serve(sock: socket.socket) -> tuple[dict, list[int]]:
+    """Fork a child per request; return (in the child only) the request it is to run."""
+    while True:
+        request, fds = receive(sock)
+        if request is None:
+            os._exit(0)
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            return request, fds
+        for fd in fds:
+            os.close(fd)
+        try:
+            send(sock, {"pid": pid})
+            _, status = os.waitpid(pid, 0)
+            send(sock, {"status": os.waitstatus_to_exitcode(status)})
+        except OSError:  # the client went away: nothing left to serve
+            os._exit(0)
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """Turn this forked child into the process the request describes, then run it."""
+    import atexit
+    import importlib.machinery
+    import runpy
+    import types
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv: list[str] = request["argv"]
+    sys.orig_argv = [sys.executable, *argv]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    interrupted: list[bool] = []
+
+    def _die_by_sigint() -> None:  # what the interpreter does after an uncaught KeyboardInterrupt
+        if interrupted:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    atexit.register(_die_by_sigint)  # registered first, so it runs after the program's own handlers
+    try:
+        if argv[0] == "-m":
+            sys.argv = ["-m", *argv[2:]]
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(argv[1])  # type: ignore[attr-defined]  # what `python -m` calls
+        else:
+            path = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(path)
+            with open(path, "rb") as handle:
+                code = compile(handle.read(), path, "exec", dont_inherit=True)
+            main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__,
+                                 __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+            exec(code, main.__dict__)  # noqa: S102
+    except SystemExit:
+        raise
+    except BaseException as error:  # noqa: BLE001 - printed as the interpreter prints it, less our frames
+        traceback = error.__traceback__
+        while traceback is not None and traceback.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+            traceback = traceback.tb_next
+        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
+        if isinstance(error, KeyboardInterrupt):
+            interrupted.append(True)
+        sys.exit(1)
+
+
+def _warm_up() -> None:
+    import gc
+
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.utils.data  # noqa: F401
+
+    # What was imported stays out of the children's collections (each full one, and the one at
+    # exit, would walk ~290k more objects and copy every page they live on).
+    gc.collect()
+    gc.freeze()
+
+
+if __name__ == "__main__":
+    _channel = socket.socket(fileno=int(sys.argv[1]))
+    _warm_up()
+    _request, _fds = _serve(_channel)
+    del _channel
+    _become(_request, _fds)
