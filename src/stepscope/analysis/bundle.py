@@ -163,6 +163,9 @@ class RankSteady:
     #: cores of its machine; None without the sampler
     tree_cores: float | None = None
     machine_cores: int | None = None
+    #: its busiest DataLoader's measured floor (the workers' own time per step); None where the
+    #: workers' batches were not timed
+    floor: LoaderFloor | None = field(default=None, compare=False)
 
     def own_work_s(self, phases: tuple[str, ...]) -> float:
         """Mean seconds per step in ``phases``."""
@@ -281,10 +284,12 @@ def rank_basis(record: RunRecord, signals: MacroSignals | None = None) -> RankBa
         other = next((item for item in phase.locations if not item.library), None) if phase is not None else None
         from stepscope.analysis.run.account import phase_on_cpu
 
-        summary = RankSteady(record.meta.rank, steady, busiest_loader(record), comm_shares(record, steady),
+        loader = busiest_loader(record)
+        summary = RankSteady(record.meta.rank, steady, loader, comm_shares(record, steady),
                              record.meta.node_rank, record.meta.hostname, other, record.steps,
                              phase_on_cpu(record, steady), tree_cores(signals),
-                             signals.cpu_count if signals is not None else None)
+                             signals.cpu_count if signals is not None else None,
+                             loader_floor(record, steady, loader))
     return RankBasis(record, steady, window, signals, code, summary)
 
 
@@ -365,7 +370,7 @@ def _evidence(basis: RankBasis, trace: TraceEvidence | None, job: tuple[RankStea
     if foreign is not None and account is not None and (taker := account.taker("other processes")) is not None:
         foreign = replace(foreign, step_cost=taker.step_share)
     estimate, note = mfu_estimate(record.facts, steady, gpu, foreign)
-    floor = loader_floor(record, steady, loader)
+    floor = basis.summary.floor if basis.summary is not None else loader_floor(record, steady, loader)
     return RunEvidence(
         record=record, steady=steady, signals=signals, trace=trace, facts=record.facts, ranks=job,
         cpu_count=cpu_count, intra_op_threads=meta.intra_op_threads, gpu=gpu, main_loader=loader,

@@ -117,17 +117,28 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     """``item`` with its impact capped by the loader's floor when it shortens only the training
     thread's own work or its waits for a core (:func:`_under_the_floor_only`) and claims more than
     lies above that floor; its prescriptions' expected gains with it."""
+    if item.impact <= floor.ceiling or not _under_the_floor_only(item):
+        return item
+    less = "fewer waits for a core" if item.family in CORE_WAIT_FAMILIES else "less work in the training thread"
+    return capped_at_floor(item, floor, "The DataLoader", less)
+
+
+def capped_at_floor(item: Finding, floor: LoaderFloor, whose: str, less: str) -> Finding:
+    """``item`` with its impact capped at what lies above ``floor`` (``whose`` DataLoader's: "The
+    DataLoader", "Rank 1's DataLoader"), said in its title, summary, evidence and prescriptions, and
+    the cap's lower end (:attr:`LoaderFloor.ceiling_low`) stated for the near-tie check; unchanged
+    where it claims no more than that."""
     ceiling = floor.ceiling
-    if item.impact <= ceiling or not _under_the_floor_only(item):
+    if item.impact <= ceiling:
         return item
     impact = round(ceiling, 4)
-    less = "fewer waits for a core" if item.family in CORE_WAIT_FAMILIES else "less work in the training thread"
-    summary = (f" The DataLoader sets a floor of {floor.floor_s * 1e3:.3g} ms under the {floor.step_s * 1e3:.3g} ms "
+    summary = (f" {whose} sets a floor of {floor.floor_s * 1e3:.3g} ms under the {floor.step_s * 1e3:.3g} ms "
                f"step ({floor.describe()}; its waits for a core not counted): {less} "
                f"can save at most {pct(ceiling)} before it waits for data instead; faster loading lowers that floor.")
     basis = item.impact_basis if item.impact_measured else (
-        f"{item.impact_basis}, at most the {pct(ceiling)} of the step above the DataLoader's measured pace")
-    title = f"{item.title} (at most {pct(ceiling)} to gain: the DataLoader sets the pace)"
+        f"{item.impact_basis}, at most the {pct(ceiling)} of the step above {whose[0].lower() + whose[1:]}'s "
+        "measured pace")
+    title = f"{item.title} (at most {pct(ceiling)} to gain: {whose[0].lower() + whose[1:]} sets the pace)"
     evidence = [*item.evidence, _floor_note(floor)]
     extra = {**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact}
     stated = item.extra.get("impact_low")

@@ -147,3 +147,46 @@ def test_a_straggler_beside_idle_cores_has_no_lower_end_and_its_computing_counts
     assert idle is not None and "impact_low" not in idle.extra
     computing, _ = _straggler_asleep(1.0, (0.9, 0.9))  # on a CPU throughout: its time frees a core
     assert computing.extra["impact_low"]["value"] == pytest.approx(0.1 + computing.impact / 2, abs=1e-3)
+
+
+def _floor(share: float, step_s: float):
+    from stepscope.analysis.run.loader_floor import LoaderFloor
+
+    return LoaderFloor(loader_id=1, workers=1, batches=40, wall_s=share * step_s, cpu_s=share * step_s, runq_s=0.0,
+                       blocked_s=0.0, floor_s=share * step_s, share=share, step_s=step_s, pace_share=share, busy=0.9,
+                       runq_measured=True)
+
+
+def test_a_straggler_s_own_work_saves_at_most_what_lies_above_its_loader_floor():
+    """Rank 1's chore (30 % of its step, rank 0 waiting for it, charged 21 %): with rank 1's workers
+    measured at 85 % of its step, taking the chore out makes rank 1 wait for its own data; the job
+    saves at most the 15 % above that floor, as rank 1's own finding of the chore says (blind w016 of
+    seed 1650520568)."""
+    finding, job = _straggler_asleep(0.05, (0.3, 0.3))
+    assert finding is not None and finding.impact > 0.2
+    step = job[1].steady.step_time_mean_s
+    floored = tuple(replace(item, floor=_floor(0.85, step) if item.rank == 1 else None) for item in job)
+    shares = ({"data_wait": 0.1, "forward": 0.45, "backward": 0.45}, {"data_wait": 0.1, "forward": 0.3, "backward": 0.3})
+    ranks = tuple(_waiting_in_collectives(make_record(rank=index, shares=shares[index]), 0.004 if index == 0 else 0.0002)
+                  for index in range(2))
+    capped = slow_rank(replace(ctx_of(ranks[0], ranks=ranks), ranks=floored))
+    assert capped is not None and capped.impact == pytest.approx(0.15, abs=1e-4)
+    assert capped.extra["capped_by_loader"] == pytest.approx(0.15, abs=1e-4)
+    assert capped.extra["impact_uncapped"] == finding.impact
+    assert capped.title.endswith("(at most 15% to gain: rank 1's DataLoader sets the pace)"), capped.title
+    assert "Rank 1's DataLoader sets a floor" in capped.summary
+    assert capped.extra["impact_low"]["value"] == pytest.approx(0.05, abs=1e-4)  # the cap less the pace's margin
+    # a floor above which the chore fits whole changes nothing
+    loose = tuple(replace(item, floor=_floor(0.5, step) if item.rank == 1 else None) for item in job)
+    assert slow_rank(replace(ctx_of(ranks[0], ranks=ranks), ranks=loose)).impact == finding.impact
+
+
+def test_a_straggler_waiting_for_its_own_data_is_not_capped_by_that_loader():
+    ranks = tuple(rank(index, wait) for index, wait in enumerate((0.05, 0.30)))
+    evidence = ctx_of(ranks[0], ranks=ranks)
+    plain = slow_rank(evidence)
+    step = evidence.ranks[1].steady.step_time_mean_s
+    floored = tuple(replace(item, floor=_floor(0.9, step)) for item in evidence.ranks)
+    finding = slow_rank(replace(evidence, ranks=floored))
+    assert finding is not None and finding.extra.get("phase") == "data_wait" and "capped_by_loader" not in finding.extra
+    assert finding.impact == plain.impact
