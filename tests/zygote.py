@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 #: Read by the interpreter or by torch when they start: requests whose environments differ in any of
@@ -149,9 +150,15 @@ class _Server:
         if sock is None:
             raise OSError("closed")
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env}, [0, out.fileno(), err.fileno()])
-            pid = _reply(sock)["pid"]
+            deadline = time.monotonic() + timeout
             sock.settimeout(timeout)
+            try:  # a server still warming up answers within the request's own timeout, or is given up
+                send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env}, [0, out.fileno(), err.fileno()])
+                pid = _reply(sock)["pid"]
+            except TimeoutError:
+                self.process.kill()
+                raise OSError("the warm interpreter did not answer") from None
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
             try:
                 status = _reply(sock)["status"]
             except TimeoutError:
