@@ -132,13 +132,13 @@ def capped_at_floor(item: Finding, floor: LoaderFloor, whose: str, less: str) ->
     if item.impact <= ceiling:
         return item
     impact = round(ceiling, 4)
+    owner = whose[0].lower() + whose[1:]
     summary = (f" {whose} sets a floor of {floor.floor_s * 1e3:.3g} ms under the {floor.step_s * 1e3:.3g} ms "
                f"step ({floor.describe()}; its waits for a core not counted): {less} "
                f"can save at most {pct(ceiling)} before it waits for data instead; faster loading lowers that floor.")
     basis = item.impact_basis if item.impact_measured else (
-        f"{item.impact_basis}, at most the {pct(ceiling)} of the step above {whose[0].lower() + whose[1:]}'s "
-        "measured pace")
-    title = f"{item.title} (at most {pct(ceiling)} to gain: {whose[0].lower() + whose[1:]} sets the pace)"
+        f"{item.impact_basis}, at most the {pct(ceiling)} of the step above {owner}'s measured pace")
+    title = f"{item.title} (at most {pct(ceiling)} to gain: {owner} sets the pace)"
     evidence = [*item.evidence, _floor_note(floor)]
     extra = {**item.extra, "capped_by_loader": round(ceiling, 4), "impact_uncapped": item.impact}
     stated = item.extra.get("impact_low")
