@@ -21,7 +21,9 @@ For each workload:
 Prints a row per workload, the summary (accuracy, abstentions, confidently wrong) and the
 calibration of confidence (per bucket, how often the top finding was right); ``--out`` writes it
 all as JSON. One workload takes (2 + its factors) runs of ~3-15 s on a 2-core machine. The runs
-time the machine: run on a quiet one, ``--jobs 1``; results from a loaded machine mean nothing.
+time the machine: run on a quiet one, ``--jobs 1``; results from a loaded machine mean nothing. Each
+workload is marked with the cores other processes used while it ran (``others_cores``; ``crowded``
+from ``blind/quiet.py``'s 0.2), and the summary names the ones that ran beside such load.
 Never tune stepscope on the seeds you look at: report a fresh seed.
 """
 
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from blind.factors import FACTORS  # noqa: E402
 from blind.generate import Workload, draw_workload, write  # noqa: E402
+from blind.quiet import CROWDED_CORES, OthersMeter, others_now  # noqa: E402
 from blind.score import read_verdict, score, summarise  # noqa: E402
 from blind.truth import RunFailed, ground_truth, run_workload, stepscope_command, stop_all  # noqa: E402
 
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"blind_eval: unknown factor(s) {', '.join(unknown)}; known: {', '.join(FACTORS)}", file=sys.stderr)
         return 2
     print(f"blind evaluation: seed {seed}, {args.count} workloads, factors: {', '.join(allowed)}", flush=True)
+    if not args.dry_run and (busy := others_now()) >= CROWDED_CORES:
+        print(f"blind_eval: the machine is not quiet: other processes used {busy:.2f} cores over 2 s; the "
+              "workloads that run beside such load are marked", file=sys.stderr, flush=True)
     workloads = [draw_workload(seed, index, allowed) for index in range(args.count)]
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"blind-eval-{seed}-"))
     try:
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     summary = summarise(rows)
+    summary["beside_other_load"] = [row["name"] for row in rows if row.get("crowded")]
     print()
     print(render_table(rows))
     print()
@@ -131,6 +138,7 @@ def evaluate(workload: Workload, directory: Path, repeats: int, timeout_s: float
     """Ground truth, verdict and score of one workload, as a JSON row."""
     started = time.perf_counter()
     row: dict = {**workload.to_dict(), "directory": str(directory)}
+    meter = OthersMeter()
     try:
         truth = ground_truth(workload, directory, repeats, timeout_s)
         out = "stepscope-run"
@@ -139,6 +147,8 @@ def evaluate(workload: Workload, directory: Path, repeats: int, timeout_s: float
         report = json.loads((directory / out / "report.json").read_text())
     except (RunFailed, OSError, ValueError) as error:
         return {**row, "outcome": "error", "error": str(error), "elapsed_s": round(time.perf_counter() - started, 1)}
+    others = meter.cores()
+    row.update(others_cores=round(others, 3), crowded=others >= CROWDED_CORES)
     verdict = read_verdict(report)
     result = score(truth, verdict)
     findings = report.get("findings") or []
@@ -174,7 +184,8 @@ def render_row(row: dict) -> str:
             + (f" (within noise: {', '.join(tied)})" if tied else "")
             + f" | verdict: {verdict['rule_id'] or '(none)'} '{verdict['primary_prescription'][:60]}'"
             f" conf {_pct(verdict['confidence'])} -> {_removes(verdict)} | {row['outcome'].upper()}"
-            + (" (confidently wrong)" if row.get("confidently_wrong") else "") + f" [{row['elapsed_s']} s]")
+            + (" (confidently wrong)" if row.get("confidently_wrong") else "") + f" [{row['elapsed_s']} s]"
+            + (f" BESIDE OTHER LOAD ({row['others_cores']:.2f} cores)" if row.get("crowded") else ""))
 
 
 def render_table(rows: list[dict]) -> str:
@@ -210,6 +221,10 @@ def render_summary(seed: int, summary: dict) -> str:
     for bucket in summary["calibration"]:
         lines.append(f"  | {bucket['bucket']} | {bucket['verdicts']} | {bucket['right']} | "
                      f"{_pct(bucket['right_share'])} | {_pct(bucket['mean_confidence'])} |")
+    crowded = summary.get("beside_other_load") or []
+    if crowded:
+        lines.append(f"  NOT BLIND: {len(crowded)} workload(s) ran beside other processes using >= {CROWDED_CORES} "
+                     f"cores ({', '.join(crowded)}); draw them again on a quiet machine (--seed {seed})")
     return "\n".join(lines)
 
 

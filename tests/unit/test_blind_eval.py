@@ -237,3 +237,47 @@ def test_the_wait_split_check_refuses_a_file_that_is_no_evaluation_in_one_line(t
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"wait_split_check: {path} is not a blind evaluation")
+
+
+def test_the_others_meter_subtracts_this_process_and_what_it_reaped(monkeypatch):
+    from blind import quiet
+
+    snapshots = iter([quiet._Snapshot(10.0, 100.0, 5.0), quiet._Snapshot(14.0, 106.0, 9.0)])
+    monkeypatch.setattr(quiet, "_snapshot", lambda: next(snapshots))
+    meter = quiet.OthersMeter()
+    assert meter.cores() == pytest.approx((6.0 - 4.0) / 4.0)  # 6 s busy, 4 s of it ours, over 4 s
+
+
+BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+#: Starts a busy grandchild and leaves at once: the grandchild is no descendant this process reaps.
+ORPHAN = ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {code!r}], start_new_session=True)\n")
+
+
+@pytest.mark.serial  # reads the machine's CPU: other tests' load would be "others" too
+def test_a_reaped_busy_child_is_ours_and_an_orphan_is_another_process():
+    from blind.quiet import OthersMeter
+
+    meter = OthersMeter()
+    subprocess.run([sys.executable, "-c", BUSY.format(seconds=1.0)], check=True, timeout=30)
+    ours = meter.cores()
+    meter = OthersMeter()
+    subprocess.run([sys.executable, "-c", ORPHAN.format(code=BUSY.format(seconds=1.5))], check=True, timeout=30)
+    time.sleep(1.6)
+    others = meter.cores()
+    assert ours < 0.3 and others > 0.5, (ours, others)
+
+
+def test_a_workload_beside_other_load_is_marked_and_named_in_the_summary():
+    import blind_eval
+
+    row = {"name": "w003", "seed": 7, "outcome": "right", "factors": [], "elapsed_s": 9.0, "others_cores": 0.93,
+           "crowded": True, "truth": {"full": {"mean_ms": 1.0, "sem_ms": 0.1}, "within_noise": [], "bottleneck": None},
+           "verdict": {"rule_id": None, "primary_prescription": "", "confidence": None, "removes": []}}
+    assert blind_eval.render_row(row).endswith("BESIDE OTHER LOAD (0.93 cores)")
+    summary = {"workloads": 1, "scored": 1, "no_bottleneck": 0, "errors": 0, "right": 1, "wrong": 0, "abstain": 0,
+               "accuracy": 1.0, "accuracy_when_answered": 1.0, "abstention_rate": 0.0, "confidently_wrong": 0,
+               "confidently_wrong_rate": 0.0, "top_within_noise": 0, "calibration": [], "beside_other_load": ["w003"]}
+    assert blind_eval.render_summary(7, summary).splitlines()[-1] == (
+        "  NOT BLIND: 1 workload(s) ran beside other processes using >= 0.2 cores (w003); draw them again on a "
+        "quiet machine (--seed 7)")
+    assert "NOT BLIND" not in blind_eval.render_summary(7, {**summary, "beside_other_load": []})
