@@ -190,3 +190,20 @@ def test_a_straggler_waiting_for_its_own_data_is_not_capped_by_that_loader():
     finding = slow_rank(replace(evidence, ranks=floored))
     assert finding is not None and finding.extra.get("phase") == "data_wait" and "capped_by_loader" not in finding.extra
     assert finding.impact == plain.impact
+
+
+def test_a_straggler_claims_its_slow_phase_beside_the_others_wait():
+    """On the slow rank the straggler's cost is its slow phase: a chore outside the model claimed as a
+    data wait too would absorb that rank's own loader finding in the partition of the step (blind
+    w016 of seed 1650520568: rank 1's CPU-bound loading vanished from the job's report)."""
+    chore, _ = _straggler_asleep(1.0, (0.3, 0.3))
+    assert chore.claims == ("communication", "other")
+    loading = slow_rank(ctx_of(rank(0, 0.05), ranks=(rank(0, 0.05), rank(1, 0.30))))
+    assert loading.claims == ("communication", "data_wait")
+    from stepscope.diagnosis.engine import _partition_costs
+
+    loader = common.finding("input_pipeline.loader_cpu_bound", "input_pipeline", "loading", 0.1, 0.9, [], [],
+                            claims=("data_wait",))
+    evidence = ctx_of(rank(1, 0.1))
+    kept, absorbed = _partition_costs([replace(chore, impact=0.3), loader], evidence)
+    assert [item.rule_id for item in kept] == ["straggler.slow_rank", "input_pipeline.loader_cpu_bound"] and not absorbed

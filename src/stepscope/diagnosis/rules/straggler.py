@@ -39,6 +39,10 @@ STRAGGLER_PHASES = ("data_wait", "forward", "optimizer", "other")
 #: The straggler's slow phase -> the families of the slow rank's own findings that are its cause
 #: (the job report says so on that finding: both describe one problem).
 CAUSE_FAMILIES = common.PHASE_CAUSES
+#: The straggler's slow phase -> the part of the step its cost sits in beside the others' wait in
+#: collectives: on the slow rank, that phase (a chore outside the model is no data wait of its own,
+#: and claimed as one it would absorb the rank's loader finding: blind w016 of seed 1650520568).
+PHASE_CLAIMS = {"data_wait": "data_wait", "forward": "compute", "optimizer": "compute", "other": "other"}
 #: Scores above this are shown capped (the other ranks' time in the phase is near zero).
 MAX_SCORE = 10.0
 #: The excess must also be this share of the step (a 10 % skew of a 0.1 ms phase is noise).
@@ -111,7 +115,7 @@ def slow_rank(ev: RunEvidence) -> Finding | None:
     found = common.finding("straggler.slow_rank", "straggler",
                            f"Rank {rank} straggles: {cause['what']} (other ranks: {common.ms(others_s)})",
                            impact, confidence, evidence, [cause["fix"]], summary,
-                           claims=("communication", "data_wait", "compute"), rank=rank,
+                           claims=("communication", PHASE_CLAIMS[phase]), rank=rank,
                            cause_families=CAUSE_FAMILIES.get(phase, ()),
                            waiting_ranks=[item.rank for item in waiting], phase=phase, **extra)
     if phase == "data_wait" or slow.floor is None:
