@@ -20,7 +20,10 @@ A request runs cold where a warm fork would not stand for a cold start (``run`` 
 - options of the interpreter, or arguments other than a script or ``-m MODULE``;
 - the first request of each environment that differs in what the interpreter or torch read when
   they start (``PYTHON*``, ``OMP_*``, ``TORCH*``…): the second starts a server with it.
-Tests that check the start itself pass ``cold=True``; ``STEPSCOPE_TESTS_COLD=1`` runs everything cold.
+``cold=True`` asks for a cold start (``tests/unit/test_zygote.py`` compares the two); the tests that
+check the start itself (the compiler not imported by a counted step, the operator-cost probe's
+imports) start their processes with ``subprocess`` directly. ``STEPSCOPE_TESTS_COLD=1`` runs
+everything cold.
 
 Protocol (a Unix socket pair per server): the client sends one JSON line with the three standard
 streams' descriptors attached; the server answers ``{"pid": …}`` once forked and ``{"status": …}``
