@@ -22,8 +22,8 @@ Prints a row per workload, the summary (accuracy, abstentions, confidently wrong
 calibration of confidence (per bucket, how often the top finding was right); ``--out`` writes it
 all as JSON. One workload takes (2 + its factors) runs of ~3-15 s on a 2-core machine. The runs
 time the machine: run on a quiet one, ``--jobs 1``; results from a loaded machine mean nothing. Each
-workload is marked with the cores other processes used while it ran (``others_cores``; ``crowded``
-from ``blind/quiet.py``'s 0.2), and the summary names the ones that ran beside such load.
+workload is marked with the cores other processes used while it ran (``others_cores``; from
+``blind/quiet.py``'s 0.2 it ran beside other load), and the summary names those workloads.
 Never tune stepscope on the seeds you look at: report a fresh seed.
 """
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     summary = summarise(rows)
-    summary["beside_other_load"] = [row["name"] for row in rows if row.get("crowded")]
+    summary["beside_other_load"] = [row["name"] for row in rows if crowded(row)]
     print()
     print(render_table(rows))
     print()
@@ -147,8 +147,7 @@ def evaluate(workload: Workload, directory: Path, repeats: int, timeout_s: float
         report = json.loads((directory / out / "report.json").read_text())
     except (RunFailed, OSError, ValueError) as error:
         return {**row, "outcome": "error", "error": str(error), "elapsed_s": round(time.perf_counter() - started, 1)}
-    others = meter.cores()
-    row.update(others_cores=round(others, 3), crowded=others >= CROWDED_CORES)
+    row["others_cores"] = round(meter.cores(), 3)
     verdict = read_verdict(report)
     result = score(truth, verdict)
     findings = report.get("findings") or []
@@ -157,6 +156,11 @@ def evaluate(workload: Workload, directory: Path, repeats: int, timeout_s: float
             "stepscope_wall_s": round(wall, 2), "stepscope_steady_ms": _steady_ms(report),
             "outcome": result.outcome, "confidently_wrong": result.confidently_wrong,
             "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
+def crowded(row: dict) -> bool:
+    """Whether the workload ran beside other processes' load (``blind/quiet.py``)."""
+    return row.get("others_cores", 0.0) >= CROWDED_CORES
 
 
 def _steady_ms(report: dict) -> float | None:
@@ -185,7 +189,7 @@ def render_row(row: dict) -> str:
             + f" | verdict: {verdict['rule_id'] or '(none)'} '{verdict['primary_prescription'][:60]}'"
             f" conf {_pct(verdict['confidence'])} -> {_removes(verdict)} | {row['outcome'].upper()}"
             + (" (confidently wrong)" if row.get("confidently_wrong") else "") + f" [{row['elapsed_s']} s]"
-            + (f" BESIDE OTHER LOAD ({row['others_cores']:.2f} cores)" if row.get("crowded") else ""))
+            + (f" BESIDE OTHER LOAD ({row['others_cores']:.2f} cores)" if crowded(row) else ""))
 
 
 def render_table(rows: list[dict]) -> str:
@@ -221,10 +225,10 @@ def render_summary(seed: int, summary: dict) -> str:
     for bucket in summary["calibration"]:
         lines.append(f"  | {bucket['bucket']} | {bucket['verdicts']} | {bucket['right']} | "
                      f"{_pct(bucket['right_share'])} | {_pct(bucket['mean_confidence'])} |")
-    crowded = summary.get("beside_other_load") or []
-    if crowded:
-        lines.append(f"  NOT BLIND: {len(crowded)} workload(s) ran beside other processes using >= {CROWDED_CORES} "
-                     f"cores ({', '.join(crowded)}); draw them again on a quiet machine (--seed {seed})")
+    beside = summary.get("beside_other_load") or []
+    if beside:
+        lines.append(f"  NOT BLIND: {len(beside)} workload(s) ran beside other processes using >= {CROWDED_CORES} "
+                     f"cores ({', '.join(beside)}); draw them again on a quiet machine (--seed {seed})")
     return "\n".join(lines)
 
 

@@ -96,31 +96,40 @@ def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> s
         return None
     with _LOCK:
         key = start_up_env(env)
-        server = _SERVERS.get(key)
-        if server is None:
+        if key not in _SERVERS:
             if key not in _SEEN or len(_SERVERS) >= _MAX_SERVERS:
                 _SEEN.add(key)
                 return None
-            server = _SERVERS[key] = _Server(env)
+            _SERVERS[key] = _Server(env)
+        server = _SERVERS[key]
+        if server is None:  # its server died: this environment runs cold
+            return None
         try:
             return server.run(command, cwd, env, timeout)
-        except (OSError, ValueError, KeyError):  # the server died: this environment runs cold from now on
+        except (OSError, ValueError, KeyError):
             server.close()
-            _SERVERS[key] = _Broken()
+            _SERVERS[key] = None
             return None
 
 
 def _warm_enough(argv: list[str], cwd: Path) -> bool:
     """Whether the process is to import torch and measures nothing a warm start changes."""
-    if not argv or argv[0].startswith("-") and not (argv[0] == "-m" and len(argv) > 1):
+    if not argv:
         return False
-    if argv[0] == "-m" and argv[1] != "stepscope":
-        return argv[1].split(".")[0] in TORCH_WORDS
-    rest = argv[2:] if argv[0] == "-m" else argv
-    if argv[0] == "-m" and (not rest or rest[0] not in TORCH_COMMANDS):
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            return False
+        if argv[1] != "stepscope":
+            return argv[1].split(".")[0] in TORCH_WORDS
+        rest = argv[2:]
+        if not rest or rest[0] not in TORCH_COMMANDS:
+            return False
+        if rest[0] == "demo":
+            return not any(_COLD_TEXT.search(name.replace("-", " ")) for name in rest[1:2])
+    elif argv[0].startswith("-"):
         return False
-    if argv[0] == "-m" and rest[0] == "demo":
-        return not any(_COLD_TEXT.search(arg.replace("-", " ")) for arg in rest[1:2])
+    else:
+        rest = argv
     script = next((arg for arg in rest if arg.endswith(".py")), None)
     if script is None:
         return argv[0] == "-m" and rest[0] == "tune-loader"
@@ -150,8 +159,7 @@ class _Server:
     def run(self, command: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:
         sock = self.sock
-        if sock is None:
-            raise OSError("closed")
+        assert sock is not None, "a closed server serves nothing"
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             deadline = time.monotonic() + timeout
             sock.settimeout(timeout)
@@ -174,14 +182,6 @@ class _Server:
             return subprocess.CompletedProcess(command, status, _text(out), _text(err))
 
 
-class _Broken(_Server):
-    def __init__(self) -> None:  # noqa: D107 - a server that runs nothing
-        self.sock = None
-
-    def close(self) -> None:
-        pass
-
-
 def _reply(sock: socket.socket) -> dict:
     message, _ = receive(sock)
     if message is None:
@@ -198,11 +198,12 @@ def _text(handle) -> str:
 
 def _close_all() -> None:
     for server in _SERVERS.values():
-        server.close()
+        if server is not None:
+            server.close()
 
 
 _LOCK = threading.Lock()
-_SERVERS: dict[tuple, _Server] = {}
+_SERVERS: dict[tuple, _Server | None] = {}  # None: its server died
 _SEEN: set[tuple] = set()
 if __name__ != "__main__":
     import atexit

@@ -117,7 +117,7 @@ def _under_the_floor(item: Finding, floor: LoaderFloor) -> Finding:
     """``item`` with its impact capped by the loader's floor when it shortens only the training
     thread's own work or its waits for a core (:func:`_under_the_floor_only`) and claims more than
     lies above that floor; its prescriptions' expected gains with it."""
-    if item.impact <= floor.ceiling or not _under_the_floor_only(item):
+    if not _under_the_floor_only(item):
         return item
     less = "fewer waits for a core" if item.family in CORE_WAIT_FAMILIES else "less work in the training thread"
     return capped_at_floor(item, floor, "The DataLoader", less)
