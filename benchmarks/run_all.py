@@ -40,6 +40,7 @@ SHORT = {
     "bench_bytecode.py": ["--rounds", "2"],
     "bench_gc_pause.py": ["--rounds", "1"],
     "bench_demo_exit.py": ["--rounds", "2"],
+    "bench_warm_tests.py": ["--rounds", "1"],
 }
 RATIO = re.compile(r"ratio|⇒|\d\s*[x×](\s|$|\))", re.IGNORECASE)
 
