@@ -249,6 +249,9 @@ def _become(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     argv: list[str] = request["argv"]
+    if argv[:2] in LAUNCHERS:
+        _fork_rank_template()  # while this process is still one thread and holds nothing of the launcher's
+    _as_at_start(request)
     sys.orig_argv = [sys.executable, *argv]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
@@ -286,6 +289,146 @@ def _become(request: dict, fds: list[int]) -> None:
         if isinstance(error, KeyboardInterrupt):
             interrupted.append(True)
         sys.exit(1)
+
+
+def _as_at_start(request: dict) -> None:
+    """What a rank's own start would have set differently from its template's: ``OMP_NUM_THREADS``
+    (torchrun sets it to 1 in each rank's environment; torch reads it when it first runs an
+    operator, which the template never did) and ``python -u``'s unbuffered streams."""
+    threads = request["env"].get("OMP_NUM_THREADS")
+    if request.get("threads_from_env") and threads and threads.isdigit():
+        import torch
+
+        torch.set_num_threads(int(threads))
+    if request.get("unbuffered"):
+        import io
+
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            old = getattr(sys, name)
+            stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=old.encoding, errors=old.errors,
+                                      write_through=True)
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+
+
+# --- the ranks a launcher starts ---------------------------------------------------------------
+#
+# torchrun (and ``accelerate launch``, which runs it) starts each rank with ``subprocess.Popen``
+# (``SubprocessHandler._popen``): ``python -u SCRIPT`` or ``python -u -m MODULE``, in a session of
+# its own. In a launcher forked from a server, those ranks are forked too: from a template the
+# launcher's process forks first, while it is one thread and has run nothing of the launcher (its
+# agent later holds a store's threads, which a fork could not take along). The template forks each
+# rank through a middle process that exits at once, so the rank is re-parented to the launcher
+# (a child subreaper meanwhile): the launcher's ``Popen`` waits on it, signals its session, reads
+# its exit status as for a rank it started itself, and stepscope finds the job's launcher as the
+# rank's parent. A rank that could not stand for a cold start (the rules above; an environment
+# that differs in more than torchrun's own variables) is started by the launcher's ``Popen`` as before.
+
+#: ``-m MODULE`` of the launchers whose ranks are forked from a template.
+LAUNCHERS = (["-m", "torch.distributed.run"], ["-m", "accelerate.commands.launch"])
+#: What torchrun adds to a rank's environment that the interpreter and torch do not read at start
+#: (``OMP_NUM_THREADS`` is set in the rank: ``_as_at_start``).
+_RANK_VARIABLES = ("TORCHELASTIC_", "TORCH_NCCL_", "OMP_NUM_THREADS")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper(on: bool) -> bool:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+
+
+def _fork_rank_template() -> None:
+    if not _subreaper(False):  # no prctl here: the launcher starts its ranks cold
+        return
+    ours, theirs = socket.socketpair()
+    if os.fork() == 0:
+        ours.close()
+        request, fds = _serve_ranks(theirs)  # returns in a rank only
+        _become(request, fds)
+        sys.exit(0)  # the rank's program ended: leave through the launcher's frames as a script's end would
+    theirs.close()
+    _start_ranks_from(ours)
+
+
+def _serve_ranks(sock: socket.socket) -> tuple[dict, list[int]]:
+    """The template: fork a rank per request; return (in the rank only) the request it is to run."""
+    launcher = os.getppid()
+    while True:
+        request, fds = receive(sock)
+        if request is None:
+            os._exit(0)
+        read, write = os.pipe()
+        if os.fork() == 0:  # the middle process
+            rank = os.fork()
+            if rank == 0:
+                os.close(read)
+                os.close(write)
+                sock.close()
+                deadline = time.monotonic() + 10
+                while os.getppid() != launcher and time.monotonic() < deadline:
+                    time.sleep(0.0002)  # the middle process exits: the launcher adopts the rank
+                if request["session"]:
+                    os.setsid()
+                return request, fds
+            os.write(write, str(rank).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            rank_pid = int(pipe.read() or b"0")
+        os.wait()  # the middle process: once reaped, its rank is the launcher's child
+        for fd in fds:
+            os.close(fd)
+        try:
+            send(sock, {"pid": rank_pid})
+        except OSError:
+            os._exit(0)
+
+
+def _start_ranks_from(template: socket.socket) -> None:
+    """Patch the launcher's ``Popen`` of a rank to fork it from ``template`` where it can."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+
+    lock = threading.Lock()
+    own_start_up = set(start_up_env(dict(os.environ)))
+
+    class RankPopen(subprocess.Popen):
+        def __init__(self, request: dict, *args, **kwargs) -> None:
+            self.request = request
+            super().__init__(*args, **kwargs)
+
+        def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,  # type: ignore[override]
+                           creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
+            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+            request = dict(self.request, cwd=cwd or os.getcwd(), env=dict(env if env is not None else os.environ))
+            with lock:
+                try:
+                    _subreaper(True)
+                    send(template, request, fds)
+                    self.pid = _reply(template)["pid"]
+                finally:
+                    _subreaper(False)
+            self._child_created = True
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    original = subprocess_handler.SubprocessHandler._popen
+
+    def _popen(handler, args: tuple, env: dict[str, str]) -> subprocess.Popen:
+        argv = [str(arg) for arg in args]
+        unbuffered = argv[1:2] == ["-u"]
+        rest = argv[1 + unbuffered:]
+        differs = {key for key, _ in own_start_up ^ set(start_up_env(env))}
+        if (argv[0] != sys.executable or not rest or not _warm_enough(rest, Path.cwd())
+                or any(not key.startswith(_RANK_VARIABLES) for key in differs)):
+            return original(handler, args, env)
+        request = {"argv": rest, "session": True, "unbuffered": unbuffered,
+                   "threads_from_env": "OMP_NUM_THREADS" in differs}
+        try:
+            return RankPopen(request, args, env=env, stdout=handler._stdout, stderr=handler._stderr, start_new_session=True)
+        except (OSError, KeyError, ValueError):  # the template is gone: start it cold
+            return original(handler, args, env)
+
+    subprocess_handler.SubprocessHandler._popen = _popen  # type: ignore[method-assign]
 
 
 def _warm_up() -> None:

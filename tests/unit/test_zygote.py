@@ -138,3 +138,55 @@ def test_everything_runs_cold_when_asked(tmp_path, monkeypatch):
     write_script(tmp_path, "probe.py", "import torch\n")
     monkeypatch.setenv("STEPSCOPE_TESTS_COLD", "1")
     assert all(zygote.run([sys.executable, "probe.py"], tmp_path, cli_env(), timeout=60) is None for _ in range(2))
+
+
+#: A rank that prints what it sees of its own start and of its launcher.
+RANK_PROBE = """
+    import os, sys
+    warm = "torch" in sys.modules
+    import psutil, torch
+    me = psutil.Process()
+    launcher = me.parent()
+    rank = int(os.environ["RANK"])
+    print(rank, sys.argv, __name__, sys.path[0] == os.getcwd(), torch.get_num_threads(), os.environ["OMP_NUM_THREADS"],
+          os.getsid(0) == os.getpid(), type(sys.stdout.buffer).__name__, sys.stdout.write_through,
+          me in launcher.children(), "torch.distributed.run" in " ".join(launcher.cmdline()) or "WARM LAUNCHER",
+          flush=True)
+    print("WARM" if warm else "COLD", rank, file=sys.stderr, flush=True)
+    if rank == 1 and sys.argv[1:] == ["die"]:
+        os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("args", [(), ("die",)])
+def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_path, args, own_servers):
+    """torchrun's ranks in a launcher served warm are forked too: the same argv, threads, session,
+    unbuffered streams and exit as the ranks a cold launcher starts, and the launcher is their parent."""
+    write_script(tmp_path, "rank.py", RANK_PROBE)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "rank.py", *args]
+    env = cli_env()
+    cold = run_command(command, tmp_path, env, timeout=120, cold=True)
+    warm = None
+    for _ in range(2):
+        warm = zygote.run(command, tmp_path, env, timeout=120)
+    assert warm is not None
+    assert sorted(line.split()[1] for line in warm.stderr.splitlines() if line.startswith("WARM")) == ["0", "1"]
+    assert not any(line.startswith("COLD") for line in warm.stderr.splitlines()), warm.stderr
+    # the launcher's process is the server's fork (its command line is the server's)
+    rows = sorted(line.replace("WARM LAUNCHER", "True") for line in warm.stdout.splitlines())
+    assert rows == sorted(cold.stdout.splitlines()), (warm.stdout, cold.stdout)
+    assert rows[0].endswith("FileIO True True True") and " 1 1 True " in rows[0], rows
+    assert (warm.returncode == 0) == (cold.returncode == 0) == (not args)
+    if args:
+        assert "exitcode  : -9" in warm.stderr and "exitcode  : -9" in cold.stderr
+
+
+def test_a_rank_that_cannot_stand_for_a_cold_start_is_started_by_the_launcher(tmp_path, own_servers):
+    # a rank that does not name torch (the rules above) starts cold
+    write_script(tmp_path, "rank.py", "import sys\nprint(any(name.startswith('tor' + 'ch') for name in sys.modules))\n")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "rank.py"]
+    warm = None
+    for _ in range(2):
+        warm = zygote.run(command, tmp_path, cli_env(), timeout=120)
+    assert warm is not None and warm.returncode == 0, warm
+    assert warm.stdout.split() == ["False", "False"]
