@@ -3,9 +3,12 @@
 Runs the given test files in one pytest process ``--rounds`` times, alternating in every round the
 cold baseline (``STEPSCOPE_TESTS_COLD=1``: every process started as before) and the warm forks. Prints
 the median wall time and CPU (pytest and every process it reaped) of each and their ratios; a round
-whose tests fail stops the benchmark.
+whose tests fail stops the benchmark. ``--baseline cold-children`` compares instead with the
+processes served warm but the Python processes they start (torchrun's ranks, ``stepscope try``'s
+trials) started cold (``STEPSCOPE_TESTS_COLD_CHILDREN=1``: as before their template).
 
-    python benchmarks/bench_warm_tests.py [--rounds 3] [FILE ...]   (default: tests/cli/test_run_cmd.py)
+    python benchmarks/bench_warm_tests.py [--rounds 3] [--baseline cold|cold-children] [FILE ...]
+    (default: tests/cli/test_run_cmd.py)
 """
 
 from __future__ import annotations
@@ -23,9 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 STATES = ("cold", "warm")
 
 
-def _one(state: str, files: list[str]) -> tuple[float, float]:
+#: The baseline's switch (the warm state sets both to 0).
+BASELINES = {"cold": "STEPSCOPE_TESTS_COLD", "cold-children": "STEPSCOPE_TESTS_COLD_CHILDREN"}
+
+
+def _one(state: str, files: list[str], baseline: str = "cold") -> tuple[float, float]:
     """(wall s, CPU s of pytest and its reaped descendants) of one pytest run of ``files``."""
-    env = {**os.environ, "STEPSCOPE_TESTS_COLD": "1" if state == "cold" else "0"}
+    env = {**os.environ, **{name: "0" for name in BASELINES.values()}}
+    if state == "cold":
+        env[BASELINES[baseline]] = "1"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *files],
@@ -41,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", default=["tests/cli/test_run_cmd.py"])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", choices=sorted(BASELINES), default="cold")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -50,13 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[tuple[float, float]]] = {state: [] for state in STATES}
     for round_index in range(args.rounds):
         for state in STATES if round_index % 2 == 0 else STATES[::-1]:
-            results[state].append(_one(state, args.files))
-            print(f"round {round_index + 1} {state}: {results[state][-1][0]:.1f} s wall, "
+            results[state].append(_one(state, args.files, args.baseline))
+            label = args.baseline if state == "cold" else state
+            print(f"round {round_index + 1} {label}: {results[state][-1][0]:.1f} s wall, "
                   f"{results[state][-1][1]:.1f} s CPU", flush=True)
     wall = {state: statistics.median(item[0] for item in results[state]) for state in STATES}
     cpu = {state: statistics.median(item[1] for item in results[state]) for state in STATES}
-    print(f"median wall: cold {wall['cold']:.1f} s, warm {wall['warm']:.1f} s ({wall['cold'] / wall['warm']:.2f}x)")
-    print(f"median CPU:  cold {cpu['cold']:.1f} s, warm {cpu['warm']:.1f} s ({cpu['cold'] / cpu['warm']:.2f}x)")
+    name = args.baseline
+    print(f"median wall: {name} {wall['cold']:.1f} s, warm {wall['warm']:.1f} s ({wall['cold'] / wall['warm']:.2f}x)")
+    print(f"median CPU:  {name} {cpu['cold']:.1f} s, warm {cpu['warm']:.1f} s ({cpu['cold'] / cpu['warm']:.2f}x)")
     return 0
 
 

@@ -23,7 +23,7 @@ A request runs cold where a warm fork would not stand for a cold start (``run`` 
 ``cold=True`` asks for a cold start (``tests/unit/test_zygote.py`` compares the two); the tests that
 check the start itself (the compiler not imported by a counted step, the operator-cost probe's
 imports) start their processes with ``subprocess`` directly. ``STEPSCOPE_TESTS_COLD=1`` runs
-everything cold.
+everything cold, ``STEPSCOPE_TESTS_COLD_CHILDREN=1`` the processes a served process starts (below).
 
 Protocol (a Unix socket pair per server): the client sends one JSON line with the three standard
 streams' descriptors attached; the server answers ``{"pid": …}`` once forked and ``{"status": …}``
@@ -52,8 +52,8 @@ START_UP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TO
                      "NVIDIA_", "LD_", "MALLOC", "GLIBC", "DNNL_", "ONEDNN_", "LC_", "LANG", "TMPDIR")
 #: What a script that imports torch names.
 TORCH_WORDS = ("torch", "lightning", "transformers", "accelerate")
-#: stepscope's commands that run PyTorch in their own process.
-TORCH_COMMANDS = ("run", "demo", "tune-loader")
+#: stepscope's commands that run PyTorch in their own process or in the processes they start.
+TORCH_COMMANDS = ("run", "demo", "tune-loader", "try")
 #: What a process measures that a warm fork would change (see the module's docstring).
 _COLD_TEXT = re.compile(r"\bcompile\b|\bgc\b")
 _MAX_SERVERS = 3
@@ -132,12 +132,32 @@ def _warm_enough(argv: list[str], cwd: Path) -> bool:
         rest = argv
     script = next((arg for arg in rest if arg.endswith(".py")), None)
     if script is None:
-        return argv[0] == "-m" and rest[0] == "tune-loader"
+        if argv[0] == "-m" and rest[0] == "tune-loader":
+            return True
+        module = rest[rest.index("-m") + 1] if argv[0] == "-m" and "-m" in rest[:-1] else None
+        if not module or _COLD_TEXT.search(module.replace("_", " ")):  # the scenario's name, as for a demo
+            return False
+        script = _module_source(module)  # `stepscope run … -m MODULE`
+        if script is None:
+            return False
     try:
         text = (cwd / script).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
     return any(word in text for word in TORCH_WORDS) and not _COLD_TEXT.search(text)
+
+
+def _module_source(module: str) -> str | None:
+    """The source file of one of stepscope's own modules (the zoo's scenarios), else None."""
+    if not module.startswith("stepscope."):
+        return None
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 
 
 class _Server:
@@ -164,7 +184,9 @@ class _Server:
             deadline = time.monotonic() + timeout
             sock.settimeout(timeout)
             try:  # a server still warming up answers within the request's own timeout, or is given up
-                send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env}, [0, out.fileno(), err.fileno()])
+                send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env,
+                            "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
+                     [0, out.fileno(), err.fileno()])
                 pid = _reply(sock)["pid"]
             except TimeoutError:
                 self.process.kill()
@@ -249,8 +271,8 @@ def _become(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     argv: list[str] = request["argv"]
-    if argv[:2] in LAUNCHERS:
-        _fork_rank_template()  # while this process is still one thread and holds nothing of the launcher's
+    if not request.get("cold_children") and _starts_children(argv):
+        _fork_template()  # while this process is still one thread and has run nothing of its program
     _as_at_start(request)
     sys.orig_argv = [sys.executable, *argv]
     main = types.ModuleType("__main__")
@@ -292,11 +314,11 @@ def _become(request: dict, fds: list[int]) -> None:
 
 
 def _as_at_start(request: dict) -> None:
-    """What a rank's own start would have set differently from its template's: ``OMP_NUM_THREADS``
-    (torchrun sets it to 1 in each rank's environment; torch reads it when it first runs an
-    operator, which the template never did) and ``python -u``'s unbuffered streams."""
-    threads = request["env"].get("OMP_NUM_THREADS")
-    if request.get("threads_from_env") and threads and threads.isdigit():
+    """What a child's own start would have set that its template's did not: ``OMP_NUM_THREADS``
+    (torch reads it when it first runs an operator, which no template did) and ``python -u``'s
+    unbuffered streams."""
+    threads = request["env"].get("OMP_NUM_THREADS", "")
+    if request.get("threads_from_env") and threads.isdigit():
         import torch
 
         torch.set_num_threads(int(threads))
@@ -311,25 +333,41 @@ def _as_at_start(request: dict) -> None:
             setattr(sys, f"__{name}__", stream)
 
 
-# --- the ranks a launcher starts ---------------------------------------------------------------
+# --- the Python processes a served process starts ------------------------------------------------
 #
+# Some served processes start Python processes of their own and run no training themselves:
 # torchrun (and ``accelerate launch``, which runs it) starts each rank with ``subprocess.Popen``
-# (``SubprocessHandler._popen``): ``python -u SCRIPT`` or ``python -u -m MODULE``, in a session of
-# its own. In a launcher forked from a server, those ranks are forked too: from a template the
-# launcher's process forks first, while it is one thread and has run nothing of the launcher (its
-# agent later holds a store's threads, which a fork could not take along). The template forks each
-# rank through a middle process that exits at once, so the rank is re-parented to the launcher
-# (a child subreaper meanwhile): the launcher's ``Popen`` waits on it, signals its session, reads
-# its exit status as for a rank it started itself, and stepscope finds the job's launcher as the
-# rank's parent. A rank that could not stand for a cold start (the rules above; an environment
-# that differs in more than torchrun's own variables) is started by the launcher's ``Popen`` as before.
+# (``python -u SCRIPT`` or ``python -u -m MODULE``, in a session of its own); ``stepscope try``
+# runs its trials, a multi-rank ``stepscope demo`` its torchrun launch. Such a process forks a
+# template at its start, while it is one thread and has run nothing of its program (torchrun's
+# agent later holds a store's threads, which a fork could not take along), and its ``Popen`` of
+# the interpreter forks from the template where the child can stand for a cold start (the rules
+# above; an environment that differs from the server's at start in no more than torchrun's own
+# variables, ``OMP_NUM_THREADS`` and entries of ``PYTHONPATH`` already on the path). The template
+# forks each child through a middle process that exits at once, so the child is re-parented to
+# the process that asked (a child subreaper meanwhile): its ``Popen`` waits on it, signals its
+# session or group and reads its exit status as for a child it started itself, and stepscope
+# finds a job's launcher as its ranks' parent. Anything else is started by ``Popen`` as before.
 
 #: ``-m MODULE`` of the launchers whose ranks are forked from a template.
 LAUNCHERS = (["-m", "torch.distributed.run"], ["-m", "accelerate.commands.launch"])
-#: What torchrun adds to a rank's environment that the interpreter and torch do not read at start
-#: (``OMP_NUM_THREADS`` is set in the rank: ``_as_at_start``).
-_RANK_VARIABLES = ("TORCHELASTIC_", "TORCH_NCCL_", "OMP_NUM_THREADS")
+#: What torchrun adds to a rank's environment that the interpreter and torch do not read at start.
+_RANK_VARIABLES = ("TORCHELASTIC_", "TORCH_NCCL_")
 _PR_SET_CHILD_SUBREAPER = 36
+#: The start-up environment of the server this process was forked from (set in the server).
+_SERVER_START_UP: tuple[tuple[str, str], ...] = ()
+
+
+def _starts_children(argv: list[str]) -> bool:
+    """Whether the request's process starts Python processes and trains nothing itself."""
+    if argv[:2] in LAUNCHERS or argv[:3] == ["-m", "stepscope", "try"]:
+        return True
+    if argv[:3] == ["-m", "stepscope", "demo"] and len(argv) > 3:
+        from stepscope.zoo import SCENARIOS  # stepscope's own registry; importing it runs no scenario
+
+        scenario = SCENARIOS.get(argv[3])
+        return scenario is not None and scenario.nproc > 1
+    return False
 
 
 def _subreaper(on: bool) -> bool:
@@ -338,97 +376,109 @@ def _subreaper(on: bool) -> bool:
     return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
-def _fork_rank_template() -> None:
-    if not _subreaper(False):  # no prctl here: the launcher starts its ranks cold
+def _fork_template() -> None:
+    if not _subreaper(False):  # no prctl here: the children start cold
         return
     ours, theirs = socket.socketpair()
     if os.fork() == 0:
         ours.close()
-        request, fds = _serve_ranks(theirs)  # returns in a rank only
+        request, fds = _serve_children(theirs)  # returns in a child only
         _become(request, fds)
-        sys.exit(0)  # the rank's program ended: leave through the launcher's frames as a script's end would
+        sys.exit(0)  # the child's program ended: leave through the parent's frames as a script's end would
     theirs.close()
-    _start_ranks_from(ours)
+    _start_children_from(ours)
 
 
-def _serve_ranks(sock: socket.socket) -> tuple[dict, list[int]]:
-    """The template: fork a rank per request; return (in the rank only) the request it is to run."""
-    launcher = os.getppid()
+def _serve_children(sock: socket.socket) -> tuple[dict, list[int]]:
+    """The template: fork a child per request; return (in the child only) the request it is to run."""
+    parent = os.getppid()
     while True:
         request, fds = receive(sock)
         if request is None:
             os._exit(0)
         read, write = os.pipe()
         if os.fork() == 0:  # the middle process
-            rank = os.fork()
-            if rank == 0:
+            child = os.fork()
+            if child == 0:
                 os.close(read)
                 os.close(write)
                 sock.close()
                 deadline = time.monotonic() + 10
-                while os.getppid() != launcher and time.monotonic() < deadline:
-                    time.sleep(0.0002)  # the middle process exits: the launcher adopts the rank
+                while os.getppid() != parent and time.monotonic() < deadline:
+                    time.sleep(0.0002)  # the middle process exits: the parent adopts the child
                 if request["session"]:
                     os.setsid()
+                elif request["group"]:
+                    os.setpgid(0, 0)
                 return request, fds
-            os.write(write, str(rank).encode())
+            os.write(write, str(child).encode())
             os._exit(0)
         os.close(write)
         with os.fdopen(read, "rb") as pipe:
-            rank_pid = int(pipe.read() or b"0")
-        os.wait()  # the middle process: once reaped, its rank is the launcher's child
+            child_pid = int(pipe.read() or b"0")
+        os.wait()  # the middle process: once reaped, its child is the parent's
         for fd in fds:
             os.close(fd)
         try:
-            send(sock, {"pid": rank_pid})
+            send(sock, {"pid": child_pid})
         except OSError:
             os._exit(0)
 
 
-def _start_ranks_from(template: socket.socket) -> None:
-    """Patch the launcher's ``Popen`` of a rank to fork it from ``template`` where it can."""
-    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+def _template_request(args: list[str], cwd: str | None, env: dict[str, str] | None, params: tuple) -> dict | None:
+    """The template's request for ``Popen(args, …)``, or None where it starts as before.
+    ``params``: ``_execute_child``'s after the six descriptors (restore_signals, gid, gids, uid,
+    umask, start_new_session[, process_group])."""
+    argv = [os.fsdecode(arg) for arg in args] if isinstance(args, (list, tuple)) else []
+    _restore, gid, gids, uid, umask, session, *group = params
+    if not argv or argv[0] != sys.executable or (gid, gids, uid, umask) != (None, None, None, -1):
+        return None
+    unbuffered = argv[1:2] == ["-u"]
+    rest = argv[1 + unbuffered:]
+    env = dict(os.environ if env is None else env)
+    directory = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+    if not rest or not _warm_enough(rest, Path(directory)):
+        return None
+    for key in {key for key, _ in set(_SERVER_START_UP) ^ set(start_up_env(env))}:
+        if key == "PYTHONPATH":
+            if not set(filter(None, env.get(key, "").split(os.pathsep))) <= set(sys.path):
+                return None
+        elif not key.startswith(_RANK_VARIABLES) and key != "OMP_NUM_THREADS":
+            return None
+    return {"argv": rest, "cwd": directory, "env": env, "session": bool(session),
+            "group": bool(group) and group[0] == 0, "unbuffered": unbuffered,
+            "threads_from_env": env.get("OMP_NUM_THREADS") != dict(_SERVER_START_UP).get("OMP_NUM_THREADS")}
 
+
+def _start_children_from(template: socket.socket) -> None:
+    """Make this process's ``Popen`` of the interpreter fork from ``template`` where it can."""
     lock = threading.Lock()
-    own_start_up = set(start_up_env(dict(os.environ)))
+    original = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
-    class RankPopen(subprocess.Popen):
-        def __init__(self, request: dict, *args, **kwargs) -> None:
-            self.request = request
-            super().__init__(*args, **kwargs)
-
-        def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,  # type: ignore[override]
-                           creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
-            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
-            request = dict(self.request, cwd=cwd or os.getcwd(), env=dict(env if env is not None else os.environ))
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                       creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params):
+        request = None
+        if executable is None and preexec_fn is None and not pass_fds and not shell:
+            request = _template_request(args, cwd, env, params)
+        if request is not None:
+            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                   errwrite if errwrite != -1 else 2]
             with lock:
                 try:
                     _subreaper(True)
                     send(template, request, fds)
                     self.pid = _reply(template)["pid"]
+                except (OSError, KeyError, ValueError):  # the template is gone: start it as before
+                    request = None
                 finally:
                     _subreaper(False)
-            self._child_created = True
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+        if request is None:
+            return original(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                            creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params)
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
-    original = subprocess_handler.SubprocessHandler._popen
-
-    def _popen(handler, args: tuple, env: dict[str, str]) -> subprocess.Popen:
-        argv = [str(arg) for arg in args]
-        unbuffered = argv[1:2] == ["-u"]
-        rest = argv[1 + unbuffered:]
-        differs = {key for key, _ in own_start_up ^ set(start_up_env(env))}
-        if (argv[0] != sys.executable or not rest or not _warm_enough(rest, Path.cwd())
-                or any(not key.startswith(_RANK_VARIABLES) for key in differs)):
-            return original(handler, args, env)
-        request = {"argv": rest, "session": True, "unbuffered": unbuffered,
-                   "threads_from_env": "OMP_NUM_THREADS" in differs}
-        try:
-            return RankPopen(request, args, env=env, stdout=handler._stdout, stderr=handler._stderr, start_new_session=True)
-        except (OSError, KeyError, ValueError):  # the template is gone: start it cold
-            return original(handler, args, env)
-
-    subprocess_handler.SubprocessHandler._popen = _popen  # type: ignore[method-assign]
+    subprocess.Popen._execute_child = _execute_child  # type: ignore[attr-defined]
 
 
 def _warm_up() -> None:
@@ -446,6 +496,7 @@ def _warm_up() -> None:
 
 
 if __name__ == "__main__":
+    _SERVER_START_UP = start_up_env(dict(os.environ))  # what every template's child was started with
     _channel = socket.socket(fileno=int(sys.argv[1]))
     _warm_up()
     _request, _fds = _serve(_channel)

@@ -4,6 +4,7 @@ death by signal as ``subprocess.run`` of the same command, and a cold start wher
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,9 @@ def test_a_timeout_kills_the_fork_and_raises_as_subprocess_does(tmp_path):
     (["-m", "stepscope", "demo", "compile-short"], "", False),
     (["-m", "stepscope", "demo", "gc-cycles"], "", False),
     (["-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], "", True),
+    (["-m", "stepscope", "run", "-o", "x", "-m", "stepscope.zoo.input_cpu", "--steps", "9"], "", True),
+    (["-m", "stepscope", "run", "-m", "stepscope.zoo.gc_cycles"], "", False),  # its source uses gc
+    (["-m", "stepscope", "run", "-m", "json.tool"], "", False),  # not stepscope's: not read
     (["-c", "import torch"], "", False),
     (["-X", "dev", "train.py"], "import torch\n", False),
 ])
@@ -190,3 +194,25 @@ def test_a_rank_that_cannot_stand_for_a_cold_start_is_started_by_the_launcher(tm
         warm = zygote.run(command, tmp_path, cli_env(), timeout=120)
     assert warm is not None and warm.returncode == 0, warm
     assert warm.stdout.split() == ["False", "False"]
+
+
+def test_what_a_template_starts_and_what_it_leaves_to_popen(tmp_path, monkeypatch):
+    write_script(tmp_path, "train.py", "import torch\n")
+    monkeypatch.setattr(zygote, "_SERVER_START_UP", (("OMP_NUM_THREADS", "2"), ("PYTHONPATH", "a")))
+    monkeypatch.setattr(sys, "path", [*sys.path, "a", str(tmp_path)])
+    base = {"OMP_NUM_THREADS": "2", "PYTHONPATH": "a", "HOME": "/h"}
+    session, group = (True, None, None, None, -1, True, -1), (True, None, None, None, -1, False, 0)
+
+    def request(argv, env=None, params=session):
+        return zygote._template_request([sys.executable, *argv], str(tmp_path), {**base, **(env or {})}, params)
+
+    rank = request(["-u", "train.py"], {"RANK": "1", "TORCHELASTIC_RUN_ID": "x", "OMP_NUM_THREADS": "1"})
+    assert rank["argv"] == ["train.py"] and rank["unbuffered"] and rank["session"] and not rank["group"]
+    assert rank["threads_from_env"]  # torchrun's OMP_NUM_THREADS=1 is set in the child
+    trial = request(["-m", "stepscope", "run", "train.py"], {"PYTHONPATH": os.pathsep.join([str(tmp_path), "a"])}, group)
+    assert trial["group"] and not trial["session"] and not trial["threads_from_env"]  # its path entries are known
+    assert request(["train.py"], {"PYTHONPATH": "/elsewhere"}) is None  # a path the template lacks
+    assert request(["train.py"], {"MKL_NUM_THREADS": "1"}) is None  # read at start: the interpreter starts it
+    assert request(["-X", "dev", "train.py"]) is None
+    assert zygote._template_request(["/bin/echo", "train.py"], str(tmp_path), base, session) is None
+    assert request(["train.py"], params=(True, None, None, 1000, -1, True, -1)) is None  # another user
