@@ -146,7 +146,7 @@ def test_everything_runs_cold_when_asked(tmp_path, monkeypatch):
 
 #: A rank that prints what it sees of its own start and of its launcher.
 RANK_PROBE = """
-    import os, sys
+    import os, sys, time
     warm = "torch" in sys.modules
     import psutil, torch
     me = psutil.Process()
@@ -157,21 +157,27 @@ RANK_PROBE = """
           me in launcher.children(), "torch.distributed.run" in " ".join(launcher.cmdline()) or "WARM LAUNCHER",
           flush=True)
     print("WARM" if warm else "COLD", rank, file=sys.stderr, flush=True)
+    open(f"printed.{rank}", "w").close()
     if rank == 1 and sys.argv[1:] == ["die"]:
+        while not os.path.exists("printed.0"):  # the launcher stops rank 0 once rank 1 is gone
+            time.sleep(0.01)
         os.kill(os.getpid(), 9)
 """
 
 
 @pytest.mark.parametrize("args", [(), ("die",)])
-def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_path, args, own_servers):
+def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_path, args, own_servers, monkeypatch):
     """torchrun's ranks in a launcher served warm are forked too: the same argv, threads, session,
     unbuffered streams and exit as the ranks a cold launcher starts, and the launcher is their parent."""
+    monkeypatch.delenv("STEPSCOPE_TESTS_COLD_CHILDREN", raising=False)
     write_script(tmp_path, "rank.py", RANK_PROBE)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "rank.py", *args]
     env = cli_env()
     cold = run_command(command, tmp_path, env, timeout=120, cold=True)
     warm = None
     for _ in range(2):
+        for name in ("printed.0", "printed.1"):
+            (tmp_path / name).unlink(missing_ok=True)
         warm = zygote.run(command, tmp_path, env, timeout=120)
     assert warm is not None
     assert sorted(line.split()[1] for line in warm.stderr.splitlines() if line.startswith("WARM")) == ["0", "1"]
