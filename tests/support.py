@@ -60,6 +60,13 @@ def run_command(command: list[str], cwd: Path | None, env: dict[str, str], *, ti
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def popen(command: list[str], cwd: Path, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(command, cwd=cwd, env=env, **kwargs)`` for a ``python`` command: forked
+    from a warm interpreter where one can stand for the cold start (``zygote.popen``: the child is
+    still this process's), else started cold."""
+    return zygote.popen(command, Path(cwd), env, **kwargs) or subprocess.Popen(command, cwd=cwd, env=env, **kwargs)
+
+
 def write_script(directory: Path, name: str, body: str) -> Path:
     path = directory / name
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -92,6 +92,25 @@ def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
 def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
     """``command`` (``python …``) forked from a warm interpreter, as ``subprocess.run(command,
     capture_output=True, text=True)`` would return it; None where it must run cold."""
+    return _served(command, cwd, env, lambda server: server.run(command, cwd, env, timeout))
+
+
+def popen(command: list[str], cwd: Path, env: dict[str, str], **kwargs) -> subprocess.Popen | None:
+    """``subprocess.Popen(command, cwd=cwd, env=env, **kwargs)`` for a ``python …`` command, forked
+    from a warm interpreter: the child is re-parented to this process (a child subreaper
+    meanwhile), so the ``Popen`` waits on it, signals it and reads its exit status as for a child it
+    started itself. None where it must start cold."""
+    if set(kwargs) - _POPEN_KWARGS:
+        return None
+    return _served(command, cwd, env, lambda server: _AdoptedPopen(server, command, cwd=cwd, env=env, **kwargs))
+
+
+#: What a served ``Popen`` takes besides the command, its directory and environment.
+_POPEN_KWARGS = {"stdin", "stdout", "stderr", "start_new_session", "process_group", "text", "universal_newlines",
+                 "encoding", "errors", "bufsize", "close_fds"}
+
+
+def _served(command: list[str], cwd: Path, env: dict[str, str], serve):
     if os.environ.get("STEPSCOPE_TESTS_COLD") == "1" or not _warm_enough(command[1:], cwd):
         return None
     with _LOCK:
@@ -105,7 +124,7 @@ def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> s
         if server is None:  # its server died: this environment runs cold
             return None
         try:
-            return server.run(command, cwd, env, timeout)
+            return serve(server)
         except (OSError, ValueError, KeyError):
             server.close()
             _SERVERS[key] = None
@@ -204,6 +223,61 @@ class _Server:
             return subprocess.CompletedProcess(command, status, _text(out), _text(err))
 
 
+class _AdoptedPopen(subprocess.Popen):
+    """A ``Popen`` whose child a server forks (see :func:`popen`)."""
+
+    def __init__(self, server: _Server, *args, **kwargs) -> None:
+        self.server = server
+        super().__init__(*args, **kwargs)
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,  # type: ignore[override]
+                       creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params):
+        if executable is not None or preexec_fn is not None or pass_fds or shell:
+            raise ValueError("a served Popen takes no executable, preexec_fn, pass_fds or shell")
+        request = _popen_request(list(args), cwd, env, params)
+        if request is None:
+            raise ValueError("this Popen cannot be served")
+        sock = self.server.sock
+        assert sock is not None, "a closed server serves nothing"
+        sock.settimeout(120)
+        try:
+            _subreaper(True)
+            send(sock, {**request, "adopt": True,
+                        "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
+                 _child_fds(p2cread, c2pwrite, errwrite))
+            self.pid = _reply(sock)["pid"]
+        except TimeoutError:
+            self.server.process.kill()
+            raise OSError("the warm interpreter did not answer") from None
+        finally:
+            _subreaper(False)
+            sock.settimeout(None)
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+
+def _child_fds(p2cread: int, c2pwrite: int, errwrite: int) -> list[int]:
+    """The child's standard streams among ``_execute_child``'s descriptors (-1: this process's own)."""
+    return [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+
+
+def _popen_request(args: list, cwd, env: dict[str, str] | None, params: tuple) -> dict | None:
+    """The request for ``Popen(args, …)`` of the interpreter, or None where a fork could not stand
+    for it. ``params``: ``_execute_child``'s after the six descriptors (restore_signals, gid, gids,
+    uid, umask, start_new_session[, process_group])."""
+    argv = [os.fsdecode(arg) for arg in args]
+    _restore, gid, gids, uid, umask, session, *group = params
+    if not argv or argv[0] != sys.executable or (gid, gids, uid, umask) != (None, None, None, -1):
+        return None
+    unbuffered = argv[1:2] == ["-u"]
+    rest = argv[1 + unbuffered:]
+    directory = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+    if not rest or not _warm_enough(rest, Path(directory)):
+        return None
+    return {"argv": rest, "cwd": directory, "env": dict(os.environ if env is None else env), "session": bool(session),
+            "group": bool(group) and group[0] == 0, "unbuffered": unbuffered}
+
+
 def _reply(sock: socket.socket) -> dict:
     message, _ = receive(sock)
     if message is None:
@@ -238,10 +312,23 @@ if __name__ != "__main__":
 
 def _serve(sock: socket.socket) -> tuple[dict, list[int]]:
     """Fork a child per request; return (in the child only) the request it is to run."""
+    client = os.getppid()
     while True:
         request, fds = receive(sock)
         if request is None:
             os._exit(0)
+        if request.get("adopt"):  # a Popen: the client adopts the child and waits on it itself
+            pid = _fork_adopted(client, request)
+            if pid == 0:
+                sock.close()
+                return request, fds
+            for fd in fds:
+                os.close(fd)
+            try:
+                send(sock, {"pid": pid})
+            except OSError:
+                os._exit(0)
+            continue
         pid = os.fork()
         if pid == 0:
             sock.close()
@@ -396,58 +483,63 @@ def _serve_children(sock: socket.socket) -> tuple[dict, list[int]]:
         request, fds = receive(sock)
         if request is None:
             os._exit(0)
-        read, write = os.pipe()
-        if os.fork() == 0:  # the middle process
-            child = os.fork()
-            if child == 0:
-                os.close(read)
-                os.close(write)
-                sock.close()
-                deadline = time.monotonic() + 10
-                while os.getppid() != parent and time.monotonic() < deadline:
-                    time.sleep(0.0002)  # the middle process exits: the parent adopts the child
-                if request["session"]:
-                    os.setsid()
-                elif request["group"]:
-                    os.setpgid(0, 0)
-                return request, fds
-            os.write(write, str(child).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as pipe:
-            child_pid = int(pipe.read() or b"0")
-        os.wait()  # the middle process: once reaped, its child is the parent's
+        pid = _fork_adopted(parent, request)
+        if pid == 0:
+            sock.close()
+            return request, fds
         for fd in fds:
             os.close(fd)
         try:
-            send(sock, {"pid": child_pid})
+            send(sock, {"pid": pid})
         except OSError:
             os._exit(0)
 
 
+def _fork_adopted(parent: int, request: dict) -> int:
+    """Fork the request's child through a middle process that exits at once, so that ``parent`` (a
+    child subreaper meanwhile) adopts it. Returns its pid; 0 in the child, once adopted, in its own
+    session or group where the request asks."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        child = os.fork()
+        if child == 0:
+            os.close(read)
+            os.close(write)
+            deadline = time.monotonic() + 10
+            while os.getppid() != parent and time.monotonic() < deadline:
+                time.sleep(0.0002)  # the middle process exits: the parent adopts the child
+            if request.get("session"):
+                os.setsid()
+            elif request.get("group"):
+                os.setpgid(0, 0)
+            return 0
+        os.write(write, str(child).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = int(pipe.read() or b"0")
+    os.waitpid(middle, 0)  # once the middle process is reaped, its child is the parent's
+    return child
+
+
 def _template_request(args: list[str], cwd: str | None, env: dict[str, str] | None, params: tuple) -> dict | None:
-    """The template's request for ``Popen(args, …)``, or None where it starts as before.
-    ``params``: ``_execute_child``'s after the six descriptors (restore_signals, gid, gids, uid,
-    umask, start_new_session[, process_group])."""
-    argv = [os.fsdecode(arg) for arg in args] if isinstance(args, (list, tuple)) else []
-    _restore, gid, gids, uid, umask, session, *group = params
-    if not argv or argv[0] != sys.executable or (gid, gids, uid, umask) != (None, None, None, -1):
+    """The template's request for ``Popen(args, …)``, or None where it starts as before: a fork that
+    could stand for it (:func:`_popen_request`) whose environment differs from the server's at start
+    in no more than torchrun's variables, ``OMP_NUM_THREADS`` and ``PYTHONPATH`` entries already on
+    the path."""
+    request = _popen_request(list(args) if isinstance(args, (list, tuple)) else [], cwd, env, params)
+    if request is None:
         return None
-    unbuffered = argv[1:2] == ["-u"]
-    rest = argv[1 + unbuffered:]
-    env = dict(os.environ if env is None else env)
-    directory = os.fsdecode(cwd) if cwd is not None else os.getcwd()
-    if not rest or not _warm_enough(rest, Path(directory)):
-        return None
+    env = request["env"]
     for key in {key for key, _ in set(_SERVER_START_UP) ^ set(start_up_env(env))}:
         if key == "PYTHONPATH":
             if not set(filter(None, env.get(key, "").split(os.pathsep))) <= set(sys.path):
                 return None
         elif not key.startswith(_RANK_VARIABLES) and key != "OMP_NUM_THREADS":
             return None
-    return {"argv": rest, "cwd": directory, "env": env, "session": bool(session),
-            "group": bool(group) and group[0] == 0, "unbuffered": unbuffered,
-            "threads_from_env": env.get("OMP_NUM_THREADS") != dict(_SERVER_START_UP).get("OMP_NUM_THREADS")}
+    request["threads_from_env"] = env.get("OMP_NUM_THREADS") != dict(_SERVER_START_UP).get("OMP_NUM_THREADS")
+    return request
 
 
 def _start_children_from(template: socket.socket) -> None:
@@ -461,8 +553,7 @@ def _start_children_from(template: socket.socket) -> None:
         if executable is None and preexec_fn is None and not pass_fds and not shell:
             request = _template_request(args, cwd, env, params)
         if request is not None:
-            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
-                   errwrite if errwrite != -1 else 2]
+            fds = _child_fds(p2cread, c2pwrite, errwrite)
             with lock:
                 try:
                     _subreaper(True)

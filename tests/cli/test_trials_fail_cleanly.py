@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import cli_env, write_script
+from support import cli_env, popen, write_script
 
 from stepscope.children import group_members
 from stepscope.diagnosis.findings import Evidence, Finding, Prescription, Severity
@@ -132,9 +132,9 @@ def test_try_stops_a_hung_trial_at_its_deadline_with_its_process_group(tmp_path)
 def test_sigterm_to_try_stops_the_trial_group_and_keeps_what_was_measured(tmp_path):
     write_script(tmp_path, "train.py", HANGS_WITH_WORKERS)
     saved_diagnosis(tmp_path / "saved")
-    process = subprocess.Popen([sys.executable, "-m", "stepscope", "try", "--from", "saved", "--steps", "12",
-                                "--repeats", "2", "--timeout-s", "120", "-o", "out", "train.py"],
-                               cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = popen([sys.executable, "-m", "stepscope", "try", "--from", "saved", "--steps", "12", "--repeats", "2",
+                     "--timeout-s", "120", "-o", "out", "train.py"], tmp_path, cli_env(),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hung = tmp_path / "hung.txt"
     try:
         end = time.monotonic() + 90
@@ -204,9 +204,8 @@ def test_sigterm_during_run_verify_stops_the_trial_group_and_saves_what_was_meas
     write_script(tmp_path, "train.py", DATA_BOUND_HANGS_WITH_WORKERS)
     # the budget only has to let the trials start (the run is stopped in its second trial, which
     # hangs): 40 s refused to start where one trial was estimated at 13 s (two rounds of two trials)
-    process = subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--verify", "--verify-budget", "120",
-                                "-o", "run", "train.py"], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = popen([sys.executable, "-m", "stepscope", "run", "--verify", "--verify-budget", "120", "-o", "run",
+                     "train.py"], tmp_path, cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hung = tmp_path / "hung.txt"
     try:
         end = time.monotonic() + 120

@@ -157,12 +157,12 @@ def test_sigterm_stops_the_trial_with_its_workers_and_shows_what_was_measured(tm
     import subprocess
     import sys
 
-    from support import cli_env
+    from support import cli_env, popen
 
     write_script(tmp_path, "loaders.py", FACTORY)
-    process = subprocess.Popen([sys.executable, "-m", "stepscope", "tune-loader", "loaders:stuck_in_workers",
-                                "--budget-s", "60", "--batches", "4", "--max-workers", "1"], cwd=tmp_path,
-                               env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = popen([sys.executable, "-m", "stepscope", "tune-loader", "loaders:stuck_in_workers", "--budget-s", "60",
+                     "--batches", "4", "--max-workers", "1"], tmp_path, cli_env(),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workers = tmp_path / "workers.txt"
     try:
         end = time.monotonic() + 60

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from support import cli_env, run_cli, write_script
+from support import cli_env, popen, run_cli, write_script
 
 pytestmark = pytest.mark.slow
 
@@ -118,8 +118,8 @@ def test_baseline_from_the_index_runs_listing_plot_and_reindex(zoo_runs, tmp_pat
 def test_two_runs_finishing_at_the_same_moment_are_both_indexed(tmp_path):
     write_script(tmp_path, "tiny.py", TINY)
     env = cli_env({"STEPSCOPE_INDEX": str(tmp_path / "index.sqlite")})
-    procs = [subprocess.Popen([sys.executable, "-m", "stepscope", "run", "--no-monitor", "--no-summary", "-o", f"r{i}",
-                               "tiny.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = [popen([sys.executable, "-m", "stepscope", "run", "--no-monitor", "--no-summary", "-o", f"r{i}", "tiny.py"],
+                   tmp_path, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for i in range(2)]
     for proc in procs:
         _, err = proc.communicate(timeout=240)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from support import cli_env, run_cli, run_python, write_script
+from support import cli_env, popen, run_cli, run_python, write_script
 from stepscope.record.store import load_record
 
 #: Every job rendezvouses on a port of its own (``--standalone``, or a free port), so jobs of
@@ -227,9 +227,9 @@ def test_two_nodes_write_one_run_directory_and_one_report(tmp_path):
     port = _free_port()
     common = ["-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
               "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "job7"]
-    nodes = [subprocess.Popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
-                               *NO_STACKS, "-o", "out", "straggler.py"], cwd=tmp_path, env=cli_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    nodes = [popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
+                    *NO_STACKS, "-o", "out", "straggler.py"], tmp_path, cli_env(),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in (0, 1)]
     outputs = [node.communicate(timeout=240) for node in nodes]
     assert nodes[0].returncode == 0, outputs[0][1][-3000:]
@@ -325,9 +325,9 @@ def test_two_nodes_without_a_shared_filesystem_merge_on_rank_0_s_node(tmp_path):
     for home in homes:
         home.mkdir()
         write_script(home, "loop.py", ALL_REDUCE_LOOP)
-    nodes = [subprocess.Popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
-                               *NO_STACKS, "-o", "out", "loop.py"], cwd=homes[node], env=cli_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    nodes = [popen([sys.executable, *common, "--node_rank", str(node), "-m", "stepscope", "run",
+                    *NO_STACKS, "-o", "out", "loop.py"], homes[node], cli_env(),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in (0, 1)]
     outputs = [node.communicate(timeout=240) for node in nodes]
     assert nodes[0].returncode == 0, outputs[0][1][-3000:]

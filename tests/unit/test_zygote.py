@@ -222,3 +222,31 @@ def test_what_a_template_starts_and_what_it_leaves_to_popen(tmp_path, monkeypatc
     assert request(["-X", "dev", "train.py"]) is None
     assert zygote._template_request(["/bin/echo", "train.py"], str(tmp_path), base, session) is None
     assert request(["train.py"], params=(True, None, None, 1000, -1, True, -1)) is None  # another user
+
+
+def test_a_served_popen_is_this_process_s_child_as_a_cold_one_is(tmp_path, own_servers):
+    """``zygote.popen``: the child is re-parented to the test, which waits on it, signals it and
+    reads its status as Popen's own (pipes, a session of its own, death by SIGTERM)."""
+    write_script(tmp_path, "probe.py", """
+        import os, sys, time
+        warm = "torch" in sys.modules
+        import torch
+        print(os.getppid(), os.getsid(0) == os.getpid(), sys.argv[1:], flush=True)
+        print("WARM" if warm else "COLD", file=sys.stderr, flush=True)
+        if sys.argv[1:] == ["wait"]:
+            time.sleep(60)
+        sys.exit(5)
+    """)
+    command = [sys.executable, "probe.py"]
+    popens = []
+    for _ in range(2):
+        popens.append(zygote.popen(command, tmp_path, cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True))
+    assert popens[0] is None and popens[1] is not None  # the environment's first request starts cold
+    out, err = popens[1].communicate(timeout=60)
+    assert (out, err, popens[1].returncode) == (f"{os.getpid()} True []\n", "WARM\n", 5)
+    waiting = zygote.popen([*command, "wait"], tmp_path, cli_env(), stdout=subprocess.PIPE, text=True)
+    assert waiting is not None and waiting.stdout.readline().split()[0] == str(os.getpid())
+    waiting.terminate()
+    assert waiting.wait(timeout=30) == -15
+    assert zygote.popen(command, tmp_path, cli_env(), preexec_fn=os.setpgrp) is None  # what a fork cannot take
