@@ -241,19 +241,27 @@ class _AdoptedPopen(subprocess.Popen):
         assert sock is not None, "a closed server serves nothing"
         sock.settimeout(120)
         try:
-            _subreaper(True)
-            send(sock, {**request, "adopt": True,
-                        "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
-                 _child_fds(p2cread, c2pwrite, errwrite))
-            self.pid = _reply(sock)["pid"]
+            self.pid = _adopt(sock, {**request, "adopt": True,
+                                     "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
+                              _child_fds(p2cread, c2pwrite, errwrite))
         except TimeoutError:
             self.server.process.kill()
             raise OSError("the warm interpreter did not answer") from None
         finally:
-            _subreaper(False)
             sock.settimeout(None)
         self._child_created = True
         self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+
+def _adopt(sock: socket.socket, request: dict, fds: list[int]) -> int:
+    """Ask a server or template for the request's child, and adopt it: this process is a child
+    subreaper until the child's middle process has exited (:func:`_fork_adopted`). Its pid."""
+    try:
+        _subreaper(True)
+        send(sock, request, fds)
+        return _reply(sock)["pid"]
+    finally:
+        _subreaper(False)
 
 
 def _child_fds(p2cread: int, c2pwrite: int, errwrite: int) -> list[int]:
@@ -318,16 +326,8 @@ def _serve(sock: socket.socket) -> tuple[dict, list[int]]:
         if request is None:
             os._exit(0)
         if request.get("adopt"):  # a Popen: the client adopts the child and waits on it itself
-            pid = _fork_adopted(client, request)
-            if pid == 0:
-                sock.close()
+            if _answer_adopted(sock, client, request, fds):
                 return request, fds
-            for fd in fds:
-                os.close(fd)
-            try:
-                send(sock, {"pid": pid})
-            except OSError:
-                os._exit(0)
             continue
         pid = os.fork()
         if pid == 0:
@@ -483,16 +483,23 @@ def _serve_children(sock: socket.socket) -> tuple[dict, list[int]]:
         request, fds = receive(sock)
         if request is None:
             os._exit(0)
-        pid = _fork_adopted(parent, request)
-        if pid == 0:
-            sock.close()
+        if _answer_adopted(sock, parent, request, fds):
             return request, fds
-        for fd in fds:
-            os.close(fd)
-        try:
-            send(sock, {"pid": pid})
-        except OSError:
-            os._exit(0)
+
+
+def _answer_adopted(sock: socket.socket, parent: int, request: dict, fds: list[int]) -> bool:
+    """Fork the request's child for ``parent`` to adopt and answer its pid; True in the child."""
+    pid = _fork_adopted(parent, request)
+    if pid == 0:
+        sock.close()
+        return True
+    for fd in fds:
+        os.close(fd)
+    try:
+        send(sock, {"pid": pid})
+    except OSError:  # the one who asked went away: nothing left to serve
+        os._exit(0)
+    return False
 
 
 def _fork_adopted(parent: int, request: dict) -> int:
@@ -553,16 +560,11 @@ def _start_children_from(template: socket.socket) -> None:
         if executable is None and preexec_fn is None and not pass_fds and not shell:
             request = _template_request(args, cwd, env, params)
         if request is not None:
-            fds = _child_fds(p2cread, c2pwrite, errwrite)
             with lock:
                 try:
-                    _subreaper(True)
-                    send(template, request, fds)
-                    self.pid = _reply(template)["pid"]
+                    self.pid = _adopt(template, request, _child_fds(p2cread, c2pwrite, errwrite))
                 except (OSError, KeyError, ValueError):  # the template is gone: start it as before
                     request = None
-                finally:
-                    _subreaper(False)
         if request is None:
             return original(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                             creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params)

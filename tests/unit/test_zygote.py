@@ -80,18 +80,14 @@ def test_a_module_run_with_m_sees_what_python_m_sets(tmp_path):
 
 
 def test_a_timeout_kills_the_fork_and_raises_as_subprocess_does(tmp_path):
-    write_script(tmp_path, "slow.py", "import time, torch\ntime.sleep(60)\n")
+    write_script(tmp_path, "slow.py", "import sys, time, torch\ntime.sleep(60 if sys.argv[1:] else 0)\n")
     command = [sys.executable, "slow.py"]
     env = cli_env()
-    for _ in range(2):
-        try:
-            result = zygote.run(command, tmp_path, env, timeout=3)
-        except subprocess.TimeoutExpired as expired:
-            assert expired.timeout == 3
-            break
-        assert result is None  # the first request of an environment runs cold
-    else:
-        pytest.fail("the warm fork did not time out")
+    # a server of this environment, warm (one still starting is given up after the request's timeout)
+    assert any(zygote.run(command, tmp_path, env, timeout=120) is not None for _ in range(2))
+    with pytest.raises(subprocess.TimeoutExpired) as expired:
+        zygote.run([*command, "sleep"], tmp_path, env, timeout=3)
+    assert expired.value.timeout == 3
 
 
 @pytest.mark.parametrize("argv, text, warm", [
