@@ -299,7 +299,7 @@ def test_a_script_s_own_comm_hook_runs_and_is_timed(tmp_path):
 
 
 ALL_REDUCE_LOOP = """
-    import torch, torch.distributed as dist
+    import os, time, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
@@ -311,6 +311,11 @@ ALL_REDUCE_LOOP = """
         with torch.no_grad():  # by hand: torch.optim is not what this measures
             for parameter in model.parameters():
                 parameter.add_(parameter.grad, alpha=-0.01)
+    # the samples file is what is sent too: a run that ends before its sampler has started has none
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f"out/samples.rank{dist.get_rank()}.jsonl.gz") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dist.barrier()
     dist.destroy_process_group()
 """
 
