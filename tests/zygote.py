@@ -469,22 +469,11 @@ def _fork_template() -> None:
     ours, theirs = socket.socketpair()
     if os.fork() == 0:
         ours.close()
-        request, fds = _serve_children(theirs)  # returns in a child only
+        request, fds = _serve(theirs)  # the template: every request is a Popen's; returns in a child only
         _become(request, fds)
         sys.exit(0)  # the child's program ended: leave through the parent's frames as a script's end would
     theirs.close()
     _start_children_from(ours)
-
-
-def _serve_children(sock: socket.socket) -> tuple[dict, list[int]]:
-    """The template: fork a child per request; return (in the child only) the request it is to run."""
-    parent = os.getppid()
-    while True:
-        request, fds = receive(sock)
-        if request is None:
-            os._exit(0)
-        if _answer_adopted(sock, parent, request, fds):
-            return request, fds
 
 
 def _answer_adopted(sock: socket.socket, parent: int, request: dict, fds: list[int]) -> bool:
@@ -562,7 +551,7 @@ def _start_children_from(template: socket.socket) -> None:
         if request is not None:
             with lock:
                 try:
-                    self.pid = _adopt(template, request, _child_fds(p2cread, c2pwrite, errwrite))
+                    self.pid = _adopt(template, {**request, "adopt": True}, _child_fds(p2cread, c2pwrite, errwrite))
                 except (OSError, KeyError, ValueError):  # the template is gone: start it as before
                     request = None
         if request is None:
