@@ -484,6 +484,41 @@ def test_double_ctrl_c_during_start_up_never_shows_stepscope_s_traceback(tmp_pat
     assert "one line" in outcomes, outcomes  # the sweep did cross stepscope's start
 
 
+# `stepscope run` whose start-up meets a Ctrl-C in a module that does not let it through as itself:
+# a C extension's initialisation replaced it with another exception (numpy's `_distributor_init`:
+# "TypeError: expected a message argument"), or a library's import caught it
+CTRL_C_IN_START_UP = """
+import os, signal, sys, time
+sys.argv = ["stepscope", "run", "--no-monitor", "-o", "out", "started.py"]
+from stepscope.capture import launcher
+real = launcher.resolve_script
+def resolve(*args):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        {handling}
+    return real(*args)
+launcher.resolve_script = resolve
+from stepscope.cli.entry import console_main
+console_main()
+"""
+
+
+@pytest.mark.parametrize("handling", ["raise TypeError('expected a message argument') from None", "pass"],
+                         ids=["replaced", "swallowed"])
+def test_a_ctrl_c_that_start_up_does_not_let_through_still_ends_stepscope(tmp_path, handling):
+    """The Ctrl-C is noted when it arrives: the exception that replaced it ends stepscope with the
+    one line and a SIGINT death, not a traceback; one a library swallowed keeps the script from
+    starting."""
+    write_script(tmp_path, "started.py", "open('started', 'w').close()\n")
+    process = subprocess.run([sys.executable, "-c", CTRL_C_IN_START_UP.format(handling=handling)], cwd=tmp_path,
+                             env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert process.returncode == -signal.SIGINT and process.stderr == "stepscope: interrupted (Ctrl-C)\n", \
+        (process.returncode, process.stderr[-2000:])
+    assert not (tmp_path / "started").exists()
+
+
 def test_a_ctrl_c_during_orjson_s_import_waits_for_its_end(tmp_path):
     """orjson's initialisation dereferences the modules it imports unchecked: a Ctrl-C during it
     crashed the interpreter (SIGSEGV, ~1 in 100 double Ctrl-Cs at start-up). The console entry

@@ -6,6 +6,14 @@ as Python's would, without a traceback of stepscope's internals — also when a 
 follows the first (SIGINT is ignored from the first line of the handler on, the process is ending
 by it anyway). The script's own Ctrl-C is the script's: :mod:`stepscope.capture.launcher` reports
 it as Python does.
+
+Until the script starts, SIGINT's handler is :func:`_note_ctrl_c`: Python's own behaviour (raise
+``KeyboardInterrupt``) that also notes the Ctrl-C, because the exception does not always arrive
+as itself. A C extension's initialisation can turn it into another exception (numpy's
+``_distributor_init`` import gave ``TypeError: expected a message argument``, once in ~100 double
+Ctrl-Cs at start-up) or a library's import can swallow it. Noted, any exception that ends the
+command is reported as the Ctrl-C it was, and ``stepscope run`` does not start the script after a
+Ctrl-C it lost on the way (:func:`script_starts`, which also gives SIGINT back to Python's handler).
 """
 
 from __future__ import annotations
@@ -15,10 +23,21 @@ from __future__ import annotations
 import _signal
 import os
 import sys
+from types import FrameType
+
+_ctrl_c_noted = False  # a Ctrl-C arrived while stepscope started (before the script's first line)
+
+
+def _note_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    global _ctrl_c_noted
+    _ctrl_c_noted = True
+    raise KeyboardInterrupt
 
 
 def console_main() -> None:
     code = 128 + _signal.SIGINT
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _note_ctrl_c)
     try:
         _import_orjson_uninterrupted()
         from stepscope.cli import main as cli
@@ -28,11 +47,22 @@ def console_main() -> None:
             quick_exit(code)
     except KeyboardInterrupt:
         interrupted()
-    except RuntimeError as exc:
-        if not interrupted_by_ctrl_c(exc):
+    except Exception as exc:  # noqa: BLE001 - SystemExit passes through
+        if not (_ctrl_c_noted or interrupted_by_ctrl_c(exc)):
             raise
         interrupted()
     sys.exit(code)
+
+
+def script_starts() -> None:
+    """The user's script is about to run in this process: SIGINT goes back to Python's own handler
+    (the script's Ctrl-C is the script's, and capture's guard takes over only that handler), and a
+    Ctrl-C noted during start-up but lost on the way (a library's import caught it) ends the
+    command now, before the script starts, instead of being forgotten."""
+    if _signal.getsignal(_signal.SIGINT) is _note_ctrl_c:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    if _ctrl_c_noted:
+        raise KeyboardInterrupt
 
 
 def interrupted_by_ctrl_c(exc: BaseException) -> bool:

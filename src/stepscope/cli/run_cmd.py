@@ -243,6 +243,9 @@ def run_target(target: Any, options: CaptureOptions, run_name: str | None = None
 
         finalize(128 + signum, None, signal.Signals(signum).name)
 
+    from stepscope.cli.entry import script_starts
+
+    script_starts()  # SIGINT: Python's handler again, which capture's guard takes over
     guard.install(on_signal)
     atexit.register(lambda: session.stop())  # a last resort: a no-op once the record is saved
     session.start()
