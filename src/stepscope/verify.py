@@ -54,6 +54,11 @@ TRIAL_STEPS = 40
 #: past the end of the budget; past it the trial is stopped with its process group, timed out.
 TRIAL_DEADLINE_FACTOR = 3.0
 TRIAL_DEADLINE_SLACK_S = 10.0
+#: The slack of a trial planned at the diagnosed run's estimate (no trial measured yet): the estimate
+#: leaves out the interpreter's start and the trial's own report, and the machine's load may have
+#: changed since that run (a baseline trial estimated at 1.1 s took 11 s on a 2-core machine running
+#: three other jobs, and was stopped at 13.4 s as if it hung).
+FIRST_TRIAL_DEADLINE_SLACK_S = 30.0
 #: A trial that started within its planned length may run past the end of the budget by this share
 #: of that length less the stop's grace period: a trial a little slower than planned is measured,
 #: not wasted, and --verify still ends within one planned trial of its budget.
@@ -331,9 +336,10 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def trial_deadline(trial_s: float) -> float:
-    """Seconds a trial expected to take ``trial_s`` may run before it is stopped."""
-    return TRIAL_DEADLINE_FACTOR * trial_s + TRIAL_DEADLINE_SLACK_S
+def trial_deadline(trial_s: float, measured: bool = True) -> float:
+    """Seconds a trial expected to take ``trial_s`` may run before it is stopped; ``measured``:
+    ``trial_s`` is a trial's measured time, not the diagnosed run's estimate."""
+    return TRIAL_DEADLINE_FACTOR * trial_s + (TRIAL_DEADLINE_SLACK_S if measured else FIRST_TRIAL_DEADLINE_SLACK_S)
 
 
 def planned_length(name: str, walls: dict[str, list[float]], estimate_s: float) -> float:
@@ -411,7 +417,8 @@ def run_budgeted(target_argv: Sequence[str], candidates: Sequence[Candidate], ou
             planned = planned_length(name, walls, estimate_s)
             if planned > left:
                 continue
-            limit = trial_limit(planned, left, timeout_s if timeout_s is not None else trial_deadline(planned))
+            deadline = timeout_s if timeout_s is not None else trial_deadline(planned, measured=bool(walls))
+            limit = trial_limit(planned, left, deadline)
             run_dir = out_dir / f"r{repeat + 1}-{slug[name]}"
             log = out_dir / "logs" / f"r{repeat + 1}-{slug[name]}.log"
             code, error = run_trial(target_argv, settings[name], run_dir, max_steps=steps, log=log,

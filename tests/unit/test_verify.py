@@ -222,6 +222,9 @@ def test_a_later_round_keeps_the_baseline_and_the_candidates_that_fit_with_it():
     assert verify.planned_length("d", walls, 1.0) == 30.0 and verify.planned_length("d", {}, 7.0) == 7.0
     assert verify.trial_limit(10.0, 12.0, 100.0) == 14.0  # half the planned length less the 3 s grace
     assert verify.trial_limit(4.0, 12.0, 100.0) == 12.0 and verify.trial_limit(10.0, 12.0, 5.0) == 5.0
+    # a trial planned at a measured length may run 3x it + 10 s; the first, planned at the diagnosed
+    # run's estimate (no interpreter start, no report, another load), 3x + 30 s
+    assert verify.trial_deadline(2.0) == 16.0 and verify.trial_deadline(2.0, measured=False) == 36.0
 
 
 @pytest.mark.parametrize(("runs", "failed", "said"), [
