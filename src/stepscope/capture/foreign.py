@@ -25,6 +25,9 @@ SCAN_EVERY_S = 2.0
 TOP = 5
 #: A process below this share of one core over a scan is not worth naming.
 MIN_CORES = 0.05
+#: The sampler's last sample scans once more when at least this long has passed since the previous
+#: scan: a run shorter than :data:`SCAN_EVERY_S` still names its neighbours.
+FINAL_MIN_S = 0.5
 
 
 class ForeignScan:
@@ -49,10 +52,12 @@ class ForeignScan:
         self._parents: dict[int, int] = {}
         self.enabled = os.path.isdir(proc_root)
 
-    def poll(self) -> list[dict[str, Any]]:
-        """The ``foreign`` event when a scan is due (the first scan only sets the baseline)."""
+    def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        """The ``foreign`` event when a scan is due (the first scan only sets the baseline);
+        ``final``: the sampler's last sample, due after :data:`FINAL_MIN_S`."""
         now = self.clock()
-        if not self.enabled or (self._last_ns is not None and now - self._last_ns < self.every_ns):
+        every = int(FINAL_MIN_S * 1e9) if final else self.every_ns
+        if not self.enabled or (self._last_ns is not None and now - self._last_ns < every):
             return []
         ticks = self._read_all()
         previous, last = self._ticks, self._last_ns

@@ -83,8 +83,10 @@ class SystemSampler:
             **self.system.info(), "gpus": self.gpu.info() if self.gpu else [], **extra,
         }
 
-    def sample(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """``(sample, events)``; the sample is ``None`` if reading the machine failed (noted once)."""
+    def sample(self, final: bool = False) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """``(sample, events)``; the sample is ``None`` if reading the machine failed (noted once).
+        ``final``: the last sample of a stop on request (processes outside the tree are scanned
+        once more)."""
         ts_ns = time.monotonic_ns()
         events: list[dict[str, Any]] = []
         try:
@@ -106,7 +108,7 @@ class SystemSampler:
             self.gpu.notes.clear()
         if self.foreign is not None:
             try:
-                events += self.foreign.poll()
+                events += self.foreign.poll(final)
             except Exception as exc:  # noqa: BLE001
                 self._fail(f"other processes could not be scanned ({type(exc).__name__}: {exc})")
                 self.foreign = None
@@ -144,7 +146,7 @@ def run_sampler(sampler: SystemSampler, writer: SamplesWriter, interval_s: float
     next_tick = last_flush = time.monotonic()
     while True:
         stopping = should_stop()
-        sample, events = sampler.sample()
+        sample, events = sampler.sample(stopping)
         for event in events:
             writer.add_event(event)
         if sample is not None:

@@ -54,6 +54,19 @@ def wait_for_samples(path: Path, count: int, timeout_s: float = 20.0):
     raise AssertionError(f"fewer than {count} samples in {path} after {timeout_s} s")
 
 
+def test_a_run_shorter_than_the_scan_period_still_names_a_busy_neighbour(tmp_path, children):
+    """Processes outside the tree are scanned every 2 s; the last sample of a stop on request scans
+    once more, so a 1-second run names the neighbour that crowded it (a demo beside two busy
+    processes ended in 1.9 s on a loaded machine and named nobody)."""
+    target = spawn("import time; time.sleep(30)")
+    burner = spawn("while True: pass")
+    children.extend([target, burner])
+    samples = sample_in_process(tmp_path / "samples.jsonl.gz", target.pid, seconds=1.0)
+    assert len(samples.foreign) == 1, samples.foreign  # the last sample's scan, ~1 s after the baseline
+    ((_, interval_s, procs),) = samples.foreign
+    assert 0.5 <= interval_s < 2.0 and burner.pid in [pid for pid, _, _ in procs], samples.foreign
+
+
 def test_cpu_burner_shows_a_saturated_core(tmp_path, children):
     import psutil
 
