@@ -44,6 +44,10 @@ class CpuPeak:
     source: str = "measured"  # "measured" | "cache" | "record" (migrated from schema 1)
     measured_wall_ns: int = 0
     dtype: str = "fp32"  # the matmul dtype measured: "fp32" or "bf16"
+    #: the share of its threads' time the measurement spent waiting for a core (the run-queue delay
+    #: of the process's threads over the timed repetitions / their wall time / the threads): other
+    #: work held the cores; None: not known (no ``/proc`` schedstat, caches kept before it was)
+    core_wait_share: float | None = None
 
     @property
     def spread(self) -> float:

@@ -39,7 +39,7 @@ def test_first_call_measures_and_caches_then_the_cache_answers(cache_home, monke
         measured = real(repetitions=3, max_s=0.05)
         # a real measurement, made steady: one disturbed by other work is measured again by design
         # (test_a_disturbed_cached_peak_is_measured_again_until_a_steady_measurement_settles_it)
-        return replace(measured, flops_median=max(measured.flops_median, 0.9 * measured.flops_best))
+        return replace(measured, flops_median=max(measured.flops_median, 0.9 * measured.flops_best), core_wait_share=0.0)
 
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", counting)
     first = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
@@ -101,7 +101,7 @@ def test_a_disturbed_cached_peak_is_measured_again_until_a_steady_measurement_se
     cpu_peak.store_peak(CpuPeak(flops_best=cached[0], flops_median=cached[1], repetitions=7, threads=1))
     monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": CpuPeak(
-        flops_best=measured[0], flops_median=measured[1], threads=1, dtype=dtype))
+        flops_best=measured[0], flops_median=measured[1], threads=1, dtype=dtype, core_wait_share=0.01))
     peak = cpu_peak.peak_at_torch_import(lambda *args: None)
     assert (peak.flops_best, peak.flops_median) == kept and peak.source == "measured"
     entry = cpu_peak.cached_peak(1)
@@ -115,3 +115,31 @@ def test_a_steadier_median_never_lowers_the_best(cache_home):
     cpu_peak.store_peak(CpuPeak(flops_best=2e11, flops_median=1.9e11, repetitions=7, threads=1))
     entry = cpu_peak.cached_peak(1)
     assert (entry.flops_best, entry.flops_median) == (3e11, 1.9e11)
+
+
+def test_a_measurement_beside_busy_processes_says_its_threads_lacked_cores(children):
+    """Processes spinning on every core take about half of them from the matmul threads: the rates
+    alone can look steady (every repetition equally slow), the threads' wait for a core says it."""
+    import subprocess
+    import sys
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    children.extend(busy)
+    peak = cpu_peak.measure_cpu_matmul_peak(repetitions=7, max_s=1.0)
+    assert peak.core_wait_share is not None and peak.core_wait_share > cpu_peak.CROWDED_WAIT_SHARE, peak
+
+
+@pytest.mark.parametrize("wait, measured_again", [(0.45, True), (None, True), (0.03, False)])
+def test_a_cached_peak_whose_threads_lacked_cores_is_measured_again(cache_home, monkeypatch, wait, measured_again):
+    """Steady but crowded (22 GFLOP/s for two threads that reach 79 alone): measured again at the next
+    run, the better best kept; an entry kept before shares were is measured once more."""
+    cpu_peak.store_peak(CpuPeak(flops_best=2.2e10, flops_median=2.0e10, repetitions=7, threads=1, core_wait_share=wait))
+    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": CpuPeak(
+        flops_best=7.9e10, flops_median=7.5e10, threads=1, dtype=dtype, core_wait_share=0.01))
+    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
+    assert (peak.source == "measured") is measured_again
+    expected = (7.9e10, 0.01) if measured_again else (2.2e10, 0.03)
+    assert (peak.flops_best, peak.core_wait_share) == expected
+    entry = cpu_peak.cached_peak(1)
+    assert (entry.flops_best, entry.core_wait_share) == expected
