@@ -17,6 +17,9 @@ from tests.unit.analysis.reference_traces import _root
 
 TRACE = "hta/trace_diff/control/control.json.gz"
 
+pytestmark = pytest.mark.skipif(not (_root(TRACE) / TRACE).is_file(),
+                                reason="the shared reference set is not beside the repository")
+
 
 @pytest.fixture(scope="module")
 def trace():
