@@ -37,7 +37,7 @@ CPU_PEAK_MATRIX = 512
 #: The probe of every run with a cached fp32 peak: a few matmuls this size (14-27 ms on 2 cores,
 #: the warm-up included), whose rate against the probe taken with the cached best says how fast the
 #: cores are now. (256² was 7-11 ms, but its two-thread rate strayed from the full measurement's by
-#: 0.59-1.09 on a quiet machine; 384² stayed within 0.96-1.12 in 12 pairs.)
+#: 0.59-1.09 on a quiet machine; 384² stayed within 0.94-1.12 in 24 pairs: benchmarks/bench_cpu_probe.py)
 PROBE_MATRIX = 384
 PROBE_REPETITIONS = 5
 #: A probe within this share of its reference reads as the cores at their best (the probe's own
