@@ -191,7 +191,7 @@ def store_peak(peak: CpuPeak, path: Path | None = None, probe_flops: float | Non
     if isinstance(old, dict):
         old_best, old_median = float(old.get("flops_best", 0) or 0), float(old.get("flops_median", 0) or 0)
         old_wait, old_reference = old.get("core_wait_share"), old.get("probe_flops")
-        if peak.flops_best < old_best and (old_reference or peak.flops_best < PROBE_REFERENCE_SHARE * old_best):
+        if peak.flops_best <= old_best and (old_reference or peak.flops_best < PROBE_REFERENCE_SHARE * old_best):
             reference = old_reference  # the kept best keeps its own reference
         if (old_best >= peak.flops_best and old_median >= peak.flops_median and reference == old_reference
                 and _waited_less(old_wait, peak.core_wait_share) and not crowded):
@@ -293,6 +293,8 @@ def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
         warn(f"cpu-peak-{dtype}", f"CPU {dtype} matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
         return cached
     probe_flops = _probe() if dtype == "fp32" else None
+    if cached is not None and peak.flops_best < PROBE_REFERENCE_SHARE * cached.flops_best:
+        probe_flops = None  # taken in another state than the cached best was: no reference for it
     if cached is not None:
         # the better best of both; the spread of the steadier measurement, so that one steady
         # measurement settles a disturbed entry (else each run would measure again)

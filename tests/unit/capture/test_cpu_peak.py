@@ -180,6 +180,20 @@ def test_the_reference_probe_stays_with_the_best_it_was_taken_with(cache_home):
     assert (entry["flops_best"], entry["probe_flops"]) == (8e10, 4e10)
 
 
+@pytest.mark.parametrize("measured, reference", [(5e10, 4e10), (9e10, 2e10)], ids=["slower", "faster"])
+def test_a_measurement_again_keeps_the_reference_with_the_best(cache_home, monkeypatch, measured, reference):
+    """A disturbed entry measured again: a slower measurement leaves the best and its reference, a
+    faster one brings its own."""
+    cpu_peak.store_peak(CpuPeak(flops_best=8e10, flops_median=3e10, threads=1, core_wait_share=0.0), probe_flops=4e10)
+    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
+    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": CpuPeak(
+        flops_best=measured, flops_median=0.98 * measured, threads=1, dtype=dtype, core_wait_share=0.01))
+    monkeypatch.setattr(cpu_peak, "_probe", lambda: 2e10)
+    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
+    entry = cpu_peak.read_cache()[cpu_peak.machine_key(1)]
+    assert peak.source == "measured" and (entry["flops_best"], entry["probe_flops"]) == (max(8e10, measured), reference)
+
+
 @pytest.mark.parametrize("probe, now", [(2e10, 0.5), (3.8e10, None), (5e10, None), (None, None)],
                          ids=["half-speed", "within-tolerance", "faster", "crowded"])
 def test_a_settled_peak_is_probed_and_slower_cores_give_the_run_its_own_peak(cache_home, monkeypatch, probe, now):
