@@ -39,7 +39,6 @@ SHORT = {
     "bench_worker_batches.py": ["--rounds", "5", "--batches", "1000"],
     "bench_bytecode.py": ["--rounds", "2"],
     "bench_gc_pause.py": ["--rounds", "1"],
-    "bench_cpu_probe.py": ["--rounds", "2"],
     "bench_demo_exit.py": ["--rounds", "2"],
     "bench_warm_tests.py": ["--rounds", "1"],
 }

@@ -620,11 +620,6 @@ def mfu_estimate(facts: CaptureFacts, steady: SteadyState | None, gpu: DeviceInf
         peak_high, peak_low = cpu_peak.flops_best, cpu_peak.flops_median or cpu_peak.flops_best
         peak = cpu_peak.flops_best
         source = f"measured {dtype} matmul peak of this CPU"
-        if cpu_peak.flops_now is not None and cpu_peak.flops_now < peak_low:
-            # the cores ran slower than at their best when the run started: the range reaches the
-            # MFU against the peak they had then
-            peak_low = cpu_peak.flops_now
-            source += f" (at {cpu_peak.flops_now / cpu_peak.flops_best:.0%} of it when the run started)"
     value = mfu(compute.flops, step, peak)
     if value > 1.0:
         return None, (f"the counted FLOPs exceed the {dtype} peak ({value:.0%}): the peak does not describe "

@@ -34,18 +34,6 @@ from stepscope.record.run import CpuPeak
 #: Side of the square float32 matrices timed (large enough to be compute-bound on CPUs, small
 #: enough that a repetition takes milliseconds on 2 cores).
 CPU_PEAK_MATRIX = 512
-#: The probe of every run with a cached fp32 peak: a few matmuls this size (14-27 ms on 2 cores,
-#: the warm-up included), whose rate against the probe taken with the cached best says how fast the
-#: cores are now. (256² was 7-11 ms, but its two-thread rate strayed from the full measurement's by
-#: 0.59-1.09 on a quiet machine; 384² stayed within 0.94-1.12 in 24 pairs: benchmarks/bench_cpu_probe.py)
-PROBE_MATRIX = 384
-PROBE_REPETITIONS = 5
-#: A probe within this share of its reference reads as the cores at their best (the probe's own
-#: spread on a quiet machine, above); below it, the run's peak is scaled by the probe.
-PROBE_TOLERANCE = 0.9
-#: A measurement whose best is within this share of the cached best may give the entry its
-#: reference probe (taken in about the state the best was).
-PROBE_REFERENCE_SHARE = 0.95
 #: Timed repetitions after the warm-up call (the best is the peak; the median shows the spread).
 REPETITIONS = 7
 #: Stop early once the repetitions took this long (a slow or overloaded machine).
@@ -80,13 +68,14 @@ def machine_key(threads: int, dtype: str = "fp32") -> str:
 
 
 def measure_cpu_matmul_peak(repetitions: int = REPETITIONS, max_s: float = MAX_MEASURE_S,
-                            dtype: str = "fp32", size: int = CPU_PEAK_MATRIX) -> CpuPeak:
+                            dtype: str = "fp32") -> CpuPeak:
     """Time ``dtype`` (``"fp32"`` or ``"bf16"``) matmuls with torch's current intra-op threads (see
     the module docstring). The operands come from a deterministic fill, so the global RNG state is
     untouched.
     """
     import torch
 
+    size = CPU_PEAK_MATRIX
     kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     with torch.no_grad():
         values = torch.arange(size * size, dtype=torch.float32).reshape(size, size)
@@ -173,10 +162,9 @@ def _peak_of(entry: Any, threads: int, dtype: str) -> CpuPeak | None:
         return None
 
 
-def store_peak(peak: CpuPeak, path: Path | None = None, probe_flops: float | None = None) -> None:
+def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
     """Merge ``peak`` into the cache: the best rate ever seen wins (with that measurement's median,
-    or a steadier median given with the same best: see :func:`peak_at_torch_import`), and with it
-    ``probe_flops``, the probe's rate taken right after that measurement (:func:`probe_now`).
+    or a steadier median given with the same best: see :func:`peak_at_torch_import`).
 
     Raises:
         OSError: the cache could not be written.
@@ -187,13 +175,10 @@ def store_peak(peak: CpuPeak, path: Path | None = None, probe_flops: float | Non
     old = entries.get(key)
     tries = _crowded_tries(old)
     crowded = peak.core_wait_share is not None and peak.core_wait_share > CROWDED_WAIT_SHARE
-    reference = probe_flops if not crowded else None
     if isinstance(old, dict):
         old_best, old_median = float(old.get("flops_best", 0) or 0), float(old.get("flops_median", 0) or 0)
-        old_wait, old_reference = old.get("core_wait_share"), old.get("probe_flops")
-        if peak.flops_best <= old_best and (old_reference or peak.flops_best < PROBE_REFERENCE_SHARE * old_best):
-            reference = old_reference  # the kept best keeps its own reference
-        if (old_best >= peak.flops_best and old_median >= peak.flops_median and reference == old_reference
+        old_wait = old.get("core_wait_share")
+        if (old_best >= peak.flops_best and old_median >= peak.flops_median
                 and _waited_less(old_wait, peak.core_wait_share) and not crowded):
             return
         peak = replace(peak, flops_best=max(old_best, peak.flops_best), flops_median=max(old_median, peak.flops_median)
@@ -202,7 +187,7 @@ def store_peak(peak: CpuPeak, path: Path | None = None, probe_flops: float | Non
     entries[key] = {"flops_best": peak.flops_best, "flops_median": peak.flops_median,
                     "spread": peak.spread, "repetitions": peak.repetitions, "threads": peak.threads,
                     "measured_wall_ns": peak.measured_wall_ns, "core_wait_share": peak.core_wait_share,
-                    "crowded_tries": tries + crowded, "probe_flops": reference}
+                    "crowded_tries": tries + crowded}
     write_cache(path, "stepscope.cpu_peak_cache", entries)
 
 
@@ -274,27 +259,17 @@ def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
     """The cached peak, else a measurement (stored in the cache). ``warn(cause, text)`` on trouble.
 
     A cached peak that was measured on a disturbed machine (see :data:`STEADY_MEDIAN_SHARE` and
-    :data:`CROWDED_WAIT_SHARE`) is measured again; the better of the two is used and kept. A settled
-    fp32 peak is probed (:func:`probe_now`): cores slower now than at their best give it
-    ``flops_now``."""
+    :data:`CROWDED_WAIT_SHARE`) is measured again; the better of the two is used and kept."""
     threads = current_threads()
     entry = read_cache().get(machine_key(threads, dtype))
     cached = _peak_of(entry, threads, dtype)
     if cached is not None and _settled(cached, _crowded_tries(entry)):
-        reference = entry.get("probe_flops") if dtype == "fp32" and isinstance(entry, dict) else None
-        if isinstance(reference, (int, float)) and reference > 0:
-            now = probe_now(float(reference))
-            if now is not None and now < PROBE_TOLERANCE:
-                cached = replace(cached, flops_now=cached.flops_best * now)
         return cached
     try:
         peak = measure_cpu_matmul_peak(dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - a missing peak only costs MFU
         warn(f"cpu-peak-{dtype}", f"CPU {dtype} matmul peak not measured ({type(exc).__name__}: {exc}); no CPU MFU")
         return cached
-    probe_flops = _probe() if dtype == "fp32" else None
-    if cached is not None and peak.flops_best < PROBE_REFERENCE_SHARE * cached.flops_best:
-        probe_flops = None  # taken in another state than the cached best was: no reference for it
     if cached is not None:
         # the better best of both; the spread of the steadier measurement, so that one steady
         # measurement settles a disturbed entry (else each run would measure again)
@@ -302,30 +277,11 @@ def peak_at_torch_import(warn: Any, dtype: str = "fp32") -> CpuPeak | None:
                        flops_median=max(peak.flops_median, cached.flops_median),
                        core_wait_share=_less_wait(peak.core_wait_share, cached.core_wait_share))
     try:
-        store_peak(peak, probe_flops=probe_flops)
+        store_peak(peak)
     except OSError as exc:
         warn("cpu-peak-cache", f"CPU peak cache {cache_path()} not written ({exc.strerror or exc}); "
                                "the peak will be measured again next run")
     return peak
-
-
-def _probe() -> float | None:
-    """The probe's best fp32 rate (:data:`PROBE_MATRIX`), or None when its threads waited for a
-    core (:data:`CROWDED_WAIT_SHARE`) or it failed."""
-    try:
-        probe = measure_cpu_matmul_peak(repetitions=PROBE_REPETITIONS, max_s=0.02, size=PROBE_MATRIX)
-    except Exception:  # noqa: BLE001 - no probe: the cached peak as it is
-        return None
-    if probe.core_wait_share is None or probe.core_wait_share > CROWDED_WAIT_SHARE:
-        return None
-    return probe.flops_best
-
-
-def probe_now(reference: float) -> float | None:
-    """How fast the cores are now against when the cached best was measured: the probe's rate over
-    ``reference`` (the probe taken then), at most 1; None when the probe is crowded or fails."""
-    rate = _probe()
-    return None if rate is None else min(1.0, rate / reference)
 
 
 __all__ = ["CPU_PEAK_MATRIX", "PEAK_DTYPES", "cache_path", "cached_peak", "machine_key", "machine_parts",

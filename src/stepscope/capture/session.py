@@ -482,7 +482,7 @@ class CaptureSession:
             cores = self.meta["cpu_count_logical"] or max(threads, peak.threads)
             scale = min(threads, cores) / min(peak.threads, cores)
             peak = replace(peak, flops_best=peak.flops_best * scale, flops_median=peak.flops_median * scale,
-                           threads=threads, flops_now=None if peak.flops_now is None else peak.flops_now * scale)
+                           threads=threads)
         return peak
 
     def _bound_steps(self, max_steps: int) -> None:

@@ -48,11 +48,6 @@ class CpuPeak:
     #: of the process's threads over the timed repetitions / their wall time / the threads): other
     #: work held the cores; None: not known (no ``/proc`` schedstat, caches kept before it was)
     core_wait_share: float | None = None
-    #: the peak as this machine reached it when the run started: ``flops_best`` scaled by a short
-    #: probe's rate against the probe taken with the best measurement (a virtual machine's cores
-    #: are not always as fast as at their best); None: not probed (a fresh measurement, a crowded
-    #: probe, a bfloat16 peak, a cache entry without a reference probe)
-    flops_now: float | None = None
 
     @property
     def spread(self) -> float:

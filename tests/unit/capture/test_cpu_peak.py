@@ -42,7 +42,6 @@ def test_first_call_measures_and_caches_then_the_cache_answers(cache_home, monke
         return replace(measured, flops_median=max(measured.flops_median, 0.9 * measured.flops_best), core_wait_share=0.0)
 
     monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", counting)
-    monkeypatch.setattr(cpu_peak, "_probe", lambda: None)
     first = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
     second = cpu_peak.peak_at_torch_import(lambda cause, text: pytest.fail(text))
     assert len(calls) == 1
@@ -162,61 +161,3 @@ def test_a_machine_that_is_always_crowded_measures_a_few_times_then_keeps_the_be
     sources = [cpu_peak.peak_at_torch_import(lambda *args: None).source for _ in range(5)]
     assert sources == ["measured"] * cpu_peak.MAX_CROWDED_TRIES + ["cache"] * 2 and len(calls) == 3
     assert cpu_peak.cached_peak(1).flops_best == 3.0e10
-
-
-def test_the_reference_probe_stays_with_the_best_it_was_taken_with(cache_home):
-    cpu_peak.store_peak(CpuPeak(flops_best=8e10, flops_median=7.8e10, threads=1, core_wait_share=0.0), probe_flops=4e10)
-    # a slower measurement keeps the best and its reference; a faster one brings its own
-    cpu_peak.store_peak(CpuPeak(flops_best=5e10, flops_median=4.9e10, threads=1, core_wait_share=0.0), probe_flops=2e10)
-    assert cpu_peak.read_cache()[cpu_peak.machine_key(1)]["probe_flops"] == 4e10
-    cpu_peak.store_peak(CpuPeak(flops_best=9e10, flops_median=8.9e10, threads=1, core_wait_share=0.0), probe_flops=5e10)
-    assert cpu_peak.read_cache()[cpu_peak.machine_key(1)]["probe_flops"] == 5e10
-    # an entry without a reference takes one from a measurement within 5 % of its best, not further
-    cpu_peak.store_peak(CpuPeak(flops_best=8e10, flops_median=7.8e10, threads=2, core_wait_share=0.0))
-    cpu_peak.store_peak(CpuPeak(flops_best=7e10, flops_median=6.9e10, threads=2, core_wait_share=0.0), probe_flops=3e10)
-    assert cpu_peak.read_cache()[cpu_peak.machine_key(2)]["probe_flops"] is None
-    cpu_peak.store_peak(CpuPeak(flops_best=7.8e10, flops_median=7.7e10, threads=2, core_wait_share=0.0), probe_flops=4e10)
-    entry = cpu_peak.read_cache()[cpu_peak.machine_key(2)]
-    assert (entry["flops_best"], entry["probe_flops"]) == (8e10, 4e10)
-
-
-@pytest.mark.parametrize("measured, reference", [(5e10, 4e10), (9e10, 2e10)], ids=["slower", "faster"])
-def test_a_measurement_again_keeps_the_reference_with_the_best(cache_home, monkeypatch, measured, reference):
-    """A disturbed entry measured again: a slower measurement leaves the best and its reference, a
-    faster one brings its own."""
-    cpu_peak.store_peak(CpuPeak(flops_best=8e10, flops_median=3e10, threads=1, core_wait_share=0.0), probe_flops=4e10)
-    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
-    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda dtype="fp32": CpuPeak(
-        flops_best=measured, flops_median=0.98 * measured, threads=1, dtype=dtype, core_wait_share=0.01))
-    monkeypatch.setattr(cpu_peak, "_probe", lambda: 2e10)
-    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
-    entry = cpu_peak.read_cache()[cpu_peak.machine_key(1)]
-    assert peak.source == "measured" and (entry["flops_best"], entry["probe_flops"]) == (max(8e10, measured), reference)
-
-
-@pytest.mark.parametrize("probe, now", [(2e10, 0.5), (3.8e10, None), (5e10, None), (None, None)],
-                         ids=["half-speed", "within-tolerance", "faster", "crowded"])
-def test_a_settled_peak_is_probed_and_slower_cores_give_the_run_its_own_peak(cache_home, monkeypatch, probe, now):
-    """A virtual machine's cores are not always as fast as at their best (two fp32 threads on one
-    2-core VM: 88 and 154 GFLOP/s minutes apart): the probe scales the peak the run had."""
-    cpu_peak.store_peak(CpuPeak(flops_best=8e10, flops_median=7.8e10, threads=1, core_wait_share=0.0), probe_flops=4e10)
-    monkeypatch.setattr(cpu_peak, "current_threads", lambda: 1)
-    monkeypatch.setattr(cpu_peak, "measure_cpu_matmul_peak", lambda *args, **kwargs: pytest.fail("measured"))
-    monkeypatch.setattr(cpu_peak, "_probe", lambda: probe)
-    peak = cpu_peak.peak_at_torch_import(lambda *args: None)
-    assert peak.source == "cache" and peak.flops_best == 8e10
-    assert peak.flops_now == (None if now is None else pytest.approx(8e10 * now))
-    # a bfloat16 peak is not probed (the probe is a float32 matmul)
-    cpu_peak.store_peak(CpuPeak(flops_best=1e10, flops_median=1e10, threads=1, core_wait_share=0.0, dtype="bf16"),
-                        probe_flops=4e10)
-    assert cpu_peak.peak_at_torch_import(lambda *args: None, dtype="bf16").flops_now is None
-
-
-def test_a_real_probe_is_a_few_hundredths_of_a_second_of_work():
-    import time
-
-    started = time.perf_counter()
-    rate = cpu_peak._probe()
-    took = time.perf_counter() - started
-    assert rate is None or 1e8 < rate < 1e14
-    assert took < 0.5, took  # a few 384-square matmuls, the warm-up included (14-27 ms on 2 quiet cores)
