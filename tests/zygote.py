@@ -204,7 +204,7 @@ class _Server:
             sock.settimeout(timeout)
             try:  # a server still warming up answers within the request's own timeout, or is given up
                 send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env,
-                            "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
+                            "cold_children": _cold_children()},
                      [0, out.fileno(), err.fileno()])
                 pid = _reply(sock)["pid"]
             except TimeoutError:
@@ -241,32 +241,35 @@ class _AdoptedPopen(subprocess.Popen):
         assert sock is not None, "a closed server serves nothing"
         sock.settimeout(120)
         try:
-            self.pid = _adopt(sock, {**request, "adopt": True,
-                                     "cold_children": os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"},
-                              _child_fds(p2cread, c2pwrite, errwrite))
+            _adopt(self, sock, {**request, "cold_children": _cold_children()},
+                   (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite))
         except TimeoutError:
             self.server.process.kill()
             raise OSError("the warm interpreter did not answer") from None
         finally:
             sock.settimeout(None)
-        self._child_created = True
-        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
 
-def _adopt(sock: socket.socket, request: dict, fds: list[int]) -> int:
-    """Ask a server or template for the request's child, and adopt it: this process is a child
-    subreaper until the child's middle process has exited (:func:`_fork_adopted`). Its pid."""
+def _cold_children() -> bool:
+    """``STEPSCOPE_TESTS_COLD_CHILDREN=1``: a served process starts its own children cold."""
+    return os.environ.get("STEPSCOPE_TESTS_COLD_CHILDREN") == "1"
+
+
+def _adopt(popen: subprocess.Popen, sock: socket.socket, request: dict, pipes: tuple[int, ...]) -> None:
+    """Ask a server or template for the request's child and make it ``popen``'s own, as
+    ``_execute_child`` would have started it: this process is a child subreaper until the child's
+    middle process has exited (:func:`_fork_adopted`). ``pipes``: ``_execute_child``'s six
+    descriptors (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite; -1: this process's own)."""
+    p2cread, _, _, c2pwrite, _, errwrite = pipes
+    fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
     try:
         _subreaper(True)
-        send(sock, request, fds)
-        return _reply(sock)["pid"]
+        send(sock, {**request, "adopt": True}, fds)
+        popen.pid = _reply(sock)["pid"]
     finally:
         _subreaper(False)
-
-
-def _child_fds(p2cread: int, c2pwrite: int, errwrite: int) -> list[int]:
-    """The child's standard streams among ``_execute_child``'s descriptors (-1: this process's own)."""
-    return [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+    popen._child_created = True  # type: ignore[attr-defined]
+    popen._close_pipe_fds(*pipes)  # type: ignore[attr-defined]
 
 
 def _popen_request(args: list, cwd, env: dict[str, str] | None, params: tuple) -> dict | None:
@@ -551,14 +554,12 @@ def _start_children_from(template: socket.socket) -> None:
         if request is not None:
             with lock:
                 try:
-                    self.pid = _adopt(template, {**request, "adopt": True}, _child_fds(p2cread, c2pwrite, errwrite))
+                    _adopt(self, template, request, (p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite))
+                    return None
                 except (OSError, KeyError, ValueError):  # the template is gone: start it as before
-                    request = None
-        if request is None:
-            return original(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
-                            creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params)
-        self._child_created = True
-        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+                    pass
+        return original(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *params)
 
     subprocess.Popen._execute_child = _execute_child  # type: ignore[attr-defined]
 

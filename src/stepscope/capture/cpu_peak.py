@@ -181,8 +181,8 @@ def store_peak(peak: CpuPeak, path: Path | None = None) -> None:
         if (old_best >= peak.flops_best and old_median >= peak.flops_median
                 and _waited_less(old_wait, peak.core_wait_share) and not crowded):
             return
-        peak = replace(peak, flops_best=max(old_best, peak.flops_best), flops_median=max(old_median, peak.flops_median)
-                       if old_best >= peak.flops_best else peak.flops_median,
+        median = max(old_median, peak.flops_median) if old_best >= peak.flops_best else peak.flops_median
+        peak = replace(peak, flops_best=max(old_best, peak.flops_best), flops_median=median,
                        core_wait_share=_less_wait(peak.core_wait_share, old_wait))
     entries[key] = {"flops_best": peak.flops_best, "flops_median": peak.flops_median,
                     "spread": peak.spread, "repetitions": peak.repetitions, "threads": peak.threads,

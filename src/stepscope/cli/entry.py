@@ -23,12 +23,11 @@ from __future__ import annotations
 import _signal
 import os
 import sys
-from types import FrameType
 
 _ctrl_c_noted = False  # a Ctrl-C arrived while stepscope started (before the script's first line)
 
 
-def _note_ctrl_c(signum: int, frame: FrameType | None) -> None:
+def _note_ctrl_c(signum: int, frame: object) -> None:  # frame: not typed, ``types`` is not loaded yet
     global _ctrl_c_noted
     _ctrl_c_noted = True
     raise KeyboardInterrupt
