@@ -9,27 +9,24 @@ TORCH_PIN ?= torch==2.13.0
 
 # setup.py builds the optional C extensions (the step recorder's core, the trace column reader; a
 # checkout whose C source changed since the build runs their Python equivalents until this target reinstalls).
+# Nothing is compiled to bytecode at install: the demo and the tests write the bytecode of what they
+# import, once (WRITE_BYTECODE below), which is a quarter of the installed modules.
 $(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c src/stepscope/traces/_columns.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile "$(TORCH_PIN)" -e ".[dev]"
-	$(BIN)/python -c "$$COMPILE_INSTALLED"
 	touch $(BIN)/stepscope
 
-# The installed packages' bytecode, compiled on every core (pip compiles one module at a time: the
-# venv took 51 s that way, 39 s this way on 2 cores). Modules in a newer Python's syntax (one of
-# torch's test helpers) stay uncompiled, as pip leaves them.
-define COMPILE_INSTALLED
-import compileall, sysconfig
-for path in sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}):
-    compileall.compile_dir(path, quiet=2, workers=0)
-endef
-export COMPILE_INSTALLED
+# Python writes the bytecode of each module it imports and has none for, even where the caller's
+# environment sets PYTHONDONTWRITEBYTECODE (each process would otherwise compile torch's modules
+# again: ~1.5 s of CPU more per `import torch`). Compiling every installed module at install instead
+# took 25 s on 2 cores (13,100 modules, 42 s of CPU); the tests import ~3,200 of them.
+WRITE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 
 venv: $(BIN)/stepscope
 
 demo: venv
-	$(BIN)/stepscope demo
+	$(WRITE_BYTECODE) $(BIN)/stepscope demo
 
 # The tests run on every core (pytest-xdist), then the `serial` ones alone: their verdicts and
 # speed-ups need the cores to themselves. Both parts always run; either failing fails the target.
@@ -45,13 +42,13 @@ PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 # forbids): each of the test processes then reads them instead of rewriting every assert again
 # (collection 6.9 s -> 3.3 s a process; the pass itself takes mypy's idle core).
 test: venv bytecode
-	@PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --collect-only -p no:xdist -p no:cacheprovider \
+	@$(WRITE_BYTECODE) $(BIN)/python -m pytest -q --collect-only -p no:xdist -p no:cacheprovider \
 		>/dev/null 2>&1 & warm=$$!; \
 	$(BIN)/python -m mypy; typed=$$?; wait $$warm; [ $$typed -eq 0 ]
 	@status=0; cache=$$(mktemp -d); \
-	XDG_CACHE_HOME=$$cache $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" || status=1; \
+	$(WRITE_BYTECODE) XDG_CACHE_HOME=$$cache $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" || status=1; \
 	rm -rf "$$cache"; \
-	$(BIN)/python -m pytest -q -p no:xdist -m serial || status=1; \
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest -q -p no:xdist -m serial || status=1; \
 	exit $$status
 
 # The checkout's modules, compiled once before the tests: they start hundreds of Python processes that
