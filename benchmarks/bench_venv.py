@@ -4,7 +4,10 @@ Each round creates two fresh virtual environments from this checkout, in alterna
 
 - *pip compiles*: ``pip install TORCH_PIN -e ".[dev]"``, pip writing each module's bytecode in turn
   (the Makefile's recipe before it compiled on every core);
-- *make venv*: the Makefile's recipe as it is (``make venv VENV=DIR``).
+- *make venv*: the Makefile's recipe as it is (``make venv VENV=DIR``). It now compiles nothing:
+  the tests and ``make demo`` write the bytecode of what they import, when they first import it, so
+  this ratio leaves out that later cost (the whole effect is a clean clone's ``.ci/run``, in
+  BENCHMARKS.md "Test suite").
 
 Prints each one's wall time per round, their medians and the ratio. Both read the same local
 package index and wheel cache, so the difference is the install and the compilation.
