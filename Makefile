@@ -17,10 +17,10 @@ $(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c src/s
 	$(BIN)/python -m pip install --quiet --no-compile "$(TORCH_PIN)" -e ".[dev]"
 	touch $(BIN)/stepscope
 
-# Python writes the bytecode of each module it imports and has none for, even where the caller's
-# environment sets PYTHONDONTWRITEBYTECODE (each process would otherwise compile torch's modules
-# again: ~1.5 s of CPU more per `import torch`). Compiling every installed module at install instead
-# took 25 s on 2 cores (13,100 modules, 42 s of CPU); the tests import ~3,200 of them.
+# Run with WRITE_BYTECODE, Python writes the bytecode of each module it imports and has none for,
+# even where the caller's environment sets PYTHONDONTWRITEBYTECODE (each process would otherwise
+# compile torch's modules again). Compiling every installed module at install instead took 25 s on
+# 2 cores (13,100 modules, 42 s of CPU); a whole `make test` writes ~4,800 of them.
 WRITE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 
 venv: $(BIN)/stepscope
