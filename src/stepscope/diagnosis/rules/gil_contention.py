@@ -75,7 +75,9 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         evidence.insert(1, Evidence("own_thread_core_wait_share", round(waiting, 4), None, "account", "ratio",
                                     "waiting for a core the process's Python threads held"))
     starved = _starved_workers_share_the_wait(ev, off, waiting)
-    neighbours = None if starved is not None else _neighbours_share_the_wait(account, off, waiting)
+    neighbours = None if starved is not None else _shares_the_wait(account, "other processes", off, waiting)
+    sharers = ("starved DataLoader workers" if starved is not None else
+               "other processes" if neighbours is not None else None)  # who else is charged the same wait
     title = (f"Another Python thread held the GIL: the training thread waited {common.pct(cost)} of the step "
              f"({who})" if off >= waiting else
              f"Another Python thread took the cores the step needed: the training thread waited {common.pct(cost)} "
@@ -99,9 +101,6 @@ def gil_held(ev: RunEvidence) -> Finding | None:
                     "take the cores this thread leaves, and the wait would come back only in part.")
         evidence.append(Evidence("workers_waiting_core_share", round(starved, 4), common.STARVED_WORKERS, "record", "ratio",
                                  "of the workers' time per batch: they share the wait for a core this price counts"))
-        low = common.lower_end(cost, off, "the wait for the GIL alone: starved DataLoader workers share the wait "
-                               "for a core", evidence, "gil_cost_low", "the training thread off CPU while the "
-                               "other Python thread ran")
     elif neighbours is not None:
         summary += (f" Most of that price is the wait for a core, and other processes are charged "
                     f"{common.pct(neighbours)} of the step for the same wait: a neighbour with more to run takes "
@@ -109,7 +108,8 @@ def gil_held(ev: RunEvidence) -> Finding | None:
         evidence.append(Evidence("other_processes_core_wait_share", round(neighbours, 4), None, "account", "ratio",
                                  "the training thread's wait for a core charged to other processes: they share "
                                  "the wait this price counts"))
-        low = common.lower_end(cost, off, "the wait for the GIL alone: other processes share the wait for a core",
+    if sharers is not None:
+        low = common.lower_end(cost, off, f"the wait for the GIL alone: {sharers} share the wait for a core",
                                evidence, "gil_cost_low", "the training thread off CPU while the other Python "
                                "thread ran")
     elif (after_reads := _after_reads(account)) > 0:
@@ -122,7 +122,7 @@ def gil_held(ev: RunEvidence) -> Finding | None:
     action = (f"Take `{top.function or top.name}` out of the training process (a multiprocessing.Process, or do "
               "its work between steps), or make it block instead of spinning (a queue.get, an Event.wait, "
               "time.sleep)")
-    shared = starved is not None or neighbours is not None
+    shared = sharers is not None
     measured = (f"{common.pct(cost)} of the step charged, at least {common.pct(off)} (the wait for the GIL alone)"
                 if shared else f"{common.pct(cost)} of the step, measured")
     prescriptions = [Prescription(action, f"{who} held the GIL the training thread needed: {measured}",
@@ -165,11 +165,7 @@ def _starved_workers_share_the_wait(ev: RunEvidence, off: float, waiting: float)
     and the workers were starved (:func:`~stepscope.diagnosis.rules._common.starved_workers`). A starved worker's
     demand is above the cores it used: without the thread it takes the cores the thread leaves, and
     the wait comes back only in part. None where that does not hold."""
-    account = ev.account
-    if account is None or waiting <= off:
-        return None
-    own = account.taker("own processes")
-    if own is None or own.step_share < 0.5 * waiting:
+    if ev.account is None or _shares_the_wait(ev.account, "own processes", off, waiting) is None:
         return None
     return common.starved_workers(ev)
 
@@ -181,16 +177,16 @@ def _gain_range(cost: float, off: float, shared: bool) -> tuple[float, float]:
     return (min(low, round(off, 4)), high) if shared else (low, high)
 
 
-def _neighbours_share_the_wait(account: ThreadAccountView, off: float, waiting: float) -> float | None:
-    """The share of the step the training thread's wait for a core is charged to other processes,
-    where that makes the finding's price uncertain: the price is mostly the wait for a core
-    (``waiting`` above the GIL's own ``off``) and other processes are charged at least half of that
-    wait as well (each charge is what would come back without that group alone, from the cores each
-    used: the two overlap). None where that does not hold."""
+def _shares_the_wait(account: ThreadAccountView, who: str, off: float, waiting: float) -> float | None:
+    """The share of the step the training thread's wait for a core is charged to ``who`` (a
+    :class:`~stepscope.analysis.run.account.CoreTaker`), where that makes the finding's price
+    uncertain: the price is mostly the wait for a core (``waiting`` above the GIL's own ``off``) and
+    ``who`` is charged at least half of that wait as well (each charge is what would come back
+    without that group alone, from the cores each used: the two overlap). None where that does not hold."""
     if waiting <= off:
         return None
-    other = account.taker("other processes")
-    return other.step_share if other is not None and other.step_share >= 0.5 * waiting else None
+    taker = account.taker(who)
+    return taker.step_share if taker is not None and taker.step_share >= 0.5 * waiting else None
 
 
 FAMILY = FamilyEntry(
