@@ -11,8 +11,10 @@ Each round creates two fresh virtual environments from this checkout, in alterna
 
 Prints each one's wall time per round, their medians and the ratio. Both read the same local
 package index and wheel cache, so the difference is the install and the compilation.
+``--then-demo`` times each recipe followed by the built-in demo in its venv (``make demo``'s own
+recipe after *make venv*): the README's first command, the deferred compilation included.
 
-    python benchmarks/bench_venv.py [--rounds 1]
+    python benchmarks/bench_venv.py [--rounds 1] [--then-demo]
 """
 
 from __future__ import annotations
@@ -49,12 +51,21 @@ def _make_venv(venv: Path, python: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
+def _demo(name: str, venv: Path, python: str) -> None:
+    if name == "make venv":
+        command = ["make", "-s", "demo", f"VENV={venv}", f"PYTHON={python}"]
+    else:
+        command = [str(venv / "bin" / "stepscope"), "demo"]
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 RECIPES = {"pip compiles": _pip_compiles, "make venv": _make_venv}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
+    parser.add_argument("--then-demo", action="store_true", help="time each recipe followed by the built-in demo")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -68,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(venv, ignore_errors=True)
                 start = time.perf_counter()
                 RECIPES[name](venv, python)
+                if args.then_demo:
+                    _demo(name, venv, python)
                 times[name].append(time.perf_counter() - start)
                 print(f"round {round_ + 1}: {name} {times[name][-1]:.1f} s", flush=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
