@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from stepscope.heap import trim
+
 from stepscope.traces.fastpath import (
     complete_columns,
     sort_typed_rest,
@@ -444,17 +446,36 @@ class TableBuilder:
         out["memory.tid"] = self._mem_tid
         return out
 
-    def build(self) -> tuple[EventTable, MemoryTable]:
-        """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`)."""
+    def nbytes(self) -> int:
+        """The bytes of the event columns built so far (what :meth:`build` may spill)."""
+        return sum(len(buf) * buf.itemsize for group in (self._i32, self._f64, self._i64) for buf in group.values())
+
+    def build(self, spill: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[EventTable, MemoryTable]:
+        """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`).
+        ``spill`` (:class:`~stepscope.traces.spill.Spill`) moves each event column to a file mapping
+        as it is built, and the builder gives up that column's buffer: the table is never held twice."""
         def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
             # a read-only view on the builder's buffer: no copy at the peak of the load
             return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
 
-        cols = {k: arr(v, np.int32) for k, v in self._i32.items()}
-        cols.update({k: arr(v, np.float64) for k, v in self._f64.items()})
+        def column(group: dict[str, array[Any]], key: str, dtype: type[np.generic]) -> np.ndarray:
+            values = arr(group[key], dtype)
+            if spill is None:
+                return values
+            values = spill(values)
+            group[key] = array(group[key].typecode)  # the buffer goes once its column is in the file,
+            trim()  # and its pages back to the kernel, for the next column's file to reuse
+            return values
+
+        cols = {k: column(self._i32, k, np.int32) for k in list(self._i32)}
+        cols.update({k: column(self._f64, k, np.float64) for k in list(self._f64)})
         for key in list(self._i64):
-            cols[key] = narrowed(arr(self._i64[key], np.int64))
+            narrow = narrowed(arr(self._i64[key], np.int64))
             self._i64[key] = array("q")  # the wide buffer is freed once its narrowed copy exists
+            cols[key] = narrow if spill is None else spill(narrow)
+            del narrow
+            if spill is not None:
+                trim()
         cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(

@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from stepscope.traces.events import EventTable, narrowed, position_dtype
 from stepscope.traces.events import symbol_mask as symbol_mask
+from stepscope.traces.spill import follow
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -194,7 +195,7 @@ class EventLinks:
     def step(self) -> IntArray:
         """Step of every row (see the module docstring); computed on first use."""
         device = self.rows(KERNEL, MEMCPY, MEMSET)
-        return _assign_steps(self.events, self.step_rows, self.launcher, device)
+        return follow(self.events.ts)(_assign_steps(self.events, self.step_rows, self.launcher, device))
 
     @property
     def kind(self) -> npt.NDArray[np.int8]:
@@ -297,7 +298,8 @@ def _names_where(
 
 
 def _hta_rows(
-    events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], step_names: npt.NDArray[np.int32]
+    events: EventTable, gpu: BoolArray, ktype: npt.NDArray[np.int8], step_names: npt.NDArray[np.int32],
+    spill: Callable[[np.ndarray], np.ndarray],
 ) -> HtaRows:
     symbols = events.symbols
     keep = events.cat >= 0
@@ -340,8 +342,8 @@ def _hta_rows(
     found = first >= 0
     cpu_link[gpu_pos[found]] = host[first[found]]
     del host, gpu_pos, first, found
-    return HtaRows(index=narrowed(index), ts=ts, end=end, gpu=kept_gpu, ktype=ktype[index], filtered=filtered,
-                   cpu_link=narrowed(cpu_link))
+    return HtaRows(index=spill(narrowed(index)), ts=spill(ts), end=spill(end), gpu=spill(kept_gpu),
+                   ktype=spill(ktype[index]), filtered=filtered, cpu_link=spill(narrowed(cpu_link)))
 
 
 def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, device: IntArray) -> IntArray:
@@ -387,8 +389,10 @@ def link_events(events: EventTable) -> EventLinks:
     step_rows = np.flatnonzero(role == STEP)
     name_ids = unique_ints(events.name).astype(np.int32)
     step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)
+    spill = follow(events.ts)  # a spilled table's linked columns spill too (stepscope.traces.spill)
+    hta = _hta_rows(events, gpu, ktype, step_names, spill)
     return EventLinks(
-        events=events, role=role, step_number=narrowed(step_number), gpu=gpu, ktype=ktype, launcher=narrowed(launcher),
-        step_rows=step_rows, hta=_hta_rows(events, gpu, ktype, step_names), name_ids=name_ids,
+        events=events, role=spill(role), step_number=spill(narrowed(step_number)), gpu=spill(gpu), ktype=spill(ktype),
+        launcher=spill(narrowed(launcher)), step_rows=step_rows, hta=hta, name_ids=name_ids,
         _role_rows={RUNTIME: runtime},
     )

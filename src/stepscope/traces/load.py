@@ -37,6 +37,7 @@ from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
+from stepscope.traces.spill import spiller
 
 MAX_JSON_BYTES = 32 * 1024**3
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -122,7 +123,7 @@ def load_trace(
         decoded = claim(path, max_json_bytes, max_bytes) or _decode_split(path, workers, store, progress,
                                                                            max_json_bytes, max_bytes)
     builder, meta, stats, json_bytes = decoded or decode_streaming(path, max_json_bytes, max_bytes, progress)
-    events, memory = builder.build()
+    events, memory = builder.build(spill=spiller(builder.nbytes()))  # a large table's columns in files
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
     found_rank, source = _rank_of(meta, path)

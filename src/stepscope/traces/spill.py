@@ -1,0 +1,239 @@
+"""A large trace's columns kept in files the kernel may page out, not in the process's own memory.
+
+Contract: :func:`spiller` decides once per table whether its columns go to disk, and returns a
+:class:`Spill` or ``None``. By default a table spills when its analysis would not fit in the memory
+left to the process: :data:`FOOTPRINT` times its columns' bytes (the linked table and the views come
+on top of the table) above what the machine has available (``MemAvailable``) or, in a container,
+what its memory cgroup has left (v1 or v2: the limit less what it holds, its page cache excepted).
+``STEPSCOPE_SPILL`` overrides that: a size (``256M``: every table of at least that many bytes of
+columns), ``0`` (every table) or ``off`` (none). Either way the temporary directory (``TMPDIR``) must
+be on a disk with room for the table twice. ``spill(values)`` writes an array to a file there, maps
+the file read-only, removes its name at once (the mapping keeps the data; nothing is left behind if
+the process dies) and returns a plain read-only ``ndarray`` over the mapping: the same values, the
+same dtype and shape. Whatever fails (a full disk, a directory that cannot be written), it returns
+the array it was given: spilling changes where a column lives, never the analysis.
+
+Why. The views of a 10 GB trace read its ~26 M-row table and linked table again and again, ~106
+bytes a row, all of it in anonymous memory: ~2.7 GB that the kernel can only keep, so the whole
+analysis needs that much RAM to run at all. In a file mapping those pages are the page cache's: while
+memory is plentiful they stay resident and the views read them as fast as before; under pressure
+(a memory limit, a smaller machine) the kernel drops the ones not in use and reads them back when a
+view needs them, instead of killing the process. Writing them costs time (~0.2 s a GB on a quiet
+disk's page cache; ~8 s a GB on a virtual machine whose balloon takes freed pages back, where every
+page written is one the host must back again), so a table that fits stays in memory. Where
+``TMPDIR`` is a ``tmpfs`` the file would live in memory anyway, so nothing is spilled there.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from stepscope import limits
+from stepscope.errors import UsageError
+
+ENV_VAR = "STEPSCOPE_SPILL"
+#: The analysis of a table holds about this many times its columns' bytes at its peak (measured:
+#: 2.5x on the 2 GB synthetic trace, 2.4x on the 10 GB one), with a margin.
+FOOTPRINT = 3
+#: Below this an array stays in memory even in a spilled table (a file and a mapping per column).
+MIN_ARRAY_BYTES = 1024**2
+_MEMORY_FILESYSTEMS = frozenset(("tmpfs", "ramfs", "hugetlbfs"))
+
+
+def min_bytes() -> int | None:
+    """``STEPSCOPE_SPILL`` as a threshold in bytes (``0``: every table), ``None`` for ``off``, ``-1``
+    when unset (spill what would not fit in memory)."""
+    value = os.environ.get(ENV_VAR, "").strip()
+    if not value:
+        return -1
+    if value.lower() in ("off", "no", "never"):
+        return None
+    if value == "0":
+        return 0
+    try:
+        return limits.parse_size(value)
+    except UsageError as exc:
+        raise UsageError(f"{ENV_VAR}: {exc}; or 0 (every table) or off (none)") from None
+
+
+class Spill:
+    """Arrays written to files under ``directory`` and mapped back read-only (see the module docstring)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.bytes = 0  # what was spilled, for the benchmarks and the tests
+        self.failed = False
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        if self.failed or values.nbytes < MIN_ARRAY_BYTES or not values.flags.c_contiguous:
+            return values
+        try:
+            mapped = _write_and_map(self.directory, values)
+        except (OSError, ValueError):
+            self.failed = True  # a full disk fails the next one too: keep the rest in memory
+            return values
+        self.bytes += values.nbytes
+        return mapped
+
+
+def spiller(table_bytes: int) -> Spill | None:
+    """A :class:`Spill` for a table of ``table_bytes`` bytes of columns, or None to keep it in memory."""
+    threshold = min_bytes()
+    if threshold is None or table_bytes < max(threshold, 1) or table_bytes < MIN_ARRAY_BYTES:
+        return None
+    if threshold < 0:
+        room = headroom()
+        if room is None or (FOOTPRINT - 1) * table_bytes <= room:  # the table itself is held already
+            return None
+    import tempfile  # here: only a large table spills (~4 ms to import)
+
+    directory = tempfile.gettempdir()
+    if _filesystem(directory) in _MEMORY_FILESYSTEMS:
+        return None
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    if stats.f_bavail * stats.f_frsize < 2 * table_bytes:
+        return None
+    return Spill(directory)
+
+
+def headroom() -> int | None:
+    """The bytes of memory this process may still use: the machine's ``MemAvailable``, or less where
+    a memory cgroup (v1 or v2) has less left; None where neither can be read."""
+    room = _meminfo_available()
+    for left in _cgroup_room():
+        room = left if room is None else min(room, left)
+    return room
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> list[int]:
+    """What each memory cgroup above this process has left: its limit less what it holds, its page
+    cache (which the kernel reclaims first) not counted; nothing where a cgroup sets no limit."""
+    found: list[int] = []
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        ident, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if ident == "0" and not controllers:  # v2: memory.max, memory.current, memory.stat's file
+            root, files = "/sys/fs/cgroup", ("memory.max", "memory.current", "file")
+        elif "memory" in controllers.split(","):  # v1
+            root, files = "/sys/fs/cgroup/memory", ("memory.limit_in_bytes", "memory.usage_in_bytes", "cache")
+        else:
+            continue
+        directory = os.path.join(root, path.lstrip("/"))
+        while directory.startswith(root):
+            left = _room_in(directory, *files)
+            if left is not None:
+                found.append(left)
+            if directory == root:
+                break
+            directory = os.path.dirname(directory)
+    return found
+
+
+def _room_in(directory: str, limit_file: str, usage_file: str, cache_key: str) -> int | None:
+    try:
+        with open(os.path.join(directory, limit_file), encoding="ascii") as fh:
+            text = fh.read().strip()
+        if text == "max" or int(text) >= 1 << 60:
+            return None
+        limit = int(text)
+        with open(os.path.join(directory, usage_file), encoding="ascii") as fh:
+            usage = int(fh.read().strip())
+        cache = 0
+        with open(os.path.join(directory, "memory.stat"), encoding="ascii") as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == cache_key:
+                    cache = int(value)
+                    break
+    except (OSError, ValueError):
+        return None
+    return max(0, limit - max(0, usage - cache))
+
+
+def follow(column: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """What a table derived from a table with ``column`` does with its own large arrays: a
+    :class:`Spill` where that column was spilled (the linked table of a spilled table spills too),
+    else keep them as they are."""
+    if not is_spilled(column):
+        return _kept
+    import tempfile
+
+    return Spill(tempfile.gettempdir())
+
+
+def _kept(values: np.ndarray) -> np.ndarray:
+    return values
+
+
+def is_spilled(values: np.ndarray) -> bool:
+    """Whether ``values`` (or the array it views) is a spilled column."""
+    base: Any = values
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap)
+
+
+def _write_and_map(directory: str, values: np.ndarray) -> np.ndarray:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="stepscope-column-", dir=directory)
+    try:
+        os.unlink(path)  # the name goes first: a process killed from here on leaves nothing behind
+        view = values.reshape(-1).view(np.uint8).data
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:written + (64 << 20)])
+        mapping = mmap.mmap(fd, values.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    out = np.frombuffer(mapping, dtype=values.dtype).reshape(values.shape)
+    return out
+
+
+def _filesystem(directory: str) -> str:
+    """The type of the filesystem holding ``directory`` (``/proc/self/mountinfo``), '' if unknown."""
+    try:
+        target = os.path.realpath(directory)
+        best, kind = "", ""
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields, _, rest = line.partition(" - ")
+                parts = fields.split()
+                if len(parts) < 5 or not rest:
+                    continue
+                point = parts[4].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, rest.split()[0]
+        return kind
+    except OSError:
+        return ""
+
+
+__all__ = ["ENV_VAR", "FOOTPRINT", "Spill", "follow", "headroom", "is_spilled", "min_bytes", "spiller"]

@@ -1,0 +1,142 @@
+"""A large table's columns spilled to file mappings: the same analysis on every reference trace, the
+same values read-only, nothing left in the temporary directory, every failure back to memory, and
+the decision — what the process has left (the machine, its memory cgroup), ``STEPSCOPE_SPILL``, a
+``tmpfs`` or a full disk — taken as documented."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+from stepscope.analysis.trace.rank_analysis import analyze_rank
+from stepscope.errors import UsageError
+from stepscope.traces import spill
+from stepscope.traces.links import links_of
+from stepscope.traces.load import load_trace
+from tests.unit.analysis.reference_traces import _rel, _root, analysis, kineto_trace_names
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """Every table spills, whatever its size, into a temporary directory of the test's own."""
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    monkeypatch.setattr(spill, "MIN_ARRAY_BYTES", 0)
+    return directory
+
+
+@pytest.mark.parametrize("rel", kineto_trace_names())
+def test_every_reference_trace_spilled_gives_the_same_analysis_and_leaves_no_file(rel, scratch, monkeypatch):
+    name = _rel(rel)
+    monkeypatch.setenv(spill.ENV_VAR, "off")
+    expected = analysis(name).to_dict()  # in memory (cached by the reference tests, or made here)
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    trace = load_trace(_root(name) / name)
+    if len(trace.events):
+        assert spill.is_spilled(trace.events.ts) and spill.is_spilled(trace.events.name)
+        links = links_of(trace.events)
+        assert spill.is_spilled(links.role) and spill.is_spilled(links.hta.ts) and spill.is_spilled(links.step)
+        assert not trace.events.ts.flags.writeable
+    assert analyze_rank(trace).to_dict() == expected
+    assert list(scratch.iterdir()) == []  # each file's name went as soon as it was mapped
+
+
+def test_a_spilled_array_is_the_same_values_read_only_and_pickles_as_an_array(tmp_path):
+    values = np.arange(300_000, dtype=np.int32) * 7 - 5
+    keep = spill.Spill(str(tmp_path))
+    out = keep(values)
+    assert spill.is_spilled(out) and spill.is_spilled(out[10:20]) and not spill.is_spilled(values)
+    assert out.dtype == values.dtype and out.shape == values.shape and np.array_equal(out, values)
+    assert type(out) is np.ndarray and not out.flags.writeable
+    with pytest.raises(ValueError):
+        out[0] = 1
+    again = pickle.loads(pickle.dumps(out))
+    assert np.array_equal(again, values) and not spill.is_spilled(again)
+    assert keep.bytes == values.nbytes and list(tmp_path.iterdir()) == []
+    tiny = np.arange(10)
+    assert keep(tiny) is tiny  # below MIN_ARRAY_BYTES an array stays in memory
+
+
+def test_a_directory_that_cannot_be_written_keeps_the_columns_in_memory(tmp_path):
+    keep = spill.Spill(str(tmp_path / "missing"))
+    values = np.ones(400_000)
+    assert keep(values) is values and keep.failed
+    assert keep(np.zeros(400_000)).flags.writeable  # after a failure the next ones are not tried
+
+
+def test_a_full_disk_keeps_the_columns_in_memory(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spill.os, "write", full)
+    keep = spill.Spill(str(tmp_path))
+    values = np.ones(400_000)
+    assert keep(values) is values and keep.failed and list(tmp_path.iterdir()) == []
+
+
+def test_the_decision_reads_the_room_left_the_setting_and_the_filesystem(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(spill.ENV_VAR, raising=False)
+    table = 500 * 2**20
+    monkeypatch.setattr(spill, "headroom", lambda: 100 * table)
+    assert spill.spiller(table) is None  # it fits: the table stays in memory
+    monkeypatch.setattr(spill, "headroom", lambda: table)
+    assert isinstance(spill.spiller(table), spill.Spill)  # the views would not fit beside it
+    monkeypatch.setattr(spill, "headroom", lambda: None)
+    assert spill.spiller(table) is None  # nothing known: as before
+    monkeypatch.setenv(spill.ENV_VAR, "off")
+    monkeypatch.setattr(spill, "headroom", lambda: 0)
+    assert spill.spiller(table) is None
+    monkeypatch.setenv(spill.ENV_VAR, "600M")
+    assert spill.spiller(table) is None and isinstance(spill.spiller(700 * 2**20), spill.Spill)
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    assert isinstance(spill.spiller(table), spill.Spill)
+    monkeypatch.setattr(spill, "_filesystem", lambda directory: "tmpfs")
+    assert spill.spiller(table) is None  # the file would be held in memory anyway
+    monkeypatch.setattr(spill, "_filesystem", lambda directory: "ext4")
+    assert spill.spiller(1 << 50) is None  # no room on the disk for it twice
+    monkeypatch.setenv(spill.ENV_VAR, "lots")
+    with pytest.raises(UsageError, match="STEPSCOPE_SPILL"):
+        spill.spiller(table)
+
+
+def test_a_memory_cgroup_s_room_is_its_limit_less_what_it_holds_but_its_page_cache(tmp_path):
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text("2000000000\n")
+    (v1 / "memory.usage_in_bytes").write_text("1500000000\n")
+    (v1 / "memory.stat").write_text("cache 1000000000\nrss 500000000\n")
+    assert spill._room_in(str(v1), "memory.limit_in_bytes", "memory.usage_in_bytes", "cache") == 1_500_000_000
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("max\n")
+    assert spill._room_in(str(v2), "memory.max", "memory.current", "file") is None  # no limit
+    (v2 / "memory.max").write_text("1000000000\n")
+    (v2 / "memory.current").write_text("1200000000\n")
+    (v2 / "memory.stat").write_text("anon 1100000000\nfile 100000000\n")
+    assert spill._room_in(str(v2), "memory.max", "memory.current", "file") == 0
+    (v2 / "memory.stat").write_text("garbage\n")
+    assert spill._room_in(str(v2), "memory.max", "memory.current", "file") == 0
+    (v2 / "memory.current").write_text("not a number\n")
+    assert spill._room_in(str(v2), "memory.max", "memory.current", "file") is None
+    room = spill.headroom()
+    assert room is None or room > 0
+
+
+def test_a_bad_setting_is_one_line_and_exit_2_on_the_command_line(tmp_path):
+    name = kineto_trace_names()[0]
+    trace = _root(_rel(name)) / _rel(name)
+    env = {**os.environ, spill.ENV_VAR: "lots", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "stepscope", "analyze", str(trace)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "STEPSCOPE_SPILL" in lines[0] and "Traceback" not in done.stderr
