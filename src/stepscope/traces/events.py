@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from stepscope.heap import trim
+from stepscope.traces.spill import ColumnSink
 
 from stepscope.traces.fastpath import (
     complete_columns,
@@ -46,6 +47,8 @@ from stepscope.traces.fastpath import (
 )
 
 FAR_TS_US = 1e17
+#: How often (in rows) a builder asks whether its columns go to disk, and then writes them there.
+FLUSH_ROWS = 1 << 20
 _BIG = 1 << 62
 _IGNORED_PHASES = frozenset(("M", "s", "f", "t", "C"))
 #: The sparse columns of CUDA-event waits: rows, then the two args.
@@ -197,6 +200,70 @@ class TableBuilder:
         self._mem_tid = array("i")
         self._scalar_ids: dict[tuple[type, Any], int] = {}
         self._dims_ids: dict[bytes, int] = {}
+        # the event columns on disk (stepscope.traces.spill): where they go, how many rows went there
+        self.sink: ColumnSink | None = None
+        self.sink_decision: Callable[[int], ColumnSink | None] | None = None  # asked every FLUSH_ROWS rows
+        self.flushed_rows = 0
+        self._flushed_bytes = 0
+        self._next_check = FLUSH_ROWS
+
+    def rows(self) -> int:
+        """The complete events added so far."""
+        return self.flushed_rows + len(self._f64["ts"])
+
+    def event_buffers(self) -> dict[str, array[Any]]:
+        """The event columns' buffers (what :meth:`flush` writes), by name."""
+        return {**self._i32, **self._f64, **self._i64}
+
+    def maybe_flush(self) -> None:
+        """Every :data:`FLUSH_ROWS` rows: ask :attr:`sink_decision` (once it says yes, from then on)
+        whether the event columns go to disk, and if so write the buffered rows there."""
+        if len(self._f64["ts"]) < self._next_check:
+            return
+        if self.sink is None and self.sink_decision is not None:
+            self.sink = self.sink_decision(self.nbytes())
+        if self.sink is None:
+            self._next_check = len(self._f64["ts"]) + FLUSH_ROWS
+            return
+        self.flush()
+
+    def add_flushed(self, rows: int, nbytes: int) -> None:
+        """Count ``rows`` rows (``nbytes`` bytes of event columns) that were written to :attr:`sink`
+        directly (a split decode's other parts)."""
+        self.flushed_rows += rows
+        self._flushed_bytes += nbytes
+
+    def flush(self) -> None:
+        """The buffered rows of every event column appended to :attr:`sink`'s files; buffers emptied.
+        A write that fails (a full disk) brings the columns back into memory and drops the sink: the
+        table is then built as without one."""
+        sink = self.sink
+        if sink is None:
+            return
+        groups = (self._i32, self._f64, self._i64)
+        try:
+            for group in groups:
+                for key, buf in group.items():
+                    sink.write(key, buf)
+        except OSError:
+            self.sink = None
+            self.sink_decision = None
+            for group in groups:
+                for key, buf in group.items():
+                    back: array[Any] = array(buf.typecode)
+                    back.frombytes(sink.column(key, np.dtype(buf.typecode), self.flushed_rows).tobytes())
+                    back.frombytes(buf.tobytes())
+                    group[key] = back
+            sink.close()
+            self.flushed_rows = self._flushed_bytes = 0
+            return
+        count = len(self._f64["ts"])
+        for group in groups:
+            for key, buf in group.items():
+                self._flushed_bytes += len(buf) * buf.itemsize
+                group[key] = array(buf.typecode)
+        self.flushed_rows += count
+        self._next_check = FLUSH_ROWS
 
     def _scalar(self, value: Any) -> int:
         key = (type(value), value)
@@ -265,7 +332,7 @@ class TableBuilder:
     def _append_columns(self, columns: dict[str, np.ndarray]) -> None:
         rows = columns.pop("wait_rows", None)
         if rows is not None:
-            self._wait["wait_rows"].frombytes((rows + len(self._f64["ts"])).tobytes())
+            self._wait["wait_rows"].frombytes((rows + self.rows()).tobytes())
             for key in WAIT_COLUMNS[1:]:
                 self._wait[key].frombytes(columns.pop(key).tobytes())
         for key, values in columns.items():
@@ -366,7 +433,7 @@ class TableBuilder:
                 a_stack(intern(value) if type(value) is str else -1)
                 wait_stream, wait_record = args.get("wait_on_stream"), args.get("wait_on_cuda_event_record_corr_id")
                 if wait_stream is not None or wait_record is not None:
-                    self._wait["wait_rows"].append(len(self._f64["ts"]) - 1)
+                    self._wait["wait_rows"].append(self.rows() - 1)
                     self._wait["wait_on_stream"].append(_to_int(wait_stream) if wait_stream is not None else -1)
                     self._wait["wait_on_record"].append(_to_int(wait_record) if wait_record is not None else -1)
             else:
@@ -448,7 +515,7 @@ class TableBuilder:
 
     def nbytes(self) -> int:
         """The bytes of the event columns built so far (what :meth:`build` may spill)."""
-        return sum(len(buf) * buf.itemsize for group in (self._i32, self._f64, self._i64) for buf in group.values())
+        return self._flushed_bytes + sum(len(buf) * buf.itemsize for buf in self.event_buffers().values())
 
     def build(self, spill: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[EventTable, MemoryTable]:
         """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`).
@@ -467,6 +534,8 @@ class TableBuilder:
             trim()  # and its pages back to the kernel, for the next column's file to reuse
             return values
 
+        if self.sink is not None:
+            return self._build_from_sink()
         cols = {k: column(self._i32, k, np.int32) for k in list(self._i32)}
         cols.update({k: column(self._f64, k, np.float64) for k in list(self._f64)})
         for key in list(self._i64):
@@ -476,6 +545,25 @@ class TableBuilder:
             del narrow
             if spill is not None:
                 trim()
+        return self._tables(cols)
+
+    def _build_from_sink(self) -> tuple[EventTable, MemoryTable]:
+        """The tables of a builder whose event columns went to disk: each column mapped from its file."""
+        sink = self.sink
+        assert sink is not None
+        self.flush()
+        count = self.flushed_rows
+        cols = {k: sink.column(k, np.int32, count) for k in self._i32}
+        cols.update({k: sink.column(k, np.float64, count) for k in self._f64})
+        cols.update({k: sink.narrowed(k, count) for k in self._i64})
+        sink.close()  # the mappings keep the data
+        self.sink = None
+        return self._tables(cols)
+
+    def _tables(self, cols: dict[str, np.ndarray]) -> tuple[EventTable, MemoryTable]:
+        def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
+            return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
+
         cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(

@@ -326,12 +326,15 @@ def _hta_rows(
         index = index[cpu_keep | gpu_keep]
         del stream, corr, gpu_like, cpu_ts, steps, cpu_keep, gpu_keep
     del names, is_step_name
+    index = spill(narrowed(index))
     # HTA rounds inward: ts = ceil(ts), end = floor(ts + dur), each computed in its own array
     ts = events.ts[index]
     end = ts + events.dur[index]
     np.floor(end, out=end)
+    end = spill(end)
     np.ceil(ts, out=ts)
-    kept_gpu = gpu[index]
+    ts = spill(ts)
+    kept_gpu = spill(gpu[index])
     # HTA's correlation link: each GPU row -> the first kept host row sharing its correlation
     corr = events.correlation[index]
     host = np.flatnonzero(~kept_gpu & (corr >= 0)).astype(positions, copy=False)
@@ -342,8 +345,8 @@ def _hta_rows(
     found = first >= 0
     cpu_link[gpu_pos[found]] = host[first[found]]
     del host, gpu_pos, first, found
-    return HtaRows(index=spill(narrowed(index)), ts=spill(ts), end=spill(end), gpu=spill(kept_gpu),
-                   ktype=spill(ktype[index]), filtered=filtered, cpu_link=spill(narrowed(cpu_link)))
+    return HtaRows(index=index, ts=ts, end=end, gpu=kept_gpu, ktype=spill(ktype[index]), filtered=filtered,
+                   cpu_link=spill(narrowed(cpu_link)))
 
 
 def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, device: IntArray) -> IntArray:
@@ -376,23 +379,26 @@ def links_of(events: EventTable) -> EventLinks:
 
 
 def link_events(events: EventTable) -> EventLinks:
-    """Classify, link and step-assign every row of ``events`` (the table described above)."""
+    """Classify, link and step-assign every row of ``events`` (the table described above). Each
+    column goes to disk as soon as it is complete where the table's did (``spill``:
+    :mod:`stepscope.traces.spill`), so a large table's links never hold their columns all at once."""
+    spill = follow(events.ts)
     role, step_number = _roles(events)
-    gpu = events.stream != -1
-    ktype = _kernel_types(events, gpu)
+    role, step_number = spill(role), spill(narrowed(step_number))
+    gpu = spill(events.stream != -1)
+    ktype = spill(_kernel_types(events, gpu))
     runtime = np.flatnonzero(role == RUNTIME)
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
     # row positions: int32 below 2**31 rows (the same values as int64, half the memory)
     launcher = np.full(len(events), -1, dtype=position_dtype(len(events)))
     launcher[device] = last_match(events.correlation[runtime], runtime, events.correlation[device])
     del device
+    launcher = spill(narrowed(launcher))
     step_rows = np.flatnonzero(role == STEP)
     name_ids = unique_ints(events.name).astype(np.int32)
     step_names = _names_where(events, name_ids, lambda s: "ProfilerStep" in s)
-    spill = follow(events.ts)  # a spilled table's linked columns spill too (stepscope.traces.spill)
     hta = _hta_rows(events, gpu, ktype, step_names, spill)
     return EventLinks(
-        events=events, role=spill(role), step_number=spill(narrowed(step_number)), gpu=spill(gpu), ktype=spill(ktype),
-        launcher=spill(narrowed(launcher)), step_rows=step_rows, hta=hta, name_ids=name_ids,
-        _role_rows={RUNTIME: runtime},
+        events=events, role=role, step_number=step_number, gpu=gpu, ktype=ktype, launcher=launcher,
+        step_rows=step_rows, hta=hta, name_ids=name_ids, _role_rows={RUNTIME: runtime},
     )

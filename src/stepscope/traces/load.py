@@ -37,7 +37,7 @@ from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
-from stepscope.traces.spill import spiller
+from stepscope.traces.spill import ColumnSink, sink_for, spiller
 
 MAX_JSON_BYTES = 32 * 1024**3
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -122,7 +122,8 @@ def load_trace(
     if workers > 1:  # decoded by a child the command started (traces/ahead.py), or cut in ranges
         decoded = claim(path, max_json_bytes, max_bytes) or _decode_split(path, workers, store, progress,
                                                                            max_json_bytes, max_bytes)
-    builder, meta, stats, json_bytes = decoded or decode_streaming(path, max_json_bytes, max_bytes, progress)
+    builder, meta, stats, json_bytes = decoded or decode_streaming(path, max_json_bytes, max_bytes, progress,
+                                                                   decide=sink_for)
     events, memory = builder.build(spill=spiller(builder.nbytes()))  # a large table's columns in files
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
@@ -144,9 +145,13 @@ def load_trace(
 
 def decode_streaming(path: str, max_json_bytes: int = MAX_JSON_BYTES, max_bytes: int | None = None,
                      progress: Callable[[int, int], None] | None = None,
+                     decide: Callable[[int], ColumnSink | None] | None = None,
                      ) -> tuple[TableBuilder, dict[str, Any], DecodeStats, int]:
-    """The file decoded in one stream, in this process: (builder, metadata, counters, JSON bytes)."""
+    """The file decoded in one stream, in this process: (builder, metadata, counters, JSON bytes).
+    ``decide``: asked as the table grows whether its columns go on to disk
+    (:func:`stepscope.traces.spill.sink_for`)."""
     builder = TableBuilder()
+    builder.sink_decision = decide
     store = partial(_store, path)
     meta, stats, json_bytes = _decode(path, lambda batch, stats: store(builder, batch, stats), progress,
                                       max_json_bytes, max_bytes)
@@ -157,11 +162,13 @@ def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> 
     """One decoded batch into the builder's columns."""
     if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts
         if builder.add_typed(batch.events):
+            builder.maybe_flush()
             return
         batch = dicts_of(batch, stats)
     if not isinstance(batch, list):
         raise InputError(path, "'traceEvents' is not a list; this is not a Kineto trace")
     builder.add_batch(batch)
+    builder.maybe_flush()
 
 
 def cut_in_ranges(size: int) -> bool:

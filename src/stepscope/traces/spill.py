@@ -13,6 +13,13 @@ the process dies) and returns a plain read-only ``ndarray`` over the mapping: th
 same dtype and shape. Whatever fails (a full disk, a directory that cannot be written), it returns
 the array it was given: spilling changes where a column lives, never the analysis.
 
+While a trace is decoded, :class:`~stepscope.traces.events.TableBuilder` asks :func:`sink_for` the
+same question every :data:`~stepscope.traces.events.FLUSH_ROWS` rows; from a yes on, its event columns
+are appended to a :class:`ColumnSink`'s files as they are decoded and the table maps them whole when
+it is built, so the decode never holds the table in memory either (a split decode's workers always
+write theirs that way, and the parent streams them into its own files). A write that fails there
+brings the rows written so far back into memory and the decode goes on without the sink.
+
 Why. The views of a 10 GB trace read its ~26 M-row table and linked table again and again, ~106
 bytes a row, all of it in anonymous memory: ~2.7 GB that the kernel can only keep, so the whole
 analysis needs that much RAM to run at all. In a file mapping those pages are the page cache's: while
@@ -174,6 +181,68 @@ def _room_in(directory: str, limit_file: str, usage_file: str, cache_key: str) -
     return max(0, limit - max(0, usage - cache))
 
 
+class ColumnSink:
+    """Event columns written to files as a table is decoded (see :meth:`TableBuilder.maybe_flush
+    <stepscope.traces.events.TableBuilder.maybe_flush>`), then mapped whole. ``prefix``: each column
+    in the file ``prefix.<column>``, kept for another process to read (a worker's part of a split
+    decode); else in a file of the directory's whose name is removed at once."""
+
+    def __init__(self, directory: str, prefix: str | None = None) -> None:
+        self.directory, self.prefix = directory, prefix
+        self._files: dict[str, int] = {}
+
+    def write(self, key: str, values: Any) -> None:
+        """Append ``values`` (a buffer: an ``array.array`` or a contiguous ``ndarray``) to the column's file."""
+        fd = self._files.get(key)
+        if fd is None:
+            fd = self._files[key] = self._open(key)
+        view = memoryview(values).cast("B")
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:written + (64 << 20)])
+
+    def column(self, key: str, dtype: Any, count: int) -> np.ndarray:
+        """The ``count`` values written to column ``key``, mapped read-only."""
+        if not count:
+            return np.zeros(0, dtype=dtype)
+        mapping = mmap.mmap(self._files[key], count * np.dtype(dtype).itemsize, flags=mmap.MAP_SHARED,
+                            prot=mmap.PROT_READ)
+        return np.frombuffer(mapping, dtype=dtype, count=count)
+
+    def narrowed(self, key: str, count: int) -> np.ndarray:
+        """Column ``key`` (int64) as int32 when every value fits, written a few million rows at a time."""
+        wide = self.column(key, np.int64, count)
+        if not count or int(wide.min()) < -(1 << 31) or int(wide.max()) >= 1 << 31:
+            return wide
+        narrow_key = key + ".32"
+        step = 1 << 22
+        for start in range(0, count, step):
+            self.write(narrow_key, wide[start:start + step].astype(np.int32))
+        del wide
+        return self.column(narrow_key, np.int32, count)
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def _open(self, key: str) -> int:
+        if self.prefix is not None:
+            return os.open(f"{self.prefix}.{key}", os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="stepscope-column-", dir=self.directory)
+        os.unlink(path)
+        return fd
+
+
+def sink_for(table_bytes: int) -> ColumnSink | None:
+    """A :class:`ColumnSink` when a table of ``table_bytes`` so far should go on to disk (the rule
+    of :func:`spiller`), else None."""
+    found = spiller(table_bytes)
+    return None if found is None else ColumnSink(found.directory)
+
+
 def follow(column: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """What a table derived from a table with ``column`` does with its own large arrays: a
     :class:`Spill` where that column was spilled (the linked table of a spilled table spills too),
@@ -236,4 +305,4 @@ def _filesystem(directory: str) -> str:
         return ""
 
 
-__all__ = ["ENV_VAR", "FOOTPRINT", "Spill", "follow", "headroom", "is_spilled", "min_bytes", "spiller"]
+__all__ = ["ENV_VAR", "FOOTPRINT", "ColumnSink", "Spill", "sink_for", "follow", "headroom", "is_spilled", "min_bytes", "spiller"]

@@ -41,6 +41,7 @@ from stepscope.heap import no_cycle_scans
 from stepscope.traces.decode import (BOUNDARY, CHUNK_BYTES, EVENTS_KEY, HEAD_SEARCH_BYTES, KEY_OVERLAP, DecodeStats,
                                      decode_meta, iter_event_batches)
 from stepscope.traces.events import SYMBOL_COLUMNS, TableBuilder
+from stepscope.traces.spill import ColumnSink, sink_for
 
 CUT_SEARCH_BYTES = 4 * 1024 * 1024  # how far past an even offset a boundary between events is looked for
 _PREFIX = b'{"traceEvents": ['
@@ -77,6 +78,7 @@ def decode_split(path: str, size: int, workers: int, add: Callable[[TableBuilder
         return None
     import tempfile  # here: a trace too small to cut never needs it (~4 ms to import)
 
+    builder: TableBuilder | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="stepscope-split-") as scratch:
             done = _run(path, ranges, scratch, add, max_bytes, progress, size)
@@ -85,6 +87,8 @@ def decode_split(path: str, size: int, workers: int, add: Callable[[TableBuilder
             builder, first, parts = done
             _append(builder, parts)
     except OSError:  # the temporary directory: full, read-only, gone
+        if builder is not None and builder.sink is not None:
+            builder.sink.close()
         return None
     meta = dict(head_meta)
     for part in (first, *parts):
@@ -158,6 +162,7 @@ def _run(path: str, ranges: list[tuple[int, int, bool]], scratch: str,
                                max_bytes): index
                    for index, (start, stop, last) in enumerate(ranges) if index}
         builder = TableBuilder()
+        builder.sink_decision = sink_for  # its columns on to disk as it grows, where memory is short
         first = _decode_into(builder, path, *ranges[0], add, max_bytes)
         if first is None:
             _cancel(futures)
@@ -234,32 +239,45 @@ def _decode_range(path: str, start: int, stop: int, last: bool, prefix: str,
                   add: Callable[[TableBuilder, Any, DecodeStats], None], max_bytes: int) -> dict[str, Any] | None:
     """A worker: one range decoded into columns written to ``prefix.<column>`` (None as :func:`_decode_into`)."""
     builder = TableBuilder()
-    part = _decode_into(builder, path, start, stop, last, add, max_bytes)
-    if part is None:
-        return None
-    sizes = {}
+    # the event columns go to their files as they are decoded: the worker never holds its part whole
+    builder.sink = ColumnSink(os.path.dirname(prefix), prefix=prefix)
     try:
+        part = _decode_into(builder, path, start, stop, last, add, max_bytes)
+        if part is None:
+            return None
+        builder.flush()
+        events = builder.event_buffers()
+        sizes = {key: builder.flushed_rows for key in events}
         for key, buffer in builder.buffers().items():
+            if key in events:
+                continue
             with open(f"{prefix}.{key}", "wb") as out:
                 buffer.tofile(out)
             sizes[key] = len(buffer)
     except OSError:
         return None
+    finally:
+        builder.sink.close()
     return {**part, "prefix": prefix, "symbols": builder.symbols.strings, "sizes": sizes,
             "skipped": builder.counts.skipped, "ignored": builder.counts.ignored}
 
 
 def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
     """The parts' column files appended to ``builder``, in file order; each part's symbols renumbered."""
-    buffers = builder.buffers()
     intern = builder.symbols.intern
     for part in parts:
         # index -1 (a missing symbol) stays -1
         renumber = np.array([intern(s) for s in part["symbols"]] + [-1], dtype=np.int32)
-        rows = len(buffers["ts"])  # the part's wait rows count from here
+        rows = builder.rows()  # the part's wait rows count from here
+        if builder.sink is not None:
+            builder.flush()  # the rows before this part go first (a failed write: back in memory)
+        sink = builder.sink
+        if sink is not None:
+            _stream_part(builder, sink, part, renumber)
+        buffers = builder.buffers()
         for key, buffer in buffers.items():
             count = part["sizes"][key]
-            if not count:
+            if not count or (sink is not None and key in builder.event_buffers()):
                 continue
             before = len(buffer)
             with open(f"{part['prefix']}.{key}", "rb") as fh:
@@ -276,6 +294,32 @@ def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
                 del view
         builder.counts.skipped.update(part["skipped"])
         builder.counts.ignored.update(part["ignored"])
+        builder.maybe_flush()  # a table grown past the memory left goes on to disk from here
+
+
+_STREAM_ROWS = 1 << 22
+
+
+def _stream_part(builder: TableBuilder, sink: ColumnSink, part: dict[str, Any], renumber: np.ndarray) -> None:
+    """A part's event columns appended to ``sink``'s files a few million rows at a time, symbols
+    renumbered: the part is never held whole in this process."""
+    rows = part["sizes"]["ts"]
+    nbytes = 0
+    for key, buffer in builder.event_buffers().items():
+        dtype = np.dtype(buffer.typecode)
+        with open(f"{part['prefix']}.{key}", "rb") as fh:
+            for start in range(0, rows, _STREAM_ROWS):
+                chunk = np.fromfile(fh, dtype=dtype, count=min(_STREAM_ROWS, rows - start))
+                if len(chunk) != min(_STREAM_ROWS, rows - start):
+                    raise OSError(f"the part's column {key} is shorter than its count")
+                if key in SYMBOL_COLUMNS:
+                    if len(chunk) and int(chunk.min()) < -1:
+                        raise OSError("a symbol column holds an id below -1")
+                    chunk = renumber[chunk]
+                sink.write(key, chunk)
+                nbytes += chunk.nbytes
+        os.unlink(f"{part['prefix']}.{key}")
+    builder.add_flushed(rows, nbytes)
 
 
 __all__ = ["decode_split", "parts_for"]

@@ -14,12 +14,14 @@ import tempfile
 import numpy as np
 import pytest
 
+from stepscope import limits
 from stepscope.analysis.trace.rank_analysis import analyze_rank
 from stepscope.errors import UsageError
-from stepscope.traces import spill
+from stepscope.traces import events, spill
 from stepscope.traces.links import links_of
-from stepscope.traces.load import load_trace
+from stepscope.traces.load import decode_streaming, load_trace
 from tests.unit.analysis.reference_traces import _rel, _root, analysis, kineto_trace_names
+from tests.unit.traces.test_split_load import _plain_copy, _same_tables
 
 
 @pytest.fixture
@@ -140,3 +142,68 @@ def test_a_bad_setting_is_one_line_and_exit_2_on_the_command_line(tmp_path):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "STEPSCOPE_SPILL" in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def while_decoding(scratch, monkeypatch):
+    """The columns go to disk while the trace is decoded: every few rows, from the first check."""
+    monkeypatch.setattr(events, "FLUSH_ROWS", 64)
+    return scratch
+
+
+@pytest.mark.parametrize("rel", kineto_trace_names())
+def test_columns_written_while_decoding_in_one_stream_or_in_ranges_give_the_same_table(rel, while_decoding, tmp_path,
+                                                                                       monkeypatch):
+    path = _plain_copy(_rel(rel), tmp_path)
+    monkeypatch.setenv(spill.ENV_VAR, "off")
+    expected = load_trace(path)
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
+    for workers in (1, 3):
+        trace = load_trace(path, workers=workers)
+        if len(trace.events) > 64:
+            assert spill.is_spilled(trace.events.ts)
+        _same_tables(expected, trace)
+    assert list(while_decoding.iterdir()) == []
+
+
+CONTROL = "hta/trace_diff/control/control.json.gz"
+
+
+@pytest.mark.skipif(not (_root(CONTROL) / CONTROL).is_file(), reason="the shared reference set is not beside the repository")
+def test_a_trace_decoded_to_disk_in_ranges_gives_the_same_analysis(while_decoding, tmp_path, monkeypatch):
+    path = _plain_copy(CONTROL, tmp_path)
+    monkeypatch.setattr(limits, "SPLIT_PART_MIN_BYTES", 1)
+    monkeypatch.setenv(spill.ENV_VAR, "off")
+    expected = analyze_rank(load_trace(path)).to_dict()
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    trace = load_trace(path, workers=4)
+    assert trace.decode_path == "split" and spill.is_spilled(trace.events.correlation)
+    assert analyze_rank(trace).to_dict() == expected
+
+
+@pytest.mark.parametrize("failing_call", [8, 100])  # inside the first flush; after several
+def test_a_write_that_fails_while_decoding_brings_the_columns_back_into_memory(failing_call, while_decoding, tmp_path,
+                                                                               monkeypatch):
+    rel = CONTROL if (_root(CONTROL) / CONTROL).is_file() else _rel(kineto_trace_names()[0])
+    if failing_call > 14 and rel != CONTROL:
+        pytest.skip("the shared reference set is not beside the repository: no trace of several batches")
+    path = _plain_copy(rel, tmp_path)
+    monkeypatch.setenv(spill.ENV_VAR, "off")
+    expected = load_trace(path)
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    calls = []
+    real = spill.ColumnSink.write
+
+    def fails_later(self, key, values):
+        calls.append(key)
+        if len(calls) >= failing_call:
+            raise OSError(28, "No space left on device")
+        real(self, key, values)
+
+    monkeypatch.setattr(spill.ColumnSink, "write", fails_later)
+    builder, *_ = decode_streaming(str(path), decide=spill.sink_for)
+    assert len(calls) >= failing_call and builder.sink is None and builder.flushed_rows == 0  # all back in memory
+    trace = load_trace(path)
+    _same_tables(expected, trace)
+    assert list(while_decoding.iterdir()) == []

@@ -7,8 +7,9 @@ event table and its links, already built, page for page without copying them —
 the caller then computes it itself, so the analysis never depends on the child. ``beside`` returns
 ``None`` where forking is unsafe or impossible: another thread runs in this process (a child forked
 beside a thread can deadlock on a lock that thread held), the platform has no ``fork``, or the
-machine has less memory available than this process holds (the most a child could come to need,
-were it to touch every page it shares: a machine without that to spare keeps to one process).
+machine — or, in a container, its memory cgroup — has less memory available than this process holds
+(the most a child could come to need, were it to touch every page it shares: a machine without that
+to spare keeps to one process).
 """
 
 from __future__ import annotations
@@ -65,8 +66,13 @@ def beside(work: Callable[[], T]) -> Beside[T] | None:
         return None
     import psutil
 
+    from stepscope.traces.spill import headroom
+
     try:
-        if psutil.virtual_memory().available < psutil.Process().memory_info().rss:
+        room = headroom()  # in a container, what its memory cgroup has left
+        if room is None:
+            room = psutil.virtual_memory().available
+        if room < psutil.Process().memory_info().rss:
             return None
     except (psutil.Error, OSError):
         return None
