@@ -129,14 +129,14 @@ def _decoding_ahead(args: argparse.Namespace) -> Any:
 
     if args.dask is not None or args.jobs == 1 or not os.path.isfile(args.trace):
         return nullcontext()
-    from stepscope.traces.load import MAX_JSON_BYTES, cut_in_ranges, decode_streaming
+    from stepscope.traces.load import MAX_JSON_BYTES, cut_in_ranges, decode_ahead
 
     size = os.path.getsize(args.trace)
     if cut_in_ranges(size) or (size >= PROGRESS_MIN_BYTES and _draws_progress(args)):
         return nullcontext()  # cut in ranges on every core (traces/split_load.py), or a progress bar to draw
     from stepscope.traces.ahead import decoding
 
-    return decoding(args.trace, decode_streaming, MAX_JSON_BYTES)
+    return decoding(args.trace, decode_ahead, MAX_JSON_BYTES)
 
 
 def _run(args: argparse.Namespace, decoding: bool = False) -> int:

@@ -158,6 +158,24 @@ def decode_streaming(path: str, max_json_bytes: int = MAX_JSON_BYTES, max_bytes:
     return builder, meta, stats, json_bytes
 
 
+class _ShortOfMemory(Exception):
+    """A child decoding ahead found that the table would have to go to disk."""
+
+
+def _refuse_to_spill(table_bytes: int) -> ColumnSink | None:
+    if sink_for(table_bytes) is not None:
+        raise _ShortOfMemory
+    return None
+
+
+def decode_ahead(path: str, max_json_bytes: int = MAX_JSON_BYTES, max_bytes: int | None = None,
+                 ) -> tuple[TableBuilder, dict[str, Any], DecodeStats, int]:
+    """:func:`decode_streaming` for a child decoding ahead (:mod:`stepscope.traces.ahead`): it gives up
+    where the table would have to go to disk (the child hands its columns over in memory), and the
+    command then decodes the file itself, to disk; where memory is plentiful it is the same decode."""
+    return decode_streaming(path, max_json_bytes, max_bytes, decide=_refuse_to_spill)
+
+
 def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> None:
     """One decoded batch into the builder's columns."""
     if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts

@@ -259,3 +259,24 @@ def test_an_interrupted_command_kills_and_reaps_its_child(tmp_path):
     if pid is not None:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_child_whose_table_would_go_to_disk_leaves_the_decode_to_the_parent(tmp_path, forking, monkeypatch):
+    """The child hands its columns over in memory: where they would have to go to disk it gives up,
+    and the parent decodes the file itself, to disk."""
+    from stepscope.traces import events, spill
+
+    path = _trace_file(tmp_path)
+    expected = load_trace(path)
+    monkeypatch.setattr(events, "FLUSH_ROWS", 16)
+    monkeypatch.setattr(spill, "MIN_ARRAY_BYTES", 0)
+    monkeypatch.setenv(spill.ENV_VAR, "0")
+    with _child_decoding(path, load.decode_ahead):
+        trace = load_trace(path, workers=2)
+    assert forking == [False] and spill.is_spilled(trace.events.ts)
+    _same_tables(expected, trace)
+    monkeypatch.setenv(spill.ENV_VAR, "off")  # memory to spare: the child's table is taken
+    with _child_decoding(path, load.decode_ahead):
+        trace = load_trace(path, workers=2)
+    assert forking == [False, True] and not spill.is_spilled(trace.events.ts)
+    _same_tables(expected, trace)
