@@ -521,9 +521,7 @@ class TableBuilder:
         """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`).
         ``spill`` (:class:`~stepscope.traces.spill.Spill`) moves each event column to a file mapping
         as it is built, and the builder gives up that column's buffer: the table is never held twice."""
-        def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
-            # a read-only view on the builder's buffer: no copy at the peak of the load
-            return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
+        arr = _view
 
         def column(group: dict[str, array[Any]], key: str, dtype: type[np.generic]) -> np.ndarray:
             values = arr(group[key], dtype)
@@ -561,9 +559,7 @@ class TableBuilder:
         return self._tables(cols)
 
     def _tables(self, cols: dict[str, np.ndarray]) -> tuple[EventTable, MemoryTable]:
-        def arr(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
-            return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
-
+        arr = _view
         cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(
@@ -572,6 +568,11 @@ class TableBuilder:
             **{k: arr(v, np.int64) for k, v in self._mem_i.items()},
         )
         return table, memory
+
+
+def _view(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:
+    """A read-only view on a builder's buffer: no copy at the peak of the load."""
+    return np.frombuffer(buf, dtype=dtype) if len(buf) else np.zeros(0, dtype=dtype)
 
 
 _INT32 = np.iinfo(np.int32)

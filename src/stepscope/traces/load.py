@@ -124,7 +124,8 @@ def load_trace(
                                                                            max_json_bytes, max_bytes)
     builder, meta, stats, json_bytes = decoded or decode_streaming(path, max_json_bytes, max_bytes, progress,
                                                                    decide=sink_for)
-    events, memory = builder.build(spill=spiller(builder.nbytes()))  # a large table's columns in files
+    # a large table's columns in files (those of a builder that wrote them while decoding are there already)
+    events, memory = builder.build(spill=None if builder.sink is not None else spiller(builder.nbytes()))
     _check_step_numbers(events, path)
     warnings = _warnings(builder, stats)
     found_rank, source = _rank_of(meta, path)

@@ -121,14 +121,12 @@ def headroom() -> int | None:
 
 
 def _meminfo_available() -> int | None:
+    from stepscope.capture import procfs
+
     try:
-        with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        return procfs.parse_meminfo(procfs.read_text("/proc/meminfo"))["mem_available_bytes"]
     except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return None
 
 
 def _cgroup_room() -> list[int]:
@@ -269,20 +267,12 @@ def is_spilled(values: np.ndarray) -> bool:
 
 
 def _write_and_map(directory: str, values: np.ndarray) -> np.ndarray:
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="stepscope-column-", dir=directory)
+    sink = ColumnSink(directory)
     try:
-        os.unlink(path)  # the name goes first: a process killed from here on leaves nothing behind
-        view = values.reshape(-1).view(np.uint8).data
-        written = 0
-        while written < len(view):
-            written += os.write(fd, view[written:written + (64 << 20)])
-        mapping = mmap.mmap(fd, values.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        sink.write("values", values.reshape(-1))
+        return sink.column("values", values.dtype, values.size).reshape(values.shape)
     finally:
-        os.close(fd)
-    out = np.frombuffer(mapping, dtype=values.dtype).reshape(values.shape)
-    return out
+        sink.close()
 
 
 def _filesystem(directory: str) -> str:

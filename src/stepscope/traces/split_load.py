@@ -288,9 +288,7 @@ def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
                 if key == "wait_rows":
                     view += rows
                 else:
-                    if len(view) and int(view.min()) < -1:
-                        raise OSError("a symbol column holds an id below -1")
-                    view[:] = renumber[view]
+                    view[:] = _renumbered(view, renumber)
                 del view
         builder.counts.skipped.update(part["skipped"])
         builder.counts.ignored.update(part["ignored"])
@@ -298,6 +296,14 @@ def _append(builder: TableBuilder, parts: list[dict[str, Any]]) -> None:
 
 
 _STREAM_ROWS = 1 << 22
+
+
+def _renumbered(ids: np.ndarray, renumber: np.ndarray) -> np.ndarray:
+    """A part's symbol ids in the parent's numbering (``-1``, absent, stays ``-1``)."""
+    if len(ids) and int(ids.min()) < -1:
+        raise OSError("a symbol column holds an id below -1")
+    out: np.ndarray = renumber[ids]
+    return out
 
 
 def _stream_part(builder: TableBuilder, sink: ColumnSink, part: dict[str, Any], renumber: np.ndarray) -> None:
@@ -313,9 +319,7 @@ def _stream_part(builder: TableBuilder, sink: ColumnSink, part: dict[str, Any], 
                 if len(chunk) != min(_STREAM_ROWS, rows - start):
                     raise OSError(f"the part's column {key} is shorter than its count")
                 if key in SYMBOL_COLUMNS:
-                    if len(chunk) and int(chunk.min()) < -1:
-                        raise OSError("a symbol column holds an id below -1")
-                    chunk = renumber[chunk]
+                    chunk = _renumbered(chunk, renumber)
                 sink.write(key, chunk)
                 nbytes += chunk.nbytes
         os.unlink(f"{part['prefix']}.{key}")
