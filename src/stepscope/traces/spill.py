@@ -121,11 +121,11 @@ def headroom() -> int | None:
 
 
 def _meminfo_available() -> int | None:
-    from stepscope.capture import procfs
+    import psutil  # its MemAvailable (the trace layer does not read the capture layer's /proc parsers)
 
     try:
-        return procfs.parse_meminfo(procfs.read_text("/proc/meminfo"))["mem_available_bytes"]
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (psutil.Error, OSError, ValueError):
         return None
 
 
