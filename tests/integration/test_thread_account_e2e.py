@@ -147,8 +147,11 @@ def test_a_neighbour_s_cost_is_the_wait_for_a_core_it_caused(tmp_path):
     assert "foreign_load" not in _families(quiet_report)
     top = busy_report["findings"][0]
     assert top["family"] == "foreign_load", [item["title"] for item in busy_report["findings"]]
-    # the cost is measured (the wait for a core), and of the order of the slowdown it caused
-    assert top["impact_basis"] == "measured" and top["impact"] > 0.2
+    # the cost is measured (the wait for a core), material, and of the order of the slowdown it
+    # caused. Three busy threads on two cores cost the step about a third, but the scheduler does
+    # not always split the cores evenly: once the neighbours held 1.26 cores, not 2, and the
+    # measured 0.148 matched a slowdown of 0.159 -- the match is the claim, not the third
+    assert top["impact_basis"] == "measured" and top["impact"] > 0.1, (top["impact"], slowdown)
     if abs(top["impact"] - slowdown) > 0.25:
         # the slowdown is three single runs' wall clocks on a shared machine (once 0.09 beside a
         # measured 0.385 in a full suite, right in every rerun): the triple is measured once more,
