@@ -1,18 +1,18 @@
-"""What ``make venv`` costs, against pip compiling the installed packages itself.
+"""What ``make venv`` costs, against pip installing the same packages.
 
 Each round creates two fresh virtual environments from this checkout, in alternating order:
 
-- *pip compiles*: ``pip install TORCH_PIN -e ".[dev]"``, pip writing each module's bytecode in turn
-  (the Makefile's recipe before it compiled on every core);
-- *make venv*: the Makefile's recipe as it is (``make venv VENV=DIR``). It now compiles nothing:
-  the tests and ``make demo`` write the bytecode of what they import, when they first import it, so
-  this ratio leaves out that later cost (the whole effect is a clean clone's ``.ci/run``, in
-  BENCHMARKS.md "Test suite").
+- *pip installs*: ``pip install --no-compile TORCH_PIN -e ".[dev]"`` after upgrading pip (the
+  Makefile's recipe before uv installed the packages);
+- *make venv*: the Makefile's recipe as it is (``make venv VENV=DIR``): pip chooses the torch wheel
+  (``pip download``), uv installs it with everything else.
 
-Prints each one's wall time per round, their medians and the ratio. Both read the same local
-package index and wheel cache, so the difference is the install and the compilation.
-``--then-demo`` times each recipe followed by the built-in demo in its venv (``make demo``'s own
-recipe after *make venv*): the README's first command, the deferred compilation included.
+Neither compiles the installed modules: the tests and ``make demo`` write the bytecode of what they
+import, when they first import it. Prints each one's wall time per round, their medians and the
+ratio. Both read the same package index and local wheels; uv's cache is emptied before each
+*make venv* (``UV_CACHE_DIR`` in a fresh directory), as on a fresh machine, so its ratio is not a
+warm cache's. ``--then-demo`` times each recipe followed by the built-in demo in its venv (``make
+demo``'s own recipe after *make venv*): the README's first command.
 
     python benchmarks/bench_venv.py [--rounds 1] [--then-demo]
 """
@@ -20,6 +20,7 @@ recipe after *make venv*): the README's first command, the deferred compilation 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -39,16 +40,17 @@ def _torch_pin() -> str:
     return match.group(1)
 
 
-def _pip_compiles(venv: Path, python: str) -> None:
+def _pip_installs(venv: Path, python: str) -> None:
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, _torch_pin(), "-e", ".[dev]"], cwd=ROOT, check=True)
+    subprocess.run([*pip, "--no-compile", _torch_pin(), "-e", ".[dev]"], cwd=ROOT, check=True)
 
 
 def _make_venv(venv: Path, python: str) -> None:
-    subprocess.run(["make", "-s", "venv", f"VENV={venv}", f"PYTHON={python}"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="bench-venv-uv-cache-") as cache:
+        subprocess.run(["make", "-s", "venv", f"VENV={venv}", f"PYTHON={python}"], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, env={**os.environ, "UV_CACHE_DIR": cache})
 
 
 def _demo(name: str, venv: Path, python: str) -> None:
@@ -59,7 +61,7 @@ def _demo(name: str, venv: Path, python: str) -> None:
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-RECIPES = {"pip compiles": _pip_compiles, "make venv": _make_venv}
+RECIPES = {"pip installs": _pip_installs, "make venv": _make_venv}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, value in medians.items():
         print(f"{name}: median {value:.1f} s of {len(times[name])}")
-    print(f"ratio pip compiles / make venv: {medians['pip compiles'] / medians['make venv']:.2f}x")
+    print(f"ratio pip installs / make venv: {medians['pip installs'] / medians['make venv']:.2f}x")
     return 0
 
 

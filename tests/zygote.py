@@ -428,7 +428,8 @@ def _as_at_start(request: dict) -> None:
 # Some served processes start Python processes of their own and run no training themselves:
 # torchrun (and ``accelerate launch``, which runs it) starts each rank with ``subprocess.Popen``
 # (``python -u SCRIPT`` or ``python -u -m MODULE``, in a session of its own); ``stepscope try``
-# runs its trials, a multi-rank ``stepscope demo`` its torchrun launch. Such a process forks a
+# runs its trials, a multi-rank ``stepscope demo`` its torchrun launch, ``benchmarks/gpu_check.py``
+# one ``stepscope run`` per check. Such a process forks a
 # template at its start, while it is one thread and has run nothing of its program (torchrun's
 # agent later holds a store's threads, which a fork could not take along), and its ``Popen`` of
 # the interpreter forks from the template where the child can stand for a cold start (the rules
@@ -441,6 +442,8 @@ def _as_at_start(request: dict) -> None:
 
 #: ``-m MODULE`` of the launchers whose ranks are forked from a template.
 LAUNCHERS = (["-m", "torch.distributed.run"], ["-m", "accelerate.commands.launch"])
+#: The GPU check script (run in CPU mode by the tests): each check is a ``stepscope run`` it starts.
+GPU_CHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 #: What torchrun adds to a rank's environment that the interpreter and torch do not read at start.
 _RANK_VARIABLES = ("TORCHELASTIC_", "TORCH_NCCL_")
 _PR_SET_CHILD_SUBREAPER = 36
@@ -450,7 +453,7 @@ _SERVER_START_UP: tuple[tuple[str, str], ...] = ()
 
 def _starts_children(argv: list[str]) -> bool:
     """Whether the request's process starts Python processes and trains nothing itself."""
-    if argv[:2] in LAUNCHERS or argv[:3] == ["-m", "stepscope", "try"]:
+    if argv[:2] in LAUNCHERS or argv[:3] == ["-m", "stepscope", "try"] or argv[:1] == [str(GPU_CHECK)]:
         return True
     if argv[:3] == ["-m", "stepscope", "demo"] and len(argv) > 3:
         from stepscope.zoo import SCENARIOS  # stepscope's own registry; importing it runs no scenario

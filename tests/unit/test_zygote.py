@@ -218,6 +218,10 @@ def test_what_a_template_starts_and_what_it_leaves_to_popen(tmp_path, monkeypatc
     assert request(["-X", "dev", "train.py"]) is None
     assert zygote._template_request(["/bin/echo", "train.py"], str(tmp_path), base, session) is None
     assert request(["train.py"], params=(True, None, None, 1000, -1, True, -1)) is None  # another user
+    # the processes that fork a template: launchers, `try`, the GPU check (a `stepscope run` per check)
+    assert zygote._starts_children(["-m", "torch.distributed.run", "train.py"])
+    assert zygote._starts_children([str(zygote.GPU_CHECK), "--device", "cpu"])
+    assert not zygote._starts_children(["train.py"]) and not zygote._starts_children(["-m", "stepscope", "run", "t.py"])
 
 
 def test_a_served_popen_is_this_process_s_child_as_a_cold_one_is(tmp_path, own_servers):
