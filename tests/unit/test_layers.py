@@ -16,6 +16,7 @@ of the forms a check could miss — to show that it fails.
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -106,10 +107,21 @@ def _dynamic_target(call: ast.Call) -> str | None:
     return "?"
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed_text(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+def _parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per distinct text: the checks below run on the package and
+    on copies of it that differ in one planted file, twice each (read only: no check changes a tree)."""
+    return _parsed_text(path.read_text(encoding="utf-8"))
+
+
 def imports(path: Path, package: Path = PACKAGE) -> list[tuple[str, tuple[str, ...]]]:
     """Every import of ``path`` (module level or not, absolute, relative or dynamic): (module,
     names imported from it). A dynamic import the code does not spell out is ``("?", ())``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path)
     found: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -227,7 +239,7 @@ def downstream_violations(package: Path, layer: str) -> list[str]:
 
 def _defined(path: Path) -> set[str]:
     """The names a module defines itself (classes, functions, assignments), not those it imports."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path)
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -278,7 +290,7 @@ def _outside_names(package: Path, path: Path) -> dict[str, str]:
 
 
 def _dataclasses(path: Path) -> list[ast.ClassDef]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path)
     return [node for node in tree.body if isinstance(node, ast.ClassDef) and any(
         "dataclass" in ast.unparse(decorator) for decorator in node.decorator_list)]
 
@@ -320,7 +332,7 @@ def computing_records(package: Path) -> list[str]:
         path = _view_path(package, origins[name])
         if not path.exists():
             path = path.with_suffix("") / "__init__.py"
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parsed(path)
         node = next((item for item in tree.body if isinstance(item, ast.ClassDef) and item.name == name), None)
         if node is None:
             wrong.append(f"{name}: not defined in {origins[name]} (import it from its own module)")
