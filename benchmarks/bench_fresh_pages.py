@@ -10,6 +10,11 @@ also a faster run there. This script measures it: a child process fills ``--mb``
 (numpy), right after the previous child freed the same amount (``hot``) and after ``--idle``
 seconds of quiet (``after idle``); alternating, ``--rounds`` times each.
 
+Each child runs twice more with numpy's transparent huge-page advice switched off
+(``NUMPY_MADVISE_HUGEPAGE=0``; numpy asks the kernel for huge pages on every large array by default).
+Where the kernel's huge-page ``defrag`` setting is ``madvise`` (the usual default), a fault in an
+advised range may compact memory to find a 2 MB page, which a virtual machine pays for too.
+
 Usage::
 
     python benchmarks/bench_fresh_pages.py [--mb 200] [--rounds 3] [--idle 5]
@@ -36,12 +41,26 @@ def _balloon_reports() -> str:
         return f"free page reporting loaded (order {fh.read().strip()})"
 
 
-def _one(mb: float) -> tuple[float, float, float]:
-    """Wall, user and system seconds of a child that fills ``mb`` MB of new memory."""
+def _huge_pages() -> str:
+    """The kernel's transparent huge-page settings (enabled, defrag), as it shows them."""
+    settings = []
+    for name in ("enabled", "defrag"):
+        try:
+            with open(f"/sys/kernel/mm/transparent_hugepage/{name}") as fh:
+                settings.append(f"{name} {fh.read().strip()}")
+        except OSError:
+            settings.append(f"{name} unknown")
+    return "transparent huge pages: " + ", ".join(settings)
+
+
+def _one(mb: float, huge: bool = True) -> tuple[float, float, float]:
+    """Wall, user and system seconds of a child that fills ``mb`` MB of new memory (with numpy's
+    huge-page advice, or without)."""
     count = int(mb * 2**20 / 8)
+    env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "1" if huge else "0"}
     started = time.perf_counter()
     before = os.times()
-    subprocess.run([sys.executable, "-c", _CHILD.format(count=count)], check=True)
+    subprocess.run([sys.executable, "-c", _CHILD.format(count=count)], check=True, env=env)
     after = os.times()
     return (time.perf_counter() - started, after.children_user - before.children_user,
             after.children_system - before.children_system)
@@ -55,13 +74,15 @@ def main() -> None:
     args = parser.parse_args()
     _one(1)  # numpy's import in the page cache
     _one(args.mb)
-    rows: dict[str, list[tuple[float, float, float]]] = {"hot": [], "after idle": []}
+    rows: dict[str, list[tuple[float, float, float]]] = {
+        "hot": [], "after idle": [], "hot, no huge-page advice": [], "after idle, no huge-page advice": []}
     for _ in range(args.rounds):
-        rows["hot"].append(_one(args.mb))  # right after the previous child freed as much
-        time.sleep(args.idle)
-        rows["after idle"].append(_one(args.mb))
-    print(f"{_balloon_reports()}; {args.mb:.0f} MB of new memory per child, {args.rounds} rounds, "
-          f"idle {args.idle:.0f} s")
+        for huge, suffix in ((True, ""), (False, ", no huge-page advice")):
+            rows["hot" + suffix].append(_one(args.mb, huge))  # right after the previous child freed as much
+            time.sleep(args.idle)
+            rows["after idle" + suffix].append(_one(args.mb, huge))
+    print(f"{_balloon_reports()}; {_huge_pages()}; {args.mb:.0f} MB of new memory per child, "
+          f"{args.rounds} rounds, idle {args.idle:.0f} s")
     print("| pages | wall (median) | system CPU (median) | system ms per MB |")
     print("| --- | ---: | ---: | ---: |")
     for label, samples in rows.items():

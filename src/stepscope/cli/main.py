@@ -64,9 +64,31 @@ def _command_module(module_name: str) -> ModuleType:
     return importlib.import_module(f"stepscope.cli.{module_name}")
 
 
+#: Commands that only analyse, in processes of stepscope's own (they run no user code and time no
+#: loop): numpy's transparent huge-page advice is off there unless the environment sets it.
+NO_HUGE_PAGE_ADVICE = frozenset({"analyze", "report", "diff", "runs"})
+
+
+def _no_huge_page_advice(command: str | None) -> bool:
+    """Switch numpy's huge-page advice off (``NUMPY_MADVISE_HUGEPAGE=0``, read when numpy loads, and
+    inherited by the command's worker processes) for a command of :data:`NO_HUGE_PAGE_ADVICE` in a
+    process that has not loaded numpy yet (the command as typed, not a library caller's process).
+    numpy advises huge pages for every large array; where the kernel compacts memory to find one on
+    a fault (``defrag=madvise``, the usual default), a 2 GB trace's analysis took 2.3x the system
+    time and 16 % more wall with the advice on a 2-core VM; 54 MB and 10 GB traces took the same
+    (BENCHMARKS.md, "Huge pages").
+    The user's script never runs with it: ``run``, ``demo``, ``try`` and ``tune-loader`` are not
+    among these commands. Returns whether the setting was made."""
+    if command not in NO_HUGE_PAGE_ADVICE or "numpy" in sys.modules or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return False
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _no_huge_page_advice(args_list[0] if args_list else None)
     parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
     rest: list[str] = []
     if args_list and args_list[0] in COMMANDS:
