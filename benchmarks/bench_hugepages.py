@@ -17,28 +17,24 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import time
+import tempfile
 from pathlib import Path
+
+from bench_analyze import run_command, stepscope_command  # the command as typed, timed as every benchmark does
 
 MODES = {"advised": "1", "not advised": "0"}
 
 
-def _one(trace: Path, value: str) -> tuple[float, float, float, str]:
-    """Wall, user and system seconds of ``stepscope analyze TRACE`` with NUMPY_MADVISE_HUGEPAGE=value."""
-    env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": value}
-    before, started = os.times(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stepscope", "analyze", str(trace)], env=env,
-                          capture_output=True, text=True)
-    wall, after = time.perf_counter() - started, os.times()
-    if done.returncode != 0:
-        raise SystemExit(f"bench_hugepages.py: error: stepscope analyze {trace} exited {done.returncode}: "
-                         f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}")
-    return (wall, after.children_user - before.children_user, after.children_system - before.children_system,
-            done.stdout)
+def _one(trace: Path, value: str, out: Path) -> tuple[float, float, float, bytes]:
+    """Wall, user and system seconds of ``stepscope analyze TRACE`` with NUMPY_MADVISE_HUGEPAGE=value
+    (the process and its children), and what it printed."""
+    done = run_command([*stepscope_command(), "analyze", str(trace)], {"NUMPY_MADVISE_HUGEPAGE": value}, str(out))
+    if done["exit"] != 0:
+        tail = done["tail"].strip().splitlines()
+        raise SystemExit(f"bench_hugepages.py: error: stepscope analyze {trace} exited {done['exit']}: "
+                         f"{tail[-1] if tail else ''}")
+    return done["wall_s"], done["user_s"], done["system_s"], out.read_bytes()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,27 +47,32 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.traces:
         if not trace.is_file():
             parser.error(f"{trace}: no such file")
-    for trace in args.traces:
-        _one(trace, "0")  # the file in the page cache, the modules' bytecode written
-        times: dict[str, list[tuple[float, float, float]]] = {mode: [] for mode in MODES}
-        for round_ in range(args.rounds):
-            order = list(MODES) if round_ % 2 == 0 else list(reversed(MODES))
-            outputs = {}
-            for mode in order:
-                wall, user, system, outputs[mode] = _one(trace, MODES[mode])
-                times[mode].append((wall, user, system))
-                print(f"{trace.name} round {round_ + 1}: {mode}: wall {wall:.2f} s, user {user:.2f} s, "
-                      f"system {system:.2f} s", flush=True)
-            if len(set(outputs.values())) != 1:
-                raise SystemExit(f"bench_hugepages.py: error: the two runs of round {round_ + 1} printed "
-                                 f"different reports for {trace}")
-        medians = {mode: [statistics.median(sample[i] for sample in rows) for i in range(3)]
-                   for mode, rows in times.items()}
-        for mode, (wall, user, system) in medians.items():
-            print(f"{trace.name}: {mode}: median wall {wall:.2f} s, user {user:.2f} s, system {system:.2f} s")
-        print(f"{trace.name}: wall advised / not advised {medians['advised'][0] / medians['not advised'][0]:.2f}x; "
-              f"system {medians['advised'][2] / max(medians['not advised'][2], 1e-9):.2f}x")
+    with tempfile.TemporaryDirectory(prefix="bench-hugepages-") as scratch:
+        for trace in args.traces:
+            _measure(trace, args.rounds, Path(scratch) / "report.txt")
     return 0
+
+
+def _measure(trace: Path, rounds: int, out: Path) -> None:
+    _one(trace, "0", out)  # the file in the page cache, the modules' bytecode written
+    times: dict[str, list[tuple[float, float, float]]] = {mode: [] for mode in MODES}
+    for round_ in range(rounds):
+        order = list(MODES) if round_ % 2 == 0 else list(reversed(MODES))
+        outputs = {}
+        for mode in order:
+            wall, user, system, outputs[mode] = _one(trace, MODES[mode], out)
+            times[mode].append((wall, user, system))
+            print(f"{trace.name} round {round_ + 1}: {mode}: wall {wall:.2f} s, user {user:.2f} s, "
+                  f"system {system:.2f} s", flush=True)
+        if len(set(outputs.values())) != 1:
+            raise SystemExit(f"bench_hugepages.py: error: the two runs of round {round_ + 1} printed "
+                             f"different reports for {trace}")
+    medians = {mode: [statistics.median(sample[i] for sample in rows) for i in range(3)]
+               for mode, rows in times.items()}
+    for mode, (wall, user, system) in medians.items():
+        print(f"{trace.name}: {mode}: median wall {wall:.2f} s, user {user:.2f} s, system {system:.2f} s")
+    print(f"{trace.name}: wall advised / not advised {medians['advised'][0] / medians['not advised'][0]:.2f}x; "
+          f"system {medians['advised'][2] / max(medians['not advised'][2], 1e-9):.2f}x")
 
 
 if __name__ == "__main__":

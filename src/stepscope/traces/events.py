@@ -521,10 +521,8 @@ class TableBuilder:
         """The tables, once: the builder's id columns are given up (narrowed, see :func:`narrowed`).
         ``spill`` (:class:`~stepscope.traces.spill.Spill`) moves each event column to a file mapping
         as it is built, and the builder gives up that column's buffer: the table is never held twice."""
-        arr = _view
-
         def column(group: dict[str, array[Any]], key: str, dtype: type[np.generic]) -> np.ndarray:
-            values = arr(group[key], dtype)
+            values = _view(group[key], dtype)
             if spill is None:
                 return values
             values = spill(values)
@@ -537,7 +535,7 @@ class TableBuilder:
         cols = {k: column(self._i32, k, np.int32) for k in list(self._i32)}
         cols.update({k: column(self._f64, k, np.float64) for k in list(self._f64)})
         for key in list(self._i64):
-            narrow = narrowed(arr(self._i64[key], np.int64))
+            narrow = narrowed(_view(self._i64[key], np.int64))
             self._i64[key] = array("q")  # the wide buffer is freed once its narrowed copy exists
             cols[key] = narrow if spill is None else spill(narrow)
             del narrow
@@ -559,13 +557,12 @@ class TableBuilder:
         return self._tables(cols)
 
     def _tables(self, cols: dict[str, np.ndarray]) -> tuple[EventTable, MemoryTable]:
-        arr = _view
-        cols.update({k: arr(v, np.int64) for k, v in self._wait.items()})
+        cols.update({k: _view(v, np.int64) for k, v in self._wait.items()})
         table = EventTable(symbols=self.symbols, **cols)
         memory = MemoryTable(
-            tid=arr(self._mem_tid, np.int32),
-            **{k: arr(v, np.float64) for k, v in self._mem_f.items()},
-            **{k: arr(v, np.int64) for k, v in self._mem_i.items()},
+            tid=_view(self._mem_tid, np.int32),
+            **{k: _view(v, np.float64) for k, v in self._mem_f.items()},
+            **{k: _view(v, np.int64) for k, v in self._mem_i.items()},
         )
         return table, memory
 

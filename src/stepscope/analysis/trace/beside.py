@@ -69,10 +69,8 @@ def beside(work: Callable[[], T]) -> Beside[T] | None:
     from stepscope.traces.spill import headroom
 
     try:
-        room = headroom()  # in a container, what its memory cgroup has left
-        if room is None:
-            room = psutil.virtual_memory().available
-        if room < psutil.Process().memory_info().rss:
+        room = headroom()  # the machine's available memory, or what its memory cgroup has left
+        if room is None or room < psutil.Process().memory_info().rss:
             return None
     except (psutil.Error, OSError):
         return None
