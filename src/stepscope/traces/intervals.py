@@ -21,15 +21,24 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     s = np.asarray(starts, dtype=np.float64)[order]
     e = np.asarray(ends, dtype=np.float64)[order]
     del order
-    running = np.maximum.accumulate(e)
+    return _merge_sorted(s, e)
+
+
+def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge` of intervals sorted by start; ``e`` (owned) is overwritten. The running
+    maximum of the ends replaces them in place: at a group's last row it is the group's end (every
+    earlier group ended before this one began), so no other column of the rows is made."""
+    np.maximum.accumulate(e, out=e)
     # a new group starts where the start is beyond every earlier end
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
-    np.greater(s[1:], running[:-1], out=new_group[1:])
-    del running
+    np.greater(s[1:], e[:-1], out=new_group[1:])
     out_s = s[new_group]
-    out_e = np.maximum.reduceat(e, np.flatnonzero(new_group))
-    return out_s, out_e
+    last = np.flatnonzero(new_group)
+    del new_group
+    last[:-1] = last[1:] - 1
+    last[-1] = len(e) - 1
+    return out_s, e[last]
 
 
 #: Rows merged at a time by :func:`merge_rows`.
@@ -42,8 +51,18 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
     temporaries are then a chunk's, not a whole column's. Rows that barely overlap (runtime calls,
     kernels) would not shrink by chunks, and are merged at once: the first chunk tells which."""
     def merged(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        start = ts[part]
-        return merge(start, start + dur[part])
+        if not len(part):
+            return np.zeros(0), np.zeros(0)
+        start = np.asarray(ts[part], dtype=np.float64)
+        order = np.argsort(start, kind="stable")
+        s = start[order]
+        del start
+        rows = part[order]
+        del order
+        e = np.asarray(ts[rows], dtype=np.float64)  # the ends as ts + dur, computed in sorted order
+        e += dur[rows]
+        del rows
+        return _merge_sorted(s, e)
 
     if len(rows) <= MERGE_CHUNK:
         return merged(rows)

@@ -131,11 +131,12 @@ def unique_ints(values: npt.NDArray[np.integer]) -> npt.NDArray[np.integer]:
     return distinct
 
 
-def int_isin(values: IntArray, keys: IntArray) -> BoolArray:
-    """``np.isin`` for integer arrays: one sort of the keys and a binary search per value."""
+def int_isin(values: IntArray, keys: IntArray, presorted: bool = False) -> BoolArray:
+    """``np.isin`` for integer arrays: one sort of the keys (none when ``presorted``: they are
+    sorted already) and a binary search per value."""
     if not len(keys) or not len(values):
         return np.zeros(len(values), dtype=bool)
-    ordered = np.sort(keys)
+    ordered = keys if presorted else np.sort(keys)
     found: BoolArray = np.empty(len(values), dtype=bool)
     for lo in range(0, len(values), _CHUNK):  # in chunks: the positions of a whole column would be 8 bytes a row
         part = values[lo : lo + _CHUNK]
@@ -206,9 +207,9 @@ class EventLinks:
         """Rows of the given roles, in file order (cached per single role)."""
         if len(roles) == 1:
             found = self._role_rows.get(roles[0])
-            if found is None:
-                found = np.flatnonzero(self.role == roles[0])
-                self._role_rows[roles[0]] = found
+            if found is None:  # kept for every view: int32 below 2**31 rows, on disk where the table is
+                rows = np.flatnonzero(self.role == roles[0]).astype(position_dtype(len(self.role)), copy=False)
+                found = self._role_rows[roles[0]] = follow(self.events.ts)(rows)
             return found
         table = np.zeros(_ROLE_COUNT, dtype=bool)
         table[list(roles)] = True
@@ -315,23 +316,16 @@ def _hta_rows(
     present = unique_ints(names[is_step_name])
     filtered = len(present) >= 2
     if filtered:
-        sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
-        stream, corr = events.stream[index], events.correlation[index]
-        gpu_like = ((stream >= 0) & (corr >= 0)) | symbol_mask(names, sync_names, n_symbols)
-        cpu_ts = np.ceil(events.ts[index])
-        steps = ~gpu_like & is_step_name
-        last_start = cpu_ts[steps].max() if steps.any() else np.inf
-        cpu_keep = ~gpu_like & (cpu_ts < last_start)
-        gpu_keep = gpu_like & int_isin(corr, corr[cpu_keep])
-        index = index[cpu_keep | gpu_keep]
-        del stream, corr, gpu_like, cpu_ts, steps, cpu_keep, gpu_keep
+        index = _last_step_filter(events, index, names, is_step_name)
     del names, is_step_name
     index = spill(narrowed(index))
-    # HTA rounds inward: ts = ceil(ts), end = floor(ts + dur), each computed in its own array
-    ts = events.ts[index]
-    end = ts + events.dur[index]
+    # HTA rounds inward: ts = ceil(ts), end = floor(ts + dur), each computed in its own array (the
+    # end first and on disk before the start is read: two columns at a time, not three)
+    end = events.dur[index]
+    end += events.ts[index]
     np.floor(end, out=end)
     end = spill(end)
+    ts = events.ts[index]
     np.ceil(ts, out=ts)
     ts = spill(ts)
     kept_gpu = spill(gpu[index])
@@ -340,13 +334,45 @@ def _hta_rows(
     host = np.flatnonzero(~kept_gpu & (corr >= 0)).astype(positions, copy=False)
     cpu_link = np.full(len(index), -1, dtype=positions)
     gpu_pos = np.flatnonzero(kept_gpu).astype(positions, copy=False)
-    first = _first_match(corr[host], corr[gpu_pos])
+    wanted = corr[gpu_pos]
+    host = host[int_isin(corr[host], np.sort(wanted), presorted=True)]  # only hosts a GPU row can name: a smaller sort
+    first = _first_match(corr[host], wanted)
+    del wanted
     del corr
     found = first >= 0
     cpu_link[gpu_pos[found]] = host[first[found]]
     del host, gpu_pos, first, found
     return HtaRows(index=index, ts=ts, end=end, gpu=kept_gpu, ktype=spill(ktype[index]), filtered=filtered,
                    cpu_link=spill(narrowed(cpu_link)))
+
+
+def _last_step_filter(events: EventTable, index: IntArray, names: npt.NDArray[np.int32], is_step_name: BoolArray) -> IntArray:
+    """HTA's filter with two steps or more (:class:`HtaRows`): the host rows of ``index`` starting
+    before the last step's start, and the GPU rows whose correlation one of those has. Per row in
+    chunks of :data:`_CHUNK` (no whole column of starts, streams or correlations at once)."""
+    symbols = events.symbols
+    sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
+    n_symbols = len(symbols.strings)
+    chunks = [slice(lo, lo + _CHUNK) for lo in range(0, len(index), _CHUNK)]
+    gpu_like = np.empty(len(index), dtype=bool)
+    for part in chunks:
+        rows = index[part]
+        found = events.stream[rows] >= 0
+        found &= events.correlation[rows] >= 0
+        found |= symbol_mask(names[part], sync_names, n_symbols)
+        gpu_like[part] = found
+    steps = np.flatnonzero(is_step_name & ~gpu_like)
+    last_start = np.ceil(events.ts[index[steps]]).max() if len(steps) else np.inf
+    cpu_keep = np.empty(len(index), dtype=bool)
+    for part in chunks:
+        np.less(np.ceil(events.ts[index[part]]), last_start, out=cpu_keep[part])
+        cpu_keep[part] &= ~gpu_like[part]
+    keys = np.concatenate([events.correlation[index[part][cpu_keep[part]]] for part in chunks] or [events.correlation[:0]])
+    keys.sort()
+    for part in chunks:  # kept: a host row kept, or a GPU row whose correlation one of them has
+        gpu_like[part] &= int_isin(events.correlation[index[part]], keys, presorted=True)
+    gpu_like |= cpu_keep
+    return index[gpu_like]
 
 
 def _assign_steps(events: EventTable, step_rows: IntArray, launcher: IntArray, device: IntArray) -> IntArray:
@@ -387,7 +413,7 @@ def link_events(events: EventTable) -> EventLinks:
     role, step_number = spill(role), spill(narrowed(step_number))
     gpu = spill(events.stream != -1)
     ktype = spill(_kernel_types(events, gpu))
-    runtime = np.flatnonzero(role == RUNTIME)
+    runtime = spill(np.flatnonzero(role == RUNTIME).astype(position_dtype(len(events)), copy=False))
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
     # row positions: int32 below 2**31 rows (the same values as int64, half the memory)
     launcher = np.full(len(events), -1, dtype=position_dtype(len(events)))

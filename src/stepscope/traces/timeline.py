@@ -34,6 +34,7 @@ import numpy as np
 from stepscope.traces import intervals
 from stepscope.traces.links import (ANNOTATION, COMMUNICATION, COMPUTATION, MEMORY, OPERATOR, OTHER, PYTHON, RUNTIME,
                                     EventLinks, FloatArray, int_isin, is_dataloader)
+from stepscope.traces.spill import follow
 
 SYNC_CALLS = (
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -116,11 +117,14 @@ def gpu_timeline(links: EventLinks) -> GpuTimeline | None:
     rows = links.hta
     if not rows.gpu.any():
         return None
-    busy = intervals.merge(rows.ts[rows.gpu], rows.end[rows.gpu])
-    kinds = {}
-    for kind in KINDS:
-        chosen = rows.gpu & (rows.ktype == kind)
-        kinds[kind] = intervals.merge(rows.ts[chosen], rows.end[chosen])
+    spill = follow(links.events.ts)  # read by every view: on disk where the table is
+
+    def merged(chosen: np.ndarray) -> Intervals:
+        starts, ends = intervals.merge(rows.ts[chosen], rows.end[chosen])
+        return spill(starts), spill(ends)
+
+    busy = merged(rows.gpu)
+    kinds = {kind: merged(rows.gpu & (rows.ktype == kind)) for kind in KINDS}
     return GpuTimeline(links, busy, kinds)
 
 

@@ -50,3 +50,29 @@ def test_vectorised_nesting_equals_the_stack_walk():
             parent[first:last], placed[first:last] = -1, False
             _stack_parents(starts[first:last].tolist(), ends[first:last].tolist(), first, parent, placed)
         assert parent.tolist() == want_parent.tolist() and placed.tolist() == want_placed.tolist(), (starts, ends)
+
+
+def test_a_thread_cut_where_nothing_is_open_nests_as_it_does_whole(monkeypatch):
+    """Long threads are nested a piece at a time (``_at_roots``), cut only at rows that start after
+    every earlier row ended: the same tree as at once, on a trace of deep nesting and overlaps."""
+    from pathlib import Path
+
+    from stepscope.analysis.trace import op_tree
+    from stepscope.traces.links import links_of
+    from stepscope.traces.load import load_trace
+
+    reference = Path(__file__).resolve().parents[2] / "data" / "traces" / "reference"
+    cut_into = op_tree._at_roots
+    for trace in ("kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                  "hta/nccl_parser_config/nccl_data.json.gz"):
+        links = links_of(load_trace(reference / trace).events)
+        monkeypatch.setattr(op_tree, "NEST_CHUNK", 1 << 40)
+        whole = op_tree.build_op_tree(links)
+        for chunk in (1, 97, 5000):
+            monkeypatch.setattr(op_tree, "NEST_CHUNK", chunk)
+            pieces: list[tuple[int, int]] = []
+            monkeypatch.setattr(op_tree, "_at_roots", lambda *a: pieces.extend(cut_into(*a)) or cut_into(*a))
+            cut = op_tree.build_op_tree(links)
+            assert len(pieces) >= 3, (trace, chunk)  # the threads were cut
+            for column in ("rows", "parent", "alias", "kept", "runtime_dropped"):
+                assert np.array_equal(getattr(whole, column), getattr(cut, column)), (trace, chunk, column)

@@ -23,6 +23,7 @@ import numpy as np
 
 from stepscope.traces.events import narrowed, position_dtype
 from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks, unique_ints
+from stepscope.traces.spill import follow
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def build_op_tree(links: EventLinks) -> OpTree:
     del changed
     parent = np.full(n, -1, dtype=index)
     placed = np.zeros(n, dtype=bool)
-    for lo, hi in zip([0, *bounds], [*bounds, n]):
+    pieces = [piece for lo, hi in zip([0, *bounds], [*bounds, n]) for piece in _at_roots(ts, end, lo, hi)]
+    for lo, hi in pieces:  # a thread's rows, cut where nothing is open: each piece nests on its own
         nested, walk = _nested_parents(ts[lo:hi], end[lo:hi])
         parent[lo:hi] = nested
         del nested
@@ -81,7 +83,40 @@ def build_op_tree(links: EventLinks) -> OpTree:
     del ts, end
     alias, dropped = _fold_same_name(events.name[rows], role[rows] == OPERATOR, parent, placed)
     kept = placed & (alias == np.arange(n, dtype=index))
-    return OpTree(narrowed(rows), narrowed(parent), narrowed(alias), kept, dropped)  # int32 below 2**31 rows
+    spill = follow(events.ts)  # read by every operator view: on disk where the table is
+    return OpTree(spill(narrowed(rows)), spill(narrowed(parent)), spill(narrowed(alias)), spill(kept),
+                  spill(dropped))  # int32 below 2**31 rows
+
+
+#: Rows of one thread nested at a time by :func:`_nested_parents` (cut where no row is open).
+NEST_CHUNK = 1 << 20
+
+
+def _at_roots(ts: np.ndarray, end: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` (one thread's rows, sorted by start) cut into pieces of about
+    :data:`NEST_CHUNK` rows, each starting at a row that starts at or after the end of every row
+    before it (nothing is open there: the nesting of the rows after it does not depend on the
+    rows before). A thread without such a row stays whole."""
+    if hi - lo <= NEST_CHUNK:
+        return [(lo, hi)]
+    cuts = [lo]
+    latest = -np.inf  # the latest end so far
+    for a in range(lo, hi, NEST_CHUNK):
+        b = min(a + NEST_CHUNK, hi)
+        running = np.maximum.accumulate(end[a:b])
+        np.maximum(running, latest, out=running)
+        before = np.empty(b - a)
+        before[0] = latest
+        before[1:] = running[:-1]
+        roots = np.flatnonzero(ts[a:b] >= before) + a
+        latest = float(running[-1])
+        del running, before
+        while True:  # the first root a chunk's length after the last cut
+            at = int(np.searchsorted(roots, cuts[-1] + NEST_CHUNK))
+            if at >= len(roots):
+                break
+            cuts.append(int(roots[at]))
+    return list(zip(cuts, [*cuts[1:], hi]))
 
 
 def _stack_parents(starts: list[float], ends: list[float], offset: int, parent: np.ndarray, placed: np.ndarray) -> None:

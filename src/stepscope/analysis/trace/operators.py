@@ -137,6 +137,17 @@ def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
 
+#: Rows summed at a time where a per-node column would otherwise be gathered whole.
+SUM_CHUNK = 1 << 20
+
+
+def _chunks(n: int) -> list[slice]:
+    """``[0, n)`` in slices of :data:`SUM_CHUNK`. ``np.add.at`` over them in order adds each value
+    in the order ``np.bincount`` does: the same sums, bit for bit, without a whole column of keys
+    and values gathered first."""
+    return [slice(lo, lo + SUM_CHUNK) for lo in range(0, n, SUM_CHUNK)]
+
+
 def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
     """(tree position of the operator that owns each runtime call, the runtime call rows): the
     first placed node with the call's external id, as the plugin pops them."""
@@ -205,14 +216,19 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     calls = np.bincount(inverse, minlength=g)
 
     def by_group(values: np.ndarray) -> np.ndarray:
-        return np.bincount(inverse, weights=values[op_pos], minlength=g)
+        out = np.zeros(g)
+        for part in _chunks(len(op_pos)):
+            np.add.at(out, inverse[part], values[op_pos[part]])
+        return out
 
     agg = {}
+    children = np.zeros(n)  # the summed durations of each node's children
+    for part in _chunks(n):
+        has_parent = parent[part] >= 0
+        has_parent &= kept[part]
+        np.add.at(children, parent[part][has_parent], events.dur[rows[part][has_parent]])
     dur = events.dur[rows]
-    has_parent = (parent >= 0) & kept
-    host_self = _sum_by(parent[has_parent], dur[has_parent], n)
-    np.subtract(dur, host_self, out=host_self)  # its own time less its children's, in place
-    del has_parent
+    host_self = np.subtract(dur, children, out=children)  # its own time less its children's, in place
     agg["ht"] = by_group(dur)
     del dur
     rt_owner, rt_rows = _runtime_owners(links, tree)

@@ -11,6 +11,7 @@ import numpy as np
 from stepscope.analysis.trace.critical_path.model import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS, LAUNCH_CALLS, IntArray
 from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces.links import last_match
+from stepscope.traces.spill import follow
 
 
 #: An absent queue length in :func:`_queue_lengths`' arrays.
@@ -27,12 +28,10 @@ def _queue_lengths(rows: Rows, launch_calls: frozenset[str]) -> tuple[np.ndarray
     with their counts (by the rows' index_correlation). Columns and sparse dicts, not a dict per
     row: a trace of 4.8 M events holds 1.2 M launches and launched rows, ~140 MB as Python dicts."""
     n = len(rows.ts)
-    after_launch = np.full(n, NO_LENGTH, dtype=np.int32)
-    after_start = np.full(n, NO_LENGTH, dtype=np.int32)
     launch = np.flatnonzero(rows.name_in(launch_calls))
     gpu = np.flatnonzero(rows.stream != -1)
     if not len(launch) or not len(gpu):
-        return after_launch, after_start, {}, {}
+        return np.full(n, NO_LENGTH, dtype=np.int32), np.full(n, NO_LENGTH, dtype=np.int32), {}, {}
     launcher = last_match(rows.corr[launch], launch, rows.corr[gpu])
     ok = launcher >= 0
     launched, by = gpu[ok], launcher[ok]
@@ -58,12 +57,18 @@ def _queue_lengths(rows: Rows, launch_calls: frozenset[str]) -> tuple[np.ndarray
     group[firsts] = 1
     lengths -= before[np.cumsum(group, dtype=np.int32)]
     del stream, group
-    for column, side in ((after_launch, launches), (after_start, ~launches)):
+    spill = follow(rows.ts)  # kept for every window: on disk where the table is
+    columns = []
+    for side in (launches, ~launches):
         where, value = at[side], lengths[side]
         # a launch of many rows is met once per row: its length is the one met last
         last = len(where) - 1 - np.unique(where[::-1], return_index=True)[1]
+        column = np.full(n, NO_LENGTH, dtype=np.int32)
         column[where[last]] = value[last]
-    del at, lengths, launches
+        del where, value, last
+        columns.append(spill(column))
+    after_launch, after_start = columns
+    del at, lengths, launches, columns
     # each launched row's place among its launch's rows, in (start, position) order
     by_time = np.lexsort((launched, rows.ts[launched]))
     ordered_by = by[by_time]

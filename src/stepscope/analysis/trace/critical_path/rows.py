@@ -13,6 +13,7 @@ from stepscope.analysis.trace.critical_path.model import COMM, GPU_COMPUTE, GPU_
 from stepscope.traces import intervals
 from stepscope.traces.events import EventTable, position_dtype
 from stepscope.traces.links import COMMUNICATION, COMPUTATION, is_dataloader, last_match, links_of, symbol_mask
+from stepscope.traces.spill import follow
 from stepscope.traces.timeline import timeline_of
 
 
@@ -38,12 +39,15 @@ class Rows:
     def __init__(self, events: EventTable):
         links = links_of(events)
         hta = links.hta
+        # the columns kept for every window go to disk where the table did (a 26 M-row trace's
+        # would otherwise hold ~500 MB of the process's own memory through the whole path)
+        spill = follow(events.ts)
         self.links, self.events, self.index = links, events, hta.index
         self.ts, self.end = hta.ts, hta.end
-        self.dur = self.end - self.ts
+        self.dur = spill(self.end - self.ts)
         rows = hta.index
-        self.name = events.name[rows]
-        self.stream = events.stream[rows]
+        self.name = spill(events.name[rows])
+        self.stream = spill(events.stream[rows])
         # read only at a window's rows: gathered from the table on use rather than kept as copies
         self.cat = Gathered(events.cat, rows)
         self.corr = Gathered(events.correlation, rows)
@@ -56,7 +60,7 @@ class Rows:
         self.strings = symbols.strings
         ids = symbols.ids
         self.sym = lambda text: ids.get(text, -2)
-        self.ic = self._index_correlation(events.correlation[rows])
+        self.ic = spill(self._index_correlation(events.correlation[rows]))
         wait_pos = np.searchsorted(rows, events.wait_rows)
         ok = np.zeros(len(wait_pos), dtype=bool)
         if len(rows):
