@@ -80,12 +80,17 @@ class DeviceSummary:
 
 def _sm_efficiency(s: np.ndarray, e: np.ndarray, value: np.ndarray, lo: float, hi: float) -> float:
     points = np.concatenate((s, e))
-    deltas = np.concatenate((value, -value))
     order = np.argsort(points, kind="stable")
-    points, level = points[order], np.cumsum(deltas[order])
-    left, right = np.clip(points[:-1], lo, hi), np.clip(points[1:], lo, hi)
-    capped = np.clip(level[:-1], 0.0, 1.0)
-    return float(np.sum(capped * (right - left)) / (hi - lo))
+    points = points[order]
+    level = np.concatenate((value, -value))[order]
+    del order
+    np.cumsum(level, out=level)  # the level after each point; in place, one column at a time
+    width = np.clip(points[1:], lo, hi)
+    width -= np.clip(points[:-1], lo, hi)
+    del points
+    np.clip(level[:-1], 0.0, 1.0, out=level[:-1])
+    width *= level[:-1]
+    return float(np.sum(width) / (hi - lo))
 
 
 def device_summaries(links: EventLinks, steps: TraceSteps) -> tuple[DeviceSummary, ...]:

@@ -199,9 +199,11 @@ def _fold_same_name(
     n = len(parent)
     names_a = np.asarray(names)
     op = np.asarray(is_op, dtype=bool)
-    child = np.flatnonzero(placed & (parent >= 0))
-    counts = np.bincount(parent[child], minlength=n) if len(child) else np.zeros(n, np.int64)
+    child = np.flatnonzero(placed & (parent >= 0)).astype(parent.dtype, copy=False)
     par = parent[child]
+    counts = np.zeros(n, dtype=np.int32)  # placed children of each row (int32: a tree of int32 positions)
+    for lo in range(0, len(par), 1 << 20):
+        np.add.at(counts, par[lo : lo + (1 << 20)], 1)
     folds = (counts[par] == 1) & op[par] & op[child] & (names_a[par] == names_a[child]) & placed[par]
     folded_child, folded_parent = child[folds], par[folds]
     up = np.arange(n, dtype=parent.dtype)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.traces import intervals
+from stepscope.traces.events import position_dtype
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
     FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
@@ -122,15 +123,17 @@ def _runtime_steps(r_ts: FloatArray, r_end: FloatArray, r_count: IntArray, host_
     ok = pos < n
     ok[ok] &= host_s[pos[ok]] <= r_ts[ok]
     ok &= r_count > 0
-    return np.where(ok, pos, -1)
+    pos[~ok] = -1
+    return pos
 
 
 def _by_start(runtimes: IntArray, ts: FloatArray, linked: IntArray) -> tuple[IntArray, IntArray]:
     """``runtimes`` (rows in file order) sorted by start, and the position in that order of each of
     ``linked`` (runtime rows), -1 for a row that is not a runtime call."""
     by_start = np.argsort(ts[runtimes], kind="stable")
-    rank = np.empty(len(runtimes), dtype=np.int64)
-    rank[by_start] = np.arange(len(runtimes))
+    positions = position_dtype(len(runtimes))
+    rank = np.empty(len(runtimes), dtype=positions)
+    rank[by_start] = np.arange(len(runtimes), dtype=positions)
     at = np.minimum(np.searchsorted(runtimes, linked), max(len(runtimes) - 1, 0))
     found = runtimes[at] == linked if len(runtimes) else np.zeros(len(linked), dtype=bool)
     return runtimes[by_start], np.where(found, rank[at] if len(runtimes) else -1, -1)
@@ -156,17 +159,19 @@ def find_steps(links: EventLinks) -> TraceSteps:
     dev_rows, rt_rows = device[linked], launcher[linked]
     # per runtime call (sorted by start): its device ops' first start, last end and count
     runtimes, link = _by_start(links.rows(RUNTIME), ts, rt_rows)
-    r_min = np.full(len(runtimes), np.inf)
-    r_max = np.full(len(runtimes), -np.inf)
     r_count = np.bincount(link, minlength=len(runtimes)) if len(link) else np.zeros(len(runtimes), np.int64)
-    np.minimum.at(r_min, link, ts[dev_rows])
-    np.maximum.at(r_max, link, events.end_at(dev_rows))
     r_step = _runtime_steps(ts[runtimes], events.end_at(runtimes), r_count, host_s, host_e)
     hit = r_step >= 0
+    # each step's device ops (those of its runtime calls): first start, last end (taken straight
+    # from the ops: a column per runtime call of their first start and last end held more)
     dev_min = np.full(n, np.inf)
     dev_max = np.full(n, -np.inf)
-    np.minimum.at(dev_min, r_step[hit], r_min[hit])
-    np.maximum.at(dev_max, r_step[hit], r_max[hit])
+    dev_step = r_step[link]
+    in_step = dev_step >= 0
+    dev_step, stepped = dev_step[in_step], dev_rows[in_step]
+    np.minimum.at(dev_min, dev_step, ts[stepped])
+    np.maximum.at(dev_max, dev_step, events.end_at(stepped))
+    del dev_step, stepped, in_step
     matched = np.bincount(r_step[hit], weights=r_count[hit], minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
     removed = 0
     if matched.sum() > 0:
