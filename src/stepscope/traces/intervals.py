@@ -79,8 +79,15 @@ def total(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(ends - starts)) if len(starts) else 0.0
 
 
+#: Overlapping pairs of intervals cut at a time by :func:`intersect`.
+PAIR_CHUNK = 1 << 20
+
+
 def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two merged lists (result merged)."""
+    """Intersection of two merged lists (result merged). The overlapping pairs are cut a run of
+    ``a``'s intervals at a time, about :data:`PAIR_CHUNK` pairs each (an interval of ``a`` that
+    overlaps more is cut against its slice of ``b`` directly): the pieces come out in the same
+    order, and their index columns are never the whole result's length."""
     a_s, a_e = a
     b_s, b_e = b
     if len(a_s) == 0 or len(b_s) == 0:
@@ -89,11 +96,39 @@ def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
     lo = np.searchsorted(b_e, a_s, side="right")
     hi = np.searchsorted(b_s, a_e, side="left")
     counts = np.maximum(hi - lo, 0)
-    if counts.sum() == 0:
+    del hi
+    total = int(counts.sum())
+    if total == 0:
         return np.zeros(0), np.zeros(0)
+    if total <= PAIR_CHUNK:
+        return _pairs(a_s, a_e, b_s, b_e, lo, counts)
+    ends = np.cumsum(counts)
+    out_s: list[np.ndarray] = []
+    out_e: list[np.ndarray] = []
+    i = 0
+    while i < len(a_s):
+        j = max(int(np.searchsorted(ends, ends[i] - counts[i] + PAIR_CHUNK, side="right")), i + 1)
+        if j == i + 1 and counts[i] > PAIR_CHUNK:  # one interval against many: its slice of b, clipped
+            first = int(lo[i])
+            s = np.maximum(b_s[first : first + counts[i]], a_s[i])
+            e = np.minimum(b_e[first : first + counts[i]], a_e[i])
+            keep = e > s
+            s, e = s[keep], e[keep]
+        else:
+            s, e = _pairs(a_s[i:j], a_e[i:j], b_s, b_e, lo[i:j], counts[i:j])
+        out_s.append(s)
+        out_e.append(e)
+        i = j
+    return np.concatenate(out_s), np.concatenate(out_e)
+
+
+def _pairs(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray, lo: np.ndarray,
+           counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each ``a`` interval cut by its ``counts`` candidates of ``b`` from ``lo`` on, empty pieces dropped."""
     a_idx = np.repeat(np.arange(len(a_s)), counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    offsets = np.arange(len(a_idx)) - np.repeat(np.cumsum(counts) - counts, counts)
     b_idx = np.repeat(lo, counts) + offsets
+    del offsets
     s = np.maximum(a_s[a_idx], b_s[b_idx])
     e = np.minimum(a_e[a_idx], b_e[b_idx])
     keep = e > s

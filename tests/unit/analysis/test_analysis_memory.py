@@ -192,6 +192,25 @@ def test_merging_rows_a_chunk_at_a_time_gives_the_union_of_merging_them_at_once(
         assert all(np.array_equal(a, b) for a, b in zip(want, got)), (ts[rows], dur[rows])
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 40])
+def test_intersecting_a_run_of_pairs_at_a_time_gives_the_whole_intersection(monkeypatch, chunk):
+    """Few long intervals against many short ones (a step against its kernels) and many against
+    many (idle gaps against host ranges): the same pieces, in the same order, as all pairs at once."""
+    rng = np.random.default_rng(chunk)
+
+    def merged(n: int) -> tuple[np.ndarray, np.ndarray]:
+        starts = rng.uniform(0, 1000, n)
+        return intervals.merge(starts, starts + rng.exponential(1000 / n, n))
+
+    for trial in range(200):
+        a, b = merged(int(rng.integers(1, 300 if trial % 2 else 4))), merged(int(rng.integers(1, 3000)))
+        monkeypatch.setattr(intervals, "PAIR_CHUNK", 1 << 40)
+        want = intervals.intersect(a, b)
+        monkeypatch.setattr(intervals, "PAIR_CHUNK", chunk)
+        got = intervals.intersect(a, b)
+        assert all(np.array_equal(x, y) for x, y in zip(want, got)), trial
+
+
 def test_operators_are_grouped_by_name_without_a_sort_as_by_unique_pairs():
     rng = np.random.default_rng(3)
     for _ in range(200):

@@ -25,6 +25,7 @@ the step time. The Overview shows the mean over steps.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,7 +205,9 @@ def find_steps(links: EventLinks) -> TraceSteps:
     return TraceSteps(names, host_s, host_e, tuple(int(m) for m in matched), removed, synthetic)
 
 
-def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
+def _role_ranges(links: EventLinks) -> Iterator[tuple[str, tuple[FloatArray, FloatArray]]]:
+    """Each category's merged host or device ranges, in :data:`CATEGORIES` order, one at a time
+    (the caller drops each before the next is merged: a big trace's were ~300 MB together)."""
     events = links.events
     role = links.role
     host_kinds = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
@@ -228,28 +231,28 @@ def _role_ranges(links: EventLinks) -> dict[str, tuple[FloatArray, FloatArray]]:
         "DataLoader": lambda: loader,
         "CPU Exec": lambda: cpu_exec,
     }
-    ranges = {}
     for key, mask in masks.items():
-        ranges[key] = intervals.merge_rows(events.ts, events.dur, np.flatnonzero(mask()))
-    return ranges
+        yield key, intervals.merge_rows(events.ts, events.dur, np.flatnonzero(mask()))
 
 
 def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
-    ranges = _role_ranges(links)
-    has = {k.lower().replace(" ", "_"): bool(len(v[0])) for k, v in ranges.items()}
     if not len(steps.start):
+        has = {k.lower().replace(" ", "_"): bool(len(v[0])) for k, v in _role_ranges(links)}
         return StepBreakdown((), np.zeros((0, len(PER_STEP_COLUMNS))), {c: 0.0 for c in PER_STEP_COLUMNS}, has,
                              ("no steps and no CPU events",))
+    # each category takes what the ones before it left of the steps; its time per step is summed
+    # at once and its ranges dropped before the next category's are merged
     slots = intervals.merge(steps.start, steps.end)
-    taken: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for category in CATEGORIES[:-1]:
-        part = intervals.intersect(slots, ranges[category])
-        taken[category] = part
-        slots = intervals.subtract(slots, part)
-    taken["Other"] = slots
     per_step = np.empty((len(steps.start), len(PER_STEP_COLUMNS)), order="F")  # a column per category
-    for column, category in enumerate(CATEGORIES):
-        per_step[:, column] = intervals.totals_within(taken[category], steps.start, steps.end)
+    has = {}
+    for column, (category, ranges) in enumerate(_role_ranges(links)):
+        has[category.lower().replace(" ", "_")] = bool(len(ranges[0]))
+        part = intervals.intersect(slots, ranges)
+        del ranges
+        per_step[:, column] = intervals.totals_within(part, steps.start, steps.end)
+        slots = intervals.subtract(slots, part)
+        del part
+    per_step[:, len(CATEGORIES) - 1] = intervals.totals_within(slots, steps.start, steps.end)  # "Other"
     per_step[:, -1] = steps.end - steps.start
     mean = {c: float(np.mean(per_step[:, column])) for column, c in enumerate(PER_STEP_COLUMNS)}
     notes = []
