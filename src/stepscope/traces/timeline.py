@@ -44,6 +44,8 @@ CAUSES = ("dataloader", "sync", "launch", "other")
 KINDS = (COMPUTATION, COMMUNICATION, MEMORY, OTHER)
 
 Intervals = tuple[FloatArray, FloatArray]
+#: Rows of the table scanned at a time for the operators that issue device work.
+_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,15 @@ def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     other_runtime = runtime[~is_sync]
     launching = links.launcher[links.launcher >= 0]
     issuing_ext = events.external_id[launching]
-    issuing_ext = issuing_ext[issuing_ext > 0]
-    ops = np.flatnonzero((role == OPERATOR) & ~loader)
-    issuing = ops[int_isin(events.external_id[ops], issuing_ext)]
-    launch = np.concatenate((other_runtime, issuing))
-    del ops, issuing, other_runtime, runtime
+    del launching
+    issuing_ext = np.sort(issuing_ext[issuing_ext > 0])
+    # the operators that issue device work, a chunk of rows at a time (no whole column of operator rows)
+    issuing = []
+    for lo in range(0, len(role), _CHUNK):
+        ops = np.flatnonzero((role[lo : lo + _CHUNK] == OPERATOR) & ~loader[lo : lo + _CHUNK]) + lo
+        issuing.append(ops[int_isin(events.external_id[ops], issuing_ext, presorted=True)].astype(other_runtime.dtype))
+    launch = np.concatenate((other_runtime, *issuing))
+    del issuing, other_runtime, runtime
     loading = np.flatnonzero(loader)
     return (intervals.merge_rows(events.ts, events.dur, loading), intervals.merge_rows(events.ts, events.dur, sync),
             intervals.merge_rows(events.ts, events.dur, launch))

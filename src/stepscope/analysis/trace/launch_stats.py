@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from stepscope.traces import intervals
-from stepscope.traces.links import EventLinks, IntArray, unique_ints
+from stepscope.traces.links import EventLinks, IntArray
+from stepscope.traces.spill import follow
 
 LAUNCH_NAMES = (
     "cudaLaunchKernel",
@@ -98,7 +99,10 @@ def launch_stats(links: EventLinks, rank: int) -> LaunchStats:
     corr = events.correlation[rows.index]
     is_launch = ~rows.gpu & links.name_in(launch_ids, rows.index)
     host_corr = corr[~rows.gpu & (corr >= 0)]
-    if len(unique_ints(host_corr)) == len(host_corr) and not (is_launch & (corr < 0)).any():
+    host_corr.sort()  # a copy of its own: sorted in place, each correlation once when no neighbours are equal
+    distinct = not len(host_corr) or not bool(np.any(host_corr[1:] == host_corr[:-1]))
+    del host_corr
+    if distinct and not (is_launch & (corr < 0)).any():
         # one host row per correlation (the norm): the linked table's link is the join
         gpu = np.flatnonzero(rows.gpu & (rows.cpu_link >= 0))
         cpu = rows.cpu_link[gpu]
@@ -111,4 +115,5 @@ def launch_stats(links: EventLinks, rank: int) -> LaunchStats:
     cpu_dur = rows.end[cpu_rep] - rows.ts[cpu_rep]
     gpu_dur = rows.end[gpu_rep] - rows.ts[gpu_rep]
     delay = np.maximum(rows.ts[gpu_rep] - rows.ts[cpu_rep] - cpu_dur, 0.0)
-    return LaunchStats(rank, corr[cpu_rep], cpu_dur, gpu_dur, delay)
+    spill = follow(events.ts)  # a row per launch, kept with the analysis: on disk where the table is
+    return LaunchStats(rank, spill(corr[cpu_rep]), spill(cpu_dur), spill(gpu_dur), spill(delay))
