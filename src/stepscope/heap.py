@@ -44,6 +44,34 @@ def _malloc_trim() -> Any:
     return getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
 
 
+#: glibc's ``mallopt`` parameter for the mmap threshold (``malloc.h``).
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_blocks(threshold: int = 1 << 20) -> bool:
+    """From now on every block of at least ``threshold`` bytes gets a mapping of its own, returned
+    to the system when freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``, which also stops the threshold
+    from rising); True when the allocator took it. For a process whose memory is tight: arrays of a
+    chunk's size freed between longer-lived ones otherwise stay in the heap, fragmented, where
+    ``trim`` cannot return them — the 10 GB trace's step breakdown held ~400 MB more resident
+    memory than its live arrays that way. Each new block then costs fresh pages."""
+    function = _mallopt()
+    return False if function is None else bool(function(_M_MMAP_THRESHOLD, threshold))
+
+
+@functools.cache
+def _mallopt() -> Any:
+    trim_function = _malloc_trim()  # glibc's libc, where there is one
+    if trim_function is None:
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+
+
 def trim() -> bool:
     """Return the C heap's free pages to the system; True when the allocator could do it."""
     function = _malloc_trim()

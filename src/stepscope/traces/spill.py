@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope import limits
+from stepscope import heap, limits
 from stepscope.errors import UsageError
 
 ENV_VAR = "STEPSCOPE_SPILL"
@@ -110,6 +110,7 @@ def spiller(table_bytes: int) -> Spill | None:
         return None
     if stats.f_bavail * stats.f_frsize < 2 * table_bytes:
         return None
+    heap.map_large_blocks()  # memory is tight: a freed array goes back at once, not into a fragmented heap
     return Spill(directory)
 
 
