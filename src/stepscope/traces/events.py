@@ -581,6 +581,26 @@ def position_dtype(rows: int) -> np.dtype[Any]:
     return np.dtype(np.int32) if rows < _INT32.max else np.dtype(np.int64)
 
 
+#: Rows of a mask searched at a time by :func:`positions_where`.
+_WHERE_CHUNK = 1 << 22
+
+
+def positions_where(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)`` in :func:`position_dtype`, found a chunk of rows at a time: the
+    same positions without a whole int64 column of them first."""
+    kind = position_dtype(len(mask))
+    if kind == np.int64 or len(mask) <= _WHERE_CHUNK:
+        return np.flatnonzero(mask).astype(kind, copy=False)
+    out = np.empty(int(np.count_nonzero(mask)), dtype=kind)
+    at = 0
+    for lo in range(0, len(mask), _WHERE_CHUNK):
+        found = np.flatnonzero(mask[lo : lo + _WHERE_CHUNK])
+        found += lo
+        out[at : at + len(found)] = found
+        at += len(found)
+    return out
+
+
 def narrowed(values: np.ndarray) -> np.ndarray:
     """An int64 column of ids or row positions as int32 when every value fits (ids, streams,
     devices and the positions of a table under 2**31 rows nearly always do): the same values in

@@ -60,7 +60,8 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
         rows = part[order]
         del order
         e = np.asarray(ts[rows], dtype=np.float64)  # the ends as ts + dur, computed in sorted order
-        e += dur[rows]
+        for lo in range(0, len(rows), MERGE_CHUNK):
+            e[lo : lo + MERGE_CHUNK] += dur[rows[lo : lo + MERGE_CHUNK]]
         del rows
         return _merge_sorted(s, e)
 

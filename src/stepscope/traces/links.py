@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.traces.events import EventTable, narrowed, position_dtype
+from stepscope.traces.events import EventTable, narrowed, position_dtype, positions_where
 from stepscope.traces.events import symbol_mask as symbol_mask
 from stepscope.traces.spill import follow
 
@@ -208,7 +208,7 @@ class EventLinks:
         if len(roles) == 1:
             found = self._role_rows.get(roles[0])
             if found is None:  # kept for every view: int32 below 2**31 rows, on disk where the table is
-                rows = np.flatnonzero(self.role == roles[0]).astype(position_dtype(len(self.role)), copy=False)
+                rows = positions_where(self.role == roles[0])
                 found = self._role_rows[roles[0]] = follow(self.events.ts)(rows)
             return found
         table = np.zeros(_ROLE_COUNT, dtype=bool)
@@ -272,9 +272,12 @@ def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
         return out
     order = np.argsort(keys, kind="stable")
     sorted_keys, sorted_rows = keys[order], rows[order]
-    pos = np.searchsorted(sorted_keys, wanted, side="right") - 1
-    ok = (pos >= 0) & (sorted_keys[np.clip(pos, 0, None)] == wanted)
-    out[ok] = sorted_rows[pos[ok]]
+    del order
+    for lo in range(0, len(wanted), _CHUNK):  # the positions of a chunk at a time: 8 bytes a row
+        part = wanted[lo : lo + _CHUNK]
+        pos = np.searchsorted(sorted_keys, part, side="right") - 1
+        ok = (pos >= 0) & (sorted_keys[np.clip(pos, 0, None)] == part)
+        out[lo : lo + _CHUNK][ok] = sorted_rows[pos[ok]]
     return out
 
 
@@ -413,7 +416,7 @@ def link_events(events: EventTable) -> EventLinks:
     role, step_number = spill(role), spill(narrowed(step_number))
     gpu = spill(events.stream != -1)
     ktype = spill(_kernel_types(events, gpu))
-    runtime = spill(np.flatnonzero(role == RUNTIME).astype(position_dtype(len(events)), copy=False))
+    runtime = spill(positions_where(role == RUNTIME))
     device = np.flatnonzero((role == KERNEL) | (role == MEMCPY) | (role == MEMSET))
     # row positions: int32 below 2**31 rows (the same values as int64, half the memory)
     launcher = np.full(len(events), -1, dtype=position_dtype(len(events)))

@@ -269,3 +269,15 @@ def test_each_stage_s_peak_allocation_stays_under_its_bound():
     found["causes"] = peak(lambda: idle_causes(links))
     over = {stage: round(value) for stage, value in found.items() if value > STAGE_PEAKS[stage]}
     assert not over, f"bytes an event above the bound: {over} (all: { {k: round(v) for k, v in found.items()} })"
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 22])
+def test_positions_found_a_chunk_at_a_time_are_flatnonzero_s(monkeypatch, chunk):
+    from stepscope.traces import events
+
+    monkeypatch.setattr(events, "_WHERE_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    for n in (0, 1, 2, 7, 100):
+        mask = rng.random(n) < 0.4
+        found = events.positions_where(mask)
+        assert found.dtype == np.int32 and found.tolist() == np.flatnonzero(mask).tolist()

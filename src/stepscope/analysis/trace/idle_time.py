@@ -97,18 +97,22 @@ def idle_time_breakdown(links: EventLinks, rank: int) -> IdleTimeBreakdown:
     cats = events.cat_mask(*_IDLE_CATS)[rows.index]
     sel = rows.gpu & cats
     ts_runtime = runtime_ts_for_gpu_rows(rows, sel)
-    stream = events.stream[rows.index][sel]
+    stream = events.stream[rows.index[sel]]
     ts, end = rows.ts[sel], rows.end[sel]
     out = []
     for value in unique_ints(stream).tolist():
         pick = np.flatnonzero(stream == value)
         order = pick[np.argsort(ts[pick], kind="stable")]
-        s_ts, s_end, s_rt = ts[order], end[order], ts_runtime[order]
-        prev_end = np.concatenate(([np.nan], s_end[:-1]))
-        gap = s_ts - prev_end
+        del pick
+        prev_end = np.empty(len(order))  # each row's predecessor's end on the stream (NaN for the first)
+        prev_end[0] = np.nan
+        prev_end[1:] = end[order[:-1]]
+        gap = ts[order]
+        gap -= prev_end
         with np.errstate(invalid="ignore"):
-            host = s_rt > prev_end
+            host = ts_runtime[order] > prev_end
             kernel = ~host & (gap < CONSECUTIVE_KERNEL_DELAY_US)
+        del order, prev_end
         other = ~host & ~kernel
         valid = ~np.isnan(gap)
         idle, stats = {}, {}

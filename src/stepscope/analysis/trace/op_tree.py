@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.traces.events import narrowed, position_dtype
+from stepscope.traces.events import narrowed, position_dtype, positions_where
 from stepscope.traces.links import ANNOTATION, GLOO_OPS, NCCL_OPS, OPERATOR, PYTHON, STEP, EventLinks, unique_ints
 from stepscope.traces.spill import follow
 
@@ -44,7 +44,7 @@ def build_op_tree(links: EventLinks) -> OpTree:
     if len(comm):
         node |= (role == ANNOTATION) & links.name_in(comm)
     index = position_dtype(len(role))  # positions as int32 below 2**31 rows: half the temporaries
-    rows = np.flatnonzero(node).astype(index, copy=False)
+    rows = positions_where(node)
     del node
     n = len(rows)
     ts = events.ts[rows]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.traces import intervals
-from stepscope.traces.events import position_dtype
+from stepscope.traces.events import position_dtype, positions_where
 from stepscope.traces.links import (
     ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
     FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
@@ -232,7 +232,7 @@ def _role_ranges(links: EventLinks) -> Iterator[tuple[str, tuple[FloatArray, Flo
         "CPU Exec": lambda: cpu_exec,
     }
     for key, mask in masks.items():
-        yield key, intervals.merge_rows(events.ts, events.dur, np.flatnonzero(mask()))
+        yield key, intervals.merge_rows(events.ts, events.dur, positions_where(mask()))
 
 
 def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
