@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stepscope.traces.events import positions_where
 from stepscope.traces.links import unique_ints
 
 
@@ -18,23 +19,27 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     if len(starts) == 0:
         return np.zeros(0), np.zeros(0)
     order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.float64)[order]
-    e = np.asarray(ends, dtype=np.float64)[order]
+    sorted_by_start = [np.asarray(starts, dtype=np.float64)[order], np.asarray(ends, dtype=np.float64)[order]]
     del order
-    return _merge_sorted(s, e)
+    return _merge_sorted(sorted_by_start)
 
 
-def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`merge` of intervals sorted by start; ``e`` (owned) is overwritten. The running
-    maximum of the ends replaces them in place: at a group's last row it is the group's end (every
-    earlier group ended before this one began), so no other column of the rows is made."""
+def _merge_sorted(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge` of intervals sorted by start, given as ``[starts, ends]``: the list is
+    emptied and its arrays reused or dropped as soon as they are read (the caller holds no other
+    reference), so no more than two columns of the rows are alive at once. The running maximum of
+    the ends replaces them in place: at a group's last row it is the group's end (every earlier
+    group ended before this one began)."""
+    s, e = columns
+    columns.clear()
     np.maximum.accumulate(e, out=e)
     # a new group starts where the start is beyond every earlier end
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
     np.greater(s[1:], e[:-1], out=new_group[1:])
     out_s = s[new_group]
-    last = np.flatnonzero(new_group)
+    del s
+    last = positions_where(new_group)
     del new_group
     last[:-1] = last[1:] - 1
     last[-1] = len(e) - 1
@@ -63,7 +68,9 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
         for lo in range(0, len(rows), MERGE_CHUNK):
             e[lo : lo + MERGE_CHUNK] += dur[rows[lo : lo + MERGE_CHUNK]]
         del rows
-        return _merge_sorted(s, e)
+        sorted_by_start = [s, e]
+        del s, e
+        return _merge_sorted(sorted_by_start)
 
     if len(rows) <= MERGE_CHUNK:
         return merged(rows)
