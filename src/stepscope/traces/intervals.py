@@ -80,7 +80,17 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
         del first, chunks
         return merged(rows)
     parts = [first, *(merged(part) for part in chunks[1:])]
-    return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    del first, chunks
+    # the chunks' unions merged: each column built and the parts let go before the next is made
+    starts = np.concatenate([p[0] for p in parts])
+    ends = np.concatenate([p[1] for p in parts])
+    del parts
+    order = np.argsort(starts, kind="stable")
+    sorted_by_start = [starts[order]]
+    del starts
+    sorted_by_start.append(ends[order])
+    del ends, order
+    return _merge_sorted(sorted_by_start)
 
 
 def total(starts: np.ndarray, ends: np.ndarray) -> float:

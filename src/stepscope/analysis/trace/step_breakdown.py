@@ -34,7 +34,7 @@ import numpy as np
 from stepscope.traces import intervals
 from stepscope.traces.events import position_dtype, positions_where
 from stepscope.traces.links import (
-    ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, EventLinks,
+    ANNOTATION, GLOO_OPS, KERNEL, MEMCPY, MEMSET, NCCL_OPS, OPERATOR, PYTHON, RUNTIME, STEP, BoolArray, EventLinks,
     FloatArray, IntArray, int_isin, is_plugin_dataloader, unique_ints,
 )
 
@@ -210,26 +210,40 @@ def _role_ranges(links: EventLinks) -> Iterator[tuple[str, tuple[FloatArray, Flo
     (the caller drops each before the next is merged: a big trace's were ~300 MB together)."""
     events = links.events
     role = links.role
-    host_kinds = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
+
+    def host_kinds() -> BoolArray:
+        found: BoolArray = (role == PYTHON) | (role == OPERATOR) | (role == ANNOTATION)
+        return found
+
     comm_names = links.names_where(lambda s: s in NCCL_OPS or s in GLOO_OPS)
-    host_comm = host_kinds & links.name_in(comm_names) if len(comm_names) else np.zeros(len(role), bool)
-    kernel = role == KERNEL
-    if host_comm.any():
+    host_comm = host_kinds() & links.name_in(comm_names) if len(comm_names) else None
+    comm_kernel = None
+    if host_comm is not None and host_comm.any():
         comm_ext = unique_ints(events.external_id[host_comm]).astype(np.int64)
-        comm_kernel = kernel & int_isin(events.external_id, comm_ext)
-    else:
-        comm_kernel = np.zeros(len(role), bool)
+        comm_kernel = (role == KERNEL) & int_isin(events.external_id, comm_ext)
     loader_ids = links.names_where(is_plugin_dataloader)
     loader = ((role == OPERATOR) | (role == ANNOTATION)) & links.name_in(loader_ids)
-    cpu_exec = host_kinds & ~loader & ~host_comm
-    masks = {  # built one at a time: seven masks of the whole table at once were the step breakdown's peak
-        "Kernel": lambda: kernel & ~comm_kernel,
+
+    def communication() -> BoolArray:
+        found = np.zeros(len(role), bool) if host_comm is None else host_comm.copy()
+        if comm_kernel is not None:
+            found |= comm_kernel
+        return found
+
+    def cpu_exec() -> BoolArray:
+        found: BoolArray = host_kinds() & ~loader
+        if host_comm is not None:
+            found &= ~host_comm
+        return found
+
+    masks = {  # built one at a time from the roles: seven masks of the whole table at once were the step breakdown's peak
+        "Kernel": lambda: role == KERNEL if comm_kernel is None else (role == KERNEL) & ~comm_kernel,
         "Memcpy": lambda: role == MEMCPY,
         "Memset": lambda: role == MEMSET,
-        "Communication": lambda: comm_kernel | host_comm,
+        "Communication": communication,
         "Runtime": lambda: role == RUNTIME,
         "DataLoader": lambda: loader,
-        "CPU Exec": lambda: cpu_exec,
+        "CPU Exec": cpu_exec,
     }
     for key, mask in masks.items():
         yield key, intervals.merge_rows(events.ts, events.dur, positions_where(mask()))
