@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
-from stepscope.traces.events import position_dtype
+from stepscope.traces.events import position_dtype, positions_where
 from stepscope.traces.links import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, EventLinks
 
 TC_ELIGIBLE_OPS = frozenset(
@@ -152,24 +152,31 @@ def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.nda
     """(tree position of the operator that owns each runtime call, the runtime call rows): the
     first placed node with the call's external id, as the plugin pops them."""
     events, rows, alias = links.events, tree.rows, tree.alias
-    ext = events.external_id[rows]
-    valid = alias != np.arange(len(rows), dtype=alias.dtype)
-    valid |= tree.kept
-    valid &= ext > 0
-    cand = np.flatnonzero(valid).astype(alias.dtype, copy=False)
+    # the candidates: placed nodes (folded or kept) with an external id, a chunk of nodes at a time
+    valid = np.empty(len(rows), dtype=bool)
+    for part in _chunks(len(rows)):
+        found = alias[part] != np.arange(part.start, min(part.stop, len(rows)), dtype=alias.dtype)
+        found |= tree.kept[part]
+        found &= events.external_id[rows[part]] > 0
+        valid[part] = found
+    cand = positions_where(valid)
     del valid
-    ext_sorted_idx = cand[np.argsort(ext[cand], kind="stable")]
-    del cand
-    ext_sorted = ext[ext_sorted_idx]
-    del ext
+    order = np.argsort(events.external_id[rows[cand]], kind="stable")
+    ext_sorted_idx = cand[order]
+    del cand, order
+    ext_sorted = events.external_id[rows[ext_sorted_idx]]
     of_rows = links.rows(RUNTIME)
-    ids = events.external_id[of_rows]
-    if not len(ext_sorted):
+    if not len(ext_sorted) or not len(of_rows):
         return np.zeros(0, np.int64), of_rows[:0]
-    pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
-    src = ext_sorted_idx[pos]
-    ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
-    return alias[src[ok]], of_rows[ok]
+    owners, calls = [], []
+    for part in _chunks(len(of_rows)):  # the runtime calls a chunk at a time
+        ids = events.external_id[of_rows[part]]
+        pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
+        src = ext_sorted_idx[pos]
+        ok = (ext_sorted[pos] == ids) & (ids > 0) & ~tree.runtime_dropped[src]
+        owners.append(alias[src[ok]])
+        calls.append(of_rows[part][ok])
+    return np.concatenate(owners), np.concatenate(calls)
 
 
 def _device_self(links: EventLinks, rt_owner: np.ndarray, rt_rows: np.ndarray, size: int) -> np.ndarray:
