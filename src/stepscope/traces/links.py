@@ -266,8 +266,9 @@ def _kernel_types(events: EventTable, gpu: BoolArray) -> npt.NDArray[np.int8]:
 
 
 def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
-    """For each wanted key, the last of ``rows`` (file order) whose key equals it; -1 if none."""
-    out = np.full(len(wanted), -1, dtype=np.int64)
+    """For each wanted key, the last of ``rows`` (file order) whose key equals it; -1 if none (in
+    the type of ``rows``: int32 positions give int32)."""
+    out = np.full(len(wanted), -1, dtype=rows.dtype if rows.dtype in (np.int32, np.int64) else np.int64)
     if not len(keys) or not len(wanted):
         return out
     order = np.argsort(keys, kind="stable")

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from stepscope.analysis.trace.critical_path.model import COMM, GPU_COMPUTE, GPU_MEMORY, SYNC_WAIT, IntArray
 from stepscope.traces import intervals
-from stepscope.traces.events import EventTable, position_dtype
+from stepscope.traces.events import EventTable, position_dtype, positions_where
 from stepscope.traces.links import COMMUNICATION, COMPUTATION, is_dataloader, last_match, links_of, symbol_mask
 from stepscope.traces.spill import follow
 from stepscope.traces.timeline import timeline_of
@@ -72,8 +72,11 @@ class Rows:
         """HTA's ``index_correlation`` (positions): -1 unlinked, a CPU row -> the last GPU row with its
         correlation, a GPU row (or Event/Context Sync) -> the last CPU row with it; -2 = correlated
         but the partner is not in the trace (HTA's 0). Positions as int32 below 2**31 rows."""
-        ic = np.where(corr == -1, -1, -2).astype(position_dtype(len(corr)))
-        linked = np.flatnonzero(corr != -1)
+        ic = np.full(len(corr), -2, dtype=position_dtype(len(corr)))
+        unlinked = corr == -1
+        ic[unlinked] = -1
+        linked = positions_where(~unlinked)
+        del unlinked
         sync_names = [i for i in (self.sym("Event Sync"), self.sym("Context Sync")) if i >= 0]
         is_gpu = ((self.stream[linked] >= 0) & (corr[linked] >= 0)) | symbol_mask(self.name[linked], sync_names,
                                                                                    self.n_symbols)
