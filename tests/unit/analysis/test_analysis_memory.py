@@ -119,6 +119,43 @@ def test_trim_hands_freed_heap_pages_back():
     assert (before - after) * 4096 > 100 << 20, (before, after)
 
 
+_FREED_BACK = """
+import numpy as np, sys
+from stepscope import heap
+def resident():
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * 4096
+large = [np.ones(3 << 20) for _ in range(2)]  # a freed 24 MiB block raises glibc's mmap threshold
+del large
+mapped = heap.map_large_blocks() if sys.argv[1] == "mapped" else None
+before = resident()
+blocks, kept = [], []
+for _ in range(100):  # 200 MiB in blocks of 2 MiB, each followed by a small array that stays
+    blocks.append(np.ones(1 << 18))
+    kept.append(np.ones(1 << 10))
+del blocks
+print(mapped, (resident() - before) >> 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_with_large_blocks_mapped_a_freed_array_goes_back_at_once():
+    """What a spilled table turns on: without it, freed 2 MiB arrays between longer-lived small ones
+    stay in the process until the heap is trimmed; with it, each goes back when freed."""
+    import subprocess
+
+    def grown(mode: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _FREED_BACK, mode], capture_output=True, text=True, check=True)
+        flag, megabytes = out.stdout.split()
+        return flag, int(megabytes)
+
+    flag, mapped = grown("mapped")
+    if flag != "True":
+        pytest.skip("this C library has no mallopt (not glibc)")
+    _, heaped = grown("heap")
+    assert mapped < 20 < 150 < heaped, (mapped, heaped)
+
+
 def test_no_cycle_scans_pauses_the_collector_and_restores_it_as_found():
     assert gc.isenabled()
     with heap.no_cycle_scans():

@@ -77,6 +77,28 @@ def test_the_columns_the_views_keep_follow_a_spilled_table_to_disk(scratch):
     assert [key for key, column in kept.items() if not spill.is_spilled(column)] == []
 
 
+def test_each_chunk_written_is_handed_to_the_kernel_to_write_at_once(tmp_path, monkeypatch):
+    """``sync_file_range(SYNC_FILE_RANGE_WRITE)`` over exactly the bytes each write added (a memory
+    cgroup cannot reclaim dirty pages); the column reads back the same; where the call does not exist
+    the write goes on without it."""
+    calls = []
+    monkeypatch.setattr(spill, "_sync_file_range", lambda: lambda fd, offset, count, flags: calls.append((offset, count, flags)))
+    monkeypatch.setattr(spill.os, "write", lambda fd, data, write=os.write: write(fd, data[:(24 << 20)]))  # short writes
+    sink = spill.ColumnSink(str(tmp_path))
+    values = np.arange(10 << 20, dtype=np.int64)  # 80 MiB: four writes
+    sink.write("ts", values[: 6 << 20])
+    sink.write("ts", values[6 << 20 :])
+    mib = 1 << 20
+    assert calls == [(0, 24 * mib, 2), (24 * mib, 24 * mib, 2), (48 * mib, 24 * mib, 2), (72 * mib, 8 * mib, 2)]
+    assert np.array_equal(sink.column("ts", np.int64, len(values)), values)
+    sink.close()
+    monkeypatch.setattr(spill, "_sync_file_range", lambda: None)
+    other = spill.ColumnSink(str(tmp_path))
+    other.write("ts", values[:10])
+    assert np.array_equal(other.column("ts", np.int64, 10), values[:10])
+    other.close()
+
+
 def test_a_spilled_array_is_the_same_values_read_only_and_pickles_as_an_array(tmp_path):
     values = np.arange(300_000, dtype=np.int32) * 7 - 5
     keep = spill.Spill(str(tmp_path))
