@@ -95,7 +95,8 @@ def spiller(table_bytes: int) -> Spill | None:
     threshold = min_bytes()
     if threshold is None or table_bytes < max(threshold, 1) or table_bytes < MIN_ARRAY_BYTES:
         return None
-    if threshold < 0:
+    short = threshold < 0  # spilling because memory is short (not because the setting says so)
+    if short:
         room = headroom()
         if room is None or (FOOTPRINT - 1) * table_bytes <= room:  # the table itself is held already
             return None
@@ -110,7 +111,8 @@ def spiller(table_bytes: int) -> Spill | None:
         return None
     if stats.f_bavail * stats.f_frsize < 2 * table_bytes:
         return None
-    heap.map_large_blocks()  # memory is tight: a freed array goes back at once, not into a fragmented heap
+    if short:  # a freed array goes back at once, not into a fragmented heap (each new one costs fresh pages)
+        heap.map_large_blocks()
     return Spill(directory)
 
 

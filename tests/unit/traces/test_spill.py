@@ -135,11 +135,13 @@ def test_a_full_disk_keeps_the_columns_in_memory(tmp_path, monkeypatch):
 def test_the_decision_reads_the_room_left_the_setting_and_the_filesystem(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv(spill.ENV_VAR, raising=False)
+    mapped = []  # large blocks mapped (the allocator's setting) only where memory is short
+    monkeypatch.setattr(spill.heap, "map_large_blocks", lambda: mapped.append(True))
     table = 500 * 2**20
     monkeypatch.setattr(spill, "headroom", lambda: 100 * table)
-    assert spill.spiller(table) is None  # it fits: the table stays in memory
+    assert spill.spiller(table) is None and not mapped  # it fits: the table stays in memory
     monkeypatch.setattr(spill, "headroom", lambda: table)
-    assert isinstance(spill.spiller(table), spill.Spill)  # the views would not fit beside it
+    assert isinstance(spill.spiller(table), spill.Spill) and mapped == [True]  # the views would not fit beside it
     monkeypatch.setattr(spill, "headroom", lambda: None)
     assert spill.spiller(table) is None  # nothing known: as before
     monkeypatch.setenv(spill.ENV_VAR, "off")
@@ -148,7 +150,7 @@ def test_the_decision_reads_the_room_left_the_setting_and_the_filesystem(tmp_pat
     monkeypatch.setenv(spill.ENV_VAR, "600M")
     assert spill.spiller(table) is None and isinstance(spill.spiller(700 * 2**20), spill.Spill)
     monkeypatch.setenv(spill.ENV_VAR, "0")
-    assert isinstance(spill.spiller(table), spill.Spill)
+    assert isinstance(spill.spiller(table), spill.Spill) and mapped == [True]  # asked for: the allocator as it was
     monkeypatch.setattr(spill, "_filesystem", lambda directory: "tmpfs")
     assert spill.spiller(table) is None  # the file would be held in memory anyway
     monkeypatch.setattr(spill, "_filesystem", lambda directory: "ext4")
