@@ -221,6 +221,7 @@ class _SignalSampler:
         self._patched: list[tuple[str, Any]] = []
         self._timer: Any = None
         self.active = False
+        self.refused = False  # start() declined (the script profiles itself): ``error`` says why
 
     def start(self) -> None:
         signal = self.signal
@@ -229,6 +230,7 @@ class _SignalSampler:
         inherited = isinstance(getattr(current, "__self__", None), _SignalSampler)  # a forked worker
         if (current not in (signal.SIG_DFL, None) and not inherited) or signal.getitimer(signal.ITIMER_PROF)[0]:
             self.error = "the script uses SIGPROF or ITIMER_PROF itself; stacks not sampled"
+            self.refused = True
             return
         self._previous = signal.signal(number, self._handler)
         signal.siginterrupt(number, False)

@@ -137,7 +137,9 @@ class StackSampler:
             sys.setswitchinterval(self.switch_interval_s)
         self._thread = sampler
         sampler.start()
-        if sampler.error:
+        if isinstance(sampler, _SignalSampler) and sampler.refused:
+            # only a refusal: an error of a sampler that started (possibly already, on a loaded
+            # machine) is said once it is collected, as "stopped early"
             self.warnings.once("stacks-failed", f"stack sampling did not start ({sampler.error})")
         if self.worker_dir is not None:
             from stepscope.capture.torch_import import when_torch_imported

@@ -78,6 +78,20 @@ def test_the_scripts_own_profiling_timer_wins():
     assert seen and not sampler._thread.active
 
 
+def test_a_script_that_profiles_itself_first_is_told_stacks_did_not_start():
+    import signal
+
+    signal.signal(signal.SIGPROF, lambda *args: None)  # the script's own handler, before stepscope starts
+    try:
+        sampler = StackSampler(None, 100).start()
+        sampler.stop()
+    finally:
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+    assert sampler._thread.refused
+    assert [m for m in sampler.warnings.messages if "did not start" in m] == [
+        "stack sampling did not start (the script uses SIGPROF or ITIMER_PROF itself; stacks not sampled)"]
+
+
 def test_another_thread_is_sampled_only_where_that_is_safe():
     table = StackTable()
     other = threading.Thread(target=lambda: None)
@@ -163,13 +177,33 @@ def test_a_failing_sampler_ends_quietly_and_says_why(capsys):
 
     sampler = StackSampler(None, 500)
     sampler.table = Broken()
-    sampler.start()
+    sampler.start()  # on a loaded machine the first sample (and its error) may come before start returns
     busy_for(0.1)  # the handler's error never reaches this code
     sampler.stop()
     assert sampler._thread.error == "OSError: disk full"
     assert capsys.readouterr().err == ""
     sampler.freeze(StepTable.empty())
     assert any("stack sampling stopped early" in message for message in sampler.warnings.messages)
+    assert not any("did not start" in message for message in sampler.warnings.messages)
+
+
+def test_an_error_before_start_returns_is_still_said_as_stopped_early(monkeypatch):
+    """The race a loaded machine showed: the sampler failed on its first sample before ``start``
+    had returned; that is a sampler that stopped early, not one that did not start."""
+    from stepscope.capture import stack_sampling
+
+    original = stack_sampling._SignalSampler.start
+
+    def start_then_fail(self):
+        original(self)
+        self.error = "OSError: disk full"  # as the handler would have set it, already
+
+    monkeypatch.setattr(stack_sampling._SignalSampler, "start", start_then_fail)
+    sampler = StackSampler(None, 500).start()
+    sampler.stop()
+    sampler.freeze(StepTable.empty())
+    assert [m for m in sampler.warnings.messages if "stack sampling" in m] == [
+        "stack sampling stopped early (OSError: disk full)"]
 
 
 def _shares(samples, names):
