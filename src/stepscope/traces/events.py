@@ -581,8 +581,15 @@ def position_dtype(rows: int) -> np.dtype[Any]:
     return np.dtype(np.int32) if rows < _INT32.max else np.dtype(np.int64)
 
 
+#: Rows handled at a time where a whole column of temporaries is not needed (:func:`row_chunks`).
+CHUNK_ROWS = 1 << 20
 #: Rows of a mask searched at a time by :func:`positions_where`.
 _WHERE_CHUNK = 1 << 22
+
+
+def row_chunks(n: int, size: int = CHUNK_ROWS) -> list[slice]:
+    """``[0, n)`` as consecutive slices of ``size`` rows (the last one shorter), in order."""
+    return [slice(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
 def positions_where(mask: np.ndarray) -> np.ndarray:
@@ -593,9 +600,9 @@ def positions_where(mask: np.ndarray) -> np.ndarray:
         return np.flatnonzero(mask).astype(kind, copy=False)
     out = np.empty(int(np.count_nonzero(mask)), dtype=kind)
     at = 0
-    for lo in range(0, len(mask), _WHERE_CHUNK):
-        found = np.flatnonzero(mask[lo : lo + _WHERE_CHUNK])
-        found += lo
+    for part in row_chunks(len(mask), _WHERE_CHUNK):
+        found = np.flatnonzero(mask[part])
+        found += part.start
         out[at : at + len(found)] = found
         at += len(found)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.traces.events import positions_where
+from stepscope.traces.events import positions_where, row_chunks
 from stepscope.traces.links import unique_ints
 
 
@@ -18,10 +18,19 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Union of intervals -> sorted disjoint ``(starts, ends)``."""
     if len(starts) == 0:
         return np.zeros(0), np.zeros(0)
+    return _merge_sorted(_by_start([np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)]))
+
+
+def _by_start(columns: list[np.ndarray]) -> list[np.ndarray]:
+    """``[starts, ends]`` sorted by start (stable), the list emptied and each given column let go
+    as soon as its sorted copy exists (where the caller holds no other reference)."""
+    starts, ends = columns
+    columns.clear()
     order = np.argsort(starts, kind="stable")
-    sorted_by_start = [np.asarray(starts, dtype=np.float64)[order], np.asarray(ends, dtype=np.float64)[order]]
-    del order
-    return _merge_sorted(sorted_by_start)
+    by_start = [starts[order]]
+    del starts
+    by_start.append(ends[order])
+    return by_start
 
 
 def _merge_sorted(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -65,8 +74,8 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
         rows = part[order]
         del order
         e = np.asarray(ts[rows], dtype=np.float64)  # the ends as ts + dur, computed in sorted order
-        for lo in range(0, len(rows), MERGE_CHUNK):
-            e[lo : lo + MERGE_CHUNK] += dur[rows[lo : lo + MERGE_CHUNK]]
+        for chunk in row_chunks(len(rows)):
+            e[chunk] += dur[rows[chunk]]
         del rows
         sorted_by_start = [s, e]
         del s, e
@@ -82,15 +91,9 @@ def merge_rows(ts: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> tuple[np.nd
     parts = [first, *(merged(part) for part in chunks[1:])]
     del first, chunks
     # the chunks' unions merged: each column built and the parts let go before the next is made
-    starts = np.concatenate([p[0] for p in parts])
-    ends = np.concatenate([p[1] for p in parts])
+    unions = [np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])]
     del parts
-    order = np.argsort(starts, kind="stable")
-    sorted_by_start = [starts[order]]
-    del starts
-    sorted_by_start.append(ends[order])
-    del ends, order
-    return _merge_sorted(sorted_by_start)
+    return _merge_sorted(_by_start(unions))
 
 
 def total(starts: np.ndarray, ends: np.ndarray) -> float:

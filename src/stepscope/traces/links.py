@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from stepscope.traces.events import EventTable, narrowed, position_dtype, positions_where
+from stepscope.traces.events import EventTable, narrowed, position_dtype, positions_where, row_chunks
 from stepscope.traces.events import symbol_mask as symbol_mask
 from stepscope.traces.spill import follow
 
@@ -138,15 +138,11 @@ def int_isin(values: IntArray, keys: IntArray, presorted: bool = False) -> BoolA
         return np.zeros(len(values), dtype=bool)
     ordered = keys if presorted else np.sort(keys)
     found: BoolArray = np.empty(len(values), dtype=bool)
-    for lo in range(0, len(values), _CHUNK):  # in chunks: the positions of a whole column would be 8 bytes a row
-        part = values[lo : lo + _CHUNK]
+    for chunk in row_chunks(len(values)):  # in chunks: the positions of a whole column would be 8 bytes a row
+        part = values[chunk]
         pos = np.minimum(np.searchsorted(ordered, part), len(ordered) - 1)
-        np.equal(ordered[pos], part, out=found[lo : lo + _CHUNK])
+        np.equal(ordered[pos], part, out=found[chunk])
     return found
-
-
-#: Rows searched at a time by :func:`int_isin`.
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -274,11 +270,11 @@ def last_match(keys: IntArray, rows: IntArray, wanted: IntArray) -> IntArray:
     order = np.argsort(keys, kind="stable")
     sorted_keys, sorted_rows = keys[order], rows[order]
     del order
-    for lo in range(0, len(wanted), _CHUNK):  # the positions of a chunk at a time: 8 bytes a row
-        part = wanted[lo : lo + _CHUNK]
+    for chunk in row_chunks(len(wanted)):  # the positions of a chunk at a time: 8 bytes a row
+        part = wanted[chunk]
         pos = np.searchsorted(sorted_keys, part, side="right") - 1
         ok = (pos >= 0) & (sorted_keys[np.clip(pos, 0, None)] == part)
-        out[lo : lo + _CHUNK][ok] = sorted_rows[pos[ok]]
+        out[chunk][ok] = sorted_rows[pos[ok]]
     return out
 
 
@@ -353,11 +349,12 @@ def _hta_rows(
 def _last_step_filter(events: EventTable, index: IntArray, names: npt.NDArray[np.int32], is_step_name: BoolArray) -> IntArray:
     """HTA's filter with two steps or more (:class:`HtaRows`): the host rows of ``index`` starting
     before the last step's start, and the GPU rows whose correlation one of those has. Per row in
-    chunks of :data:`_CHUNK` (no whole column of starts, streams or correlations at once)."""
+    chunks (:func:`~stepscope.traces.events.row_chunks`: no whole column of starts, streams or
+    correlations at once)."""
     symbols = events.symbols
     sync_names = [i for i in (symbols.get("Event Sync"), symbols.get("Context Sync")) if i >= 0]
     n_symbols = len(symbols.strings)
-    chunks = [slice(lo, lo + _CHUNK) for lo in range(0, len(index), _CHUNK)]
+    chunks = row_chunks(len(index))
     gpu_like = np.empty(len(index), dtype=bool)
     for part in chunks:
         rows = index[part]

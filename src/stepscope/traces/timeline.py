@@ -34,6 +34,7 @@ import numpy as np
 from stepscope.traces import intervals
 from stepscope.traces.links import (ANNOTATION, COMMUNICATION, COMPUTATION, MEMORY, OPERATOR, OTHER, PYTHON, RUNTIME,
                                     EventLinks, FloatArray, int_isin, is_dataloader)
+from stepscope.traces.events import row_chunks
 from stepscope.traces.spill import follow
 
 SYNC_CALLS = (
@@ -44,8 +45,6 @@ CAUSES = ("dataloader", "sync", "launch", "other")
 KINDS = (COMPUTATION, COMMUNICATION, MEMORY, OTHER)
 
 Intervals = tuple[FloatArray, FloatArray]
-#: Rows of the table scanned at a time for the operators that issue device work.
-_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -153,8 +152,8 @@ def _host_ranges(links: EventLinks) -> tuple[Intervals, Intervals, Intervals]:
     issuing_ext = np.sort(issuing_ext[issuing_ext > 0])
     # the operators that issue device work, a chunk of rows at a time (no whole column of operator rows)
     issuing = []
-    for lo in range(0, len(role), _CHUNK):
-        ops = np.flatnonzero((role[lo : lo + _CHUNK] == OPERATOR) & ~loader[lo : lo + _CHUNK]) + lo
+    for part in row_chunks(len(role)):
+        ops = np.flatnonzero((role[part] == OPERATOR) & ~loader[part]) + part.start
         issuing.append(ops[int_isin(events.external_id[ops], issuing_ext, presorted=True)].astype(other_runtime.dtype))
     launch = np.concatenate((other_runtime, *issuing))
     del issuing, other_runtime, runtime

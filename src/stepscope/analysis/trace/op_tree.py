@@ -202,8 +202,7 @@ def _fold_same_name(
     child = np.flatnonzero(placed & (parent >= 0)).astype(parent.dtype, copy=False)
     par = parent[child]
     counts = np.zeros(n, dtype=np.int32)  # placed children of each row (int32: a tree of int32 positions)
-    for lo in range(0, len(par), 1 << 20):
-        np.add.at(counts, par[lo : lo + (1 << 20)], 1)
+    np.add.at(counts, par, 1)
     folds = (counts[par] == 1) & op[par] & op[child] & (names_a[par] == names_a[child]) & placed[par]
     folded_child, folded_parent = child[folds], par[folds]
     up = np.arange(n, dtype=parent.dtype)

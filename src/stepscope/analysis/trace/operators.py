@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.trace.op_tree import OpTree
-from stepscope.traces.events import position_dtype, positions_where
+from stepscope.traces.events import position_dtype, positions_where, row_chunks
 from stepscope.traces.links import KERNEL, MEMCPY, MEMSET, OPERATOR, PYFUNC, RUNTIME, EventLinks
 
 TC_ELIGIBLE_OPS = frozenset(
@@ -137,25 +137,14 @@ def _sum_by(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(keys, weights=values, minlength=size) if len(keys) else np.zeros(size)
 
 
-#: Rows summed at a time where a per-node column would otherwise be gathered whole.
-SUM_CHUNK = 1 << 20
-
-
-def _chunks(n: int) -> list[slice]:
-    """``[0, n)`` in slices of :data:`SUM_CHUNK`. ``np.add.at`` over them in order adds each value
-    in the order ``np.bincount`` does: the same sums, bit for bit, without a whole column of keys
-    and values gathered first."""
-    return [slice(lo, lo + SUM_CHUNK) for lo in range(0, n, SUM_CHUNK)]
-
-
 def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
     """(tree position of the operator that owns each runtime call, the runtime call rows): the
     first placed node with the call's external id, as the plugin pops them."""
     events, rows, alias = links.events, tree.rows, tree.alias
     # the candidates: placed nodes (folded or kept) with an external id, a chunk of nodes at a time
     valid = np.empty(len(rows), dtype=bool)
-    for part in _chunks(len(rows)):
-        found = alias[part] != np.arange(part.start, min(part.stop, len(rows)), dtype=alias.dtype)
+    for part in row_chunks(len(rows)):
+        found = alias[part] != np.arange(part.start, part.stop, dtype=alias.dtype)
         found |= tree.kept[part]
         found &= events.external_id[rows[part]] > 0
         valid[part] = found
@@ -169,7 +158,7 @@ def _runtime_owners(links: EventLinks, tree: OpTree) -> tuple[np.ndarray, np.nda
     if not len(ext_sorted) or not len(of_rows):
         return np.zeros(0, np.int64), of_rows[:0]
     owners, calls = [], []
-    for part in _chunks(len(of_rows)):  # the runtime calls a chunk at a time
+    for part in row_chunks(len(of_rows)):  # the runtime calls a chunk at a time
         ids = events.external_id[of_rows[part]]
         pos = np.clip(np.searchsorted(ext_sorted, ids), 0, len(ext_sorted) - 1)
         src = ext_sorted_idx[pos]
@@ -222,15 +211,17 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     inverse, g = _groups(names, shapes, len(symbols.strings))
     calls = np.bincount(inverse, minlength=g)
 
+    # sums by chunks of rows: ``np.add.at`` over them in order adds each value in the order
+    # ``np.bincount`` does (the same sums, bit for bit) without a whole column gathered first
     def by_group(values: np.ndarray) -> np.ndarray:
         out = np.zeros(g)
-        for part in _chunks(len(op_pos)):
+        for part in row_chunks(len(op_pos)):
             np.add.at(out, inverse[part], values[op_pos[part]])
         return out
 
     agg = {}
     children = np.zeros(n)  # the summed durations of each node's children
-    for part in _chunks(n):
+    for part in row_chunks(n):
         has_parent = parent[part] >= 0
         has_parent &= kept[part]
         np.add.at(children, parent[part][has_parent], events.dur[rows[part][has_parent]])

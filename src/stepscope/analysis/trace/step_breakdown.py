@@ -249,9 +249,13 @@ def _role_ranges(links: EventLinks) -> Iterator[tuple[str, tuple[FloatArray, Flo
         yield key, intervals.merge_rows(events.ts, events.dur, positions_where(mask()))
 
 
+def _has_key(category: str) -> str:
+    return category.lower().replace(" ", "_")
+
+
 def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
     if not len(steps.start):
-        has = {k.lower().replace(" ", "_"): bool(len(v[0])) for k, v in _role_ranges(links)}
+        has = {_has_key(k): bool(len(v[0])) for k, v in _role_ranges(links)}
         return StepBreakdown((), np.zeros((0, len(PER_STEP_COLUMNS))), {c: 0.0 for c in PER_STEP_COLUMNS}, has,
                              ("no steps and no CPU events",))
     # each category takes what the ones before it left of the steps; its time per step is summed
@@ -260,7 +264,7 @@ def step_breakdown(links: EventLinks, steps: TraceSteps) -> StepBreakdown:
     per_step = np.empty((len(steps.start), len(PER_STEP_COLUMNS)), order="F")  # a column per category
     has = {}
     for column, (category, ranges) in enumerate(_role_ranges(links)):
-        has[category.lower().replace(" ", "_")] = bool(len(ranges[0]))
+        has[_has_key(category)] = bool(len(ranges[0]))
         part = intervals.intersect(slots, ranges)
         del ranges
         per_step[:, column] = intervals.totals_within(part, steps.start, steps.end)
