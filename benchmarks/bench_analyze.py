@@ -118,7 +118,7 @@ def run_command(command: list[str], env_extra: dict[str, str], stdout_path: str 
     stream = proc.stderr if stdout_path else proc.stdout
     output = stream.read().decode(errors="replace") if stream else ""
     out = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
-           "system_s": usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+           "system_s": usage.ru_stime, "minor_faults": usage.ru_minflt, "peak_rss_mb": usage.ru_maxrss / 1024,
            "exit": os.waitstatus_to_exitcode(status), "tail": output[-300:]}
     if sampled is not None:
         rss, pss = sampled.stop()

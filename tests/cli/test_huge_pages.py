@@ -1,6 +1,7 @@
 """The analysis commands switch numpy's transparent huge-page advice off in their own processes
-(``stepscope.cli.main._no_huge_page_advice``): never where the user's code runs, never over the
-environment's own setting, never in a process that loaded numpy before (a library caller's)."""
+(``stepscope.cli.main._no_huge_page_advice``) and have the C heap reuse freed arrays
+(``_reuse_freed_memory``): never where the user's code runs, never over the environment's own
+setting, never in a process that loaded numpy before (a library caller's)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,45 @@ def test_no_command_or_an_unknown_one_changes_nothing(monkeypatch, command):
     monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as if not loaded: still nothing for these
     assert not cli_main._no_huge_page_advice(command)
     assert "NUMPY_MADVISE_HUGEPAGE" not in os.environ
+
+
+#: Calls the heap switch for argv[1] and a small trace's load decision, then allocates, writes and
+#: frees 64 MiB twice and prints whether the heap reuses freed blocks and the page faults of the
+#: second allocation (huge pages off: 4 KiB a fault).
+REUSE_PROBE = """
+import os, resource, sys
+os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+from stepscope.cli.main import _reuse_freed_memory
+allowed = _reuse_freed_memory(sys.argv[1] if len(sys.argv) > 1 else None)
+from stepscope.traces.spill import reuse_freed_memory
+made = reuse_freed_memory(sys.executable, 1 << 20)  # as for a 1 MiB trace (any readable file)
+assert made == allowed or not allowed
+import numpy as np
+block = np.ones(8 << 20)
+del block
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = np.ones(8 << 20)
+print(made, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _reuse_probe(tmp_path, *args: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+    result = run_command([sys.executable, "-c", REUSE_PROBE, *args], tmp_path, cli_env(env), timeout=60)
+    assert result.returncode == 0, result.stderr
+    made, faults = result.stdout.split()
+    return made, int(faults)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_an_analysis_command_s_new_arrays_reuse_freed_ones_and_a_user_s_run_is_left_alone(tmp_path):
+    pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
+    made, faults = _reuse_probe(tmp_path, "analyze")
+    if made != "True":
+        pytest.skip("this C library has no mallopt (not glibc)")
+    assert faults < pages // 20, faults
+    for command in ("run", "demo", "try", "tune-loader"):  # the user's code keeps its allocator as it is
+        assert _reuse_probe(tmp_path, command) == ("False", pytest.approx(pages, rel=0.1)), command
+    for env in ({"MALLOC_MMAP_MAX_": "65536"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=65536"},
+                {"STEPSCOPE_REUSE_MEMORY": "off"}):
+        made, faults = _reuse_probe(tmp_path, "analyze", env=env)  # the environment's own setting wins
+        assert made == "False" and faults > pages // 2, env

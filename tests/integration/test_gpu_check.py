@@ -61,8 +61,9 @@ def test_gpu_check_in_cpu_mode(group):
     ("bench_demo_exit.py", ["--scenario", "nope"]),
     ("bench_warm_tests.py", ["--rounds", "0"]),
     ("bench_warm_tests.py", ["tests/nope.py"]),
-    ("bench_hugepages.py", ["FILE", "--rounds", "0"]),
-    ("bench_hugepages.py", ["NOPE.json"]),
+    ("bench_process_memory.py", ["FILE", "--rounds", "0"]),
+    ("bench_process_memory.py", ["NOPE.json"]),
+    ("bench_process_memory.py", ["FILE", "--setting", "nope"]),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, script, args):
     (tmp_path / "FILE").write_text("x")

@@ -65,7 +65,8 @@ def _command_module(module_name: str) -> ModuleType:
 
 
 #: Commands that only analyse, in processes of stepscope's own (they run no user code and time no
-#: loop): numpy's transparent huge-page advice is off there unless the environment sets it.
+#: loop): numpy's transparent huge-page advice is off there and the C heap reuses freed arrays,
+#: unless the environment sets either.
 NO_HUGE_PAGE_ADVICE = frozenset({"analyze", "report", "diff", "runs"})
 
 
@@ -85,9 +86,26 @@ def _no_huge_page_advice(command: str | None) -> bool:
     return True
 
 
+def _reuse_freed_memory(command: str | None) -> bool:
+    """Let this process's C heap keep and reuse the pages of freed arrays
+    (:data:`stepscope.heap.may_reuse`; a trace's load turns it on where the memory left is ample:
+    :func:`stepscope.traces.spill.reuse_freed_memory`) for a command of :data:`NO_HUGE_PAGE_ADVICE`
+    as typed (numpy not loaded yet), unless the environment sets glibc's own ``mmap_max`` or
+    ``STEPSCOPE_REUSE_MEMORY=off`` (glibc's defaults kept). Returns whether it was allowed."""
+    if command not in NO_HUGE_PAGE_ADVICE or "numpy" in sys.modules or "MALLOC_MMAP_MAX_" in os.environ \
+            or "mmap_max" in os.environ.get("GLIBC_TUNABLES", "") \
+            or os.environ.get("STEPSCOPE_REUSE_MEMORY", "").strip().lower() in ("off", "0", "no", "false"):
+        return False
+    from stepscope import heap
+
+    heap.may_reuse = True
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _reuse_freed_memory(args_list[0] if args_list else None)
     _no_huge_page_advice(args_list[0] if args_list else None)
     parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
     rest: list[str] = []

@@ -37,7 +37,7 @@ from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
 from stepscope.traces.typed import TypedBatch
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
-from stepscope.traces.spill import ColumnSink, sink_for, spiller
+from stepscope.traces.spill import ColumnSink, reuse_freed_memory, sink_for, spiller
 
 MAX_JSON_BYTES = 32 * 1024**3
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -117,6 +117,7 @@ def load_trace(
     table), anything else in this process.
     """
     path = str(path)
+    reuse_freed_memory(path, _file_size(path))  # before any worker is forked: they inherit it
     store = partial(_store, path)
     decoded = None
     if workers > 1:  # decoded by a child the command started (traces/ahead.py), or cut in ranges

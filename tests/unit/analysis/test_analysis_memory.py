@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import os
+import resource
 import sys
 import tracemalloc
 import weakref
@@ -154,6 +156,48 @@ def test_with_large_blocks_mapped_a_freed_array_goes_back_at_once():
         pytest.skip("this C library has no mallopt (not glibc)")
     _, heaped = grown("heap")
     assert mapped < 20 < 150 < heaped, (mapped, heaped)
+
+
+_REFAULTED = """
+import resource, sys
+import numpy as np
+from stepscope import heap
+made = [heap.reuse_large_blocks() if "reuse" in sys.argv[1:] else None]
+if "map" in sys.argv[1:]:
+    made.append(heap.map_large_blocks())  # a spill for want of memory undoes it
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+counts = []
+for _ in range(3):  # 64 MiB allocated, written and freed, three times
+    before = faults()
+    block = np.ones(8 << 20)
+    del block
+    counts.append(faults() - before)
+print(all(made), max(counts[1:]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_with_large_blocks_reused_a_new_array_takes_a_freed_one_s_pages_without_faults():
+    """What the analysis commands turn on: a freed 64 MiB array's pages serve the next one, which
+    then costs no page faults (16,384 fresh pages without it); mapping large blocks again (a spill
+    for want of memory) gives each block fresh pages again."""
+    import subprocess
+
+    def refaults(*modes: str) -> tuple[str, int]:
+        env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}  # as in those commands: a fault is a 4 KiB page
+        out = subprocess.run([sys.executable, "-c", _REFAULTED, *modes], capture_output=True, text=True, check=True,
+                             env=env)
+        flag, count = out.stdout.split()
+        return flag, int(count)
+
+    flag, reused = refaults("reuse")
+    if flag != "True":
+        pytest.skip("this C library has no mallopt (not glibc)")
+    _, default = refaults()
+    _, mapped_again = refaults("reuse", "map")
+    pages = (64 << 20) // resource.getpagesize()
+    assert reused < pages // 20 and default > pages // 2 and mapped_again > pages // 2, (reused, default, mapped_again)
 
 
 def test_no_cycle_scans_pauses_the_collector_and_restores_it_as_found():

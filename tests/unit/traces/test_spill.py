@@ -257,3 +257,30 @@ def test_a_write_that_fails_while_decoding_brings_the_columns_back_into_memory(f
     trace = load_trace(path)
     _same_tables(expected, trace)
     assert list(while_decoding.iterdir()) == []
+
+
+def test_a_load_lets_the_heap_reuse_freed_arrays_only_where_allowed_and_the_memory_left_is_ample(tmp_path, monkeypatch):
+    """The decision alone (the allocator's own change is measured in a child by
+    ``test_analysis_memory.py``; this process keeps glibc's defaults): allowed by the analysis
+    commands only, and only with :data:`spill.REUSE_ROOM` times the trace's JSON left — a gzip
+    file's JSON taken as :data:`spill.GZIP_RATIO` times its size."""
+    from stepscope import heap
+
+    made: list[bool] = []
+    monkeypatch.setattr(heap, "reuse_large_blocks", lambda: made.append(True) or True)
+    monkeypatch.setattr(heap, "reusing", lambda: bool(made))
+    monkeypatch.setattr(spill, "headroom", lambda: 100 << 20)
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(b"{}")
+    packed.write_bytes(b"\x1f\x8b rest")
+    monkeypatch.setattr(heap, "may_reuse", False)
+    assert not spill.reuse_freed_memory(str(plain), 1 << 20) and not made  # a library caller's process
+    monkeypatch.setattr(heap, "may_reuse", True)
+    assert not spill.reuse_freed_memory(str(plain), 51 << 20)  # 100 MiB left, 2 x 51 needed
+    assert not spill.reuse_freed_memory(str(packed), 6 << 20)  # 2 x 10 x 6 MiB
+    assert not spill.reuse_freed_memory(str(tmp_path / "gone.json"), 1) and not made
+    monkeypatch.setattr(spill, "headroom", lambda: None)
+    assert not spill.reuse_freed_memory(str(plain), 1) and not made  # nothing to go by
+    monkeypatch.setattr(spill, "headroom", lambda: 100 << 20)
+    assert spill.reuse_freed_memory(str(packed), 4 << 20) and made == [True]
+    assert spill.reuse_freed_memory(str(plain), 1 << 40) and made == [True]  # on already: stays on
