@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--dask", action="store_true", help="also time a local Dask cluster of --jobs workers")
     parser.add_argument("--derive", nargs=4, metavar=("SEED", "RANKS", "MB", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.work_dir is not None and not args.work_dir.is_dir():
+        parser.error(f"--work-dir {args.work_dir}: no such directory")
     if args.derive:
         derive_job(Path(args.derive[0]), int(args.derive[1]), float(args.derive[2]), Path(args.derive[3]))
         return

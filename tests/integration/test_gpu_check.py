@@ -64,6 +64,7 @@ def test_gpu_check_in_cpu_mode(group):
     ("bench_process_memory.py", ["FILE", "--rounds", "0"]),
     ("bench_process_memory.py", ["NOPE.json"]),
     ("bench_process_memory.py", ["FILE", "--setting", "nope"]),
+    ("bench_jobs.py", ["--work-dir", "no/such/dir"]),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, script, args):
     (tmp_path / "FILE").write_text("x")
