@@ -121,7 +121,7 @@ def spiller(table_bytes: int) -> Spill | None:
 #: at ~0.45x (summed over its processes: 0.9 GB at 2 GB, 4.5 GB at 10 GB) and keeping freed blocks
 #: adds to each process's share; below that, freed arrays go back to the system as they did.
 REUSE_ROOM = 2
-#: A gzip file's JSON taken as this many times its size when deciding that (the reference traces'
+#: A gzip file's JSON taken as this many times its size when deciding that (the reference traces
 #: compress 19-30x).
 GZIP_RATIO = 30
 
