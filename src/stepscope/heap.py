@@ -27,21 +27,28 @@ from typing import Any
 
 
 @functools.cache
-def _malloc_trim() -> Any:
+def _libc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes  # here: only a trace's analysis trims
+    import ctypes  # here: only a trace's analysis and the spill's writes call into the C library
 
     try:  # glibc's soname first: ctypes.util.find_library runs `ldconfig -p` in a child (~10 ms a process)
-        libc = ctypes.CDLL("libc.so.6")
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
         import ctypes.util
 
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so")
+            return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so", use_errno=True)
         except OSError:
             return None
-    return getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
+
+
+@functools.cache
+def libc_function(name: str) -> Any:
+    """The C library's function ``name`` (Linux; one handle for the process), None where there is
+    none (``malloc_trim``: glibc only, musl has none)."""
+    libc = _libc()
+    return None if libc is None else getattr(libc, name, None)
 
 
 #: glibc's ``mallopt`` parameters (``malloc.h``) and their defaults: the free bytes at the heap's
@@ -70,7 +77,7 @@ def map_large_blocks(threshold: int = 1 << 20) -> bool:
     held ~400 MB more resident memory than its live arrays that way. Each new block then costs
     fresh pages."""
     global _reusing
-    function = _mallopt()
+    function = libc_function("mallopt")
     if function is None:
         return False
     _reusing = False
@@ -88,7 +95,7 @@ def reuse_large_blocks() -> bool:
     mapping of its own would grow in place) leaves its old one as a hole. True when the allocator
     took it."""
     global _reusing
-    function = _mallopt()
+    function = libc_function("mallopt")
     if function is None:
         return False
     _reusing = all([function(_M_MMAP_MAX, 0), function(_M_TRIM_THRESHOLD, _KEPT_TOP),
@@ -101,22 +108,9 @@ def reusing() -> bool:
     return _reusing
 
 
-@functools.cache
-def _mallopt() -> Any:
-    trim_function = _malloc_trim()  # glibc's libc, where there is one
-    if trim_function is None:
-        return None
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-
-
 def trim() -> bool:
     """Return the C heap's free pages to the system; True when the allocator could do it."""
-    function = _malloc_trim()
+    function = libc_function("malloc_trim")
     return False if function is None else bool(function(0))
 
 

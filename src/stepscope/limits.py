@@ -106,6 +106,12 @@ def check_ratio(path: str | Path, what: str, decompressed: int, compressed: int,
         )
 
 
+def is_gzip(path: str | Path) -> bool:
+    """True when the file starts with the gzip magic bytes (whatever its name)."""
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
 def regular_file(path: str | Path, what: str = "file") -> int:
     """The size of ``path``, refusing what is not a regular file (a FIFO would block, /dev/zero never ends)."""
     try:

@@ -37,7 +37,7 @@ def _probe(tmp_path, *args: str, env: dict[str, str] | None = None) -> list[str]
 
 def test_an_analysis_command_loads_numpy_without_the_advice_and_its_workers_inherit_it(tmp_path):
     default = _probe(tmp_path)[2]  # numpy's own choice here (True where the kernel has huge pages)
-    for command in sorted(cli_main.NO_HUGE_PAGE_ADVICE):
+    for command in sorted(cli_main.ANALYSIS_COMMANDS):
         assert _probe(tmp_path, command) == ["True", "0", "False"], command
     # the commands that run the user's code or time a loop leave numpy as it is
     for command in ("run", "demo", "try", "tune-loader", "monitor", "gpu-procs"):

@@ -67,32 +67,36 @@ def _command_module(module_name: str) -> ModuleType:
 #: Commands that only analyse, in processes of stepscope's own (they run no user code and time no
 #: loop): numpy's transparent huge-page advice is off there and the C heap reuses freed arrays,
 #: unless the environment sets either.
-NO_HUGE_PAGE_ADVICE = frozenset({"analyze", "report", "diff", "runs"})
+ANALYSIS_COMMANDS = frozenset({"analyze", "report", "diff", "runs"})
+
+
+def _own_analysis(command: str | None) -> bool:
+    """A command of :data:`ANALYSIS_COMMANDS` in a process that has not loaded numpy yet (the command
+    as typed, not a library caller's process). The user's script never runs there: ``run``, ``demo``,
+    ``try`` and ``tune-loader`` are not among these commands."""
+    return command in ANALYSIS_COMMANDS and "numpy" not in sys.modules
 
 
 def _no_huge_page_advice(command: str | None) -> bool:
     """Switch numpy's huge-page advice off (``NUMPY_MADVISE_HUGEPAGE=0``, read when numpy loads, and
-    inherited by the command's worker processes) for a command of :data:`NO_HUGE_PAGE_ADVICE` in a
-    process that has not loaded numpy yet (the command as typed, not a library caller's process).
-    numpy advises huge pages for every large array; where the kernel compacts memory to find one on
-    a fault (``defrag=madvise``, the usual default), a 2 GB trace's analysis took 2.3x the system
-    time and 16 % more wall with the advice on a 2-core VM; 54 MB and 10 GB traces took the same
-    (BENCHMARKS.md, "Huge pages").
-    The user's script never runs with it: ``run``, ``demo``, ``try`` and ``tune-loader`` are not
-    among these commands. Returns whether the setting was made."""
-    if command not in NO_HUGE_PAGE_ADVICE or "numpy" in sys.modules or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+    inherited by the command's worker processes) in :func:`_own_analysis`. numpy advises huge pages
+    for every large array; where the kernel compacts memory to find one on a fault
+    (``defrag=madvise``, the usual default), a 2 GB trace's analysis took 2.3x the system time and
+    16 % more wall with the advice on a 2-core VM; 54 MB and 10 GB traces took the same
+    (BENCHMARKS.md, "Huge pages"). Returns whether the setting was made."""
+    if not _own_analysis(command) or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return False
     os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
     return True
 
 
 def _reuse_freed_memory(command: str | None) -> bool:
-    """Let this process's C heap keep and reuse the pages of freed arrays
+    """Let the C heap keep and reuse the pages of freed arrays in :func:`_own_analysis`
     (:data:`stepscope.heap.may_reuse`; a trace's load turns it on where the memory left is ample:
-    :func:`stepscope.traces.spill.reuse_freed_memory`) for a command of :data:`NO_HUGE_PAGE_ADVICE`
-    as typed (numpy not loaded yet), unless the environment sets glibc's own ``mmap_max`` or
-    ``STEPSCOPE_REUSE_MEMORY=off`` (glibc's defaults kept). Returns whether it was allowed."""
-    if command not in NO_HUGE_PAGE_ADVICE or "numpy" in sys.modules or "MALLOC_MMAP_MAX_" in os.environ \
+    :func:`stepscope.traces.spill.reuse_freed_memory`), unless the environment sets glibc's own
+    ``mmap_max`` or ``STEPSCOPE_REUSE_MEMORY=off`` (glibc's defaults kept). Returns whether it was
+    allowed."""
+    if not _own_analysis(command) or "MALLOC_MMAP_MAX_" in os.environ \
             or "mmap_max" in os.environ.get("GLIBC_TUNABLES", "") \
             or os.environ.get("STEPSCOPE_REUSE_MEMORY", "").strip().lower() in ("off", "0", "no", "false"):
         return False

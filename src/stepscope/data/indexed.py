@@ -29,8 +29,8 @@ import numpy as np
 import orjson
 from torch.utils.data import Dataset
 
-from stepscope.data.sharding import is_gzip
 from stepscope.errors import InputError, UsageError
+from stepscope.limits import is_gzip
 from stepscope.safe_write import atomic_write
 
 INDEX_VERSION = 1

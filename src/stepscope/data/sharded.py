@@ -42,13 +42,13 @@ from stepscope.data.sharding import (
     DEFAULT_CHUNK_BYTES,
     ByteRange,
     distributed_rank,
-    is_gzip,
     read_lines_at,
     read_range,
     resolve_slot,
     split_ranges,
 )
 from stepscope.errors import InputError, UsageError
+from stepscope.limits import is_gzip
 
 STATE_VERSION = 1
 

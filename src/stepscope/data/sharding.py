@@ -39,12 +39,6 @@ class ByteRange:
     end: int | None
 
 
-def is_gzip(path: str) -> bool:
-    """True when the file starts with the gzip magic bytes (whatever its name)."""
-    with open(path, "rb") as handle:
-        return handle.read(2) == b"\x1f\x8b"
-
-
 def resolve_slot(rank: int | None = None, world_size: int | None = None,
                  worker_id: int | None = None, num_workers: int | None = None) -> tuple[int, int]:
     """Return ``(slot, slot_count)`` for this process; explicit arguments win over detection.

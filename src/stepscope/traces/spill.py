@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -133,8 +132,7 @@ def reuse_freed_memory(path: str, size: int) -> bool:
     if not heap.may_reuse or heap.reusing():
         return heap.reusing()
     try:
-        with open(path, "rb") as fh:
-            compressed = fh.read(2) == b"\x1f\x8b"
+        compressed = limits.is_gzip(path)
     except OSError:
         return False
     room = headroom()
@@ -282,14 +280,11 @@ def _start_writeback(fd: int, count: int) -> None:
 
 @functools.cache
 def _sync_file_range() -> Any:
-    if not sys.platform.startswith("linux"):
+    function = heap.libc_function("sync_file_range")
+    if function is None:
         return None
     import ctypes
 
-    try:
-        function = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
     function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     function.restype = ctypes.c_int
     return function
