@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from stepscope.cli import main as cli_main
-from support import cli_env, run_command
+from support import cli_env, run_cli, run_command
 
 #: Calls the switch for the command named in argv[1], then loads numpy and prints: whether the switch
 #: was made, the environment's value, and numpy's advice as loaded (its setter returns the old value).
@@ -104,3 +104,16 @@ def test_an_analysis_command_s_new_arrays_reuse_freed_ones_and_a_user_s_run_is_l
                 {"STEPSCOPE_REUSE_MEMORY": "off"}):
         made, faults = _reuse_probe(tmp_path, "analyze", env=env)  # the environment's own setting wins
         assert made == "False" and faults > pages // 2, env
+
+
+def test_a_reuse_setting_that_is_neither_on_nor_off_is_one_error_line_and_exit_2(tmp_path, monkeypatch):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    result = run_cli(["analyze", str(trace)], tmp_path, env={"STEPSCOPE_REUSE_MEMORY": "disable"}, cold=True)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "stepscope: error: STEPSCOPE_REUSE_MEMORY='disable' is not a setting: use on or off "
+        "(off keeps glibc's malloc defaults)"]
+    monkeypatch.setenv("STEPSCOPE_REUSE_MEMORY", "disable")
+    monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as if typed: only the analysis commands read it
+    assert not cli_main._reuse_freed_memory("run")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from stepscope._version import __version__
-from stepscope.errors import EXIT_USAGE, StepscopeError
+from stepscope.errors import EXIT_USAGE, StepscopeError, UsageError
 from stepscope.text import printable, say
 
 #: Subcommand name -> module under ``stepscope.cli``. Order is the order of ``--help``.
@@ -90,15 +90,24 @@ def _no_huge_page_advice(command: str | None) -> bool:
     return True
 
 
+REUSE_VAR = "STEPSCOPE_REUSE_MEMORY"
+_REUSE_ON = frozenset({"", "on", "1", "yes", "true"})
+_REUSE_OFF = frozenset({"off", "0", "no", "false"})
+
+
 def _reuse_freed_memory(command: str | None) -> bool:
     """Let the C heap keep and reuse the pages of freed arrays in :func:`_own_analysis`
     (:data:`stepscope.heap.may_reuse`; a trace's load turns it on where the memory left is ample:
     :func:`stepscope.traces.spill.reuse_freed_memory`), unless the environment sets glibc's own
     ``mmap_max`` or ``STEPSCOPE_REUSE_MEMORY=off`` (glibc's defaults kept). Returns whether it was
     allowed."""
-    if not _own_analysis(command) or "MALLOC_MMAP_MAX_" in os.environ \
-            or "mmap_max" in os.environ.get("GLIBC_TUNABLES", "") \
-            or os.environ.get("STEPSCOPE_REUSE_MEMORY", "").strip().lower() in ("off", "0", "no", "false"):
+    if not _own_analysis(command):
+        return False
+    setting = os.environ.get(REUSE_VAR, "").strip().lower()
+    if setting not in _REUSE_ON and setting not in _REUSE_OFF:
+        raise UsageError(f"{REUSE_VAR}={os.environ[REUSE_VAR]!r} is not a setting: use on or off "
+                         "(off keeps glibc's malloc defaults)")
+    if setting in _REUSE_OFF or "MALLOC_MMAP_MAX_" in os.environ or "mmap_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     from stepscope import heap
 
@@ -109,7 +118,11 @@ def _reuse_freed_memory(command: str | None) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    _reuse_freed_memory(args_list[0] if args_list else None)
+    try:
+        _reuse_freed_memory(args_list[0] if args_list else None)
+    except StepscopeError as exc:
+        say(f"stepscope: error: {exc}")
+        return EXIT_USAGE
     _no_huge_page_advice(args_list[0] if args_list else None)
     parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
     rest: list[str] = []
