@@ -159,6 +159,9 @@ class SamplesMeta:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplesMeta:
         values = checked_fields(cls, data)
+        if values.get("clock_ticks_per_s", 1) <= 0:  # CPU times are ticks over it: a zero made them infinite
+            raise ValueError(f"SamplesMeta.clock_ticks_per_s: expected a positive tick rate, "
+                             f"got {values['clock_ticks_per_s']}")
         for name in ("cpus", "disks", "nics"):
             values[name] = tuple(values.get(name, ()))
         values["gpus"] = tuple(GpuInfo(**checked_fields(GpuInfo, item)) for item in values.get("gpus", ()))

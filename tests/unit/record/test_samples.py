@@ -137,7 +137,9 @@ def test_empty_file_is_empty_samples(tmp_path):
      "upgrade"),
     (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 1}) + b"\n{bad\n{}\n",
                    mtime=0), "damaged samples"),
-], ids=["not-gzip", "other-kind", "newer-schema", "damaged"])  # ids stable across processes (pytest-xdist)
+    (gzip.compress(orjson.dumps({"type": "header", "kind": SAMPLES_KIND, "schema_version": 1,
+                                 "clock_ticks_per_s": 0}) + b"\n", mtime=0), "damaged samples header.*tick rate"),
+], ids=["not-gzip", "other-kind", "newer-schema", "damaged", "zero-tick-rate"])  # stable ids (pytest-xdist)
 def test_bad_files_raise_input_error_with_the_path(tmp_path, content, message):
     path = tmp_path / "s.jsonl.gz"
     path.write_bytes(content)
