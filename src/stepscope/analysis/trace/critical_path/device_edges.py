@@ -24,14 +24,25 @@ def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: l
     sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
     ordered = in_window[np.lexsort((in_window, sort_by))]
     state = _Streams()
+    runtime = rows.ic[ordered]
+    launched = runtime >= 0
+    at = np.maximum(runtime, 0)
+    # per row, looked up once as columns: its launch's start and end nodes and time, and the queue
+    # lengths after the launch and after the row's start
     columns = zip(ordered.tolist(), (rows.cat[ordered] == sync_cat).tolist(), rows.name[ordered].tolist(),
-                  rows.ic[ordered].tolist(), rows.stream[ordered].tolist(), graph.start_of(ordered).tolist(),
-                  graph.end_of(ordered).tolist())
-    for p, sync_row, name, runtime, stream, start_node, end_node in columns:
+                  runtime.tolist(), rows.stream[ordered].tolist(), graph.start_of(ordered).tolist(),
+                  graph.end_of(ordered).tolist(), graph.start_of(runtime).tolist(), graph.end_of(runtime).tolist(),
+                  np.where(launched, rows.ts[at], np.inf).tolist(),
+                  np.where(launched, launches.after_launch[at], 0).tolist(), launches.after_start[ordered].tolist())
+    for p, sync_row, name, runtime_row, stream, start_node, end_node, launch_start, launch_end, launch_ts, \
+            after_launch, after_start in columns:
         if sync_row:
-            _sync_edges(rows, graph, launches, names, state, p, name, runtime, stream, hta)
+            _sync_edges(rows, graph, launches, names, state, p, name, runtime_row, launch_end, stream, hta)
         elif start_node >= 0 and end_node >= 0:
-            _kernel_edges(rows, graph, launches, state, p, runtime, stream, start_node, end_node, hta)
+            stream_was_empty = (runtime_row >= 0 and p not in launches.place
+                                and after_launch == (rows_launched := launches.launched_by.get(runtime_row, 1) if not hta else 1)
+                                and after_start == rows_launched - 1)
+            _kernel_edges(graph, state, p, stream, start_node, end_node, launch_start, launch_ts, stream_was_empty)
     if not hta and sync_cat < 0:
         _inferred_syncs(rows, window, graph, notes)
     if not hta:
@@ -47,10 +58,11 @@ class _Streams:
 
 
 def _sync_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], state: _Streams, p: int, name: int,
-                runtime: int, stream: int, hta: bool) -> None:
-    """A ``cuda_sync`` row: a Stream Wait Event makes the next kernel on the waiting stream wait for
-    the recorded kernel; an Event Sync joins the recorded kernel to the waiting call's end; a
-    Stream Sync (Context Sync: every stream) the stream's last kernel."""
+                runtime: int, target: int, stream: int, hta: bool) -> None:
+    """A ``cuda_sync`` row (``target``: the end node of the call that waited): a Stream Wait Event
+    makes the next kernel on the waiting stream wait for the recorded kernel; an Event Sync joins
+    the recorded kernel to the waiting call's end; a Stream Sync (Context Sync: every stream) the
+    stream's last kernel."""
     if name in (names["Stream Wait Event"], names["Event Sync"]):
         record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
         recorded_kernel = launches.previous.get(record, -1) if record is not None else -1
@@ -61,11 +73,10 @@ def _sync_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, i
             if waiting_kernel >= 0:
                 state.kernel_sync[waiting_kernel] = recorded_kernel
         else:
-            source, target = graph.node(recorded_kernel, False), graph.node(runtime, False)
+            source = graph.node(recorded_kernel, False)
             if source >= 0 and target >= 0:
                 graph.add(source, target, SYNC, timed=not hta)
         return
-    target = graph.node(runtime, False)
     if target < 0:
         return
     sources = list(state.last.values()) if name == names["Context Sync"] else [state.last.get(stream, -1)]
@@ -74,10 +85,13 @@ def _sync_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, i
             graph.add(node, target, SYNC, timed=not hta)
 
 
-def _kernel_edges(rows: Rows, graph: Graph, launches: Launches, state: _Streams, p: int, runtime: int, stream: int,
-                  start_node: int, end_node: int, hta: bool) -> None:
-    """A GPU row: its own edge; a sync edge from the kernel it waits for; then a launch edge when
-    the stream was empty at the launch, else a gap edge from the stream's previous kernel."""
+def _kernel_edges(graph: Graph, state: _Streams, p: int, stream: int, start_node: int, end_node: int, launch_start: int,
+                  launch_ts: float, stream_was_empty: bool) -> None:
+    """A GPU row: its own edge; a sync edge from the kernel it waits for; then a launch edge from
+    its launch's start (``launch_start``, at ``launch_ts``) when the stream was empty at the launch
+    (``stream_was_empty``: one row launched, none queued behind it; a graph's replay: its first
+    row, the rest of the graph behind it) and the launch has a node, else a gap edge from the
+    stream's previous kernel."""
     node_ts = graph.node_ts
     graph.add(start_node, end_node, OPERATOR, event=p)
     waited_end = -1  # the end node of the kernel this one waits for (cudaStreamWaitEvent)
@@ -88,17 +102,9 @@ def _kernel_edges(rows: Rows, graph: Graph, launches: Launches, state: _Streams,
             graph.add(waited_end, start_node, SYNC)
     waits_for_kernel = waited_end >= 0
     previous = state.last.get(stream, -1)
-    launched = runtime >= 0
-    launch_ts = float(rows.ts[runtime]) if launched else np.inf
-    # the stream held nothing else: one row launched, none queued behind it (a graph's replay: its
-    # first row, the rest of the graph behind it)
-    rows_launched = launches.launched_by.get(runtime, 1) if not hta else 1
-    stream_was_empty = (launched and launches.after_launch[runtime] == rows_launched
-                        and launches.after_start[p] == rows_launched - 1 and p not in launches.place)
     previous_done_before_launch = previous < 0 or node_ts[previous] < launch_ts
     wait_done_before_launch = not waits_for_kernel or node_ts[waited_end] < launch_ts
     if stream_was_empty and previous_done_before_launch and wait_done_before_launch:
-        launch_start = graph.node(runtime, True)
         if launch_start >= 0:
             graph.add(launch_start, start_node, LAUNCH)
     elif previous >= 0:
