@@ -98,3 +98,41 @@ def test_perfetto_without_a_path_says_so_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "path.json"
     assert main(["analyze", str(cpu_only), "--perfetto", str(out), "-o", str(tmp_path / "text.txt")]) == 0
     assert "no critical path to mark" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_drawn_step_s_stretches_become_rows_only_where_an_output_draws_them():
+    """The view holds the path's stretches as columns: the text and JSON outputs never make the rows
+    (a long step's path holds ~80,000), and the rows, once made, are the summary's spans with their
+    labels, in order; pickled (a view built in a child process) they are the same."""
+    import pickle
+
+    from stepscope.analysis.trace.critical_path import path_summary
+    from stepscope.pipeline.trace_views import critical_path_view
+    from stepscope.report.model import PathStretch
+    from stepscope.traces.load import load_trace
+
+    summary = path_summary(load_trace(EVENT_SYNC).events, steps=1)
+    assert summary is not None and len(summary.spans) > 10
+    view = critical_path_view(summary)
+    assert view is not None
+    stretches = view.stretches
+    assert len(stretches) == len(summary.spans) and stretches._rows is None  # counted, not made
+    expected = tuple(PathStretch(span.name, span.bound, summary.label(span.bound), span.ts_us, span.end_us, span.pid,
+                                 span.tid, span.stream) for span in summary.spans)
+    again = pickle.loads(pickle.dumps(view))
+    assert again.stretches._rows is None
+    assert tuple(stretches) == expected and stretches[0] == expected[0] and stretches[-2:] == expected[-2:]
+    assert again.stretches == stretches == expected and hash(again.stretches) == hash(expected)
+    assert any(span.name == "aten::empty" for span in stretches)
+
+
+def test_text_and_json_outputs_never_make_the_stretch_rows(monkeypatch, capsys):
+    from stepscope.report.model import PathStretches
+
+    def refuse(self):
+        raise AssertionError("an output made the stretch rows")
+
+    monkeypatch.setattr(PathStretches, "rows", refuse)
+    assert main(["analyze", str(EVENT_SYNC)]) == 0
+    assert main(["analyze", "--format", "json", str(EVENT_SYNC)]) == 0
+    assert "What bounds the step" in capsys.readouterr().out

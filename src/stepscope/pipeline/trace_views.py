@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stepscope.report.model import (CriticalPathView, LaunchSummary, PathSegmentRow, PathStretch, TABLE_ROWS,
+from stepscope.report.model import (CriticalPathView, LaunchSummary, PathSegmentRow, PathStretches, TABLE_ROWS,
                                     TraceRankView, TraceViews)
 
 if TYPE_CHECKING:
@@ -69,8 +69,15 @@ def critical_path_view(path: PathSummary | None) -> CriticalPathView | None:
         segments=tuple(PathSegmentRow(item.name, item.stream, path.label(item.bound), item.why,
                                       item.per_step_us, item.share, item.count) for item in path.segments),
         shown_step=path.shown_step,
-        stretches=tuple(PathStretch(span.name, span.bound, path.label(span.bound), span.ts_us, span.end_us, span.pid,
-                                    span.tid, span.stream) for span in path.spans))
+        stretches=_stretches(path))
+
+
+def _stretches(path: PathSummary) -> PathStretches:
+    """The drawn step's path as the view's stretches: the summary's columns, rows only when read."""
+    spans = path.spans
+    kinds = spans.KINDS
+    return PathStretches(spans.strings, spans.name, kinds, tuple(path.label(kind) for kind in kinds), spans.bound,
+                         spans.ts_us, spans.end_us, spans.pid, spans.tid, spans.stream)
 
 
 def _largest(rows: tuple[Any, ...], key: str) -> tuple[Any, ...]:

@@ -26,7 +26,8 @@ reads (``tests/unit/test_layers.py`` and ``tests/unit/report/test_view_purity.py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -99,6 +100,60 @@ class PathStretch:
     stream: int  # -1: on the CPU
 
 
+class PathStretches(Sequence[PathStretch]):
+    """The drawn step's path stretches as columns, made into :class:`PathStretch` rows on first
+    read: the HTML page and the Perfetto overlay read them, the text and JSON outputs never do (a
+    long step's path holds ~80,000: MTIA's took 0.15 s to make into rows). ``strings`` holds the
+    names, processes and threads, ``kinds`` / ``labels`` the bound kinds and their labels; the
+    int columns index them, one value per stretch."""
+
+    __slots__ = ("_columns", "_rows")
+
+    def __init__(self, strings: tuple[str, ...], name: np.ndarray, kinds: tuple[str, ...], labels: tuple[str, ...],
+                 kind: np.ndarray, ts_us: np.ndarray, end_us: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                 stream: np.ndarray) -> None:
+        self._columns = (strings, name, kinds, labels, kind, ts_us, end_us, pid, tid, stream)
+        self._rows: tuple[PathStretch, ...] | None = None
+
+    def rows(self) -> tuple[PathStretch, ...]:
+        if self._rows is None:
+            strings, name, kinds, labels, kind, ts_us, end_us, pid, tid, stream = self._columns
+            text, codes = strings.__getitem__, kind.tolist()
+            self._rows = tuple(map(PathStretch, map(text, name.tolist()), map(kinds.__getitem__, codes),
+                                   map(labels.__getitem__, codes), ts_us.tolist(), end_us.tolist(),
+                                   map(text, pid.tolist()), map(text, tid.tolist()), stream.tolist()))
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._columns[1])
+
+    @overload
+    def __getitem__(self, index: int) -> PathStretch: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[PathStretch, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> PathStretch | tuple[PathStretch, ...]:
+        return self.rows()[index]
+
+    def __iter__(self) -> Iterator[PathStretch]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PathStretches):
+            return self.rows() == other.rows()
+        return isinstance(other, tuple) and self.rows() == other
+
+    def __hash__(self) -> int:
+        return hash(self.rows())
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self._columns
+
+    def __setstate__(self, columns: tuple[Any, ...]) -> None:
+        self._columns, self._rows = columns, None
+
+
 @dataclass(frozen=True)
 class CriticalPathView:
     """What bounds a traced rank's steps: their critical path, as the views show it."""
@@ -118,7 +173,7 @@ class CriticalPathView:
     notes: tuple[str, ...]
     segments: tuple[PathSegmentRow, ...]  # longest first
     shown_step: str  # the step drawn on the timeline (the longest path)
-    stretches: tuple[PathStretch, ...]  # that step's path
+    stretches: PathStretches  # that step's path
 
 
 @dataclass(frozen=True)

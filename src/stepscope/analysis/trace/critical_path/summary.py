@@ -4,6 +4,7 @@ longest step, the device's idle time after syncs."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -126,7 +127,7 @@ class PathSummary:
     segments: tuple[Segment, ...]
     syncs: tuple[str, ...]
     shown_step: str  # the step drawn on the timeline (the longest path)
-    spans: tuple[PathSpan, ...]
+    spans: PathSpans  # the shown step's path on the timeline
     notes: tuple[str, ...] = ()
     after_sync_us: float = 0.0  # device idle while the path is on the host right after a sync
 
@@ -232,7 +233,7 @@ def path_summary(events: EventTable, rank: int = 0, top: int = 12, steps: int = 
         steps=tuple(StepPath(p.label, p.span_us, p.length_us, dict(p.bound_us), p.syncs, p.ok) for p in paths),
         bound_us=dict(bound), length_us=merged.length_us, span_us=sum(p.span_us for p in paths),
         segments=tuple(segments(merged, events, top, len(paths))), syncs=tuple(dict.fromkeys(s for p in paths for s in p.syncs)),
-        shown_step=shown.label, spans=tuple(_spans(shown, events)), notes=tuple(dict.fromkeys(notes)),
+        shown_step=shown.label, spans=_spans(shown, events), notes=tuple(dict.fromkeys(notes)),
         after_sync_us=sum(_after_sync_us(p, busy) for p in paths))
 
 
@@ -257,21 +258,50 @@ def _after_sync_us(path: CriticalPath, busy: tuple[np.ndarray, np.ndarray]) -> f
     return intervals.total(*intervals.subtract(merged, busy))
 
 
-def _spans(path: CriticalPath, events: EventTable) -> list[PathSpan]:
+def _spans(path: CriticalPath, events: EventTable) -> PathSpans:
     """The weighted edges of one path as timeline stretches: a kernel or CPU edge lies on its
     thread / stream; a launch edge on the kernel's stream (the wait before it starts)."""
     c = path.path_columns()
     kept = np.flatnonzero((c.bound > 0) & (c.weight > 0))
-    if not len(kept):
-        return []
-    strings = events.symbols.strings
     src, dst, event, bound = c.src[kept], c.dst[kept], c.event[kept], c.bound[kept]
     on_stream = (bound == BOUND_CODE[LAUNCH_OVERHEAD]) | (bound == BOUND_CODE[GAP])
     where = np.where(on_stream, dst, np.where(event >= 0, event, src))
-    names = list(map(strings.__getitem__, events.name[np.where(event >= 0, event, where)].tolist()))
-    for i in np.flatnonzero(event == BETWEEN_OPS).tolist():
-        names[i] = "(between operators)"
-    make = partial(tuple.__new__, PathSpan)
-    return list(map(make, zip(names, np.asarray(BOUNDS, dtype=object)[bound].tolist(), c.src_us[kept].tolist(),
-                              c.dst_us[kept].tolist(), map(strings.__getitem__, events.pid[where].tolist()),
-                              map(strings.__getitem__, events.tid[where].tolist()), events.stream[where].tolist())))
+    # the strings the stretches name (their names, processes and threads), once each
+    symbols = np.concatenate([events.name[np.where(event >= 0, event, where)], events.pid[where], events.tid[where]])
+    strings = events.symbols.strings
+    seen = np.zeros(len(strings), dtype=bool)
+    seen[symbols] = True
+    used = np.flatnonzero(seen)
+    at = (np.cumsum(seen, dtype=np.int64) - 1)[symbols]  # each symbol's place among those used
+    names = [*map(strings.__getitem__, used.tolist()), "(between operators)"]
+    n = len(kept)
+    name = np.where(event == BETWEEN_OPS, len(names) - 1, at[:n])
+    return PathSpans(tuple(names), name, bound, c.src_us[kept], c.dst_us[kept], at[n:2 * n], at[2 * n:],
+                     events.stream[where].astype(np.int64))
+
+
+class PathSpans:
+    """One step's path stretches as columns (``strings``, and per stretch the index of its name,
+    process and thread in them; its bound code; its times; its stream): :class:`PathSpan` rows are
+    made only when iterated. The HTML page and the Perfetto overlay draw them; the text and JSON
+    outputs do not, and a long step's path holds ~80,000 of them (MTIA's: ~0.05 s of rows, and as
+    much again for the view's)."""
+
+    __slots__ = ("strings", "name", "bound", "ts_us", "end_us", "pid", "tid", "stream")
+    #: the bound kind of each code of ``bound``
+    KINDS = BOUNDS
+
+    def __init__(self, strings: tuple[str, ...], name: np.ndarray, bound: np.ndarray, ts_us: np.ndarray,
+                 end_us: np.ndarray, pid: np.ndarray, tid: np.ndarray, stream: np.ndarray) -> None:
+        self.strings, self.name, self.bound, self.ts_us, self.end_us = strings, name, bound, ts_us, end_us
+        self.pid, self.tid, self.stream = pid, tid, stream
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def __iter__(self) -> Iterator[PathSpan]:
+        text = self.strings.__getitem__
+        return map(partial(tuple.__new__, PathSpan),
+                   zip(map(text, self.name.tolist()), map(self.KINDS.__getitem__, self.bound.tolist()),
+                       self.ts_us.tolist(), self.end_us.tolist(), map(text, self.pid.tolist()),
+                       map(text, self.tid.tolist()), self.stream.tolist()))
