@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from stepscope.analysis.trace.critical_path.graph import NO_EVENT, Graph
@@ -14,7 +16,8 @@ from stepscope.traces.links import int_isin
 
 def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: list[str],
                  synchronous: tuple[IntArray, IntArray]) -> None:
-    """The device's edges of the window, row by row in time order (syncs at their end)."""
+    """The device's edges of the window, as a walk row by row in time order (syncs at their end)
+    would add them: each GPU row's, then each sync row's, in that order (:func:`_walk_edges`)."""
     launches = launches_of(rows, hta)
     names = {n: rows.sym(n) for n in ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")}
     sync_cat = rows.sym("cuda_sync")
@@ -23,96 +26,150 @@ def kernel_edges(rows: Rows, window: IntArray, graph: Graph, hta: bool, notes: l
     is_sync = rows.cat[in_window] == sync_cat
     sort_by = np.where(is_sync, rows.end[in_window], rows.ts[in_window])
     ordered = in_window[np.lexsort((in_window, sort_by))]
-    state = _Streams()
-    runtime = rows.ic[ordered]
-    launched = runtime >= 0
-    at = np.maximum(runtime, 0)
-    # per row, looked up once as columns: its launch's start and end nodes and time, and the queue
-    # lengths after the launch and after the row's start
-    columns = zip(ordered.tolist(), (rows.cat[ordered] == sync_cat).tolist(), rows.name[ordered].tolist(),
-                  runtime.tolist(), rows.stream[ordered].tolist(), graph.start_of(ordered).tolist(),
-                  graph.end_of(ordered).tolist(), graph.start_of(runtime).tolist(), graph.end_of(runtime).tolist(),
-                  np.where(launched, rows.ts[at], np.inf).tolist(),
-                  np.where(launched, launches.after_launch[at], 0).tolist(), launches.after_start[ordered].tolist())
-    for p, sync_row, name, runtime_row, stream, start_node, end_node, launch_start, launch_end, launch_ts, \
-            after_launch, after_start in columns:
-        if sync_row:
-            _sync_edges(rows, graph, launches, names, state, p, name, runtime_row, launch_end, stream, hta)
-        elif start_node >= 0 and end_node >= 0:
-            stream_was_empty = (runtime_row >= 0 and p not in launches.place
-                                and after_launch == (rows_launched := launches.launched_by.get(runtime_row, 1) if not hta else 1)
-                                and after_start == rows_launched - 1)
-            _kernel_edges(graph, state, p, stream, start_node, end_node, launch_start, launch_ts, stream_was_empty)
+    edges = _walk_edges(rows, graph, launches, names, ordered, rows.cat[ordered] == sync_cat, hta)
+    if len(edges.u):
+        graph.add_many(edges.u, edges.v, edges.kind, event=edges.event, timed=edges.timed)
     if not hta and sync_cat < 0:
         _inferred_syncs(rows, window, graph, notes)
     if not hta:
         _synchronous_edges(graph, synchronous, notes)
 
 
-class _Streams:
-    """The walk's state: each stream's last kernel, the kernels that wait for another stream's."""
+class _Edges(NamedTuple):
+    u: IntArray
+    v: IntArray
+    kind: IntArray
+    event: IntArray
+    timed: np.ndarray
 
-    def __init__(self) -> None:
-        self.last: dict[int, int] = {}  # stream -> end node of its last kernel
-        self.kernel_sync: dict[int, int] = {}  # kernel position -> position of the kernel it waits for
+
+def _walk_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], ordered: IntArray,
+                sync_row: np.ndarray, hta: bool) -> _Edges:
+    """The walk over ``ordered`` (GPU rows and sync rows in walk order) as array passes, its edges
+    in the walk's order. A GPU row with nodes adds its own edge; a sync edge from the kernel it
+    waits for (a ``cudaStreamWaitEvent`` before it in the walk named it); then a launch edge when
+    the stream was empty at the launch (one row launched, none queued behind it; a graph's replay:
+    its first row, the rest of the graph behind it), the stream's previous kernel and the kernel it
+    waits for having ended before the launch; otherwise a gap edge from the stream's previous
+    kernel when under :data:`KERNEL_GAP_LIMIT_US` and the waited kernel ended before that one. A
+    sync row adds its edges at its place (:func:`_sync_rows`); the stream's previous kernel, the
+    last one the walk met, is found by sorting, not carried along."""
+    index = np.arange(len(ordered), dtype=np.int64)
+    start_of, end_of = graph.start_of(ordered), graph.end_of(ordered)
+    kernel = np.flatnonzero(~sync_row & (start_of >= 0) & (end_of >= 0))  # walk places of the GPU rows walked
+    pos, start, end = ordered[kernel], start_of[kernel], end_of[kernel]
+    stream = rows.stream[pos].astype(np.int64)
+    by_stream = np.lexsort((kernel, stream))
+    follows = np.flatnonzero(stream[by_stream][1:] == stream[by_stream][:-1])
+    previous = np.full(len(kernel), -1, dtype=np.int64)  # the end node of the stream's previous kernel
+    previous[by_stream[follows + 1]] = end[by_stream[follows]]
+    waits = _waits(rows, launches, names, ordered, sync_row, kernel, pos)
+    waited_end = graph.end_of(np.maximum(waits, 0))
+    waited_end[waits < 0] = -1
+    runtime = rows.ic[pos].astype(np.int64)
+    launched = runtime >= 0
+    at = np.maximum(runtime, 0)
+    ts = graph.ts
+    launch_ts = np.where(launched, rows.ts[at], np.inf)
+    if hta or not launches.launched_by:
+        rows_launched = np.ones(len(kernel), dtype=np.int64)
+    else:
+        rows_launched = np.fromiter(map(launches.launched_by.get, runtime.tolist(), [1] * len(runtime)), dtype=np.int64,
+                                    count=len(runtime))
+    placed = (np.fromiter(map(launches.place.__contains__, pos.tolist()), dtype=bool, count=len(pos))
+              if launches.place else np.zeros(len(pos), dtype=bool))
+    stream_was_empty = (launched & ~placed & (launches.after_launch[at] == rows_launched)
+                        & (launches.after_start[pos] == rows_launched - 1))
+    waiting = waited_end >= 0
+    has_previous = previous >= 0
+    previous_ts = ts[np.maximum(previous, 0)]
+    waited_ts = ts[np.maximum(waited_end, 0)]
+    by_launch = stream_was_empty & (~has_previous | (previous_ts < launch_ts)) & (~waiting | (waited_ts < launch_ts))
+    launch_start = graph.start_of(runtime)
+    launch = by_launch & (launch_start >= 0)
+    gap = (~by_launch & has_previous & (ts[start] - previous_ts < KERNEL_GAP_LIMIT_US)  # longer: an unseen dependency
+           & (~waiting | (waited_ts < previous_ts)))
+    no_event = np.full(len(kernel), NO_EVENT, dtype=np.int64)
+    parts = [  # (walk place, order within the place, source, destination, type, attributed row, timed)
+        (kernel, 0, start, end, CODE[OPERATOR], pos, False),
+        (kernel[waiting], 1, waited_end[waiting], start[waiting], CODE[SYNC], no_event[waiting], False),
+        (kernel[launch], 2, launch_start[launch], start[launch], CODE[LAUNCH], no_event[launch], False),
+        (kernel[gap], 2, previous[gap], start[gap], CODE[KERNEL_GAP], graph.pos[previous[gap]], False),
+    ]
+    if sync_row.any():
+        parts.extend(_sync_rows(rows, graph, launches, names, ordered, index[sync_row], kernel, stream, end, hta))
+    place = np.concatenate([np.asarray(part[0], dtype=np.int64) for part in parts])
+    order = np.lexsort((np.concatenate([np.broadcast_to(np.asarray(part[1], dtype=np.int64), len(part[0]))
+                                        for part in parts]), place))
+    column = [np.concatenate([np.broadcast_to(np.asarray(part[k], dtype=np.int64 if k < 6 else bool), len(part[0]))
+                              for part in parts])[order] for k in range(2, 7)]
+    return _Edges(*column)
 
 
-def _sync_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], state: _Streams, p: int, name: int,
-                runtime: int, target: int, stream: int, hta: bool) -> None:
-    """A ``cuda_sync`` row (``target``: the end node of the call that waited): a Stream Wait Event
-    makes the next kernel on the waiting stream wait for the recorded kernel; an Event Sync joins
-    the recorded kernel to the waiting call's end; a Stream Sync (Context Sync: every stream) the
-    stream's last kernel."""
-    if name in (names["Stream Wait Event"], names["Event Sync"]):
+def _waits(rows: Rows, launches: Launches, names: dict[str, int], ordered: IntArray, sync_row: np.ndarray,
+           kernel: IntArray, pos: IntArray) -> IntArray:
+    """Per GPU row walked, the row of the kernel it waits for (-1: none): a ``Stream Wait Event``
+    earlier in the walk names the next kernel launched on the waiting stream and the kernel before
+    the matching ``cudaEventRecord``; the latest such naming before the kernel holds."""
+    out = np.full(len(kernel), -1, dtype=np.int64)
+    name = names["Stream Wait Event"]
+    if name < 0 or not sync_row.any():
+        return out
+    named: dict[int, list[tuple[int, int]]] = {}  # waiting kernel -> (walk place, recorded kernel)
+    swe = np.flatnonzero(sync_row & (rows.name[ordered] == name))
+    for place, p, runtime in zip(swe.tolist(), ordered[swe].tolist(), rows.ic[ordered[swe]].tolist()):
         record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
-        recorded_kernel = launches.previous.get(record, -1) if record is not None else -1
-        if recorded_kernel < 0:
-            return
-        if name == names["Stream Wait Event"]:
-            waiting_kernel = launches.waits_next.get(runtime, -1)
-            if waiting_kernel >= 0:
-                state.kernel_sync[waiting_kernel] = recorded_kernel
+        recorded = launches.previous.get(record, -1) if record is not None else -1
+        waiting = launches.waits_next.get(runtime, -1)
+        if recorded >= 0 and waiting >= 0:
+            named.setdefault(waiting, []).append((place, recorded))
+    if named:
+        hits = np.flatnonzero(int_isin(pos, np.fromiter(named, dtype=np.int64, count=len(named))))
+        for k, place, p in zip(hits.tolist(), kernel[hits].tolist(), pos[hits].tolist()):
+            before = [recorded for at, recorded in named[p] if at < place]
+            if before:
+                out[k] = before[-1]
+    return out
+
+
+def _sync_rows(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], ordered: IntArray,
+               places: IntArray, kernel: IntArray, stream: IntArray, end: IntArray,
+               hta: bool) -> list[tuple[Any, ...]]:
+    """The edges of the walk's ``cuda_sync`` rows (at walk ``places``), as :func:`_walk_edges`'
+    parts: an Event Sync joins the recorded kernel to the waiting call's end; a Stream Sync the
+    stream's last kernel walked before it; a Context Sync every stream's (in the order the walk
+    first met each stream). A Stream Wait Event adds none of its own (:func:`_waits`)."""
+    sources, targets, at, sub = [], [], [], []
+    first_met = dict.fromkeys(stream.tolist())  # the streams in the order the walk met them
+    key = np.lexsort((kernel, stream))
+    kernel_by, stream_by, end_by = kernel[key], stream[key], end[key]
+    for place, p in zip(places.tolist(), ordered[places].tolist()):
+        name = int(rows.name[p])
+        runtime = int(rows.ic[p])
+        target = graph.node(runtime, False)
+        if name == names["Stream Wait Event"] or target < 0:
+            continue
+        if name == names["Event Sync"]:
+            record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
+            recorded = launches.previous.get(record, -1) if record is not None else -1
+            source = graph.node(recorded, False) if recorded >= 0 else -1
+            found = [source] if source >= 0 else []
         else:
-            source = graph.node(recorded_kernel, False)
-            if source >= 0 and target >= 0:
-                graph.add(source, target, SYNC, timed=not hta)
-        return
-    if target < 0:
-        return
-    sources = list(state.last.values()) if name == names["Context Sync"] else [state.last.get(stream, -1)]
-    for node in sources:
-        if node >= 0:
-            graph.add(node, target, SYNC, timed=not hta)
-
-
-def _kernel_edges(graph: Graph, state: _Streams, p: int, stream: int, start_node: int, end_node: int, launch_start: int,
-                  launch_ts: float, stream_was_empty: bool) -> None:
-    """A GPU row: its own edge; a sync edge from the kernel it waits for; then a launch edge from
-    its launch's start (``launch_start``, at ``launch_ts``) when the stream was empty at the launch
-    (``stream_was_empty``: one row launched, none queued behind it; a graph's replay: its first
-    row, the rest of the graph behind it) and the launch has a node, else a gap edge from the
-    stream's previous kernel."""
-    node_ts = graph.node_ts
-    graph.add(start_node, end_node, OPERATOR, event=p)
-    waited_end = -1  # the end node of the kernel this one waits for (cudaStreamWaitEvent)
-    waits_for = state.kernel_sync.pop(p, None)
-    if waits_for is not None:
-        waited_end = graph.node(waits_for, False)
-        if waited_end >= 0:
-            graph.add(waited_end, start_node, SYNC)
-    waits_for_kernel = waited_end >= 0
-    previous = state.last.get(stream, -1)
-    previous_done_before_launch = previous < 0 or node_ts[previous] < launch_ts
-    wait_done_before_launch = not waits_for_kernel or node_ts[waited_end] < launch_ts
-    if stream_was_empty and previous_done_before_launch and wait_done_before_launch:
-        if launch_start >= 0:
-            graph.add(launch_start, start_node, LAUNCH)
-    elif previous >= 0:
-        short_gap = node_ts[start_node] - node_ts[previous] < KERNEL_GAP_LIMIT_US  # longer: an unseen dependency
-        wait_done_before_previous = not waits_for_kernel or node_ts[waited_end] < node_ts[previous]
-        if short_gap and wait_done_before_previous:
-            graph.add(previous, start_node, KERNEL_GAP, event=graph.node_pos[previous])
-    state.last[stream] = end_node
+            on = list(first_met) if name == names["Context Sync"] else [int(rows.stream[p])]
+            found = []
+            for s in on:  # the stream's last kernel walked before this row
+                lo, hi = np.searchsorted(stream_by, s, side="left"), np.searchsorted(stream_by, s, side="right")
+                k = lo + int(np.searchsorted(kernel_by[lo:hi], place)) - 1
+                if k >= lo:
+                    found.append(int(end_by[k]))
+        for n, source in enumerate(found):
+            sources.append(source)
+            targets.append(target)
+            at.append(place)
+            sub.append(n)
+    count = len(sources)
+    return [(np.asarray(at, dtype=np.int64), np.asarray(sub, dtype=np.int64), np.asarray(sources, dtype=np.int64),
+             np.asarray(targets, dtype=np.int64), CODE[SYNC], np.full(count, NO_EVENT, dtype=np.int64), not hta)]
 
 
 def _synchronous_edges(graph: Graph, synchronous: tuple[IntArray, IntArray], notes: list[str]) -> None:
