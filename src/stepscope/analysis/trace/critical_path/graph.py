@@ -6,6 +6,8 @@ keeps one edge per node pair as networkx does (the last one added, in the place 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from stepscope.analysis.trace.critical_path.model import CODE, DEPENDENCY, NODE_CATS, SYNC, IntArray
@@ -30,10 +32,7 @@ class Graph:
         self.pos = pos  # the event position (of the kept rows) of each node
         self.start = start  # whether the node is its event's start
         self.begin = begin  # the start of each node's event
-        # the Python lists of the same, for the loops that remain
-        self.node_ts: list[float] = ts.tolist()
-        self.node_pos: list[int] = pos.tolist()
-        self.node_start: list[bool] = start.tolist()
+        self._node_ts: list[float] | None = None  # ts as a list, once a loop reads it (node_ts)
         # the rows with nodes, sorted, and each one's start and end node (a window's worth, not
         # a column over the whole trace's rows)
         nodes = np.arange(len(pos), dtype=np.int64)
@@ -48,7 +47,22 @@ class Graph:
         self._n = 0  # edges added
 
     def __len__(self) -> int:
-        return len(self.node_ts)
+        return len(self.ts)
+
+    # the Python lists of the columns, for the loops that remain (one edge at a time): made on first use
+    @property
+    def node_ts(self) -> list[float]:
+        if self._node_ts is None:
+            self._node_ts = self.ts.tolist()
+        return self._node_ts
+
+    @functools.cached_property
+    def node_pos(self) -> list[int]:
+        return self.pos.tolist()  # type: ignore[no-any-return]
+
+    @functools.cached_property
+    def node_start(self) -> list[bool]:
+        return self.start.tolist()  # type: ignore[no-any-return]
 
     def start_of(self, pos: IntArray) -> IntArray:
         """The start node of each row, -1 for a row without nodes."""
@@ -77,12 +91,14 @@ class Graph:
 
     def set_ts(self, node: int, ts: float) -> None:
         self.ts[node] = ts
-        self.node_ts[node] = ts
+        if self._node_ts is not None:
+            self._node_ts[node] = ts
 
     def set_ts_many(self, nodes: IntArray, ts: FloatArray) -> None:
         self.ts[nodes] = ts
-        for node, value in zip(nodes.tolist(), ts.tolist()):
-            self.node_ts[node] = value
+        if self._node_ts is not None:
+            for node, value in zip(nodes.tolist(), ts.tolist()):
+                self._node_ts[node] = value
 
     def add(self, u: int, v: int, kind: str, zero: bool = False, event: int = NO_EVENT, timed: bool = False) -> int:
         """One edge; returns its number. ``timed``: a sync edge weighs the time from the device
@@ -144,13 +160,13 @@ class Graph:
     def keys(self) -> IntArray:
         """Each edge's node pair as one number."""
         u, v = self.columns()[:2]
-        return u * len(self.node_ts) + v
+        return u * len(self.ts) + v
 
     def finish(self) -> None:
         """One edge per node pair, as networkx keeps them: the last one added, in the place of the
         first. Sets the columns ``u``, ``v``, ``kind``, ``weight``, ``event``."""
         u, v, kind, weight, event = self.columns()
-        keys = u * len(self.node_ts) + v
+        keys = u * len(self.ts) + v
         unique, first = np.unique(keys, return_index=True)
         if len(unique) < len(keys):
             last = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]  # same order of keys
