@@ -76,19 +76,21 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
     # counts what the device did meanwhile, part by part
     at, part_at, bound_at, us = [], [], [], []
     plain = (bound > 0) & (kind != CODE[WAIT])
-    for i in np.flatnonzero((kind == CODE[WAIT]) | (kind == CODE[SYNC])).tolist():
-        is_wait = kind[i] == CODE[WAIT]
-        if is_wait and weights[i] > 0:
+    named: list[tuple[int, str]] = []  # (path edge, what it waited on)
+    for i in np.flatnonzero(kind == CODE[WAIT]).tolist():
+        if weights[i] > 0:
             parts = split[i] = rows.device_during(ts[i], ts[i + 1])
             for k, (part, part_us) in enumerate(parts):
                 at.append(i)
                 part_at.append(k)
                 bound_at.append(_BOUND[part])
                 us.append(part_us)
-        elif is_wait and bound[i] > 0:  # a wait of no time: HTA's rule, its own weight
+        elif bound[i] > 0:  # a wait of no time: HTA's rule, its own weight
             plain[i] = True
-        if not is_wait or weights[i] >= WAIT_WORTH_NAMING_US:
-            waited.append(sync_text(rows, KINDS[kind[i]], int(node_pos[i]), int(node_pos[i + 1])))
+        if weights[i] >= WAIT_WORTH_NAMING_US:
+            named.append((i, sync_text(rows, WAIT, int(node_pos[i]), int(node_pos[i + 1]))))
+    named.extend(_sync_texts(rows, np.flatnonzero(kind == CODE[SYNC]), node_pos))
+    waited.extend(dict.fromkeys(text for _, text in sorted(named)))  # each once, where the path first met it
     counted = np.flatnonzero(plain)
     value = weight[counted] if hta else np.maximum(weight[counted], 0.0)  # HTA sums the edge's own weight
     edge = np.concatenate([counted, np.asarray(at, dtype=np.int64)])
@@ -119,6 +121,18 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
                                dst_rows.tolist(), starts[:-1], starts[1:], event_rows.tolist(),
                                np.asarray(BOUNDS, dtype=object)[bound].tolist(), parts_of, ts[:-1], ts[1:])))
     return edges, columns, totals, waited
+
+
+def _sync_texts(rows: Rows, syncs: IntArray, node_pos: IntArray) -> list[tuple[int, str]]:
+    """What the path's sync edges (``syncs``: path edge numbers) waited on: one text per distinct
+    (waited stream, waiter) at the first edge that names it (a step's path may cross thousands of
+    syncs of a few kinds)."""
+    if not len(syncs):
+        return []
+    src, dst = node_pos[syncs], node_pos[syncs + 1]
+    waiter = np.where(rows.stream[dst] >= 0, rows.stream[dst], -2 - rows.name[dst].astype(np.int64))
+    _, first = np.unique(np.stack([rows.stream[src].astype(np.int64), waiter]), axis=1, return_index=True)
+    return [(int(syncs[k]), sync_text(rows, SYNC, int(src[k]), int(dst[k]))) for k in np.sort(first).tolist()]
 
 
 def sync_text(rows: Rows, kind: str, src: int, dst: int) -> str:
