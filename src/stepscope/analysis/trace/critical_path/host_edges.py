@@ -123,7 +123,9 @@ def _nesting(ts: np.ndarray, end: np.ndarray) -> tuple[IntArray, IntArray, IntAr
     m = len(ts)
     index = np.arange(m, dtype=np.int64)
     depth = index - np.searchsorted(np.sort(end), ts, side="right")
-    by_depth = np.argsort(depth.astype(np.int32), kind="stable")  # by depth, then by index
+    # by depth, then by index (a stable sort of 16-bit keys is a radix sort: the usual case)
+    small = m > 0 and -(2 ** 15) <= depth.min() and depth.max() < 2 ** 15
+    by_depth = np.argsort(depth.astype(np.int16 if small else np.int32), kind="stable")
     key = (depth * m + index)[by_depth]  # ascending
     j = np.searchsorted(key, key - m) - 1  # the latest member one level up (sorted needles: fast)
     nested = depth[by_depth] > 0
