@@ -25,8 +25,8 @@ reads (``tests/unit/test_layers.py`` and ``tests/unit/report/test_view_purity.py
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np

@@ -284,8 +284,8 @@ class PathSpans:
     """One step's path stretches as columns (``strings``, and per stretch the index of its name,
     process and thread in them; its bound code; its times; its stream): :class:`PathSpan` rows are
     made only when iterated. The HTML page and the Perfetto overlay draw them; the text and JSON
-    outputs do not, and a long step's path holds ~80,000 of them (MTIA's: ~0.05 s of rows, and as
-    much again for the view's)."""
+    outputs do not, and a long step's path holds ~80,000 of them (MTIA's: ~0.05 s of rows, and
+    ~0.15 s more for the view's)."""
 
     __slots__ = ("strings", "name", "bound", "ts_us", "end_us", "pid", "tid", "stream")
     #: the bound kind of each code of ``bound``
