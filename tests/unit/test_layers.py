@@ -32,7 +32,8 @@ from view_rules import LIBRARY_ONLY, PASSED_THROUGH, PLAIN_RECORDS, VIEWS
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "stepscope"
 
 #: The leaves every layer may use (each imports only other leaves).
-COMMON = {"errors", "units", "_version", "text", "limits", "redact", "safe_write", "heap", "children", "executors"}
+COMMON = {"errors", "units", "_version", "text", "limits", "redact", "safe_write", "heap", "children", "executors",
+          "lazy_rows"}
 #: Every other package and top-level module of stepscope -> the layers it may import (besides
 #: itself and the leaves). ``report.render`` (the renderers) is a layer of its own, checked more
 #: narrowly by :func:`renderer_violations`; ``__init__`` is the package's own ``stepscope/__init__.py``.

@@ -25,15 +25,15 @@ reads (``tests/unit/test_layers.py`` and ``tests/unit/report/test_view_purity.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from stepscope.analysis.bundle import RunEvidence
 from stepscope.diagnosis.engine import Diagnosis, risk_of
 from stepscope.diagnosis.findings import Finding
+from stepscope.lazy_rows import LazyRows
 from stepscope.record.phases import PHASES as RECORD_PHASES
 
 if TYPE_CHECKING:  # trace types only annotate: a run without a trace never imports the trace analysis
@@ -100,58 +100,27 @@ class PathStretch:
     stream: int  # -1: on the CPU
 
 
-class PathStretches(Sequence[PathStretch]):
+class PathStretches(LazyRows[PathStretch]):
     """The drawn step's path stretches as columns, made into :class:`PathStretch` rows on first
     read: the HTML page and the Perfetto overlay read them, the text and JSON outputs never do (a
     long step's path holds ~80,000: MTIA's took 0.15 s to make into rows). ``strings`` holds the
     names, processes and threads, ``kinds`` / ``labels`` the bound kinds and their labels; the
     int columns index them, one value per stretch."""
 
-    __slots__ = ("_columns", "_rows")
+    __slots__ = ()
 
     def __init__(self, strings: tuple[str, ...], name: np.ndarray, kinds: tuple[str, ...], labels: tuple[str, ...],
                  kind: np.ndarray, ts_us: np.ndarray, end_us: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  stream: np.ndarray) -> None:
-        self._columns = (strings, name, kinds, labels, kind, ts_us, end_us, pid, tid, stream)
-        self._rows: tuple[PathStretch, ...] | None = None
+        super().__init__(len(name), strings, name, kinds, labels, kind, ts_us, end_us, pid, tid, stream)
 
-    def rows(self) -> tuple[PathStretch, ...]:
-        if self._rows is None:
-            strings, name, kinds, labels, kind, ts_us, end_us, pid, tid, stream = self._columns
-            text, codes = strings.__getitem__, kind.tolist()
-            self._rows = tuple(map(PathStretch, map(text, name.tolist()), map(kinds.__getitem__, codes),
-                                   map(labels.__getitem__, codes), ts_us.tolist(), end_us.tolist(),
-                                   map(text, pid.tolist()), map(text, tid.tolist()), stream.tolist()))
-        return self._rows
-
-    def __len__(self) -> int:
-        return len(self._columns[1])
-
-    @overload
-    def __getitem__(self, index: int) -> PathStretch: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> tuple[PathStretch, ...]: ...
-
-    def __getitem__(self, index: int | slice) -> PathStretch | tuple[PathStretch, ...]:
-        return self.rows()[index]
-
-    def __iter__(self) -> Iterator[PathStretch]:
-        return iter(self.rows())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PathStretches):
-            return self.rows() == other.rows()
-        return isinstance(other, tuple) and self.rows() == other
-
-    def __hash__(self) -> int:
-        return hash(self.rows())
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self._columns
-
-    def __setstate__(self, columns: tuple[Any, ...]) -> None:
-        self._columns, self._rows = columns, None
+    def make(self, strings: tuple[str, ...], name: np.ndarray, kinds: tuple[str, ...], labels: tuple[str, ...],
+             kind: np.ndarray, ts_us: np.ndarray, end_us: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+             stream: np.ndarray) -> tuple[PathStretch, ...]:
+        text, codes = strings.__getitem__, kind.tolist()
+        return tuple(map(PathStretch, map(text, name.tolist()), map(kinds.__getitem__, codes),
+                         map(labels.__getitem__, codes), ts_us.tolist(), end_us.tolist(),
+                         map(text, pid.tolist()), map(text, tid.tolist()), stream.tolist()))
 
 
 @dataclass(frozen=True)

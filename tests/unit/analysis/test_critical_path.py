@@ -229,3 +229,20 @@ def test_every_step_or_the_median_one():
     every = cp.path_summary(events, steps=0)
     assert every is not None and [s.label for s in every.steps] == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     assert every.length_us == 50 + 250 + 150
+
+
+def test_a_path_s_edges_are_rows_only_when_read_and_pickle_as_columns():
+    """``critical_path`` keeps the path's edges as columns (a long step's path holds ~95,000): they
+    become the same rows as the columns say when read, and a pickled path carries the columns."""
+    import pickle
+
+    from stepscope.analysis.trace.critical_path.model import KINDS, PathEdges
+
+    found = cp.critical_path(load_trace(VENDORED / TRACES["cuda_event_sync"]).events)
+    assert found is not None and isinstance(found.path, PathEdges) and found.path._rows is None
+    columns = found.path_columns()
+    assert len(found.path) == len(columns.kind) > 3 and found.path._rows is None
+    again = pickle.loads(pickle.dumps(found))
+    assert again.path._rows is None and again == found and again.path == tuple(found.path)
+    assert [edge.kind for edge in found.path] == [KINDS[k] for k in columns.kind.tolist()]
+    assert [edge.src for edge in found.path] == columns.src.tolist() and found.path[-1].dst_us == columns.dst_us[-1]

@@ -100,6 +100,6 @@ def analyse(rows: Rows, rank: int, label: str, start: float, end: float, hta: bo
         kept = tuple(zip(np.asarray(KINDS, dtype=object)[graph.kind].tolist(), graph.weight.tolist(),
                          index[graph.pos[graph.u]].tolist(), graph.start[graph.u].tolist(),
                          index[graph.pos[graph.v]].tolist(), graph.start[graph.v].tolist()))
-    return CriticalPath(rank, label, start, end, int(touched.sum()), len(graph.u), edge_types, length, tuple(path),
+    return CriticalPath(rank, label, start, end, int(touched.sum()), len(graph.u), edge_types, length, path,
                         bound_us, tuple(dict.fromkeys(waited)), mode, tuple(dict.fromkeys(notes)), graph=kept,
                         columns=columns)

@@ -3,7 +3,7 @@ on, and the path's edges as rows."""
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ from stepscope.analysis.trace.critical_path.graph import Graph
 from stepscope.analysis.trace.critical_path.model import BETWEEN_OPS, BOUND_CODE as _BOUND, BOUNDS, CODE, COMM, CPU, DATA_LOADING
 from stepscope.analysis.trace.critical_path.model import (DEPENDENCY, GAP, GPU_COMPUTE, GPU_MEMORY, KERNEL_GAP, KINDS, LAUNCH, LAUNCH_OVERHEAD,
                                                           OPERATOR, SYNC, SYNC_WAIT, WAIT, WAIT_WORTH_NAMING_US, IntArray,
-                                                          PathColumns, PathEdge)
+                                                          PathColumns, PathEdge, PathEdges)
 from stepscope.analysis.trace.critical_path.rows import Rows
 from stepscope.traces.links import COMMUNICATION, MEMORY
 
@@ -60,16 +60,16 @@ def bounds_of(rows: Rows, kind: IntArray, weight: np.ndarray, attributed: IntArr
 
 
 def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attributed: IntArray, bound: IntArray,
-               hta: bool, as_rows: bool = True) -> tuple[list[PathEdge], PathColumns, dict[str, float], list[str]]:
-    """The path's edges as :class:`PathEdge` rows (``as_rows``; always as columns), the path time
-    per bound kind (summed in path order) and what the path waited on."""
+               hta: bool, as_rows: bool = True) -> tuple[Sequence[PathEdge], PathColumns, dict[str, float], list[str]]:
+    """The path's edges as :class:`PathEdge` rows (``as_rows``: :class:`PathEdges`, made on first
+    read; always as columns), the path time per bound kind (summed in path order) and what the
+    path waited on."""
     if not len(path):
-        return [], PathColumns.of(()), {}, []
+        return (), PathColumns.of(()), {}, []
     kind, weight = graph.kind[path], graph.weight[path]
     node = np.asarray(nodes, dtype=np.int64)
-    ts = graph.ts[node].tolist()
+    node_us = graph.ts[node]
     node_pos = graph.pos[node]
-    weights = weight.tolist()
     split: dict[int, tuple[tuple[str, float], ...]] = {}  # a blocking call's wait, by what the device did
     waited: list[str] = []
     # per bound kind, the path time in path order: (edge, part, kind, µs); a blocking call's wait
@@ -77,9 +77,10 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
     at, part_at, bound_at, us = [], [], [], []
     plain = (bound > 0) & (kind != CODE[WAIT])
     named: list[tuple[int, str]] = []  # (path edge, what it waited on)
-    for i in np.flatnonzero(kind == CODE[WAIT]).tolist():
-        if weights[i] > 0:
-            parts = split[i] = rows.device_during(ts[i], ts[i + 1])
+    waits = np.flatnonzero(kind == CODE[WAIT])
+    for i, weight_us in zip(waits.tolist(), weight[waits].tolist()):
+        if weight_us > 0:
+            parts = split[i] = rows.device_during(float(node_us[i]), float(node_us[i + 1]))
             for k, (part, part_us) in enumerate(parts):
                 at.append(i)
                 part_at.append(k)
@@ -87,7 +88,7 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
                 us.append(part_us)
         elif bound[i] > 0:  # a wait of no time: HTA's rule, its own weight
             plain[i] = True
-        if weights[i] >= WAIT_WORTH_NAMING_US:
+        if weight_us >= WAIT_WORTH_NAMING_US:
             named.append((i, sync_text(rows, WAIT, int(node_pos[i]), int(node_pos[i + 1]))))
     named.extend(_sync_texts(rows, np.flatnonzero(kind == CODE[SYNC]), node_pos))
     waited.extend(dict.fromkeys(text for _, text in sorted(named)))  # each once, where the path first met it
@@ -107,20 +108,11 @@ def path_edges(rows: Rows, graph: Graph, nodes: list[int], path: IntArray, attri
     index = rows.index
     event_rows = np.where(attributed >= 0, index[np.maximum(attributed, 0)], attributed).astype(np.int64)
     src_rows, dst_rows = index[node_pos[:-1]].astype(np.int64), index[node_pos[1:]].astype(np.int64)
-    node_us = graph.ts[node]
     columns = PathColumns(kind, weight, src_rows, dst_rows, event_rows, bound, node_us[:-1], node_us[1:],
                           {i: parts for i, parts in split.items() if parts})
     if not as_rows:
-        return [], columns, totals, waited
-    parts_of: list[tuple[tuple[str, float], ...]] = [()] * len(path)
-    for i, parts in split.items():
-        parts_of[i] = parts
-    starts = graph.start[node].tolist()
-    make = partial(tuple.__new__, PathEdge)
-    edges = list(map(make, zip(np.asarray(KINDS, dtype=object)[kind].tolist(), weights, src_rows.tolist(),
-                               dst_rows.tolist(), starts[:-1], starts[1:], event_rows.tolist(),
-                               np.asarray(BOUNDS, dtype=object)[bound].tolist(), parts_of, ts[:-1], ts[1:])))
-    return edges, columns, totals, waited
+        return (), columns, totals, waited
+    return PathEdges(columns, graph.start[node]), columns, totals, waited
 
 
 def _sync_texts(rows: Rows, syncs: IntArray, node_pos: IntArray) -> list[tuple[int, str]]:

@@ -4,11 +4,15 @@ recognises, where the default mode departs from HTA, and the result types."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from stepscope.lazy_rows import LazyRows
 
 IntArray = npt.NDArray[np.int64]
 
@@ -123,7 +127,7 @@ class PathColumns(NamedTuple):
     parts: dict[int, tuple[tuple[str, float], ...]]  # a blocking call's wait, split: by edge, where any
 
     @staticmethod
-    def of(edges: tuple[PathEdge, ...]) -> PathColumns:
+    def of(edges: Sequence[PathEdge]) -> PathColumns:
         """The columns of path rows (for a path built without them)."""
         def column(i: int, dtype: Any) -> Any:
             return np.array([edge[i] for edge in edges], dtype=dtype)
@@ -147,6 +151,29 @@ class PathColumns(NamedTuple):
         return PathColumns(joined(0), joined(1), joined(2), joined(3), joined(4), joined(5), joined(6), joined(7), waits)
 
 
+class PathEdges(LazyRows[PathEdge]):
+    """A path's edges as :class:`PathColumns` and each node's start flag, made into
+    :class:`PathEdge` rows on first read: a long step's path holds ~95,000 (MTIA's: ~50 ms of
+    rows, which the summary, reading the columns, never needs)."""
+
+    __slots__ = ()
+
+    def __init__(self, columns: PathColumns, starts: np.ndarray) -> None:
+        super().__init__(len(columns.kind), columns, starts)
+
+    def make(self, columns: PathColumns, starts: np.ndarray) -> tuple[PathEdge, ...]:
+        c = columns
+        parts: list[tuple[tuple[str, float], ...]] = [()] * len(c.kind)
+        for i, split in c.parts.items():
+            parts[i] = split
+        flags = starts.tolist()
+        return tuple(map(partial(tuple.__new__, PathEdge),
+                         zip(np.asarray(KINDS, dtype=object)[c.kind].tolist(), c.weight.tolist(), c.src.tolist(),
+                             c.dst.tolist(), flags[:-1], flags[1:], c.event.tolist(),
+                             np.asarray(BOUNDS, dtype=object)[c.bound].tolist(), parts, c.src_us.tolist(),
+                             c.dst_us.tolist())))
+
+
 @dataclass(frozen=True)
 class CriticalPath:
     """The longest path through one step's dependency graph (or the whole trace's): its edges, length and what
@@ -160,7 +187,7 @@ class CriticalPath:
     edges: int
     edge_types: dict[str, int]
     length_us: float
-    path: tuple[PathEdge, ...]
+    path: Sequence[PathEdge]  # a tuple, or PathEdges: rows made on first read
     bound_us: dict[str, float]
     syncs: tuple[str, ...]  # what the path waited on, e.g. "cudaStreamSynchronize waited for stream 7"
     mode: str  # "stepscope" or "hta"
