@@ -118,13 +118,14 @@ def _reuse_freed_memory(command: str | None) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code (``SystemExit`` from a user script passes through)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    command = args_list[0] if args_list else None
     try:
-        _reuse_freed_memory(args_list[0] if args_list else None)
+        _reuse_freed_memory(command)
     except StepscopeError as exc:
         say(f"stepscope: error: {exc}")
         return EXIT_USAGE
-    _no_huge_page_advice(args_list[0] if args_list else None)
-    parser = build_parser(args_list[0] if args_list and args_list[0] in COMMANDS else None)
+    _no_huge_page_advice(command)
+    parser = build_parser(command if command in COMMANDS else None)
     rest: list[str] = []
     if args_list and args_list[0] in COMMANDS:
         module = _command_module(COMMANDS[args_list[0]])

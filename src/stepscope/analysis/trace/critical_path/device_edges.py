@@ -54,7 +54,6 @@ def _walk_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, i
     kernel when under :data:`KERNEL_GAP_LIMIT_US` and the waited kernel ended before that one. A
     sync row adds its edges at its place (:func:`_sync_rows`); the stream's previous kernel, the
     last one the walk met, is found by sorting, not carried along."""
-    index = np.arange(len(ordered), dtype=np.int64)
     start_of, end_of = graph.start_of(ordered), graph.end_of(ordered)
     kernel = np.flatnonzero(~sync_row & (start_of >= 0) & (end_of >= 0))  # walk places of the GPU rows walked
     pos, start, end = ordered[kernel], start_of[kernel], end_of[kernel]
@@ -97,7 +96,7 @@ def _walk_edges(rows: Rows, graph: Graph, launches: Launches, names: dict[str, i
         (kernel[gap], 2, previous[gap], start[gap], CODE[KERNEL_GAP], graph.pos[previous[gap]], False),
     ]
     if sync_row.any():
-        parts.extend(_sync_rows(rows, graph, launches, names, ordered, index[sync_row], kernel, stream, end, hta))
+        parts.extend(_sync_rows(rows, graph, launches, names, ordered, np.flatnonzero(sync_row), kernel, stream, end, hta))
     place = np.concatenate([np.asarray(part[0], dtype=np.int64) for part in parts])
     order = np.lexsort((np.concatenate([np.broadcast_to(np.asarray(part[1], dtype=np.int64), len(part[0]))
                                         for part in parts]), place))
@@ -118,8 +117,7 @@ def _waits(rows: Rows, launches: Launches, names: dict[str, int], ordered: IntAr
     named: dict[int, list[tuple[int, int]]] = {}  # waiting kernel -> (walk place, recorded kernel)
     swe = np.flatnonzero(sync_row & (rows.name[ordered] == name))
     for place, p, runtime in zip(swe.tolist(), ordered[swe].tolist(), rows.ic[ordered[swe]].tolist()):
-        record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
-        recorded = launches.previous.get(record, -1) if record is not None else -1
+        recorded = _recorded_kernel(rows, launches, p)
         waiting = launches.waits_next.get(runtime, -1)
         if recorded >= 0 and waiting >= 0:
             named.setdefault(waiting, []).append((place, recorded))
@@ -130,6 +128,13 @@ def _waits(rows: Rows, launches: Launches, names: dict[str, int], ordered: IntAr
             if before:
                 out[k] = before[-1]
     return out
+
+
+def _recorded_kernel(rows: Rows, launches: Launches, p: int) -> int:
+    """The GPU row launched last before the ``cudaEventRecord`` a wait (sync row ``p``) names, -1
+    for none."""
+    record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
+    return launches.previous.get(record, -1) if record is not None else -1
 
 
 def _sync_rows(rows: Rows, graph: Graph, launches: Launches, names: dict[str, int], ordered: IntArray,
@@ -150,8 +155,7 @@ def _sync_rows(rows: Rows, graph: Graph, launches: Launches, names: dict[str, in
         if name == names["Stream Wait Event"] or target < 0:
             continue
         if name == names["Event Sync"]:
-            record = launches.corr_to_record.get(rows.wait_record.get(p, -2))
-            recorded = launches.previous.get(record, -1) if record is not None else -1
+            recorded = _recorded_kernel(rows, launches, p)
             source = graph.node(recorded, False) if recorded >= 0 else -1
             found = [source] if source >= 0 else []
         else:
