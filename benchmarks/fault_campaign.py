@@ -55,7 +55,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK_DIR = ROOT / "benchmarks" / "fault_hook"
@@ -148,6 +148,9 @@ class Campaign:
         self.instants = 0
         self.indexed: set[str] = set()
         self.baseline: dict[str, Any] = {}
+        #: What starts a run's process (``subprocess.Popen``'s signature; the tests fork it from a warm
+        #: interpreter).
+        self.popen: Callable[..., subprocess.Popen] = subprocess.Popen
 
     # -- running -------------------------------------------------------------------------------
     def env(self, token: str, progress: Path, **extra: str) -> dict[str, str]:
@@ -166,9 +169,9 @@ class Campaign:
         logs = self.work / f"log.{self.count}"
         command = [*STEPSCOPE, "run", "--trace", "--html", "-o", str(run_dir), *(["--force"] if force else []),
                    str(self.script), str(steps)]
-        process = subprocess.Popen(command, cwd=self.work, env=self.env(token, progress, **extra),
-                                   stdout=open(f"{logs}.out", "wb"), stderr=open(f"{logs}.err", "wb"),
-                                   start_new_session=True)
+        with open(f"{logs}.out", "wb") as out, open(f"{logs}.err", "wb") as err:
+            process = self.popen(command, cwd=self.work, env=self.env(token, progress, **extra), stdout=out,
+                                 stderr=err, start_new_session=True)
         process.logs = logs  # type: ignore[attr-defined]
         return process, progress, token
 
@@ -321,7 +324,7 @@ class Campaign:
               wrote_index: bool | None = None) -> Outcome:
         process.wait(timeout=300)
         result.run_dir = str(run_dir)
-        result.orphans = _orphans(token)
+        result.orphans = _orphans(token, process.pid)
         if result.orphans:
             result.problems.append(f"{result.orphans} process(es) of the run left after {ORPHAN_WAIT_S:g} s")
         result.outcome, detail = classify(run_dir)
@@ -377,7 +380,7 @@ class Campaign:
             code, _, err = self.finish(process)
         elif code == 2:
             return f"refused without a run to protect: {err.strip()[-200:]}"
-        if _orphans(token):
+        if _orphans(token, process.pid):
             return "left processes"
         kind, detail = classify(run_dir)
         if code != 0 or kind != "clean":
@@ -433,7 +436,10 @@ def _kill(process: subprocess.Popen, scope: str) -> bool:
     return process.returncode == -signal.SIGKILL
 
 
-def _token_pids(token: str) -> list[int]:
+def _run_pids(token: str, session: int) -> list[int]:
+    """The live processes of a run: those started with its token in their environment, and those
+    of its session (the run's process leads one: a process forked without an ``exec`` shows the
+    environment it was started with, which may not hold the token)."""
     found = []
     needle = f"FAULT_TOKEN={token}".encode()
     for entry in os.listdir("/proc"):
@@ -441,10 +447,14 @@ def _token_pids(token: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                if needle in handle.read():
-                    found.append(int(entry))
-        except OSError:
+                ours = needle in handle.read()
+            if not ours:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    ours = int(handle.read().rsplit(b")", 1)[1].split()[3]) == session
+        except (OSError, IndexError, ValueError):
             continue
+        if ours:
+            found.append(int(entry))
     return [pid for pid in found if not _zombie(pid)]
 
 
@@ -456,10 +466,10 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _orphans(token: str) -> int:
+def _orphans(token: str, session: int) -> int:
     """Processes of the run still alive ``ORPHAN_WAIT_S`` after it ended (then killed)."""
     deadline = time.monotonic() + ORPHAN_WAIT_S
-    while (left := _token_pids(token)) and time.monotonic() < deadline:
+    while (left := _run_pids(token, session)) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in left:
         try:

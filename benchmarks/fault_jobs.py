@@ -112,7 +112,7 @@ class JobCampaign:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         stderr = err_path.read_text(errors="replace")
-        result.orphans = fault_campaign._orphans(token)
+        result.orphans = fault_campaign._orphans(token, process.pid)
         if result.orphans:
             result.problems.append(f"{result.orphans} process(es) of the job left after {fault_campaign.ORPHAN_WAIT_S:g} s")
         frames = re.findall(r'File "[^"]*/stepscope/[^"]*"', stderr)

@@ -29,32 +29,36 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_cli(args: list[str], cwd: Path, *, entry: str = "module", timeout: float = 240,
-            env: dict[str, str] | None = None, cold: bool = False, **kwargs) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None, cold: bool = False, warm: bool = False,
+            **kwargs) -> subprocess.CompletedProcess:
     """Run ``stepscope ARGS`` (``python -m stepscope`` or the console script) in a subprocess: forked
-    from the warm interpreter (``zygote.py``) where it can stand for a cold start, else cold."""
+    from the warm interpreter (``zygote.py``) where it can stand for a cold start, else cold.
+    ``warm=True``: forked even where the script compiles or uses ``gc``, for a test whose checks do
+    not rest on what a cold start leaves behind (``zygote.run``'s ``start_measured``)."""
     if entry == "module":
-        return _run([sys.executable, "-m", "stepscope", *args], cwd, timeout, env, cold, kwargs)
+        return _run([sys.executable, "-m", "stepscope", *args], cwd, timeout, env, cold, kwargs, warm)
     return subprocess.run([str(CONSOLE_SCRIPT), *args], cwd=cwd, env=cli_env(env), capture_output=True,
                           text=True, timeout=timeout, **kwargs)
 
 
 def run_python(args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None,
-               cold: bool = False, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` in a subprocess, forked from the warm interpreter where it can be."""
-    return _run([sys.executable, *args], cwd, timeout, env, cold, kwargs)
+               cold: bool = False, warm: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` in a subprocess, forked from the warm interpreter where it can be
+    (``warm``: as for :func:`run_cli`)."""
+    return _run([sys.executable, *args], cwd, timeout, env, cold, kwargs, warm)
 
 
 def _run(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None, cold: bool,
-         kwargs: dict) -> subprocess.CompletedProcess:
-    return run_command(command, cwd, cli_env(env), timeout=timeout, cold=cold or bool(kwargs), **kwargs)
+         kwargs: dict, warm: bool = False) -> subprocess.CompletedProcess:
+    return run_command(command, cwd, cli_env(env), timeout=timeout, cold=cold or bool(kwargs), warm=warm, **kwargs)
 
 
 def run_command(command: list[str], cwd: Path | None, env: dict[str, str], *, timeout: float, cold: bool = False,
-                **kwargs) -> subprocess.CompletedProcess:
+                warm: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run(command, capture_output=True, text=True)`` for a ``python`` command: forked
     from a warm interpreter where one can stand for the cold start (``zygote.py``), else cold."""
     if not cold and not kwargs:
-        forked = zygote.run(command, Path(cwd or os.getcwd()), env, timeout)
+        forked = zygote.run(command, Path(cwd or os.getcwd()), env, timeout, start_measured=not warm)
         if forked is not None:
             return forked
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)

@@ -16,7 +16,8 @@ A request runs cold where a warm fork would not stand for a cold start (``run`` 
   it, stepscope's commands other than ``run``/``demo``/``tune-loader``): cold it starts faster;
 - what the start leaves behind is what the test measures: ``torch.compile``'s first call imports the
   compiler and stepscope times it, and the collector's pauses walk torch's objects in a cold process
-  (a script or zoo scenario that compiles or uses ``gc``);
+  (a script or zoo scenario that compiles or uses ``gc``), unless the test says its checks do not
+  rest on it (``warm=True``: dynamo's own reports of what it compiled, a loss, a named line);
 - options of the interpreter, or arguments other than a script or ``-m MODULE``;
 - the first request of each environment that differs in what the interpreter or torch read when
   they start (``PYTHON*``, ``OMP_*``, ``TORCH*``…): the second starts a server with it.
@@ -56,6 +57,7 @@ TORCH_WORDS = ("torch", "lightning", "transformers", "accelerate")
 TORCH_COMMANDS = ("run", "demo", "tune-loader", "try")
 #: What a process measures that a warm fork would change (see the module's docstring).
 _COLD_TEXT = re.compile(r"\bcompile\b|\bgc\b")
+_NOTHING = re.compile(r"(?!)")
 _MAX_SERVERS = 3
 
 
@@ -89,10 +91,14 @@ def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
 # --- the client (in the test process) ----------------------------------------------------------
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
+def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float,
+        *, start_measured: bool = True) -> subprocess.CompletedProcess | None:
     """``command`` (``python …``) forked from a warm interpreter, as ``subprocess.run(command,
-    capture_output=True, text=True)`` would return it; None where it must run cold."""
-    return _served(command, cwd, env, lambda server: server.run(command, cwd, env, timeout))
+    capture_output=True, text=True)`` would return it; None where it must run cold.
+    ``start_measured=False``: the test checks nothing that the compiler's first import or the
+    collector's walk of a cold start's objects changes, so a script that compiles or uses ``gc`` forks
+    too."""
+    return _served(command, cwd, env, lambda server: server.run(command, cwd, env, timeout), start_measured)
 
 
 def popen(command: list[str], cwd: Path, env: dict[str, str], **kwargs) -> subprocess.Popen | None:
@@ -110,8 +116,8 @@ _POPEN_KWARGS = {"stdin", "stdout", "stderr", "start_new_session", "process_grou
                  "encoding", "errors", "bufsize", "close_fds"}
 
 
-def _served(command: list[str], cwd: Path, env: dict[str, str], serve):
-    if os.environ.get("STEPSCOPE_TESTS_COLD") == "1" or not _warm_enough(command[1:], cwd):
+def _served(command: list[str], cwd: Path, env: dict[str, str], serve, start_measured: bool = True):
+    if os.environ.get("STEPSCOPE_TESTS_COLD") == "1" or not _warm_enough(command[1:], cwd, start_measured):
         return None
     with _LOCK:
         key = start_up_env(env)
@@ -131,8 +137,9 @@ def _served(command: list[str], cwd: Path, env: dict[str, str], serve):
             return None
 
 
-def _warm_enough(argv: list[str], cwd: Path) -> bool:
+def _warm_enough(argv: list[str], cwd: Path, start_measured: bool = True) -> bool:
     """Whether the process is to import torch and measures nothing a warm start changes."""
+    cold_text = _COLD_TEXT if start_measured else _NOTHING
     if not argv:
         return False
     if argv[0] == "-m":
@@ -144,7 +151,7 @@ def _warm_enough(argv: list[str], cwd: Path) -> bool:
         if not rest or rest[0] not in TORCH_COMMANDS:
             return False
         if rest[0] == "demo":
-            return not any(_COLD_TEXT.search(name.replace("-", " ")) for name in rest[1:2])
+            return not any(cold_text.search(name.replace("-", " ")) for name in rest[1:2])
     elif argv[0].startswith("-"):
         return False
     else:
@@ -154,7 +161,7 @@ def _warm_enough(argv: list[str], cwd: Path) -> bool:
         if argv[0] == "-m" and rest[0] == "tune-loader":
             return True
         module = rest[rest.index("-m") + 1] if argv[0] == "-m" and "-m" in rest[:-1] else None
-        if not module or _COLD_TEXT.search(module.replace("_", " ")):  # the scenario's name, as for a demo
+        if not module or cold_text.search(module.replace("_", " ")):  # the scenario's name, as for a demo
             return False
         script = _module_source(module)  # `stepscope run … -m MODULE`
         if script is None:
@@ -163,7 +170,7 @@ def _warm_enough(argv: list[str], cwd: Path) -> bool:
         text = (cwd / script).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return any(word in text for word in TORCH_WORDS) and not _COLD_TEXT.search(text)
+    return any(word in text for word in TORCH_WORDS) and not cold_text.search(text)
 
 
 def _module_source(module: str) -> str | None:

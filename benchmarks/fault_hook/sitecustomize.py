@@ -15,6 +15,10 @@ stepscope is changed: the hook wraps, at the call, what stepscope writes with.
   the training process only.
 - ``FAULT_LOG=FILE``: appends ``<monotonic s> <pid> <site> <begin|end>`` for each write (timelines).
 
+The settings are read from the environment at each write, and the write sites are patched when
+their modules are imported (or at once where they already were), so a process forked from an
+interpreter that loaded this hook at its own start behaves as one started with its environment.
+
 Sites: ``record`` (record.rank<R>.json.gz), ``checkpoint`` (record.rank<R>.partial.json.gz),
 ``samples`` (samples.rank<R>.jsonl.gz), ``report`` (report.json, report.rank<R>.json), ``html``
 (report.html), ``trace`` (the torch.profiler window's Chrome trace), ``index`` (the run index).
@@ -48,10 +52,14 @@ def _spec(name: str) -> tuple[str, str, int] | None:
     return site, what, int(nth or 1)
 
 
-INJECT = _spec("FAULT_INJECT")
-KILL = _spec("FAULT_KILL")
-SCOPE = os.environ.get("FAULT_KILL_SCOPE", "tree")
-LOG = os.environ.get("FAULT_LOG")
+def _inject() -> tuple[str, str, int] | None:
+    return _spec("FAULT_INJECT")
+
+
+def _kill() -> tuple[str, str, int] | None:
+    return _spec("FAULT_KILL")
+
+
 _counts: dict[str, int] = {}
 
 
@@ -67,9 +75,10 @@ def site_of(path: str) -> str | None:
 
 
 def log(site: str, event: str) -> None:
-    if LOG:
+    path = os.environ.get("FAULT_LOG")
+    if path:
         try:
-            with open(LOG, "a") as out:
+            with open(path, "a") as out:
                 out.write(f"{time.monotonic():.6f} {os.getpid()} {site} {event}\n")
         except OSError:
             pass
@@ -87,7 +96,7 @@ def kill_now() -> None:
     if getattr(main, "name", "") == "stepscope.capture.sampler":  # the sampler: its training process
         root = os.getppid()  # is its parent
     victims = [root]
-    if SCOPE == "tree":
+    if os.environ.get("FAULT_KILL_SCOPE", "tree") == "tree":
         try:
             import psutil
 
@@ -104,10 +113,17 @@ def kill_now() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _due(spec: tuple[str, str, int] | None, site: str, count: int) -> bool:
+def _due(spec: tuple[str, str, int] | None, site: str, count: int, every_after: bool = False) -> bool:
+    """Whether the ``count``-th write to ``site`` is the one ``spec`` names (``every_after``: or a later one)."""
     if spec is None or spec[0] != site:
         return False
-    return count >= spec[2] if spec is INJECT else count == spec[2]
+    return count >= spec[2] if every_after else count == spec[2]
+
+
+def _injected(site: str, count: int) -> tuple[str, str, int] | None:
+    """The injected error's spec where the ``count``-th write to ``site`` fails (it and every later one)."""
+    inject = _inject()
+    return inject if _due(inject, site, count, every_after=True) else None
 
 
 class FaultyFile:
@@ -119,15 +135,16 @@ class FaultyFile:
     def write(self, data) -> int:
         count = _counts[self._site] = _counts.get(self._site, 0) + 1
         log(self._site, "begin")
-        if _due(INJECT, self._site, count) or (_due(KILL, self._site, count) and KILL[1] == "mid"):
+        inject, kill = _injected(self._site, count), _kill()
+        if inject or (_due(kill, self._site, count) and kill[1] == "mid"):
             half = bytes(data)[: max(1, len(data) // 2)]
             self._handle.write(half)
             self._handle.flush()
-            if INJECT is not None and INJECT[0] == self._site:
-                raise _error(INJECT[1], self._path)
+            if inject:
+                raise _error(inject[1], self._path)
             kill_now()
         written = self._handle.write(data)
-        self._full = _due(KILL, self._site, count) and KILL[1] == "full"
+        self._full = _due(kill, self._site, count) and kill[1] == "full"
         log(self._site, "end")
         if self._full and self._site == "samples":  # a stream: killed once this write is whole
             self._handle.flush()
@@ -149,9 +166,7 @@ class FaultyFile:
         return getattr(self._handle, name)
 
 
-def _install_files() -> None:
-    import stepscope.safe_write as safe_write
-
+def _patch_safe_write(safe_write) -> None:
     original = safe_write.create_exclusive
 
     def create_exclusive(path, *args, **kwargs):
@@ -172,13 +187,14 @@ def _patch_profiler(module) -> None:
         count = _counts["trace"] = _counts.get("trace", 0) + 1
         log("trace", "begin")
         result = original(self, path)
-        if _due(INJECT, "trace", count) or (_due(KILL, "trace", count) and KILL[1] == "mid"):
+        inject, kill = _injected("trace", count), _kill()
+        if inject or (_due(kill, "trace", count) and kill[1] == "mid"):
             size = os.path.getsize(path)
             os.truncate(path, size // 2)  # the export stopped half-way
-            if INJECT is not None and INJECT[0] == "trace":
-                raise _error(INJECT[1], str(path))
+            if inject:
+                raise _error(inject[1], str(path))
             kill_now()
-        if _due(KILL, "trace", count):
+        if _due(kill, "trace", count):
             kill_now()
         log("trace", "end")
         return result
@@ -188,10 +204,11 @@ def _patch_profiler(module) -> None:
 
 
 class _AfterImport:
-    """Patches ``torch.profiler.profiler`` once it is imported (torch is never imported here)."""
+    """Patches each module of ``_PATCHES`` once it is imported (none is imported here)."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch.profiler.profiler":
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         import importlib.machinery
 
@@ -205,20 +222,14 @@ class _AfterImport:
 
                 def run(module, exec_module=exec_module):
                     exec_module(module)
-                    _patch_profiler(module)
+                    patch(module)
 
                 loader.exec_module = run
                 return spec
         return None
 
 
-def _install_sqlite() -> None:
-    import sqlite3
-
-    index = os.environ.get("STEPSCOPE_INDEX")
-    if not index:
-        return
-    target = os.path.realpath(index)
+def _patch_sqlite(sqlite3) -> None:
     messages = {"ENOSPC": "database or disk is full", "EIO": "disk I/O error"}
     original = sqlite3.connect
 
@@ -228,12 +239,13 @@ def _install_sqlite() -> None:
             if statement.startswith("INSERT OR REPLACE INTO RUNS"):
                 count = _counts["index"] = _counts.get("index", 0) + 1
                 log("index", "begin")
-                if _due(INJECT, "index", count):
-                    raise sqlite3.OperationalError(messages.get(INJECT[1], "disk I/O error"))
+                inject, kill = _injected("index", count), _kill()
+                if inject:
+                    raise sqlite3.OperationalError(messages.get(inject[1], "disk I/O error"))
                 result = super().execute(sql, *args)
-                if _due(KILL, "index", count) and KILL[1] == "mid":
+                if _due(kill, "index", count) and kill[1] == "mid":
                     kill_now()
-                self._fault_commit = _due(KILL, "index", count) and KILL[1] == "full"
+                self._fault_commit = _due(kill, "index", count) and kill[1] == "full"
                 return result
             result = super().execute(sql, *args)
             if statement.startswith("COMMIT"):
@@ -243,15 +255,20 @@ def _install_sqlite() -> None:
             return result
 
     def connect(database, *args, **kwargs):
-        if not kwargs.get("uri") and isinstance(database, (str, os.PathLike)) \
-                and os.path.realpath(database) == target and "factory" not in kwargs:
+        index = os.environ.get("STEPSCOPE_INDEX")
+        if index and not kwargs.get("uri") and isinstance(database, (str, os.PathLike)) \
+                and os.path.realpath(database) == os.path.realpath(index) and "factory" not in kwargs:
             kwargs["factory"] = FaultyConnection
         return original(database, *args, **kwargs)
 
     sqlite3.connect = connect
 
 
-if INJECT is not None or KILL is not None or LOG:
-    _install_files()
-    _install_sqlite()
-    sys.meta_path.insert(0, _AfterImport())
+#: The modules whose write sites are patched, and how.
+_PATCHES = {"torch.profiler.profiler": _patch_profiler, "stepscope.safe_write": _patch_safe_write,
+            "sqlite3": _patch_sqlite}
+
+for _name, _patch in _PATCHES.items():
+    if _name in sys.modules:
+        _patch(sys.modules[_name])
+sys.meta_path.insert(0, _AfterImport())

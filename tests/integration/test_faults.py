@@ -4,8 +4,9 @@ written sits under a final name, no process of the run is left, the run index is
 following run into the same directory works.
 
 The runs are real ``stepscope run`` processes (torch, two DataLoader workers, the sampler, a
-torch.profiler window, ``--html``); the faults come from ``benchmarks/fault_hook/sitecustomize.py``
-on their ``PYTHONPATH``."""
+torch.profiler window, ``--html``), forked from a warm interpreter (``support.popen``); the faults
+come from ``benchmarks/fault_hook/sitecustomize.py`` on their ``PYTHONPATH``, which that interpreter
+loaded at its start and which reads each run's settings from its environment."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import popen
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -57,6 +59,7 @@ def script_alone(tmp_path_factory):
 @pytest.fixture
 def campaign(tmp_path, script_alone):
     campaign = _campaign(tmp_path)
+    campaign.popen = popen
     # measure_script (measure_baseline's first part too) takes the session's one run of the script
     campaign.measure_script = lambda: campaign.baseline.update(script_alone())
     return campaign
