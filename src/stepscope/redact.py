@@ -38,9 +38,10 @@ a private machine where the exact command line matters more).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
+
+from stepscope.switches import switch
 
 MASK = "<redacted>"
 
@@ -68,8 +69,8 @@ _TOKEN_SHAPES = re.compile(
 
 
 def enabled() -> bool:
-    """Redaction is on unless ``STEPSCOPE_REDACT`` is ``0``/``false``/``no``/``off``."""
-    return os.environ.get("STEPSCOPE_REDACT", "1").strip().lower() not in ("0", "false", "no", "off")
+    """Redaction is on unless ``STEPSCOPE_REDACT`` is ``0``/``false``/``no``/``off`` (``stepscope.switches``)."""
+    return switch("STEPSCOPE_REDACT", True)
 
 
 def is_secret_name(name: str) -> bool:

@@ -33,7 +33,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "stepscope"
 
 #: The leaves every layer may use (each imports only other leaves).
 COMMON = {"errors", "units", "_version", "text", "limits", "redact", "safe_write", "heap", "children", "executors",
-          "lazy_rows"}
+          "lazy_rows", "switches"}
 #: Every other package and top-level module of stepscope -> the layers it may import (besides
 #: itself and the leaves). ``report.render`` (the renderers) is a layer of its own, checked more
 #: narrowly by :func:`renderer_violations`; ``__init__`` is the package's own ``stepscope/__init__.py``.

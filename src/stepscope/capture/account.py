@@ -52,6 +52,7 @@ from typing import Any
 from stepscope.capture.recorder import FASTREC, NEVER, PHASE_NAMES
 from stepscope.capture.warn import WarningSink
 from stepscope.record.run import PHASES, ThreadAccount, ThreadInfo
+from stepscope.switches import switch
 
 #: One step in this many is accounted once the run has :data:`EARLY_STEPS` steps...
 EVERY = 32
@@ -375,7 +376,7 @@ def _start_wait_sampler(probe: ThreadAccountProbe, recorder: Any, warnings: Warn
     core under the recorder, ``STEPSCOPE_WAIT_SAMPLER=0``, no ``/proc``: one warning then). A probe
     never closed (a session abandoned in the same process) loses the sampler to the new one."""
     global _WAIT_OWNER
-    if os.environ.get("STEPSCOPE_WAIT_SAMPLER") == "0" or FASTREC is None or not hasattr(FASTREC, "wait_sampler_start"):
+    if not switch("STEPSCOPE_WAIT_SAMPLER", True) or FASTREC is None or not hasattr(FASTREC, "wait_sampler_start"):
         return False
     if _WAIT_OWNER is not None:
         _WAIT_OWNER._waits_on = False

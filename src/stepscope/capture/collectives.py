@@ -37,7 +37,6 @@ of a native work object) and stay in forward/backward.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from typing import Any
 
 from stepscope.capture.patching import patch_attribute
 from stepscope.capture.recorder import COMMUNICATION, StepRecorder
+from stepscope.switches import switch
 
 _now = time.perf_counter_ns
 
@@ -226,8 +226,8 @@ class CollectiveHooks:
         if not dist.is_available():
             return
         self._install_python(dist)
-        if os.environ.get("STEPSCOPE_DDP_HOOK", "1") == "0":  # opt-out: DDP keeps its C++ reduction
-            self.warn.once("ddp-hook-off", "STEPSCOPE_DDP_HOOK=0: DDP's gradient all-reduce is not timed "
+        if not switch("STEPSCOPE_DDP_HOOK", True):  # opt-out: DDP keeps its C++ reduction
+            self.warn.once("ddp-hook-off", "STEPSCOPE_DDP_HOOK is off: DDP's gradient all-reduce is not timed "
                            "(counted as backward)")
         else:
             self._install_ddp_safely(torch)

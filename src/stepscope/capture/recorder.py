@@ -49,7 +49,6 @@ Calls from another thread than the one that created the recorder are ignored and
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 from pathlib import Path
@@ -60,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stepscope.record.run import StepTable
+from stepscope.switches import switch
 
 OTHER, DATA_WAIT, FORWARD, BACKWARD, OPTIMIZER, COMMUNICATION, COMPILE = range(7)
 PHASE_NAMES = ("other", "data_wait", "forward", "backward", "optimizer", "communication", "compile")
@@ -616,7 +616,7 @@ class PyStepRecorder(_RecorderAPI, _PyCore):
 
 def _c_core() -> tuple[Any, str | None]:
     """The C extension (``_fastrec``), or None and why it is not used."""
-    if os.environ.get("STEPSCOPE_PURE_PYTHON"):
+    if switch("STEPSCOPE_PURE_PYTHON", False):
         return None, "STEPSCOPE_PURE_PYTHON is set"
     try:
         from stepscope.capture import _fastrec

@@ -45,6 +45,7 @@ from stepscope.record import layout
 from stepscope.record.store import save_record
 from stepscope.record.run import (CaptureFacts, CpuPeak, LoaderInfo, OpCost, RunMeta, RunRecord, SkippedSamples,
                                   ThreadAccount, WorkerBatches)
+from stepscope.switches import switch
 
 
 #: Steps between checks whether the script has started using CUDA (then device timing begins).
@@ -133,7 +134,7 @@ class CaptureSession:
         self.stopped_at_max_steps = False
         self.hooks = TorchHooks(self.recorder, self.warnings, roles_file=layout.roles_path(self.run_dir, self.rank),
                                 overrides=self.overrides,
-                                batches_file=None if os.environ.get("STEPSCOPE_WORKER_BATCHES") == "0"
+                                batches_file=None if not switch("STEPSCOPE_WORKER_BATCHES", True)
                                 else layout.worker_batches_path(self.run_dir, self.rank))
         if max_steps is not None:
             self._bound_steps(max_steps)
@@ -148,7 +149,7 @@ class CaptureSession:
         self.gc_pauses = GcPauseRecorder(self.recorder) if stacks_hz else None
         # the training thread's on-CPU / waiting / blocked time per phase, on sampled steps
         self.account: ThreadAccountProbe | None = None
-        if os.environ.get("STEPSCOPE_THREAD_ACCOUNT", "1") != "0":
+        if switch("STEPSCOPE_THREAD_ACCOUNT", True):
             self.account = ThreadAccountProbe(self.recorder, self.warnings)
             if not self.account.enabled:
                 self.account = None

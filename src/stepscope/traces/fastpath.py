@@ -13,7 +13,6 @@ Python loop iteration that appends a dozen values, and clean batches are the nor
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from stepscope.switches import switch
 from stepscope.traces import typed
 
 FAR_TS_US = 1e17
@@ -428,7 +428,7 @@ def typed_memory_columns(events: list[Any], scalar: Callable[[Any], int]) -> dic
 def _c_columns() -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The C column reader and the typed events' field descriptors, or (None, {}, {}) when it is not
     built, was built from other source, or STEPSCOPE_PURE_PYTHON is set."""
-    if os.environ.get("STEPSCOPE_PURE_PYTHON") or not typed.AVAILABLE:
+    if switch("STEPSCOPE_PURE_PYTHON", False) or not typed.AVAILABLE:
         return None, {}, {}
     try:
         from stepscope.traces import _columns

@@ -176,3 +176,28 @@ def test_wrappers_keep_the_torch_function_names(name):
     finally:
         hooks.uninstall()
     assert getattr(torch.distributed, name) is original
+
+
+@pytest.mark.parametrize(("setting", "hooked"), [(None, True), ("1", True), ("0", False), ("off", False)])
+def test_ddp_s_reduction_is_left_alone_when_the_hook_is_switched_off(monkeypatch, setting, hooked):
+    torch = pytest.importorskip("torch")
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from stepscope.capture.collectives import CollectiveHooks
+    from stepscope.capture.warn import WarningSink
+
+    if setting is None:
+        monkeypatch.delenv("STEPSCOPE_DDP_HOOK", raising=False)
+    else:
+        monkeypatch.setenv("STEPSCOPE_DDP_HOOK", setting)
+    warnings = WarningSink(emit=False)
+    hooks = CollectiveHooks(StepRecorder(), warnings)
+    original = DDP.forward
+    hooks.install(torch)
+    try:
+        assert (DDP.forward is not original) is hooked
+        said = [text for text in warnings.messages if "STEPSCOPE_DDP_HOOK is off" in text]
+        assert len(said) == (0 if hooked else 1), warnings.messages
+    finally:
+        hooks.uninstall()
+    assert DDP.forward is original

@@ -3,7 +3,6 @@ give the same rows, counters and errors; the C core is the one a source install 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from fakes.clock import FakeClock
 from stepscope.capture import recorder
+from stepscope.switches import switch
 from stepscope.capture.recorder import (BACKWARD, COMMUNICATION, COMPILE, DATA_WAIT, FORWARD, OPTIMIZER, OTHER,
                                         PyStepRecorder)
 
@@ -166,7 +166,7 @@ def test_the_native_clock_is_perf_counter_ns():
 
 
 def test_a_source_checkout_runs_the_c_core():
-    if os.environ.get("STEPSCOPE_PURE_PYTHON"):
+    if switch("STEPSCOPE_PURE_PYTHON", False):
         pytest.skip("STEPSCOPE_PURE_PYTHON is set")
     assert recorder.CORE == "c", recorder.PYTHON_CORE_REASON
 
