@@ -324,9 +324,11 @@ class Campaign:
               wrote_index: bool | None = None) -> Outcome:
         process.wait(timeout=300)
         result.run_dir = str(run_dir)
-        result.orphans = _orphans(token, process.pid)
-        if result.orphans:
-            result.problems.append(f"{result.orphans} process(es) of the run left after {ORPHAN_WAIT_S:g} s")
+        left = _orphans(token, process.pid)
+        result.orphans = len(left)
+        if left:
+            result.problems.append(f"{len(left)} process(es) of the run left after {ORPHAN_WAIT_S:g} s: "
+                                   + "; ".join(left[:3]))
         result.outcome, detail = classify(run_dir)
         result.detail = result.detail or detail
         if result.outcome == "broken":
@@ -466,17 +468,27 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def _orphans(token: str, session: int) -> int:
-    """Processes of the run still alive ``ORPHAN_WAIT_S`` after it ended (then killed)."""
+def _orphans(token: str, session: int) -> list[str]:
+    """Processes of the run still alive ``ORPHAN_WAIT_S`` after it ended (then killed): each as
+    ``PID COMMAND LINE``."""
     deadline = time.monotonic() + ORPHAN_WAIT_S
     while (left := _run_pids(token, session)) and time.monotonic() < deadline:
         time.sleep(0.1)
+    named = [f"{pid} {_command_line(pid)}" for pid in left]
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    return len(left)
+    return named
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "(gone)"
 
 
 def _is_data(name: str) -> bool:

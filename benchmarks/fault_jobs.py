@@ -112,9 +112,11 @@ class JobCampaign:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         stderr = err_path.read_text(errors="replace")
-        result.orphans = fault_campaign._orphans(token, process.pid)
-        if result.orphans:
-            result.problems.append(f"{result.orphans} process(es) of the job left after {fault_campaign.ORPHAN_WAIT_S:g} s")
+        left = fault_campaign._orphans(token, process.pid)
+        result.orphans = len(left)
+        if left:
+            result.problems.append(f"{len(left)} process(es) of the job left after {fault_campaign.ORPHAN_WAIT_S:g} s: "
+                                   + "; ".join(left[:3]))
         frames = re.findall(r'File "[^"]*/stepscope/[^"]*"', stderr)
         if frames:
             result.problems.append(f"a traceback shows stepscope's frames: {frames[0]}")
