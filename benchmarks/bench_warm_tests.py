@@ -5,9 +5,11 @@ cold baseline (``STEPSCOPE_TESTS_COLD=1``: every process started as before) and 
 the median wall time and CPU (pytest and every process it reaped) of each and their ratios; a round
 whose tests fail stops the benchmark. ``--baseline cold-children`` compares instead with the
 processes served warm but the Python processes they start (torchrun's ranks, ``stepscope try``'s
-trials) started cold (``STEPSCOPE_TESTS_COLD_CHILDREN=1``: as before their template).
+trials) started cold (``STEPSCOPE_TESTS_COLD_CHILDREN=1``: as before their template);
+``--baseline bare-server`` with servers that import torch and dynamo but none of stepscope's own
+modules (``STEPSCOPE_TESTS_BARE_SERVER=1``: as before ``zygote.STEPSCOPE_RUN_MODULES``).
 
-    python benchmarks/bench_warm_tests.py [--rounds 3] [--baseline cold|cold-children] [FILE ...]
+    python benchmarks/bench_warm_tests.py [--rounds 3] [--baseline cold|cold-children|bare-server] [FILE ...]
     (default: tests/cli/test_run_cmd.py)
 """
 
@@ -27,7 +29,8 @@ STATES = ("cold", "warm")
 
 
 #: The baseline's switch (the warm state sets both to 0).
-BASELINES = {"cold": "STEPSCOPE_TESTS_COLD", "cold-children": "STEPSCOPE_TESTS_COLD_CHILDREN"}
+BASELINES = {"cold": "STEPSCOPE_TESTS_COLD", "cold-children": "STEPSCOPE_TESTS_COLD_CHILDREN",
+             "bare-server": "STEPSCOPE_TESTS_BARE_SERVER"}
 
 
 def _one(state: str, files: list[str], baseline: str = "cold") -> tuple[float, float]:

@@ -13,7 +13,8 @@ import tempfile
 
 import pytest
 from fakes.clock import FakeClock
-from support import CONSOLE_SCRIPT
+import zygote
+from support import CONSOLE_SCRIPT, cli_env
 
 # Runs made by tests (and their subprocesses, which inherit this) go to a throw-away run index,
 # never to the user's history; it is removed when this test process ends.
@@ -73,6 +74,11 @@ def pytest_collection_modifyitems(config, items):
     """End-to-end (``slow``) tests first, each group in its own order: the parallel part then ends
     on short tests that spread over the workers, not on one long run that leaves a core idle."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if items and items[0].get_closest_marker("slow") is not None and not config.getoption("collectonly", False):
+        # the end-to-end tests' warm interpreter, started now: its first request is forked too. A
+        # pytest-xdist worker lets it warm up beside its first tests; a process alone (the serial
+        # tests) waits for it, so that nothing warms up while a test measures.
+        zygote.prestart(cli_env(), wait="PYTEST_XDIST_WORKER" not in os.environ)
 
 
 # -- the workers' long-lived objects out of the cycle collector's scans --------------------------
