@@ -250,3 +250,36 @@ def test_a_served_popen_is_this_process_s_child_as_a_cold_one_is(tmp_path, own_s
     waiting.terminate()
     assert waiting.wait(timeout=30) == -15
     assert zygote.popen(command, tmp_path, cli_env(), preexec_fn=os.setpgrp) is None  # what a fork cannot take
+
+
+#: A torch script that names torch.compile (so it runs cold unless its test says the start is not
+#: what it measures) and prints what the warm interpreter had imported for it.
+COMPILE_PROBE = """
+    import sys
+    warm = "torch" in sys.modules
+    run_modules = all(name in sys.modules for name in sys.argv[1:])
+    lightning = any(name.split(".")[0] in ("lightning", "pytorch_lightning", "transformers", "accelerate")
+                    for name in sys.modules)
+    import torch
+    compiled = torch.compile  # not called: what the script's text names decides
+    print("WARM" if warm else "COLD", run_modules, lightning)
+"""
+
+
+def test_a_started_server_serves_the_first_request_and_shows_none_of_its_own_variables(tmp_path, own_servers):
+    """``prestart`` with ``wait``: warmed up on return, the first request is forked; the server holds
+    ``stepscope run``'s modules and no library stepscope looks for; its environment (which its forks
+    show in /proc) has the request's start-up variables, not the request's own; a script that
+    compiles runs cold unless the test says its start is not measured."""
+    write_script(tmp_path, "probe.py", COMPILE_PROBE)
+    env = cli_env({"OMP_NUM_THREADS": "1", "PROBE_TOKEN": "only-this-request"})
+    zygote.prestart(env, wait=True)
+    server = zygote._SERVERS[zygote.start_up_env(env)]
+    assert server is not None
+    started = Path(f"/proc/{server.process.pid}/environ").read_bytes().split(b"\0")
+    assert b"OMP_NUM_THREADS=1" in started and not any(item.startswith(b"PROBE_TOKEN=") for item in started)
+    command = [sys.executable, "probe.py", *zygote.STEPSCOPE_RUN_MODULES]
+    assert zygote.run(command, tmp_path, env, timeout=120) is None  # names compile: cold
+    forked = zygote.run(command, tmp_path, env, timeout=120, start_measured=False)
+    assert forked is not None and forked.returncode == 0, forked
+    assert forked.stdout.split() == ["WARM", "True", "False"], forked.stdout + forked.stderr
