@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 OFF_WORDS = frozenset({"0", "false", "no", "off"})
+#: The words that say "on" where a setting takes only on or off (``--set``'s booleans,
+#: ``STEPSCOPE_REUSE_MEMORY``): anything else is refused there.
+ON_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
 def switch(name: str, default: bool) -> bool:

@@ -37,9 +37,7 @@ from typing import Any
 
 from stepscope.errors import UsageError
 from stepscope.executors import usable_cores
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+from stepscope.switches import OFF_WORDS, ON_WORDS
 
 
 #: Worker and thread counts may be at most this many times the usable cores ...
@@ -112,9 +110,9 @@ def parse_value(key: str, text: str) -> int | bool:
     spec = KEYS[key]
     cleaned = str(text).strip().lower()
     if spec.kind == "bool":
-        if cleaned in _TRUE:
+        if cleaned in ON_WORDS:
             return True
-        if cleaned in _FALSE:
+        if cleaned in OFF_WORDS:
             return False
         raise UsageError(f"--set {key}: expected true or false, got {text!r}")
     bound = maximum(key)

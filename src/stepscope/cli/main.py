@@ -21,6 +21,7 @@ from types import ModuleType
 
 from stepscope._version import __version__
 from stepscope.errors import EXIT_USAGE, StepscopeError, UsageError
+from stepscope.switches import OFF_WORDS, ON_WORDS
 from stepscope.text import printable, say
 
 #: Subcommand name -> module under ``stepscope.cli``. Order is the order of ``--help``.
@@ -91,8 +92,7 @@ def _no_huge_page_advice(command: str | None) -> bool:
 
 
 REUSE_VAR = "STEPSCOPE_REUSE_MEMORY"
-_REUSE_ON = frozenset({"", "on", "1", "yes", "true"})
-_REUSE_OFF = frozenset({"off", "0", "no", "false"})
+_REUSE_ON = ON_WORDS | {""}
 
 
 def _reuse_freed_memory(command: str | None) -> bool:
@@ -104,10 +104,10 @@ def _reuse_freed_memory(command: str | None) -> bool:
     if not _own_analysis(command):
         return False
     setting = os.environ.get(REUSE_VAR, "").strip().lower()
-    if setting not in _REUSE_ON and setting not in _REUSE_OFF:
+    if setting not in _REUSE_ON and setting not in OFF_WORDS:
         raise UsageError(f"{REUSE_VAR}={os.environ[REUSE_VAR]!r} is not a setting: use on or off "
                          "(off keeps glibc's malloc defaults)")
-    if setting in _REUSE_OFF or "MALLOC_MMAP_MAX_" in os.environ or "mmap_max" in os.environ.get("GLIBC_TUNABLES", ""):
+    if setting in OFF_WORDS or "MALLOC_MMAP_MAX_" in os.environ or "mmap_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     from stepscope import heap
 
