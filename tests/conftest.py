@@ -14,7 +14,7 @@ import tempfile
 import pytest
 from fakes.clock import FakeClock
 import zygote
-from support import CONSOLE_SCRIPT, cli_env
+from support import CONSOLE_SCRIPT, cli_env, scenario_env
 
 # Runs made by tests (and their subprocesses, which inherit this) go to a throw-away run index,
 # never to the user's history; it is removed when this test process ends.
@@ -75,10 +75,13 @@ def pytest_collection_modifyitems(config, items):
     on short tests that spread over the workers, not on one long run that leaves a core idle."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if items and items[0].get_closest_marker("slow") is not None and not config.getoption("collectonly", False):
-        # the end-to-end tests' warm interpreter, started now: its first request is forked too. A
-        # pytest-xdist worker lets it warm up beside its first tests; a process alone (the serial
-        # tests) waits for it, so that nothing warms up while a test measures.
-        zygote.prestart(cli_env(), wait="PYTEST_XDIST_WORKER" not in os.environ)
+        # the end-to-end tests' warm interpreters, started now: their first requests are forked too.
+        # A pytest-xdist worker lets them warm up beside its first tests; a process alone (the serial
+        # tests: the zoo's scenarios run with the machine's default threads) waits for them, so that
+        # nothing warms up while a test measures.
+        worker = "PYTEST_XDIST_WORKER" in os.environ
+        serial = any(item.get_closest_marker("serial") is not None for item in items)
+        zygote.prestart(cli_env(), *([scenario_env()] if serial and not worker else []), wait=not worker)
 
 
 # -- the workers' long-lived objects out of the cycle collector's scans --------------------------

@@ -28,6 +28,15 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def scenario_env() -> dict[str, str]:
+    """The environment the zoo's scenarios run in (``test_zoo.run_demo``): this checkout's modules
+    first, and the machine's default threads (no ``OMP_NUM_THREADS``)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
 def run_cli(args: list[str], cwd: Path, *, entry: str = "module", timeout: float = 240,
             env: dict[str, str] | None = None, cold: bool = False, warm: bool = False,
             **kwargs) -> subprocess.CompletedProcess:

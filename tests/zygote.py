@@ -117,26 +117,28 @@ _POPEN_KWARGS = {"stdin", "stdout", "stderr", "start_new_session", "process_grou
                  "encoding", "errors", "bufsize", "close_fds"}
 
 
-def prestart(env: dict[str, str], wait: bool = False) -> None:
-    """Start the server of ``env``'s start-up environment now, where a test session is known to
-    need it: its first request is then forked too (rather than run cold, as the first request of an
-    environment otherwise is), and it warms up beside what the session does meanwhile. ``wait``:
-    return once it has warmed up (the serial tests measure with nothing else running)."""
+def prestart(*envs: dict[str, str], wait: bool = False) -> None:
+    """Start the servers of these start-up environments now, where a test session is known to
+    need them: their first requests are then forked too (rather than run cold, as the first request
+    of an environment otherwise is), and they warm up together, beside what the session does
+    meanwhile. ``wait``: return once they have warmed up (the serial tests measure with nothing
+    else running)."""
     if os.environ.get("STEPSCOPE_TESTS_COLD") == "1":
         return
     with _LOCK:
-        key = start_up_env(env)
-        _SEEN.add(key)
-        if key in _SERVERS or len(_SERVERS) >= _MAX_SERVERS:
-            return
-        server = _SERVERS[key] = _Server(env)
-        if not wait:
-            return
-        try:
-            server.ping(timeout=120)
-        except OSError:
-            server.close()
-            _SERVERS[key] = None
+        started = []
+        for env in envs:
+            key = start_up_env(env)
+            _SEEN.add(key)
+            if key not in _SERVERS and len(_SERVERS) < _MAX_SERVERS:
+                server = _SERVERS[key] = _Server(env)
+                started.append((key, server))
+        for key, server in started if wait else ():
+            try:
+                server.ping(timeout=120)
+            except OSError:
+                server.close()
+                _SERVERS[key] = None
 
 
 def _served(command: list[str], cwd: Path, env: dict[str, str], serve, start_measured: bool = True):

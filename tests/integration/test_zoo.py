@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import run_command
+from support import run_command, scenario_env
 
 from stepscope.diagnosis.rules import FAMILIES
 from stepscope.zoo import SCENARIOS
@@ -64,11 +64,8 @@ DEMO_OPTIONS = {"cold-files": ("--sample-hz", "25")}
 
 
 def run_demo(name: str, out: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("OMP_NUM_THREADS", None)  # scenarios see the machine's default threads
     proc = run_command([sys.executable, "-m", "stepscope", "demo", name, "-o", str(out), "--no-summary",
-                        *DEMO_OPTIONS.get(name, ())], None, env, timeout=SCENARIO_TIMEOUT_S)
+                        *DEMO_OPTIONS.get(name, ())], None, scenario_env(), timeout=SCENARIO_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "report.json").read_text(encoding="utf-8"))
 
