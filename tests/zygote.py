@@ -60,6 +60,9 @@ TORCH_COMMANDS = ("run", "demo", "tune-loader", "try")
 _COLD_TEXT = re.compile(r"\bcompile\b|\bgc\b")
 _NOTHING = re.compile(r"(?!)")
 _MAX_SERVERS = 3
+#: How long a server may take to warm up (torch, dynamo, stepscope's run modules) before it is given up:
+#: far longer than it takes, as three test workers warming theirs up at once beside their tests may.
+WARM_UP_TIMEOUT_S = 120
 
 
 def start_up_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -135,7 +138,7 @@ def prestart(*envs: dict[str, str], wait: bool = False) -> None:
                 started.append((key, server))
         for key, server in started if wait else ():
             try:
-                server.ping(timeout=120)
+                server.ping(timeout=WARM_UP_TIMEOUT_S)
             except OSError:
                 server.close()
                 _SERVERS[key] = None
@@ -155,10 +158,13 @@ def _served(command: list[str], cwd: Path, env: dict[str, str], serve, start_mea
         if server is None:  # its server died: this environment runs cold
             return None
         try:
+            if not server.ready:  # its warm-up, under load, may take longer than a request's own timeout
+                server.ping(timeout=WARM_UP_TIMEOUT_S)
             return serve(server)
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError) as error:
             server.close()
             _SERVERS[key] = None
+            GIVEN_UP[key] = f"{type(error).__name__}: {error} (serving {' '.join(command[1:])[:200]})"
             return None
 
 
@@ -224,6 +230,7 @@ class _Server:
                                         env=started, stdin=subprocess.DEVNULL, cwd=Path(__file__).parent)
         theirs.close()
         self.sock: socket.socket | None = ours
+        self.ready = False  # answered a ping: warmed up
 
     def ping(self, timeout: float) -> None:
         """Return once the server answers (it reads requests once it has warmed up)."""
@@ -234,6 +241,7 @@ class _Server:
             send(sock, {"ping": True})
             if _reply(sock).get("pong") is not True:
                 raise OSError("the warm interpreter answered a ping with something else")
+            self.ready = True
         except TimeoutError:
             self.process.kill()
             raise OSError("the warm interpreter did not answer") from None
@@ -253,7 +261,7 @@ class _Server:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             deadline = time.monotonic() + timeout
             sock.settimeout(timeout)
-            try:  # a server still warming up answers within the request's own timeout, or is given up
+            try:
                 send(sock, {"argv": command[1:], "cwd": str(cwd), "env": env,
                             "cold_children": _cold_children()},
                      [0, out.fileno(), err.fileno()])
@@ -363,6 +371,8 @@ def _close_all() -> None:
 _LOCK = threading.Lock()
 _SERVERS: dict[tuple, _Server | None] = {}  # None: its server died
 _SEEN: set[tuple] = set()
+#: Why each environment's server was given up (its requests then run cold), for failure messages.
+GIVEN_UP: dict[tuple, str] = {}
 if __name__ != "__main__":
     import atexit
 
