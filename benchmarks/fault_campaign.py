@@ -442,7 +442,7 @@ def _kill(process: subprocess.Popen, scope: str) -> bool:
 def _run_pids(token: str, session: int) -> list[int]:
     """The live processes of a run: those started with its token in their environment, and those
     of its session (the run's process leads one: a process forked without an ``exec`` shows the
-    environment it was started with, which may not hold the token)."""
+    environment it was started with, which may not hold the token); zombies are not live."""
     found = []
     needle = f"FAULT_TOKEN={token}".encode()
     for entry in os.listdir("/proc"):
@@ -450,23 +450,14 @@ def _run_pids(token: str, session: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                ours = needle in handle.read()
-            if not ours:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    ours = int(handle.read().rsplit(b")", 1)[1].split()[3]) == session
-        except (OSError, IndexError, ValueError):
+                tokened = needle in handle.read()
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                state, _ppid, _group, sid = handle.read().rsplit(b")", 1)[1].split()[:4]
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or a stat line cut short
             continue
-        if ours:
+        if (tokened or int(sid) == session) and state != b"Z":
             found.append(int(entry))
-    return [pid for pid in found if not _zombie(pid)]
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
+    return found
 
 
 def _orphans(token: str, session: int) -> list[str]:

@@ -19,9 +19,15 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("stepscope")
 
 
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def _checkout_first() -> dict[str, str]:
+    """This process's environment with the checkout's modules first on ``PYTHONPATH``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = _checkout_first()
     env.setdefault("OMP_NUM_THREADS", "1")
     env["COLUMNS"] = "100"
     env.update(extra or {})
@@ -31,8 +37,7 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def scenario_env() -> dict[str, str]:
     """The environment the zoo's scenarios run in (``test_zoo.run_demo``): this checkout's modules
     first, and the machine's default threads (no ``OMP_NUM_THREADS``)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env = _checkout_first()
     env.pop("OMP_NUM_THREADS", None)
     return env
 

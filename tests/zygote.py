@@ -139,9 +139,8 @@ def prestart(*envs: dict[str, str], wait: bool = False) -> None:
         for key, server in started if wait else ():
             try:
                 server.ping(timeout=WARM_UP_TIMEOUT_S)
-            except OSError:
-                server.close()
-                _SERVERS[key] = None
+            except OSError as error:
+                _give_up(key, server, error, "warming up")
 
 
 def _served(command: list[str], cwd: Path, env: dict[str, str], serve, start_measured: bool = True):
@@ -162,10 +161,15 @@ def _served(command: list[str], cwd: Path, env: dict[str, str], serve, start_mea
                 server.ping(timeout=WARM_UP_TIMEOUT_S)
             return serve(server)
         except (OSError, ValueError, KeyError) as error:
-            server.close()
-            _SERVERS[key] = None
-            GIVEN_UP[key] = f"{type(error).__name__}: {error} (serving {' '.join(command[1:])[:200]})"
+            _give_up(key, server, error, f"serving {' '.join(command[1:])[:200]}")
             return None
+
+
+def _give_up(key: tuple, server: _Server, error: Exception, doing: str) -> None:
+    """Close ``key``'s server: its environment's requests run cold from now on (why: ``GIVEN_UP``)."""
+    server.close()
+    _SERVERS[key] = None
+    GIVEN_UP[key] = f"{type(error).__name__}: {error} ({doing})"
 
 
 def _warm_enough(argv: list[str], cwd: Path, start_measured: bool = True) -> bool:

@@ -127,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _no_huge_page_advice(command)
     parser = build_parser(command if command in COMMANDS else None)
     rest: list[str] = []
-    if args_list and args_list[0] in COMMANDS:
-        module = _command_module(COMMANDS[args_list[0]])
+    if command in COMMANDS:
+        module = _command_module(COMMANDS[command])
         if hasattr(module, "split_argv"):
             own, rest = module.split_argv(args_list[1:])
             args_list = [args_list[0], *own]
