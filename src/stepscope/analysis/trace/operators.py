@@ -219,7 +219,7 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
             np.add.at(out, inverse[part], values[op_pos[part]])
         return out
 
-    agg = {}
+    agg: dict[str, np.ndarray] = {}
     children = np.zeros(n)  # the summed durations of each node's children
     for part in row_chunks(n):
         has_parent = parent[part] >= 0
@@ -242,23 +242,23 @@ def operator_table(links: EventLinks, tree: OpTree, group_by_shape: bool = False
     del device, levels
     first = np.zeros(g, dtype=inverse.dtype)
     first[inverse[::-1]] = np.arange(len(inverse), dtype=inverse.dtype)[::-1]  # each group's first operator
-    python_frames = _python_stacks(links, rows[op_pos[first]]) if len(links.rows(PYFUNC)) else None
+    first_rows = rows[op_pos[first]]
+    python_frames = _python_stacks(links, first_rows) if len(links.rows(PYFUNC)) else None
     group_eligible = np.bincount(inverse, weights=op_eligible.astype(np.float64), minlength=g) > 0
-    group_stack = _most_frequent(inverse, stacks, g)
+    # one group a row, its columns as Python numbers (``tolist``: the values ``int``/``float`` give)
+    columns = zip(
+        names[first].tolist(), (shapes[first] if shapes is not None else np.full(g, -1)).tolist(),
+        _most_frequent(inverse, stacks, g).tolist(), first_rows.tolist(), calls.tolist(),
+        agg["hs"].tolist(), agg["ht"].tolist(), agg["ds"].tolist(), agg["dt"].tolist(), group_eligible.tolist(),
+    )
     out = []
-    for gi in range(g):
-        name = symbols.strings[names[first[gi]]]
-        shape = symbols.decode(shapes[first[gi]]) if shapes is not None and shapes[first[gi]] >= 0 else None
+    for name, shape, stack_id, row, n, hs, ht, ds, dt, tc in columns:
         stack: str | None
-        if group_stack[gi] >= 0:
-            stack = symbols.strings[int(group_stack[gi])]
+        if stack_id >= 0:
+            stack = symbols.strings[stack_id]
         else:
-            stack = python_frames.get(int(rows[op_pos[first[gi]]])) if python_frames is not None else None
-        out.append(
-            OperatorRow(
-                name, shape, int(calls[gi]), float(agg["hs"][gi]), float(agg["ht"][gi]), float(agg["ds"][gi]),
-                float(agg["dt"][gi]), bool(group_eligible[gi]), stack,
-            )
-        )
+            stack = python_frames.get(row) if python_frames is not None else None
+        out.append(OperatorRow(symbols.strings[name], symbols.decode(shape) if shape >= 0 else None,
+                               n, hs, ht, ds, dt, tc, stack))
     out.sort(key=lambda r: (-r.device_self_us, -r.host_self_us, r.name))
     return OperatorTable(tuple(out), group_by_shape)
