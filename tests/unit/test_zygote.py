@@ -123,7 +123,22 @@ def own_servers(monkeypatch):
     zygote._close_all()
 
 
-def test_an_environment_torch_reads_at_start_gets_its_own_server(tmp_path, own_servers):
+@pytest.fixture
+def worker_servers(monkeypatch):
+    """This worker's servers (its default environment's is warm), and servers of this test only for
+    the other environments it asks for, closed after it: a test that does not check an environment's
+    first request does not pay a server's start (~4 s of CPU)."""
+    before = dict(zygote._SERVERS)
+    monkeypatch.setattr(zygote, "_SERVERS", dict(before))
+    monkeypatch.setattr(zygote, "_SEEN", set(zygote._SEEN))
+    monkeypatch.setattr(zygote, "GIVEN_UP", dict(zygote.GIVEN_UP))
+    yield
+    for key, server in zygote._SERVERS.items():
+        if server is not None and before.get(key) is not server:
+            server.close()
+
+
+def test_an_environment_torch_reads_at_start_gets_its_own_server(tmp_path, worker_servers):
     write_script(tmp_path, "probe.py", "import os, torch\nprint(torch.get_num_threads())\n")
     command = [sys.executable, "probe.py"]
     seen = []
@@ -131,7 +146,8 @@ def test_an_environment_torch_reads_at_start_gets_its_own_server(tmp_path, own_s
         env = cli_env({"OMP_NUM_THREADS": threads})
         result = zygote.run(command, tmp_path, env, timeout=120)
         seen.append(None if result is None else result.stdout.strip())
-    # the first of each environment cold; then each is served by a server started with it
+    # the first request of an environment no server has yet runs cold; then each is served by a
+    # server started with it (this worker may have one of either already: its default is OMP_NUM_THREADS=1)
     assert seen[1] == "1" and seen[3] == "2", seen
     assert zygote.start_up_env({"OMP_NUM_THREADS": "1", "HOME": "/x"}) == (("OMP_NUM_THREADS", "1"),)
 
@@ -164,7 +180,7 @@ RANK_PROBE = """
 
 
 @pytest.mark.parametrize("args", [(), ("die",)])
-def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_path, args, own_servers, monkeypatch):
+def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_path, args, worker_servers, monkeypatch):
     """torchrun's ranks in a launcher served warm are forked too: the same argv, threads, session,
     unbuffered streams and exit as the ranks a cold launcher starts, and the launcher is their parent."""
     monkeypatch.delenv("STEPSCOPE_TESTS_COLD_CHILDREN", raising=False)
@@ -189,7 +205,7 @@ def test_a_launcher_s_ranks_forked_from_its_template_look_as_started_cold(tmp_pa
         assert "exitcode  : -9" in warm.stderr and "exitcode  : -9" in cold.stderr
 
 
-def test_a_rank_that_cannot_stand_for_a_cold_start_is_started_by_the_launcher(tmp_path, own_servers):
+def test_a_rank_that_cannot_stand_for_a_cold_start_is_started_by_the_launcher(tmp_path, worker_servers):
     # a rank that does not name torch (the rules above) starts cold
     write_script(tmp_path, "rank.py", "import sys\nprint(any(name.startswith('tor' + 'ch') for name in sys.modules))\n")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "rank.py"]
