@@ -33,15 +33,39 @@ def _note_ctrl_c(signum: int, frame: object) -> None:  # frame: not typed, ``typ
     raise KeyboardInterrupt
 
 
+_unraisable_before = sys.unraisablehook  # the hook :func:`_quiet_noted_ctrl_c` hands the rest to
+_ctrl_c_swallowed = False  # a Ctrl-C of :func:`_note_ctrl_c` raised where Python could only ignore it
+
+
+def _quiet_noted_ctrl_c(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook`` until the script starts. A Ctrl-C that :func:`_note_ctrl_c` raises
+    inside a callback Python cannot raise from (a weakref callback of importlib's module locks, a
+    finalizer) would be printed as "Exception ignored" with a traceback of the handler (seen once
+    in a test run's 26 double Ctrl-Cs at start-up) and lost: it is not printed, and the command
+    ends by it once it can (:func:`script_starts`, or the end of a command of stepscope's own)."""
+    global _ctrl_c_swallowed
+    tb = unraisable.exc_traceback
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code is _note_ctrl_c.__code__:
+        _ctrl_c_swallowed = True
+        return
+    _unraisable_before(unraisable)
+
+
 def console_main() -> None:
+    global _unraisable_before
     code = 128 + _signal.SIGINT
     if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
         _signal.signal(_signal.SIGINT, _note_ctrl_c)
+        _unraisable_before, sys.unraisablehook = sys.unraisablehook, _quiet_noted_ctrl_c
     try:
         _import_orjson_uninterrupted()
         from stepscope.cli import main as cli
 
         code = cli.main()
+        if _ctrl_c_swallowed:  # a Ctrl-C no code of stepscope's saw: the command ends by it now
+            raise KeyboardInterrupt
         if cli.exits_quickly():
             quick_exit(code)
     except KeyboardInterrupt:
@@ -60,6 +84,8 @@ def script_starts() -> None:
     command now, before the script starts, instead of being forgotten."""
     if _signal.getsignal(_signal.SIGINT) is _note_ctrl_c:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    if sys.unraisablehook is _quiet_noted_ctrl_c:
+        sys.unraisablehook = _unraisable_before
     if _ctrl_c_noted:
         raise KeyboardInterrupt
 

@@ -101,6 +101,25 @@ def test_ctrl_c_while_a_class_is_created_is_one_line_and_a_sigint_death():
     assert result.returncode == 1 and "Error calling __set_name__" in result.stderr
 
 
+def test_a_ctrl_c_a_callback_swallowed_is_not_printed_and_still_ends_the_command():
+    """A Ctrl-C landing in a callback Python cannot raise from (importlib's module-lock weakref
+    callbacks, while stepscope imports itself) is "ignored" with the handler's traceback: not
+    shown, and the command ends by it: one line and a SIGINT death."""
+    code = ("import signal, weakref\nimport stepscope.cli.main as cli\n"
+            "class Thing:\n    pass\n"
+            "def swallowed():\n    thing = Thing()\n"
+            "    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGINT))\n"
+            "    del thing\n    print('went on', flush=True)\n    return 0\n"
+            "cli.main = swallowed\nfrom stepscope.cli.entry import console_main\nconsole_main()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        -signal.SIGINT, "went on\n", "stepscope: interrupted (Ctrl-C)\n"), result.stderr
+    # any other error a callback cannot raise is still printed as Python prints it
+    other = code.replace("signal.raise_signal(signal.SIGINT)", "1 / 0")
+    result = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "Exception ignored" in result.stderr and "ZeroDivisionError" in result.stderr
+
+
 def test_the_session_guards_sigint_before_its_gc_callback_is_in_and_until_it_is_out(tmp_path, monkeypatch):
     """A Ctrl-C at the session's start (imports collect often) must never land in an unguarded callback."""
     from stepscope.capture.gc_pauses import GcPauseRecorder
