@@ -26,6 +26,17 @@ def test_profilers_are_lightning_profilers(lit):
     assert issubclass(Profiler, LightningProfiler)
 
 
+def test_errors_are_lightning_exceptions_when_lightning_is_loaded(lit):
+    # here, not beside the PyTorchProfiler's other tests: Lightning's import (~7 s of CPU) is paid
+    # once by the test worker that runs this file's tests
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match="Found sort_by_key: bogus"):
+        PyTorchProfiler(sort_by_key="bogus")
+    with pytest.raises(ValueError):
+        PyTorchProfiler(schedule=3)
+
+
 def test_simple_profiler_writes_one_file_per_stage(tmp_path, console, lit):
     profiler = SimpleProfiler(filename="profiler")
     assert profiler.dirpath is None

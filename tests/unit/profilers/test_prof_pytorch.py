@@ -66,14 +66,6 @@ def test_constructor_validation(kwargs, error, message):
         PyTorchProfiler(**kwargs)
 
 
-def test_errors_are_lightning_exceptions_when_lightning_is_loaded():
-    exceptions = pytest.importorskip("lightning.fabric.utilities.exceptions")
-    with pytest.raises(exceptions.MisconfigurationException, match="Found sort_by_key: bogus"):
-        PyTorchProfiler(sort_by_key="bogus")
-    with pytest.raises(ValueError):
-        PyTorchProfiler(schedule=3)
-
-
 def test_defaults_follow_lightning():
     profiler = PyTorchProfiler()
     config = profiler.config
