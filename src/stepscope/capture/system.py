@@ -31,6 +31,10 @@ ROLE_OTHER = "other"
 #: which /proc/<pid>/task/<pid>/children misses) runs at most this often.
 FULL_SCAN_EVERY_S = 5.0
 _CMDLINE_MAX_CHARS = 1000
+#: A process of the tree first seen with no command line (the kernel shows none between an exec's
+#: new memory and its arguments) is looked at again for this many samples before it is recorded
+#: without one.
+UNNAMED_SAMPLES = 3
 
 
 class SystemProbe:
@@ -194,9 +198,7 @@ class _Tracked:
     last_ticks: int = 0
 
     def close(self) -> None:
-        for handle in (self.stat_file, self.io_file, self.statm_file, self.leader_file):
-            if handle is not None:
-                handle.close()
+        _close(self.stat_file, self.io_file, self.statm_file, self.leader_file)
 
 
 @dataclass
@@ -245,10 +247,13 @@ class ProcessTree:
         #: parents' reaped-children CPU less what the rows of ended processes already hold (cumulative)
         self.unseen_ticks = 0
         self._credited_ticks = 0
+        #: pids of the tree seen with no command line yet: their start (clock ticks after boot) and
+        #: how many samples they were put off
+        self._unnamed: dict[int, tuple[int, int]] = {}
 
     def known_pids(self) -> set[int]:
         """Pids of the tracked tree (and the excluded ones): not foreign to the run."""
-        return {*self.tracked, *self.exclude}
+        return {*self.tracked, *self.exclude, *self._unnamed}
 
     @property
     def _tree_mode(self) -> bool:
@@ -316,6 +321,7 @@ class ProcessTree:
             # Grandchildren, and children of other threads, wait for the next full scan.
             candidates += procfs.read_children(self.target_pid)
         candidates += list(new_roles)
+        candidates += [pid for pid in self._unnamed if pid not in candidates]
         return candidates
 
     def _all_pids(self) -> list[int]:
@@ -343,9 +349,17 @@ class ProcessTree:
         if stat is None or (stat.state == "Z" and self._tree_mode) or reused_target:
             # gone; a zombie, which in a tree has ended and only waits to be reaped; or another
             # process now holding the target's pid
-            for handle in (stat_file, io_file):
-                if handle is not None:
-                    handle.close()
+            self._unnamed.pop(pid, None)
+            _close(stat_file, io_file)
+            return
+        cmdline = self._cmdline(pid)
+        start, put_off = self._unnamed.pop(pid, (stat.start_ticks, 0))
+        if start != stat.start_ticks or (not cmdline and pid != self.target_pid and put_off < UNNAMED_SAMPLES):
+            # no command line: most likely in the middle of an exec, recorded once it shows the
+            # command it runs (a pid put off whose process is now another is dropped from the list)
+            if start == stat.start_ticks:
+                self._unnamed[pid] = (start, put_off + 1)
+            _close(stat_file, io_file)
             return
         if pid == self.target_pid:
             self._target_start = stat.start_ticks
@@ -363,7 +377,7 @@ class ProcessTree:
         self.tracked[pid] = entry
         events.append({
             "type": "process", "id": entry.proc_id, "pid": pid, "ppid": stat.ppid, "name": stat.name,
-            "cmdline": self._cmdline(pid), "uid": self._uid(pid), "role": role, "loader_id": loader_id,
+            "cmdline": cmdline, "uid": self._uid(pid), "role": role, "loader_id": loader_id,
             "start_ns": stat.start_ticks * self.ns_per_tick - self.boot_offset_ns, "first_seen_ns": ts_ns,
         })
 
@@ -480,6 +494,12 @@ class ProcessTree:
             return os.stat(f"/proc/{pid}").st_uid if self.linux else psutil.Process(pid).uids().real
         except (OSError, AttributeError, psutil.Error):
             return -1
+
+
+def _close(*files: procfs.ProcFile | None) -> None:
+    for handle in files:
+        if handle is not None:
+            handle.close()
 
 
 def _psutil_stat(pid: int) -> procfs.ProcStat:

@@ -21,7 +21,7 @@ from stepscope.analysis.run.signals import (compute_signals, core_busy_shares, c
                                             process_running_threads)
 from stepscope.capture.gpu import open_gpus
 from stepscope.capture.sampler import SystemSampler, run_sampler, start_sidecar
-from stepscope.capture.system import ProcessTree
+from stepscope.capture.system import UNNAMED_SAMPLES, ProcessTree
 from stepscope.errors import CaptureWarning, UsageError
 from stepscope.record import layout
 from stepscope.record.samples import SamplesWriter, load_samples
@@ -359,6 +359,47 @@ def test_roles_file_lines_are_read_when_complete(tmp_path, children):
     assert event == {"type": "role", "id": child["id"], "role": "dataloader_worker", "loader_id": 1,
                      "ts_ns": event["ts_ns"]}
     os.kill(child["pid"], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("shows_one_after", [2, None])
+def test_a_child_seen_without_a_command_line_is_recorded_once_it_shows_one(children, monkeypatch, shows_one_after):
+    """Between an exec's new memory and its arguments the kernel shows no command line (a clean
+    clone's run once recorded a child so): the tree looks again at the next samples, counts the
+    child as the run's meanwhile, and records it without one only after UNNAMED_SAMPLES."""
+    target = spawn("""
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "30"])
+        time.sleep(30)
+    """)
+    children.append(target)
+    tree = ProcessTree(target.pid, with_io=False)
+    deadline = time.monotonic() + 30
+    while len(tree._descendants_by_scan()) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (child_pid,) = tree._descendants_by_scan()
+    while not tree._cmdline(child_pid) and time.monotonic() < deadline:  # sleep's exec done
+        time.sleep(0.02)
+    real, blank = tree._cmdline, [shows_one_after if shows_one_after is not None else 1_000]
+
+    def cmdline(pid: int) -> list[str]:
+        if pid == child_pid and blank[0] > 0:
+            blank[0] -= 1
+            return []
+        return real(pid)
+
+    monkeypatch.setattr(tree, "_cmdline", cmdline)
+    recorded = []
+    for _ in range(UNNAMED_SAMPLES + 2):
+        _, events = tree.sample(time.monotonic_ns())
+        recorded.append([event for event in events if event["type"] == "process" and event["pid"] == child_pid])
+        assert child_pid in tree.known_pids()  # the run's own from its first sight
+    os.kill(child_pid, signal.SIGKILL)
+    if shows_one_after is not None:
+        assert [len(found) for found in recorded] == [0, 0, 1] + [0] * (UNNAMED_SAMPLES - 1)
+        assert recorded[2][0]["cmdline"] == ["sleep", "30"] and recorded[2][0]["id"] == 1
+    else:
+        assert [len(found) for found in recorded] == [0] * UNNAMED_SAMPLES + [1, 0]
+        assert recorded[UNNAMED_SAMPLES][0]["cmdline"] == []
 
 
 def test_sidecar_that_runs_out_of_space_keeps_what_it_wrote_and_says_so_once(tmp_path, children):
