@@ -252,7 +252,8 @@ class ProcessTree:
         self._unnamed: dict[int, tuple[int, int]] = {}
 
     def known_pids(self) -> set[int]:
-        """Pids of the tracked tree (and the excluded ones): not foreign to the run."""
+        """Pids of the tracked tree (the excluded ones, and those put off until they show a command
+        line): not foreign to the run."""
         return {*self.tracked, *self.exclude, *self._unnamed}
 
     @property
@@ -354,7 +355,8 @@ class ProcessTree:
             return
         cmdline = self._cmdline(pid)
         start, put_off = self._unnamed.pop(pid, (stat.start_ticks, 0))
-        if start != stat.start_ticks or (not cmdline and pid != self.target_pid and put_off < UNNAMED_SAMPLES):
+        unnamed = not cmdline and self._tree_mode and pid != self.target_pid  # (kernel threads never show one)
+        if start != stat.start_ticks or (unnamed and put_off < UNNAMED_SAMPLES):
             # no command line: most likely in the middle of an exec, recorded once it shows the
             # command it runs (a pid put off whose process is now another is dropped from the list)
             if start == stat.start_ticks:
