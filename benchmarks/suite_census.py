@@ -146,7 +146,7 @@ def main() -> int:
     kinds = list(result["by_kind"].items())
     rest = sum(value for _, value in kinds[args.top:])
     for name, value in kinds[: args.top] + ([("(the other kinds)", rest)] if rest else []):
-        started = result["starts"].get(name.removesuffix(" (its forks)"), "") if not name.endswith("(its forks)") else ""
+        started = "" if name.endswith("(its forks)") else result["starts"].get(name, "")
         print(f"| {name} | {value:.1f} | {value / result['busy_s']:.0%} | {started} |")
     print("\n| test file (its processes and their forks) | CPU s |\n| --- | ---: |")
     for name, value in list(result["by_file"].items())[: args.top]:

@@ -113,14 +113,23 @@ def test_what_is_served_warm(tmp_path, argv, text, warm):
     assert zygote._warm_enough(argv, tmp_path) is warm
 
 
+def _servers_of_this_test(monkeypatch, inherit: bool):
+    """The servers' table for one test: the worker's servers (``inherit``) or none; the servers the
+    test starts are closed after it, the worker's left as they were."""
+    before = dict(zygote._SERVERS) if inherit else {}
+    monkeypatch.setattr(zygote, "_SERVERS", dict(before))
+    monkeypatch.setattr(zygote, "_SEEN", set(zygote._SEEN) if inherit else set())
+    monkeypatch.setattr(zygote, "GIVEN_UP", dict(zygote.GIVEN_UP) if inherit else {})
+    yield
+    for key, server in zygote._SERVERS.items():
+        if server is not None and before.get(key) is not server:
+            server.close()
+
+
 @pytest.fixture
 def own_servers(monkeypatch):
     """Servers of this test only (a worker serves at most three environments), closed after it."""
-    monkeypatch.setattr(zygote, "_SERVERS", {})
-    monkeypatch.setattr(zygote, "_SEEN", set())
-    monkeypatch.setattr(zygote, "GIVEN_UP", {})
-    yield
-    zygote._close_all()
+    yield from _servers_of_this_test(monkeypatch, inherit=False)
 
 
 @pytest.fixture
@@ -128,14 +137,7 @@ def worker_servers(monkeypatch):
     """This worker's servers (its default environment's is warm), and servers of this test only for
     the other environments it asks for, closed after it: a test that does not check an environment's
     first request does not pay a server's start (~4 s of CPU)."""
-    before = dict(zygote._SERVERS)
-    monkeypatch.setattr(zygote, "_SERVERS", dict(before))
-    monkeypatch.setattr(zygote, "_SEEN", set(zygote._SEEN))
-    monkeypatch.setattr(zygote, "GIVEN_UP", dict(zygote.GIVEN_UP))
-    yield
-    for key, server in zygote._SERVERS.items():
-        if server is not None and before.get(key) is not server:
-            server.close()
+    yield from _servers_of_this_test(monkeypatch, inherit=True)
 
 
 def test_an_environment_torch_reads_at_start_gets_its_own_server(tmp_path, worker_servers):
