@@ -16,7 +16,8 @@ TORCH_PIN ?= torch==2.13.0
 # benchmarks/bench_venv.py); pip still chooses the torch wheel, so its configuration (a local wheel
 # directory, an index, a constraint) decides which torch build comes, as it did before. Where uv
 # cannot be installed or fails, pip installs everything as before.
-$(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c src/stepscope/traces/_columns.c
+$(BIN)/stepscope: pyproject.toml setup.py src/stepscope/capture/_fastrec.c src/stepscope/traces/_columns.c \
+		src/stepscope/traces/_scan.c
 	$(PYTHON) -m venv $(VENV)
 	@rm -rf $(VENV)/torch-wheel; \
 	if $(BIN)/python -m pip install --quiet --no-compile uv \

@@ -1,5 +1,6 @@
-"""The optional C extensions: capture's step recorder (``stepscope.capture._fastrec``) and the
-column reader of decoded trace events (``stepscope.traces._columns``).
+"""The optional C extensions: capture's step recorder (``stepscope.capture._fastrec``), the
+column reader of decoded trace events (``stepscope.traces._columns``) and the reader of a batch's
+JSON bytes into columns (``stepscope.traces._scan``).
 
 Everything else is declared in pyproject.toml. Both are optional: where they cannot be built,
 capture runs on the same state machine in Python (slower hooks, same records) and traces load
@@ -21,4 +22,5 @@ def extension(module: str, source: str) -> Extension:
 
 
 setup(ext_modules=[extension("stepscope.capture._fastrec", "src/stepscope/capture/_fastrec.c"),
-                   extension("stepscope.traces._columns", "src/stepscope/traces/_columns.c")])
+                   extension("stepscope.traces._columns", "src/stepscope/traces/_columns.c"),
+                   extension("stepscope.traces._scan", "src/stepscope/traces/_scan.c")])

@@ -140,7 +140,8 @@ def iter_event_batches(
 ) -> Iterator[tuple[str, Any]]:
     """Yield ``("events", batch)`` items and finally one ``("meta", dict)`` item. A batch is a list
     of event dicts, or — with ``typed_batches`` and msgspec installed, on the streaming path — a
-    :class:`~stepscope.traces.typed.TypedBatch` (only the fields the tables read).
+    :class:`~stepscope.traces.typed.TypedBatch` (only the fields the tables read) or, where the C
+    scanner takes the batch, a :class:`~stepscope.traces.typed.ScannedBatch` (its columns' values).
 
     Linear in the size of the document, and holds at most about ``max_bytes`` of it at once
     (default :func:`stepscope.limits.max_bytes`): the undecoded rest — one event, or a run of
@@ -213,7 +214,7 @@ def _bracketed(buffer: bytes | bytearray, stop: int) -> bytearray:
 
 
 def _cut(buffer: bytearray, stats: DecodeStats, offset: int,
-         typed_batches: bool = True) -> tuple[list[Any] | typed.TypedBatch, int] | None:
+         typed_batches: bool = True) -> tuple[list[Any] | typed.TypedBatch | typed.ScannedBatch, int] | None:
     """Decode the longest prefix of whole events, trying the last few candidate boundaries."""
     start = len(buffer)
     for _attempt in range(8):
@@ -227,7 +228,7 @@ def _cut(buffer: bytearray, stats: DecodeStats, offset: int,
         piece = _bracketed(buffer, brace + 1)
         if typed_batches and typed.AVAILABLE:
             try:
-                batch = typed.decode_typed(piece)
+                batch = typed.decode_batch(piece)
             except typed.DecodeError:
                 batch = None  # not JSON as cut here, or JSON only the careful decode accepts: orjson decides
             if batch is not None:
@@ -316,7 +317,7 @@ def _whole_document(data: bytes, stats: DecodeStats) -> Iterator[tuple[str, Any]
     yield "meta", doc
 
 
-def dicts_of(batch: typed.TypedBatch, stats: DecodeStats) -> list[Any]:
+def dicts_of(batch: typed.TypedBatch | typed.ScannedBatch, stats: DecodeStats) -> list[Any]:
     """A typed batch the typed path could not take, decoded into dicts for the careful path."""
     events = _loads(batch.piece, stats, 0)
     return events if isinstance(events, list) else [events]

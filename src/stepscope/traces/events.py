@@ -38,8 +38,10 @@ import orjson
 from stepscope.heap import trim
 from stepscope.traces.spill import ColumnSink
 
+from stepscope.traces import typed
 from stepscope.traces.fastpath import (
     complete_columns,
+    dims_symbol,
     sort_typed_rest,
     split_complete,
     typed_complete_columns,
@@ -200,6 +202,7 @@ class TableBuilder:
         self._mem_tid = array("i")
         self._scalar_ids: dict[tuple[type, Any], int] = {}
         self._dims_ids: dict[bytes, int] = {}
+        self._scanner: Any = None  # the C scanner's caches of this table's symbols (add_scanned)
         # the event columns on disk (stepscope.traces.spill): where they go, how many rows went there
         self.sink: ColumnSink | None = None
         self.sink_decision: Callable[[int], ColumnSink | None] | None = None  # asked every FLUSH_ROWS rows
@@ -329,15 +332,33 @@ class TableBuilder:
         self._append_columns(columns)
         return True
 
-    def _append_columns(self, columns: dict[str, np.ndarray]) -> None:
+    def add_scanned(self, parsed: Any) -> bool:
+        """Add a batch read by the C scanner (:func:`stepscope.traces.typed.decode_batch`), or return
+        False having added nothing but symbols when :meth:`add_typed` would decline it (the caller
+        then decodes the batch with msgspec): the same rows, symbols and counts as :meth:`add_typed`."""
+        if self._scanner is None:
+            symbols = self.symbols
+            self._scanner = typed.SCAN.Scanner(symbols.ids, symbols.intern, self._scalar,
+                                               lambda text_bytes: dims_symbol(text_bytes, symbols))
+        done = self._scanner.columns(parsed)
+        if done is None:
+            return False
+        columns, ignored = done
+        self.counts.ignored.update(dict(ignored))
+        self._append_columns(columns)
+        return True
+
+    def _append_columns(self, columns: dict[str, np.ndarray] | dict[str, bytes]) -> None:
+        """Columns (numpy arrays, or the C scanner's bytes) appended to the stores."""
         rows = columns.pop("wait_rows", None)
         if rows is not None:
-            self._wait["wait_rows"].frombytes((rows + self.rows()).tobytes())
+            local = np.frombuffer(rows, dtype=np.int64) if isinstance(rows, bytes) else rows
+            self._wait["wait_rows"].frombytes((local + self.rows()).tobytes())
             for key in WAIT_COLUMNS[1:]:
-                self._wait[key].frombytes(columns.pop(key).tobytes())
+                self._wait[key].frombytes(_as_bytes(columns.pop(key)))
         for key, values in columns.items():
             store = self._i32[key] if key in self._i32 else self._f64[key] if key in self._f64 else self._i64[key]
-            store.frombytes(values.tobytes())
+            store.frombytes(_as_bytes(values))
 
     def _add_typed_memory(self, events: list[Any]) -> None:
         columns = typed_memory_columns(events, self._scalar)
@@ -565,6 +586,10 @@ class TableBuilder:
             **{k: _view(v, np.int64) for k, v in self._mem_i.items()},
         )
         return table, memory
+
+
+def _as_bytes(values: np.ndarray | bytes) -> bytes:
+    return values if isinstance(values, bytes) else values.tobytes()
 
 
 def _view(buf: array[Any], dtype: type[np.generic]) -> np.ndarray:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
 
-from stepscope.switches import switch
 from stepscope.traces import typed
+from stepscope.traces.native import usable
 
 FAR_TS_US = 1e17
 _NUM = {int, float}
@@ -264,7 +263,7 @@ def _dims_ids(dims: list[Any], symbols: Any, dims_cache: dict[bytes, int]) -> np
             if text_bytes and text_bytes != b"null":
                 found = dims_cache.get(text_bytes)
                 if found is None:
-                    found = _dims_symbol(text_bytes, symbols)
+                    found = dims_symbol(text_bytes, symbols)
                     if found is None:
                         return None
                     dims_cache[text_bytes] = found
@@ -272,7 +271,7 @@ def _dims_ids(dims: list[Any], symbols: Any, dims_cache: dict[bytes, int]) -> np
     return dims_ids
 
 
-def _dims_symbol(text_bytes: bytes, symbols: Any) -> int | None:
+def dims_symbol(text_bytes: bytes, symbols: Any) -> int | None:
     """The symbol of a raw ``Input Dims`` value, interned as orjson writes it (whatever the spacing
     of the file); None when it needs the careful path."""
     try:
@@ -341,7 +340,7 @@ def _typed_columns_c(
         if raw is None:
             return None
         columns[key] = np.frombuffer(raw, dtype=np.float64)
-    dims = c.raw_symbols(args, ar["dims"], dims_cache, lambda text_bytes: _dims_symbol(text_bytes, symbols))
+    dims = c.raw_symbols(args, ar["dims"], dims_cache, lambda text_bytes: dims_symbol(text_bytes, symbols))
     if dims is None:
         return None
     dims_ids = np.frombuffer(dims, dtype=np.int32)
@@ -428,18 +427,14 @@ def typed_memory_columns(events: list[Any], scalar: Callable[[Any], int]) -> dic
 def _c_columns() -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The C column reader and the typed events' field descriptors, or (None, {}, {}) when it is not
     built, was built from other source, or STEPSCOPE_PURE_PYTHON is set."""
-    if switch("STEPSCOPE_PURE_PYTHON", False) or not typed.AVAILABLE:
+    if not typed.AVAILABLE:
         return None, {}, {}
     try:
         from stepscope.traces import _columns
     except ImportError:
         return None, {}, {}
-    source = Path(__file__).with_name("_columns.c")
-    if source.is_file():  # a source checkout: a build of older source could differ from it
-        import hashlib  # here: an installed package has no source beside it, and skips the ~5 ms import
-
-        if getattr(_columns, "SOURCE_SHA", None) != hashlib.sha256(source.read_bytes()).hexdigest()[:16]:
-            return None, {}, {}
+    if usable(_columns) is None:
+        return None, {}, {}
     fields = {name: vars(typed.Event)[name] for name in typed.Event.__struct_fields__}
     arg_fields = {name: vars(typed.Args)[name] for name in typed.Args.__struct_fields__}
     return _columns, fields, arg_fields

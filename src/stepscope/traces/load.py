@@ -35,7 +35,8 @@ from stepscope.errors import InputError
 from stepscope.heap import no_cycle_scans
 from stepscope.traces.ahead import claim
 from stepscope.traces.decode import DecodeFailure, DecodeStats, LimitExceeded, dicts_of, iter_event_batches, open_binary
-from stepscope.traces.typed import TypedBatch
+from stepscope.traces import typed
+from stepscope.traces.typed import ScannedBatch, TypedBatch
 from stepscope.traces.events import EventTable, MemoryTable, TableBuilder
 from stepscope.traces.spill import ColumnSink, reuse_freed_memory, sink_for, spiller
 
@@ -180,8 +181,16 @@ def decode_ahead(path: str, max_json_bytes: int = MAX_JSON_BYTES, max_bytes: int
 
 def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> None:
     """One decoded batch into the builder's columns."""
-    if isinstance(batch, TypedBatch):  # streamed with a schema; a batch with odd events: as dicts
-        if builder.add_typed(batch.events):
+    if isinstance(batch, ScannedBatch):  # read by the C scanner; a batch it declines: as msgspec decodes it
+        if builder.add_scanned(batch.parsed):
+            builder.maybe_flush()
+            return
+        try:
+            batch = typed.decode_typed(batch.piece) or batch
+        except typed.DecodeError:
+            pass  # orjson decides below
+    if isinstance(batch, TypedBatch | ScannedBatch):  # streamed with a schema; a batch with odd events: as dicts
+        if isinstance(batch, TypedBatch) and builder.add_typed(batch.events):
             builder.maybe_flush()
             return
         batch = dicts_of(batch, stats)
@@ -249,7 +258,7 @@ def _decode(path: str, on_batch: Callable[[Any, DecodeStats], None], progress: C
                                                     typed_batches=typed_batches):
                 if kind == "events":
                     saw_events = True
-                    any_event = any_event or bool(payload.events if isinstance(payload, TypedBatch) else payload)
+                    any_event = any_event or bool(payload)  # a list, or a batch of its length
                     on_batch(payload, stats)
                 else:
                     meta = payload
