@@ -321,6 +321,38 @@ is_literal(Reader *r, const char *word, Py_ssize_t len)
     return 0;
 }
 
+/* after a member of a container: 1 when a comma follows (r->p at the next member), 0 when `close`
+ * ends the container, FAIL otherwise */
+static inline int
+after_member(Reader *r, unsigned char close)
+{
+    skip_ws(r);
+    if (r->p < r->end && *r->p == ',') {
+        r->p++;
+        skip_ws(r);
+        return 1;
+    }
+    if (r->p < r->end && *r->p == close) {
+        r->p++;
+        return 0;
+    }
+    return FAIL;
+}
+
+/* an object's key at r->p and its colon: r->p at the value; *escaped as read_string sets it */
+static int
+read_key(Reader *r, Span *key, int *escaped)
+{
+    if (r->p >= r->end || *r->p != '"' || read_string(r, key, escaped) < 0)
+        return FAIL;
+    skip_ws(r);
+    if (r->p >= r->end || *r->p != ':')
+        return FAIL;
+    r->p++;
+    skip_ws(r);
+    return 0;
+}
+
 static int skip_value(Reader *r, int depth);
 
 static int
@@ -335,32 +367,12 @@ skip_container(Reader *r, int depth, unsigned char close, int keyed)
         return 0;
     }
     for (;;) {
-        if (keyed) {
-            Span key;
-            int escaped;
-            if (r->p >= r->end || *r->p != '"' || read_string(r, &key, &escaped) < 0)
-                return FAIL;
-            skip_ws(r);
-            if (r->p >= r->end || *r->p != ':')
-                return FAIL;
-            r->p++;
-            skip_ws(r);
-        }
-        if (skip_value(r, depth + 1) < 0)
+        Span key;
+        int escaped, more;
+        if ((keyed && read_key(r, &key, &escaped) < 0) || skip_value(r, depth + 1) < 0)
             return FAIL;
-        skip_ws(r);
-        if (r->p >= r->end)
-            return FAIL;
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == close) {
-            r->p++;
-            return 0;
-        }
-        return FAIL;
+        if ((more = after_member(r, close)) <= 0)
+            return more;
     }
 }
 
@@ -458,7 +470,74 @@ read_str_field(Reader *r, Span *span)
 
 #define KEY(text) (len == (Py_ssize_t)sizeof(text) - 1 && memcmp(key, text, sizeof(text) - 1) == 0)
 
-/* the fields of typed.Args (their JSON names); the others are stepped over */
+/* the fields of typed.Args, by their JSON names: how each is read and where it goes (a field the
+ * columns do not use, a [memory] instant's, is only checked: NO_SLOT) */
+enum { A_INT, A_FLOAT, A_DIMS, A_STR };
+#define NO_SLOT ((size_t)-1)
+typedef struct {
+    const char *name;
+    Py_ssize_t len;
+    int kind;
+    uint16_t bit; /* set in rec->has when the value is not null */
+    size_t slot;  /* the Rec member it is read into */
+} ArgField;
+#define ARG(text, kind, bit, slot) {text, sizeof(text) - 1, kind, bit, slot}
+static const ArgField ARG_FIELDS[] = {
+    ARG("External id", A_INT, H_EXT, offsetof(Rec, ext)),
+    ARG("external id", A_INT, H_EXTL, offsetof(Rec, extl)),
+    ARG("correlation", A_INT, H_CORR, offsetof(Rec, corr)),
+    ARG("stream", A_INT, H_STREAM, offsetof(Rec, stream)),
+    ARG("device", A_INT, H_DEVICE, offsetof(Rec, device)),
+    ARG("blocks per SM", A_FLOAT, H_BPS, offsetof(Rec, bps)),
+    ARG("est. achieved occupancy %", A_FLOAT, H_OCC, offsetof(Rec, occ)),
+    ARG("Input Dims", A_DIMS, 0, offsetof(Rec, dims)),
+    ARG("Call stack", A_STR, 0, offsetof(Rec, stack)),
+    ARG("Bytes", A_FLOAT, 0, NO_SLOT),
+    ARG("Total Allocated", A_FLOAT, 0, NO_SLOT),
+    ARG("Total Reserved", A_FLOAT, 0, NO_SLOT),
+    ARG("Device Type", A_INT, 0, NO_SLOT),
+    ARG("Device Id", A_INT, 0, NO_SLOT),
+    ARG("Addr", A_INT, 0, NO_SLOT),
+    ARG("wait_on_stream", A_INT, H_WS, offsetof(Rec, ws)),
+    ARG("wait_on_cuda_event_record_corr_id", A_INT, H_WR, offsetof(Rec, wr)),
+};
+#define N_ARG_FIELDS ((int)(sizeof(ARG_FIELDS) / sizeof(ARG_FIELDS[0])))
+
+/* the value of ARG_FIELDS[field] at r->p into rec: 0 (a value), 1 (null), FAIL */
+static int
+read_arg(Reader *r, Rec *rec, int field)
+{
+    const ArgField *arg = &ARG_FIELDS[field];
+    int64_t int_scratch;
+    double float_scratch;
+    void *slot = arg->slot == NO_SLOT ? NULL : (char *)rec + arg->slot;
+    int got;
+    switch (arg->kind) {
+    case A_INT:
+        got = read_int_field(r, slot ? (int64_t *)slot : &int_scratch);
+        break;
+    case A_FLOAT:
+        got = read_float_field(r, slot ? (double *)slot : &float_scratch);
+        break;
+    case A_STR:
+        return read_str_field(r, (Span *)slot);
+    default: { /* A_DIMS: any value, kept as its bytes (null: none) */
+        const unsigned char *start = r->p;
+        if (skip_value(r, 1) < 0)
+            return FAIL;
+        if (!(r->p - start == 4 && memcmp(start, "null", 4) == 0)) {
+            rec->dims.off = (int32_t)(start - r->base);
+            rec->dims.len = (int32_t)(r->p - start);
+        }
+        return 0;
+    }
+    }
+    if (got == 0)
+        rec->has |= arg->bit;
+    return got;
+}
+
+/* the args object at r->p: the fields of typed.Args read, the others stepped over */
 static int
 read_args(Reader *r, Rec *rec)
 {
@@ -470,107 +549,28 @@ read_args(Reader *r, Rec *rec)
         return 0;
     }
     for (;;) {
-        Span span;
-        if (r->p >= r->end || *r->p != '"' || read_plain_string(r, &span) < 0)
+        Span key;
+        int escaped, more;
+        if (read_key(r, &key, &escaped) < 0 || escaped)
             return FAIL;
-        const char *key = (const char *)r->base + span.off;
-        Py_ssize_t len = span.len;
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':')
-            return FAIL;
-        r->p++;
-        skip_ws(r);
-        int field = -1, got = 0;
-        int64_t ignored_int;
-        double ignored_float;
-        if (KEY("External id")) {
-            field = 0;
-            got = read_int_field(r, &rec->ext);
-            rec->has |= got == 0 ? H_EXT : 0;
+        const char *name = (const char *)r->base + key.off;
+        int field = 0;
+        while (field < N_ARG_FIELDS &&
+               !(ARG_FIELDS[field].len == key.len && memcmp(ARG_FIELDS[field].name, name, (size_t)key.len) == 0))
+            field++;
+        if (field == N_ARG_FIELDS) {
+            if (skip_value(r, 2) < 0)
+                return FAIL;
         }
-        else if (KEY("external id")) {
-            field = 1;
-            got = read_int_field(r, &rec->extl);
-            rec->has |= got == 0 ? H_EXTL : 0;
-        }
-        else if (KEY("correlation")) {
-            field = 2;
-            got = read_int_field(r, &rec->corr);
-            rec->has |= got == 0 ? H_CORR : 0;
-        }
-        else if (KEY("stream")) {
-            field = 3;
-            got = read_int_field(r, &rec->stream);
-            rec->has |= got == 0 ? H_STREAM : 0;
-        }
-        else if (KEY("device")) {
-            field = 4;
-            got = read_int_field(r, &rec->device);
-            rec->has |= got == 0 ? H_DEVICE : 0;
-        }
-        else if (KEY("blocks per SM")) {
-            field = 5;
-            got = read_float_field(r, &rec->bps);
-            rec->has |= got == 0 ? H_BPS : 0;
-        }
-        else if (KEY("est. achieved occupancy %")) {
-            field = 6;
-            got = read_float_field(r, &rec->occ);
-            rec->has |= got == 0 ? H_OCC : 0;
-        }
-        else if (KEY("Input Dims")) {
-            field = 7;
-            const unsigned char *start = r->p;
-            got = skip_value(r, 1);
-            if (got == 0 && !(r->p - start == 4 && memcmp(start, "null", 4) == 0)) {
-                rec->dims.off = (int32_t)(start - r->base);
-                rec->dims.len = (int32_t)(r->p - start);
-            }
-        }
-        else if (KEY("Call stack")) {
-            field = 8;
-            got = read_str_field(r, &rec->stack);
-        }
-        else if (KEY("Bytes") || KEY("Total Allocated") || KEY("Total Reserved")) {
-            field = KEY("Bytes") ? 9 : KEY("Total Allocated") ? 10 : 11;
-            got = read_float_field(r, &ignored_float);
-        }
-        else if (KEY("Device Type") || KEY("Device Id") || KEY("Addr")) {
-            field = KEY("Device Type") ? 12 : KEY("Device Id") ? 13 : 14;
-            got = read_int_field(r, &ignored_int);
-        }
-        else if (KEY("wait_on_stream")) {
-            field = 15;
-            got = read_int_field(r, &rec->ws);
-            rec->has |= got == 0 ? H_WS : 0;
-        }
-        else if (KEY("wait_on_cuda_event_record_corr_id")) {
-            field = 16;
-            got = read_int_field(r, &rec->wr);
-            rec->has |= got == 0 ? H_WR : 0;
-        }
-        else
-            got = skip_value(r, 2);
-        if (got == FAIL)
-            return FAIL;
-        if (field >= 0) {
+        else {
             if (seen & (1u << field))
                 return FAIL; /* a field twice: msgspec decides */
             seen |= 1u << field;
+            if (read_arg(r, rec, field) == FAIL)
+                return FAIL;
         }
-        skip_ws(r);
-        if (r->p >= r->end)
-            return FAIL;
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == '}') {
-            r->p++;
-            return 0;
-        }
-        return FAIL;
+        if ((more = after_member(r, '}')) <= 0)
+            return more;
     }
 }
 
@@ -588,15 +588,11 @@ read_event(Reader *r, Rec *rec)
         return FAIL; /* no "ph" */
     for (;;) {
         Span span;
-        if (r->p >= r->end || *r->p != '"' || read_plain_string(r, &span) < 0)
+        int escaped, more;
+        if (read_key(r, &span, &escaped) < 0 || escaped)
             return FAIL;
         const char *key = (const char *)r->base + span.off;
         Py_ssize_t len = span.len;
-        skip_ws(r);
-        if (r->p >= r->end || *r->p != ':')
-            return FAIL;
-        r->p++;
-        skip_ws(r);
         int field = -1, got = 0;
         if (KEY("ph")) {
             field = 0;
@@ -649,19 +645,10 @@ read_event(Reader *r, Rec *rec)
                 return FAIL;
             seen |= 1u << field;
         }
-        skip_ws(r);
-        if (r->p >= r->end)
+        if ((more = after_member(r, '}')) < 0)
             return FAIL;
-        if (*r->p == ',') {
-            r->p++;
-            skip_ws(r);
-            continue;
-        }
-        if (*r->p == '}') {
-            r->p++;
+        if (!more)
             break;
-        }
-        return FAIL;
     }
     if (ph.len != 1)
         return FAIL;
@@ -711,19 +698,11 @@ scan_parse(PyObject *module, PyObject *piece)
         if (read_event(&r, &out->recs[out->n]) < 0)
             goto decline;
         out->n++;
-        skip_ws(&r);
-        if (r.p >= r.end)
+        int more = after_member(&r, ']');
+        if (more < 0)
             goto decline;
-        if (*r.p == ',') {
-            r.p++;
-            skip_ws(&r);
-            continue;
-        }
-        if (*r.p == ']') {
-            r.p++;
+        if (!more)
             break;
-        }
-        goto decline;
     }
     skip_ws(&r);
     if (r.p != r.end)
