@@ -212,3 +212,17 @@ def test_a_batch_the_columns_decline_goes_the_typed_way(tmp_path, monkeypatch):
     plain = load_trace(path)
     _same_tables(scanned, plain)
     assert any(taken) and len(scanned.events) == 19999
+
+
+def test_a_build_of_other_source_or_the_switch_leaves_the_scanner_out(monkeypatch):
+    """The loader's C extensions are used only when built from the source beside them: a stale
+    build, STEPSCOPE_PURE_PYTHON or a missing build each mean the Python (msgspec) path."""
+    from stepscope.traces import _scan, native
+
+    assert native.usable(_scan) is _scan
+    monkeypatch.setattr(_scan, "SOURCE_SHA", "0" * 16)
+    assert native.usable(_scan) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("STEPSCOPE_PURE_PYTHON", "1")
+    assert native.usable(_scan) is None and typed._scanner() is None
+    assert native.usable(None) is None
