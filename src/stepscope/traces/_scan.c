@@ -47,15 +47,17 @@ enum { S_ABSENT = 0, S_INT = 1, S_STR = 2 }; /* pid / tid */
 enum {
     H_TS = 1 << 0, H_DUR = 1 << 1, H_EXT = 1 << 2, H_EXTL = 1 << 3, H_CORR = 1 << 4, H_STREAM = 1 << 5,
     H_DEVICE = 1 << 6, H_BPS = 1 << 7, H_OCC = 1 << 8, H_WS = 1 << 9, H_WR = 1 << 10,
+    /* a [memory] instant's */
+    H_DTYPE = 1 << 11, H_DID = 1 << 12, H_ADDR = 1 << 13, H_BYTES = 1 << 14, H_ALLOC = 1 << 15, H_RESERVED = 1 << 16,
 };
 
 typedef struct {
-    char ph;
+    char ph; /* X M s f t C as in the file; 'm' a [memory] instant, 'i' any other instant */
     uint8_t pid_kind, tid_kind;
-    uint16_t has;
+    uint32_t has;
     Span name, cat, stack, dims, pid_s, tid_s;
-    int64_t pid, tid, ext, extl, corr, stream, device, ws, wr;
-    double ts, dur, bps, occ;
+    int64_t pid, tid, ext, extl, corr, stream, device, ws, wr, dtype, did, addr;
+    double ts, dur, bps, occ, bytes, alloc, reserved;
 } Rec;
 
 typedef struct {
@@ -470,15 +472,13 @@ read_str_field(Reader *r, Span *span)
 
 #define KEY(text) (len == (Py_ssize_t)sizeof(text) - 1 && memcmp(key, text, sizeof(text) - 1) == 0)
 
-/* the fields of typed.Args, by their JSON names: how each is read and where it goes (a field the
- * columns do not use, a [memory] instant's, is only checked: NO_SLOT) */
+/* the fields of typed.Args, by their JSON names: how each is read and where it goes */
 enum { A_INT, A_FLOAT, A_DIMS, A_STR };
-#define NO_SLOT ((size_t)-1)
 typedef struct {
     const char *name;
     Py_ssize_t len;
     int kind;
-    uint16_t bit; /* set in rec->has when the value is not null */
+    uint32_t bit; /* set in rec->has when the value is not null */
     size_t slot;  /* the Rec member it is read into */
 } ArgField;
 #define ARG(text, kind, bit, slot) {text, sizeof(text) - 1, kind, bit, slot}
@@ -492,12 +492,12 @@ static const ArgField ARG_FIELDS[] = {
     ARG("est. achieved occupancy %", A_FLOAT, H_OCC, offsetof(Rec, occ)),
     ARG("Input Dims", A_DIMS, 0, offsetof(Rec, dims)),
     ARG("Call stack", A_STR, 0, offsetof(Rec, stack)),
-    ARG("Bytes", A_FLOAT, 0, NO_SLOT),
-    ARG("Total Allocated", A_FLOAT, 0, NO_SLOT),
-    ARG("Total Reserved", A_FLOAT, 0, NO_SLOT),
-    ARG("Device Type", A_INT, 0, NO_SLOT),
-    ARG("Device Id", A_INT, 0, NO_SLOT),
-    ARG("Addr", A_INT, 0, NO_SLOT),
+    ARG("Bytes", A_FLOAT, H_BYTES, offsetof(Rec, bytes)),
+    ARG("Total Allocated", A_FLOAT, H_ALLOC, offsetof(Rec, alloc)),
+    ARG("Total Reserved", A_FLOAT, H_RESERVED, offsetof(Rec, reserved)),
+    ARG("Device Type", A_INT, H_DTYPE, offsetof(Rec, dtype)),
+    ARG("Device Id", A_INT, H_DID, offsetof(Rec, did)),
+    ARG("Addr", A_INT, H_ADDR, offsetof(Rec, addr)),
     ARG("wait_on_stream", A_INT, H_WS, offsetof(Rec, ws)),
     ARG("wait_on_cuda_event_record_corr_id", A_INT, H_WR, offsetof(Rec, wr)),
 };
@@ -508,16 +508,14 @@ static int
 read_arg(Reader *r, Rec *rec, int field)
 {
     const ArgField *arg = &ARG_FIELDS[field];
-    int64_t int_scratch;
-    double float_scratch;
-    void *slot = arg->slot == NO_SLOT ? NULL : (char *)rec + arg->slot;
+    void *slot = (char *)rec + arg->slot;
     int got;
     switch (arg->kind) {
     case A_INT:
-        got = read_int_field(r, slot ? (int64_t *)slot : &int_scratch);
+        got = read_int_field(r, (int64_t *)slot);
         break;
     case A_FLOAT:
-        got = read_float_field(r, slot ? (double *)slot : &float_scratch);
+        got = read_float_field(r, (double *)slot);
         break;
     case A_STR:
         return read_str_field(r, (Span *)slot);
@@ -653,8 +651,18 @@ read_event(Reader *r, Rec *rec)
     if (ph.len != 1)
         return FAIL;
     char c = (char)r->base[ph.off];
+    if (c == 'i' || c == 'I') {
+        /* an instant the typed path takes: no duration, a name, a time; a [memory] one with a thread */
+        if ((rec->has & H_DUR) || rec->name.len < 0 || !(rec->has & H_TS) || fabs(rec->ts) >= FAR_TS_US)
+            return FAIL;
+        int memory = rec->name.len == 8 && memcmp(r->base + rec->name.off, "[memory]", 8) == 0;
+        if (memory && rec->tid_kind == S_ABSENT)
+            return FAIL;
+        rec->ph = memory ? 'm' : 'i';
+        return 0;
+    }
     if (c != 'X' && c != 'M' && c != 's' && c != 'f' && c != 't' && c != 'C')
-        return FAIL; /* instants ([memory] among them) and other phases: the typed path sorts them */
+        return FAIL; /* another phase: the typed path decides */
     rec->ph = c;
     return 0;
 }
@@ -1019,69 +1027,29 @@ in_range(int64_t v)
     return v < BIG && v > -BIG;
 }
 
-/* Scanner.columns(parsed) -> (columns, ignored) | None */
-static PyObject *
-scanner_columns(Scanner *self, PyObject *arg)
+/* the complete events' columns (rows[0:m] of parsed) into `columns`, with the checks, order and
+ * interning of fastpath._typed_columns_c: 0, 1 where it declines the batch, -1 with an exception */
+static int
+complete_columns(Scanner *self, Parsed *parsed, const Py_ssize_t *rows, Py_ssize_t m, int lower_ext,
+                 PyObject *columns)
 {
-    if (!Py_IS_TYPE(arg, &ParsedType)) {
-        PyErr_SetString(PyExc_TypeError, "columns: expected a Parsed batch");
-        return NULL;
-    }
-    Parsed *parsed = (Parsed *)arg;
     const char *base = parsed->view.buf;
-    Py_ssize_t n = parsed->n, m = 0;
-    PyObject *columns = NULL, *ignored = NULL, *result = NULL;
-    Py_ssize_t *rows = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
-    if (rows == NULL)
-        return PyErr_NoMemory();
-    /* the other phases' counts, in first-sight order (collections.Counter of their "ph") */
-    char phases[8];
-    Py_ssize_t counts[8];
-    int kinds = 0, lower_ext = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Rec *rec = &parsed->recs[i];
-        if (rec->ph == 'X') {
-            rows[m++] = i;
-            lower_ext |= (rec->has & H_EXTL) != 0;
-            continue;
-        }
-        int k = 0;
-        while (k < kinds && phases[k] != rec->ph)
-            k++;
-        if (k == kinds) {
-            phases[kinds] = rec->ph;
-            counts[kinds++] = 0;
-        }
-        counts[k]++;
-    }
-    if ((ignored = PyList_New(kinds)) == NULL)
-        goto error;
-    for (int k = 0; k < kinds; k++) {
-        PyObject *pair = Py_BuildValue("(s#n)", &phases[k], (Py_ssize_t)1, counts[k]);
-        if (pair == NULL)
-            goto error;
-        PyList_SET_ITEM(ignored, k, pair);
-    }
-    if ((columns = PyDict_New()) == NULL)
-        goto error;
-    if (m == 0)
-        goto done;
     /* the checks _typed_columns_c makes before it interns anything */
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         if (rec->name.len < 0 || rec->pid_kind == S_ABSENT || rec->tid_kind == S_ABSENT)
-            goto decline;
+            return 1;
         if ((rec->has & (H_TS | H_DUR)) != (H_TS | H_DUR))
-            goto decline;
+            return 1;
         if (fabs(rec->ts) >= FAR_TS_US || rec->dur < 0 || rec->dur >= FAR_TS_US)
-            goto decline; /* read_number gives finite values only */
+            return 1; /* read_number gives finite values only */
     }
     void *data;
     PyObject *column;
 #define NEW_COLUMN(key, type)                                                                                  \
     if ((column = new_column(m, sizeof(type), &data)) == NULL || PyDict_SetItemString(columns, key, column) < 0) { \
         Py_XDECREF(column);                                                                                    \
-        goto error;                                                                                            \
+        return -1;                                                                                            \
     }                                                                                                          \
     Py_DECREF(column);
     /* names, then categories: interned in that order, as the typed path does */
@@ -1089,26 +1057,26 @@ scanner_columns(Scanner *self, PyObject *arg)
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         if (symbol_of(self, base + rec->name.off, rec->name.len, &((int32_t *)data)[j]) < 0)
-            goto error;
+            return -1;
     }
     NEW_COLUMN("cat", int32_t);
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         ((int32_t *)data)[j] = -1;
         if (rec->cat.len >= 0 && symbol_of(self, base + rec->cat.off, rec->cat.len, &((int32_t *)data)[j]) < 0)
-            goto error;
+            return -1;
     }
     NEW_COLUMN("pid", int32_t);
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         if (scalar_of(self, base, rec->pid_kind, rec->pid, rec->pid_s, &((int32_t *)data)[j]) < 0)
-            goto error;
+            return -1;
     }
     NEW_COLUMN("tid", int32_t);
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         if (scalar_of(self, base, rec->tid_kind, rec->tid, rec->tid_s, &((int32_t *)data)[j]) < 0)
-            goto error;
+            return -1;
     }
     NEW_COLUMN("ts", double);
     for (Py_ssize_t j = 0; j < m; j++)
@@ -1122,7 +1090,7 @@ scanner_columns(Scanner *self, PyObject *arg)
         Rec *rec = &parsed->recs[rows[j]];
         int64_t v = rec->has & H_EXT ? rec->ext : lower_ext && (rec->has & H_EXTL) ? rec->extl : -1;
         if (((rec->has & H_EXT) || (lower_ext && (rec->has & H_EXTL))) && !in_range(v))
-            goto decline;
+            return 1;
         ((int64_t *)data)[j] = v;
     }
     static const struct {
@@ -1138,7 +1106,7 @@ scanner_columns(Scanner *self, PyObject *arg)
             Rec *rec = &parsed->recs[rows[j]];
             int64_t v = *(int64_t *)((char *)rec + ints[k].offset);
             if ((rec->has & ints[k].bit) && !in_range(v))
-                goto decline;
+                return 1;
             ((int64_t *)data)[j] = rec->has & ints[k].bit ? v : -1;
         }
     }
@@ -1160,16 +1128,16 @@ scanner_columns(Scanner *self, PyObject *arg)
             continue;
         int status = dims_of(self, base + rec->dims.off, rec->dims.len, &((int32_t *)data)[j]);
         if (status < 0)
-            goto error;
+            return -1;
         if (status > 0)
-            goto decline;
+            return 1;
     }
     NEW_COLUMN("call_stack", int32_t);
     for (Py_ssize_t j = 0; j < m; j++) {
         Rec *rec = &parsed->recs[rows[j]];
         ((int32_t *)data)[j] = -1;
         if (rec->stack.len >= 0 && symbol_of(self, base + rec->stack.off, rec->stack.len, &((int32_t *)data)[j]) < 0)
-            goto error;
+            return -1;
     }
     /* the sparse CUDA-event waits (rows local to the batch's complete events) */
     Py_ssize_t waits = 0;
@@ -1177,7 +1145,7 @@ scanner_columns(Scanner *self, PyObject *arg)
         Rec *rec = &parsed->recs[rows[j]];
         if (rec->has & (H_WS | H_WR)) {
             if (((rec->has & H_WS) && !in_range(rec->ws)) || ((rec->has & H_WR) && !in_range(rec->wr)))
-                goto decline;
+                return 1;
             waits++;
         }
     }
@@ -1194,7 +1162,7 @@ scanner_columns(Scanner *self, PyObject *arg)
         Py_XDECREF(on_stream);
         Py_XDECREF(on_record);
         if (!stored)
-            goto error;
+            return -1;
         Py_ssize_t w = 0;
         for (Py_ssize_t j = 0; j < m; j++) {
             Rec *rec = &parsed->recs[rows[j]];
@@ -1207,12 +1175,137 @@ scanner_columns(Scanner *self, PyObject *arg)
         }
     }
 #undef NEW_COLUMN
-done:
-    result = Py_BuildValue("(OO)", columns, ignored);
+    return 0;
+}
+
+/* the [memory] instants' columns (rows[0:m] of parsed) as typed_memory_columns gives them: a dict of
+ * bytes, or NULL with an exception */
+static PyObject *
+memory_columns(Scanner *self, Parsed *parsed, const Py_ssize_t *rows, Py_ssize_t m)
+{
+    const char *base = parsed->view.buf;
+    PyObject *columns = PyDict_New(), *column;
+    void *data;
+    if (columns == NULL)
+        return NULL;
+#define MEMORY_COLUMN(key, type)                                                                               \
+    if ((column = new_column(m, sizeof(type), &data)) == NULL || PyDict_SetItemString(columns, key, column) < 0) { \
+        Py_XDECREF(column);                                                                                    \
+        Py_DECREF(columns);                                                                                    \
+        return NULL;                                                                                           \
+    }                                                                                                          \
+    Py_DECREF(column);
+    MEMORY_COLUMN("ts", double);
+    for (Py_ssize_t j = 0; j < m; j++)
+        ((double *)data)[j] = parsed->recs[rows[j]].ts;
+    MEMORY_COLUMN("tid", int32_t);
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Rec *rec = &parsed->recs[rows[j]];
+        if (scalar_of(self, base, rec->tid_kind, rec->tid, rec->tid_s, &((int32_t *)data)[j]) < 0) {
+            Py_DECREF(columns);
+            return NULL;
+        }
+    }
+    static const struct {
+        const char *key;
+        uint32_t bit;
+        size_t slot;
+    } ints[] = {{"device_type", H_DTYPE, offsetof(Rec, dtype)}, {"device_id", H_DID, offsetof(Rec, did)},
+                {"addr", H_ADDR, offsetof(Rec, addr)}},
+      floats[] = {{"nbytes", H_BYTES, offsetof(Rec, bytes)}, {"total_allocated", H_ALLOC, offsetof(Rec, alloc)},
+                  {"total_reserved", H_RESERVED, offsetof(Rec, reserved)}};
+    for (int k = 0; k < 3; k++) {
+        MEMORY_COLUMN(ints[k].key, int64_t);
+        for (Py_ssize_t j = 0; j < m; j++) { /* -1: absent, or out of range (as ints(..., -1) stores it) */
+            Rec *rec = &parsed->recs[rows[j]];
+            int64_t v = *(int64_t *)((char *)rec + ints[k].slot);
+            ((int64_t *)data)[j] = (rec->has & ints[k].bit) && in_range(v) ? v : -1;
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        MEMORY_COLUMN(floats[k].key, double);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            Rec *rec = &parsed->recs[rows[j]];
+            ((double *)data)[j] = rec->has & floats[k].bit ? *(double *)((char *)rec + floats[k].slot) : Py_NAN;
+        }
+    }
+#undef MEMORY_COLUMN
+    return columns;
+}
+
+/* Scanner.columns(parsed) -> (columns, ignored, instants, memory) | None */
+static PyObject *
+scanner_columns(Scanner *self, PyObject *arg)
+{
+    if (!Py_IS_TYPE(arg, &ParsedType)) {
+        PyErr_SetString(PyExc_TypeError, "columns: expected a Parsed batch");
+        return NULL;
+    }
+    Parsed *parsed = (Parsed *)arg;
+    const char *base = parsed->view.buf;
+    Py_ssize_t n = parsed->n, m = 0, kept = 0, instants = 0;
+    PyObject *columns = NULL, *ignored = NULL, *memory = NULL, *result = NULL;
+    /* the complete events' rows, then the [memory] instants' */
+    Py_ssize_t *rows = PyMem_Malloc((size_t)(n ? 2 * n : 1) * sizeof(Py_ssize_t)), *memory_rows = rows + n;
+    if (rows == NULL)
+        return PyErr_NoMemory();
+    /* the other phases' counts, in first-sight order (collections.Counter of their "ph") */
+    char phases[8];
+    Py_ssize_t counts[8];
+    int kinds = 0, lower_ext = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Rec *rec = &parsed->recs[i];
+        if (rec->ph == 'X') {
+            rows[m++] = i;
+            lower_ext |= (rec->has & H_EXTL) != 0;
+            continue;
+        }
+        if (rec->ph == 'm' || rec->ph == 'i') {
+            if (rec->ph == 'm')
+                memory_rows[kept++] = i;
+            else
+                instants++;
+            continue;
+        }
+        int k = 0;
+        while (k < kinds && phases[k] != rec->ph)
+            k++;
+        if (k == kinds) {
+            phases[kinds] = rec->ph;
+            counts[kinds++] = 0;
+        }
+        counts[k]++;
+    }
+    if ((ignored = PyList_New(kinds)) == NULL)
+        goto error;
+    for (int k = 0; k < kinds; k++) {
+        PyObject *pair = Py_BuildValue("(s#n)", &phases[k], (Py_ssize_t)1, counts[k]);
+        if (pair == NULL)
+            goto error;
+        PyList_SET_ITEM(ignored, k, pair);
+    }
+    /* add_typed interns the [memory] instants' threads before the complete events' anything */
+    for (Py_ssize_t j = 0; j < kept; j++) {
+        Rec *rec = &parsed->recs[memory_rows[j]];
+        int32_t id;
+        if (scalar_of(self, base, rec->tid_kind, rec->tid, rec->tid_s, &id) < 0)
+            goto error;
+    }
+    if ((columns = PyDict_New()) == NULL)
+        goto error;
+    int status = m ? complete_columns(self, parsed, rows, m, lower_ext, columns) : 0;
+    if (status < 0)
+        goto error;
+    if (status > 0)
+        goto decline;
+    if (kept && (memory = memory_columns(self, parsed, memory_rows, kept)) == NULL)
+        goto error;
+    result = Py_BuildValue("(OOnO)", columns, ignored, instants, memory ? memory : Py_None);
 error:
     PyMem_Free(rows);
     Py_XDECREF(columns);
     Py_XDECREF(ignored);
+    Py_XDECREF(memory);
     return result;
 decline:
     PyMem_Free(rows);
@@ -1223,8 +1316,9 @@ decline:
 
 static PyMethodDef scanner_methods[] = {
     {"columns", (PyCFunction)scanner_columns, METH_O,
-     "columns(parsed) -> (columns, ignored) | None: the complete events' columns (bytes) and the other "
-     "phases' counts [(ph, count)], or None where the typed path would decline the batch."},
+     "columns(parsed) -> (columns, ignored, instants, memory) | None: the complete events' columns (bytes), "
+     "the other phases' counts [(ph, count)], the other instants' count and the [memory] instants' columns "
+     "(or None), or None where the typed path would decline the batch."},
     {NULL, NULL, 0, NULL},
 };
 

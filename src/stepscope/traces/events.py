@@ -343,8 +343,12 @@ class TableBuilder:
         done = self._scanner.columns(parsed)
         if done is None:
             return False
-        columns, ignored = done
+        columns, ignored, instants, memory = done
         self.counts.ignored.update(dict(ignored))
+        if instants:
+            self.counts.ignored["instant"] += instants
+        if memory is not None:
+            self._append_memory(memory)
         self._append_columns(columns)
         return True
 
@@ -363,10 +367,7 @@ class TableBuilder:
     def _add_typed_memory(self, events: list[Any]) -> None:
         columns = typed_memory_columns(events, self._scalar)
         if columns is not None:
-            self._mem_f["ts"].frombytes(columns.pop("ts"))
-            self._mem_tid.frombytes(columns.pop("tid"))
-            for key, values in columns.items():
-                (self._mem_i[key] if key in self._mem_i else self._mem_f[key]).frombytes(values)
+            self._append_memory(columns)
             return
         scalar = self._scalar
         self._mem_f["ts"].frombytes(np.array([e.ts for e in events], dtype=np.float64).tobytes())
@@ -376,6 +377,12 @@ class TableBuilder:
             self._mem_i[key].frombytes(np.array([_to_int(getattr(a, key)) for a in args], dtype=np.int64).tobytes())
         for key in ("nbytes", "total_allocated", "total_reserved"):
             self._mem_f[key].frombytes(np.array([_to_float(getattr(a, key)) for a in args], dtype=np.float64).tobytes())
+
+    def _append_memory(self, columns: dict[str, bytes]) -> None:
+        """The ``[memory]`` instants' columns (bytes, by :class:`MemoryTable` field) appended."""
+        for key, values in columns.items():
+            store = self._mem_tid if key == "tid" else self._mem_i[key] if key in self._mem_i else self._mem_f[key]
+            store.frombytes(values)
 
     def _add_events(self, events: list[Any]) -> None:  # noqa: C901 - one tight loop on purpose
         skipped, ignored = self.counts.skipped, self.counts.ignored

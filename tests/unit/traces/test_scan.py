@@ -162,7 +162,9 @@ def _piece(*events, raw: bytes | None = None) -> bytes:
     _piece(_event(name="a\\nb")),  # an escape in a string the tables read
     _piece(raw=b'[{"ph":"X","name":"n","pid":1,"tid":2,"ts":1e3,"dur":5,"args":{}}]'),  # an exponent
     _piece(raw=b'[{"ph":"X","name":"n","name":"m","pid":1,"tid":2,"ts":1,"dur":5,"args":{}}]'),  # a field twice
-    _piece(_event(ph="i")),  # an instant: the typed path sorts them
+    _piece(_event(ph="i")),  # an instant with a duration: the typed path decides
+    _piece(_event(ph="i", dur=None, name=None)), _piece(_event(ph="b", dur=None)),
+    _piece(raw=b'[{"ph":"i","name":"[memory]","pid":1,"ts":1,"args":{"Bytes":8}}]'),  # a [memory] without a thread
     _piece(_event(pid=1.5)), _piece(_event(pid=True)), _piece(_event(args=None)), _piece(_event(ts="1")),
     _piece(_event(args={"correlation": 12345678901234567890})),  # beyond 18 digits
     _piece(_event(args={"deep": json.loads("[" * 80 + "]" * 80)})),
@@ -197,6 +199,19 @@ def test_odd_but_valid_fields_are_read_as_msgspec_reads_them():
     assert scanned is not None and scanned == typed_state
     assert "données ⚡" in scanned[1] and "[[1,2],[]]" in scanned[1]
     assert scanned[2] == {"M": 1, "f": 1}
+
+
+def test_instants_are_counted_and_memory_instants_read_as_msgspec_reads_them():
+    events = [_event(), _event(ph="i", dur=None, name="[memory]", tid=9,
+                              args={"Bytes": 512, "Total Allocated": 1024.5, "Device Type": 1, "Device Id": 0,
+                                    "Addr": 123456789, "Total Reserved": None}),
+              _event(ph="I", dur=None, name="marker"), _event(ph="f", args={}),
+              _event(ph="i", dur=None, name="[memory]", tid="t", args={"Bytes": -512})]
+    scanned, typed_state = _both_ways(json.dumps(events).encode())
+    assert scanned is not None and scanned == typed_state
+    assert scanned[2] == {"f": 1, "instant": 1}
+    assert np.frombuffer(scanned[0]["memory.nbytes"], dtype=np.float64).tolist() == [512.0, -512.0]
+    assert np.frombuffer(scanned[0]["memory.addr"], dtype=np.int64).tolist() == [123456789, -1]  # -1: absent
 
 
 def test_a_batch_the_columns_decline_goes_the_typed_way(tmp_path, monkeypatch):
