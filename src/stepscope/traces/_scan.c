@@ -9,16 +9,19 @@
  *
  * parse(piece) reads a batch (a JSON array of event objects, as stepscope/traces/decode.py cuts
  * it) into a Parsed record, without side effects. It accepts only batches of the usual shape:
- * complete events ("ph": "X") and the phases the tables count but do not store (M, s, f, t, C),
- * every field the schema of typed.py names of the type it declares, no escape in a string it reads,
- * numbers without exponents, no duplicate field. Anything else returns None, malformed JSON
- * included: the caller then decodes the piece with msgspec exactly as before, so every error, every
- * odd event and every count is handled where it always was.
+ * complete events ("ph": "X"), the phases the tables count but do not store (M, s, f, t, C),
+ * instants without a duration (a [memory] one with a thread), every field the schema of typed.py
+ * names of the type it declares, no escape in a string it reads, numbers without exponents and of
+ * at most 18 digits, no duplicate field. Anything else returns None, malformed JSON included: the
+ * caller then decodes the piece with msgspec exactly as before, so every error, every odd event
+ * and every count is handled where it always was.
  *
  * Scanner.columns(parsed) builds the columns of the complete events with the checks, in the order,
- * and with the interning calls of fastpath._typed_columns_c, and the counts of the other phases;
- * or returns None where that function declines. The same columns and the same symbols as the typed
- * path are the contract (tests/unit/traces/test_scan.py compares them on every reference trace).
+ * and with the interning calls of fastpath._typed_columns_c, the [memory] instants' as
+ * typed_memory_columns does, and the counts of the other phases and instants (TableBuilder.add_typed
+ * is the order); or returns None where the typed path declines. The same columns and the same
+ * symbols as the typed path are the contract (tests/unit/traces/test_scan.py compares them on every
+ * reference trace and on randomly damaged batches).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
