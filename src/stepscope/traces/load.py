@@ -186,9 +186,11 @@ def _store(path: str, builder: TableBuilder, batch: Any, stats: DecodeStats) -> 
             builder.maybe_flush()
             return
         try:
-            batch = typed.decode_typed(batch.piece) or batch
+            decoded = typed.decode_typed(batch.piece)
         except typed.DecodeError:
-            pass  # orjson decides below
+            decoded = None  # orjson decides below
+        if decoded is not None:
+            batch = decoded
     if isinstance(batch, TypedBatch | ScannedBatch):  # streamed with a schema; a batch with odd events: as dicts
         if isinstance(batch, TypedBatch) and builder.add_typed(batch.events):
             builder.maybe_flush()
