@@ -925,18 +925,27 @@ as_id(PyObject *value, int32_t *id)
     return 0;
 }
 
+/* whether `m` holds the bytes s[0:len] (*id: their id); *hash: their hash either way */
+static int
+cached(Map *m, const char *s, int32_t len, uint64_t *hash, int32_t *id)
+{
+    *hash = hash_bytes(s, len);
+    if (m->slots == NULL)
+        return 0;
+    Slot *slot = map_find_bytes(m, s, len, *hash);
+    if (slot->len < 0)
+        return 0;
+    *id = slot->id;
+    return 1;
+}
+
 /* the symbol id of a string's bytes: from the cache, else ids.get(str) or intern(str) */
 static int
 symbol_of(Scanner *self, const char *s, int32_t len, int32_t *id)
 {
-    uint64_t hash = hash_bytes(s, len);
-    if (self->symbols.slots != NULL) {
-        Slot *slot = map_find_bytes(&self->symbols, s, len, hash);
-        if (slot->len >= 0) {
-            *id = slot->id;
-            return 0;
-        }
-    }
+    uint64_t hash;
+    if (cached(&self->symbols, s, len, &hash, id))
+        return 0;
     PyObject *text = PyUnicode_DecodeUTF8(s, len, NULL);
     if (text == NULL)
         return -1;
@@ -962,14 +971,17 @@ static int
 scalar_of(Scanner *self, const char *base, uint8_t kind, int64_t v, Span span, int32_t *id)
 {
     Map *m = kind == S_INT ? &self->int_scalars : &self->str_scalars;
-    uint64_t hash = kind == S_INT ? hash_int(v) : hash_bytes(base + span.off, span.len);
-    if (m->slots != NULL) {
-        Slot *slot = kind == S_INT ? map_find_int(m, v, hash) : map_find_bytes(m, base + span.off, span.len, hash);
-        if (slot->len != -2) {
+    uint64_t hash;
+    if (kind == S_INT) {
+        hash = hash_int(v);
+        Slot *slot = m->slots != NULL ? map_find_int(m, v, hash) : NULL;
+        if (slot != NULL && slot->len != -2) {
             *id = slot->id;
             return 0;
         }
     }
+    else if (cached(m, base + span.off, span.len, &hash, id))
+        return 0;
     PyObject *value = kind == S_INT ? PyLong_FromLongLong(v) : PyUnicode_DecodeUTF8(base + span.off, span.len, NULL);
     if (value == NULL)
         return -1;
@@ -988,14 +1000,9 @@ scalar_of(Scanner *self, const char *base, uint8_t kind, int64_t v, Span span, i
 static int
 dims_of(Scanner *self, const char *s, int32_t len, int32_t *id)
 {
-    uint64_t hash = hash_bytes(s, len);
-    if (self->raw_dims.slots != NULL) {
-        Slot *slot = map_find_bytes(&self->raw_dims, s, len, hash);
-        if (slot->len >= 0) {
-            *id = slot->id;
-            return 0;
-        }
-    }
+    uint64_t hash;
+    if (cached(&self->raw_dims, s, len, &hash, id))
+        return 0;
     PyObject *raw = PyBytes_FromStringAndSize(s, len);
     if (raw == NULL)
         return -1;
