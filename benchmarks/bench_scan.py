@@ -16,14 +16,11 @@ the vendored set).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import statistics
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -66,12 +63,13 @@ def _load(path: Path, scan: bool) -> tuple[float, object, float]:
 
 
 def _same(a: object, b: object) -> bool:
-    for field in dataclasses.fields(a.events):  # type: ignore[attr-defined]
-        if field.name == "symbols":
-            continue
-        if not np.array_equal(getattr(a.events, field.name), getattr(b.events, field.name), equal_nan=True):  # type: ignore[attr-defined]
-            return False
-    return a.events.symbols.strings == b.events.symbols.strings  # type: ignore[attr-defined]
+    from tests.unit.traces.test_scan import _same_tables  # the suite's comparison: columns, symbols, memory, warnings
+
+    try:
+        _same_tables(a, b)
+    except AssertionError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

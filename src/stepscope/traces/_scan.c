@@ -233,48 +233,67 @@ read_plain_string(Reader *r, Span *span)
 
 enum { N_INT = 1, N_DECIMAL = 2 };
 
+typedef struct {
+    const unsigned char *start, *digits, *end; /* the number, its first digit, its end */
+    Py_ssize_t int_digits;                     /* the digits before any '.' */
+    int negative, fraction, exponent;
+} Number;
+
+/* the JSON number at r->p, its grammar checked and r->p past it; FAIL where it is not one */
+static int
+scan_number(Reader *r, Number *n)
+{
+    const unsigned char *q = r->p, *end = r->end;
+    n->start = q;
+    n->negative = q < end && *q == '-';
+    q += n->negative;
+    n->digits = q;
+    if (q < end && *q == '0')
+        q++;
+    else if (q < end && *q >= '1' && *q <= '9')
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+    else
+        return FAIL;
+    n->int_digits = q - n->digits;
+    n->fraction = q < end && *q == '.';
+    if (n->fraction) {
+        const unsigned char *first = ++q;
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+        if (q == first)
+            return FAIL;
+    }
+    n->exponent = q < end && (*q == 'e' || *q == 'E');
+    if (n->exponent) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-'))
+            q++;
+        const unsigned char *first = q;
+        while (q < end && *q >= '0' && *q <= '9')
+            q++;
+        if (q == first)
+            return FAIL;
+    }
+    n->end = r->p = q;
+    return 0;
+}
+
 /* a JSON number at r->p: N_INT with *i (at most 18 digits), or N_DECIMAL with *d (no exponent);
  * FAIL for anything else (an exponent, more digits, not a number) */
 static int
 read_number(Reader *r, int64_t *i, double *d)
 {
-    const unsigned char *s = r->p, *q = r->p, *end = r->end;
-    int negative = 0;
-    if (q < end && *q == '-') {
-        negative = 1;
-        q++;
-    }
-    if (q >= end)
+    Number n;
+    if (scan_number(r, &n) < 0 || n.exponent)
         return FAIL;
-    const unsigned char *digits = q;
-    if (*q == '0')
-        q++;
-    else if (*q >= '1' && *q <= '9')
-        while (q < end && *q >= '0' && *q <= '9')
-            q++;
-    else
-        return FAIL;
-    Py_ssize_t count = q - digits;
-    int kind = N_INT;
-    if (q < end && *q == '.') {
-        q++;
-        const unsigned char *fraction = q;
-        while (q < end && *q >= '0' && *q <= '9')
-            q++;
-        if (q == fraction)
-            return FAIL;
-        kind = N_DECIMAL;
-    }
-    if (q < end && (*q == 'e' || *q == 'E'))
-        return FAIL;
-    r->p = q;
-    if (kind == N_INT) {
-        if (count > 18)
+    if (!n.fraction) {
+        if (n.int_digits > 18)
             return FAIL;
         int64_t v = 0;
-        for (const unsigned char *c = digits; c < q; c++)
+        for (const unsigned char *c = n.digits; c < n.end; c++)
             v = v * 10 + (*c - '0');
-        *i = negative ? -v : v;
+        *i = n.negative ? -v : v;
         *d = (double)*i;
         return N_INT;
     }
@@ -282,7 +301,7 @@ read_number(Reader *r, int64_t *i, double *d)
      * ten, one correctly rounded division (Clinger's fast path) */
     int64_t mantissa = 0;
     int significant = 0, scale = 0, in_fraction = 0;
-    for (const unsigned char *c = digits; c < q; c++) {
+    for (const unsigned char *c = n.digits; c < n.end; c++) {
         if (*c == '.') {
             in_fraction = 1;
             continue;
@@ -296,14 +315,14 @@ read_number(Reader *r, int64_t *i, double *d)
     }
     if (significant <= 15 && scale <= 22) {
         double v = (double)mantissa / POW10[scale];
-        *d = negative ? -v : v;
+        *d = n.negative ? -v : v;
         return N_DECIMAL;
     }
-    if (q - s >= MAX_NUMBER)
+    if (n.end - n.start >= MAX_NUMBER)
         return FAIL;
     char buffer[MAX_NUMBER];
-    memcpy(buffer, s, (size_t)(q - s));
-    buffer[q - s] = '\0';
+    memcpy(buffer, n.start, (size_t)(n.end - n.start));
+    buffer[n.end - n.start] = '\0';
     char *stop;
     double v = PyOS_string_to_double(buffer, &stop, NULL);
     if (v == -1.0 && PyErr_Occurred()) {
@@ -404,39 +423,8 @@ skip_value(Reader *r, int depth)
     case 'n':
         return is_literal(r, "null", 4) ? 0 : FAIL;
     default: {
-        int64_t i;
-        double d;
-        /* any number is valid here, an exponent or a long one too: check it without its value */
-        const unsigned char *start = r->p;
-        if (read_number(r, &i, &d) != FAIL)
-            return 0;
-        r->p = start;
-        if (r->p < r->end && *r->p == '-')
-            r->p++;
-        const unsigned char *digits = r->p;
-        while (r->p < r->end && *r->p >= '0' && *r->p <= '9')
-            r->p++;
-        if (r->p == digits || (*digits == '0' && r->p - digits > 1))
-            return FAIL;
-        if (r->p < r->end && *r->p == '.') {
-            r->p++;
-            const unsigned char *fraction = r->p;
-            while (r->p < r->end && *r->p >= '0' && *r->p <= '9')
-                r->p++;
-            if (r->p == fraction)
-                return FAIL;
-        }
-        if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
-            r->p++;
-            if (r->p < r->end && (*r->p == '+' || *r->p == '-'))
-                r->p++;
-            const unsigned char *exponent = r->p;
-            while (r->p < r->end && *r->p >= '0' && *r->p <= '9')
-                r->p++;
-            if (r->p == exponent)
-                return FAIL;
-        }
-        return 0;
+        Number n; /* any number is valid here, an exponent or a long one too */
+        return scan_number(r, &n);
     }
     }
 }
@@ -472,8 +460,6 @@ read_str_field(Reader *r, Span *span)
         return FAIL;
     return read_plain_string(r, span);
 }
-
-#define KEY(text) (len == (Py_ssize_t)sizeof(text) - 1 && memcmp(key, text, sizeof(text) - 1) == 0)
 
 /* the fields of typed.Args, by their JSON names: how each is read and where it goes */
 enum { A_INT, A_FLOAT, A_DIMS, A_STR };
@@ -574,6 +560,9 @@ read_args(Reader *r, Rec *rec)
             return more;
     }
 }
+
+/* `key` (of `len` bytes) is `text` */
+#define KEY(text) (len == (Py_ssize_t)sizeof(text) - 1 && memcmp(key, text, sizeof(text) - 1) == 0)
 
 /* one event object at r->p into rec */
 static int

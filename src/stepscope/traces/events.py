@@ -36,9 +36,9 @@ import numpy as np
 import orjson
 
 from stepscope.heap import trim
+from stepscope.traces import typed
 from stepscope.traces.spill import ColumnSink
 
-from stepscope.traces import typed
 from stepscope.traces.fastpath import (
     complete_columns,
     dims_symbol,
